@@ -1,0 +1,56 @@
+// Command hindsight is the hindsight CLI: validate rollout files, synthesize test
+// rollouts, and query a running hindsightd.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hindsight-ai/hindsight/internal/buildinfo"
+)
+
+const usage = `usage: hindsight COMMAND [flags]
+
+commands:
+  validate FILE...    check rollout files; one line per problem, exit 1 if any file is invalid
+  synth -out DIR      write synthetic agent rollouts as .arrow files
+  status              print the status of a running hindsightd
+  version             print the version
+
+Run 'hindsight COMMAND -h' for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "validate":
+		return validateCmd(args[1:], stdout, stderr)
+	case "synth":
+		return synthCmd(args[1:], stdout, stderr)
+	case "status":
+		return statusCmd(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, buildinfo.Version())
+		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "hindsight: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}

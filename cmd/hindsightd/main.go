@@ -1,0 +1,99 @@
+// Command hindsightd is the hindsight trainer daemon: it watches a spool of agent
+// rollout files, validates and journals every rollout exactly once, and reports its
+// state through a protobuf status service. See the README for configuration.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hindsight-ai/hindsight/daemon"
+	"github.com/hindsight-ai/hindsight/internal/buildinfo"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hindsightd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML config `file`; without it the embedded defaults apply")
+	dataDir := fs.String("data-dir", "", "data `directory` (overrides data_dir)")
+	listen := fs.String("listen", "", "status `address` HOST:PORT (overrides listen)")
+	printConfig := fs.Bool("print-config", false, "print the effective config, defaults included, and exit")
+	demo := fs.Bool("demo", false, "synthesize a few rollouts into the spool, process them, print a summary and exit")
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: hindsightd [-config FILE] [-data-dir DIR] [-listen ADDR] [-demo] [-print-config]\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "hindsightd: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.Version())
+		return 0
+	}
+
+	cfg := daemon.DefaultConfig()
+	if *configPath != "" {
+		var err error
+		if cfg, err = daemon.LoadConfig(*configPath); err != nil {
+			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
+			return 2
+		}
+	}
+	if *dataDir != "" {
+		cfg.DataDir = *dataDir
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "hindsightd: config: %v\n", err)
+		return 2
+	}
+	if *printConfig {
+		b, err := cfg.YAML()
+		if err != nil {
+			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
+			return 1
+		}
+		stdout.Write(b)
+		return 0
+	}
+
+	logCfg := cfg.Log
+	if *demo && *configPath == "" {
+		logCfg.Level = "error" // the demo's progress lines tell the story
+	}
+	log := daemon.NewLogger(logCfg, stderr)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop) // a second signal kills at once
+
+	err := daemon.Run(ctx, cfg, daemon.Options{Version: buildinfo.Version(), Log: log, Demo: *demo, Out: stdout})
+	if err != nil {
+		log.Error().Err(err).Msg("hindsightd exiting")
+		if *demo {
+			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
+		}
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is hindsightd's configuration. It is decoded strictly from YAML over
+// DefaultConfig: an unknown key is an error naming it.
+type Config struct {
+	// DataDir holds everything the daemon writes: spool/, state/ (the journal) and
+	// the lock file.
+	DataDir string `yaml:"data_dir"`
+	// Listen is the address of the status port (gRPC, gRPC-Web, Connect/HTTP+JSON,
+	// gRPC health, reflection, /metrics, /healthz).
+	Listen string `yaml:"listen"`
+	Log    LogConfig        `yaml:"log"`
+	Spool  SpoolConfig      `yaml:"spool"`
+	Valid  ValidationConfig `yaml:"validation"`
+	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
+	// stopping the servers.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// LogConfig sets up the zerolog logger.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // trace, debug, info, warn, error
+	Format string `yaml:"format"` // json, console, or auto (console on a terminal)
+}
+
+// SpoolConfig tunes how the spool is watched.
+type SpoolConfig struct {
+	// Dir is the spool root; empty means <data_dir>/spool.
+	Dir string `yaml:"dir"`
+	// RescanInterval is how often incoming/ is listed even without a file-system
+	// event (fsnotify misses events on some network file systems).
+	RescanInterval time.Duration `yaml:"rescan_interval"`
+}
+
+// ValidationConfig holds the optional checks that need to know the model.
+type ValidationConfig struct {
+	// VocabSize rejects token ids ≥ it; 0 checks only for negative ids.
+	VocabSize int `yaml:"vocab_size"`
+	// Tokenizer is the fingerprint rollouts must carry (DESIGN.md); empty skips the check.
+	Tokenizer string `yaml:"tokenizer"`
+}
+
+// DefaultConfig returns the embedded defaults: everything under ./hindsight-data,
+// status on 127.0.0.1:7077.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:         "./hindsight-data",
+		Listen:          "127.0.0.1:7077",
+		Log:             LogConfig{Level: "info", Format: "auto"},
+		Spool:           SpoolConfig{RescanInterval: 2 * time.Second},
+		ShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// LoadConfig reads a YAML config file over DefaultConfig and validates it.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := ParseConfig(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes YAML over DefaultConfig, rejecting unknown keys, and validates
+// the result.
+func ParseConfig(b []byte) (Config, error) {
+	cfg := DefaultConfig()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("decode: %s", friendlyYAMLError(err))
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// friendlyYAMLError rewrites yaml.v3's "field x not found in type daemon.Config" as
+// "unknown key "x"", keeping the line number.
+func friendlyYAMLError(err error) string {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "yaml: unmarshal errors:\n")
+	var lines []string
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(l)
+		if i := strings.Index(l, "field "); i >= 0 && strings.Contains(l, " not found in type ") {
+			key := strings.TrimPrefix(l[i:], "field ")
+			key = key[:strings.Index(key, " not found in type ")]
+			l = l[:i] + fmt.Sprintf("unknown key %q", key)
+		}
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, "; ")
+}
+
+// Validate checks every field and names the bad one by its YAML path.
+func (c *Config) Validate() error {
+	if strings.TrimSpace(c.DataDir) == "" {
+		return errors.New("data_dir: must not be empty")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen: %q is not HOST:PORT: %v", c.Listen, err)
+	}
+	switch c.Log.Level {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level: %q is not one of trace, debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console", "auto":
+	default:
+		return fmt.Errorf("log.format: %q is not one of json, console, auto", c.Log.Format)
+	}
+	if c.Spool.RescanInterval < 10*time.Millisecond {
+		return fmt.Errorf("spool.rescan_interval: %s is below the 10ms minimum", c.Spool.RescanInterval)
+	}
+	if c.Valid.VocabSize < 0 {
+		return fmt.Errorf("validation.vocab_size: %d is negative", c.Valid.VocabSize)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("shutdown_timeout: %s must be positive", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// SpoolDir returns the spool root.
+func (c *Config) SpoolDir() string {
+	if c.Spool.Dir != "" {
+		return c.Spool.Dir
+	}
+	return filepath.Join(c.DataDir, "spool")
+}
+
+// JournalPath returns the path of the spool journal.
+func (c *Config) JournalPath() string { return filepath.Join(c.DataDir, "state", "journal.jsonl") }
+
+// YAML renders the config as YAML, every default included (hindsightd -print-config).
+func (c *Config) YAML() ([]byte, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("encode config: %w", err)
+	}
+	return b.Bytes(), nil
+}

@@ -1,0 +1,182 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hindsight-ai/hindsight/rollout"
+)
+
+// Options are the parts of a run that are not configuration.
+type Options struct {
+	Version string         // code version reported in status and metrics
+	Log     zerolog.Logger // the process logger; Run adds component fields
+	// Demo synthesizes a few rollouts into the spool, processes everything waiting,
+	// prints progress and a summary to Out, and returns instead of watching.
+	Demo bool
+	Out  io.Writer // human progress for -demo; nil discards it
+}
+
+// daemon is one run of hindsightd. The ingest loop is the only goroutine that drives
+// the spool; everything else reads published snapshots.
+type daemon struct {
+	cfg     Config
+	opts    Options
+	log     zerolog.Logger
+	spool   *rollout.Spool
+	stats   *stats
+	metrics *metrics
+	notify  *notifier
+	out     io.Writer
+	started time.Time
+}
+
+// Run runs hindsightd until ctx is cancelled (SIGTERM/SIGINT), then drains: it
+// finishes the file in hand within cfg.ShutdownTimeout, stops the servers and returns
+// nil. Errors that make the spool untrustworthy (journal, disk, lock) are returned.
+func Run(ctx context.Context, cfg Config, opts Options) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	d := &daemon{cfg: cfg, opts: opts, log: opts.Log.With().Str("component", "daemon").Logger(),
+		out: opts.Out, started: time.Now()}
+	if d.out == nil {
+		d.out = io.Discard
+	}
+	d.notify = newNotifier(d.log)
+
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+
+	d.spool, err = rollout.OpenSpool(cfg.SpoolDir(), cfg.JournalPath(),
+		rollout.ReadOptions{VocabSize: cfg.Valid.VocabSize, Tokenizer: cfg.Valid.Tokenizer}, opts.Log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := d.spool.Close(); err != nil {
+			d.log.Error().Err(err).Msg("close journal")
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	d.stats = newStats(d, opts.Version)
+	d.metrics = newMetrics(reg, d.stats, opts.Version)
+	d.stats.publish()
+
+	if opts.Demo {
+		return d.runDemo(ctx)
+	}
+
+	srv := NewServer(cfg.Listen, d.stats.snapshot, reg, opts.Log)
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	d.stats.listenAddr = srv.Addr()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			d.log.Warn().Err(err).Msg("stop status server")
+		}
+	}()
+	srv.SetServing(false)
+
+	work, stopWork := d.workContext(ctx)
+	defer stopWork()
+	if err := d.recover(ctx, work); err != nil {
+		return err
+	}
+
+	d.stats.setState(stateReady)
+	srv.SetServing(true)
+	d.notify.ready(d.stats.line())
+	d.log.Info().Str("listen", srv.Addr()).Str("data_dir", cfg.DataDir).Str("version", opts.Version).Msg("ready")
+
+	g, gctx := errgroup.WithContext(ctx)
+	wake := make(chan struct{}, 1)
+	g.Go(func() error { return d.watch(gctx, wake) })
+	g.Go(func() error { return d.publishLoop(gctx) })
+	g.Go(func() error { d.notify.watchdog(gctx); return nil })
+	g.Go(func() error {
+		err := d.ingestLoop(ctx, work, wake)
+		if err != nil {
+			d.stats.setError(err, "")
+		}
+		return err
+	})
+
+	<-gctx.Done()
+	d.stats.setState(stateDraining)
+	srv.SetServing(false)
+	d.notify.stopping()
+	d.log.Info().Msg("draining")
+	err = g.Wait()
+	d.stats.publish()
+	if err != nil {
+		d.log.Error().Err(err).Msg("ingest stopped")
+		return err
+	}
+	t := d.spool.Journal().Totals()
+	d.log.Info().Int64("rollouts_accepted", t.RolloutsAccepted).Int64("rollouts_rejected", t.RolloutsRejected).
+		Dur("uptime", time.Since(d.started)).Msg("stopped")
+	return nil
+}
+
+// workContext returns the context file processing runs under: it outlives ctx by
+// cfg.ShutdownTimeout, so a drain finishes the file in hand instead of abandoning it
+// (abandoning is safe too: the file is resumed on the next start).
+func (d *daemon) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var once sync.Once
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(d.cfg.ShutdownTimeout, func() {
+			d.log.Warn().Dur("shutdown_timeout", d.cfg.ShutdownTimeout).Msg("drain took too long; abandoning the file in hand (it resumes on restart)")
+			cancel()
+		})
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	return work, func() { once.Do(func() { stop(); cancel() }) }
+}
+
+// recover finishes what a crash left in processing/, in claim order.
+// It stops early, leaving the rest for the next start, when ctx ends.
+func (d *daemon) recover(ctx, work context.Context) error {
+	todo, err := d.spool.Recover()
+	if err != nil {
+		return err
+	}
+	if len(todo) > 0 {
+		d.log.Info().Int("files", len(todo)).Msg("resuming files left in processing/")
+	}
+	for _, c := range todo {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := d.processClaim(work, c); err != nil {
+			if errors.Is(err, errStopped) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// errStopped reports that processing stopped because the work context ended.
+var errStopped = errors.New("stopped")

@@ -1,0 +1,139 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/hindsight-ai/hindsight/rollout"
+)
+
+// watch wakes the ingest loop when a file lands in incoming/: on fsnotify events for
+// *.arrow names, and every spool.rescan_interval regardless, since events can be
+// missed (overflow, network file systems).
+func (d *daemon) watch(ctx context.Context, wake chan<- struct{}) error {
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		err = w.Add(d.spool.Dir(rollout.DirIncoming))
+	}
+	if err != nil {
+		d.log.Warn().Err(err).Dur("rescan_interval", d.cfg.Spool.RescanInterval).
+			Msg("cannot watch incoming/; relying on the periodic rescan")
+	} else {
+		defer w.Close()
+		events, errs = w.Events, w.Errors
+	}
+	tick := time.NewTicker(d.cfg.Spool.RescanInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-events:
+			if ev.Has(fsnotify.Create|fsnotify.Rename|fsnotify.Write) && rollout.IsRolloutFileName(filepath.Base(ev.Name)) {
+				poke()
+			}
+		case err := <-errs:
+			d.log.Warn().Err(err).Msg("file watch error; the rescan still runs")
+			poke()
+		case <-tick.C:
+			poke()
+		}
+	}
+}
+
+// ingestLoop claims and processes incoming files, oldest first, until ctx ends. A
+// file in hand is finished under work, which outlives ctx by the shutdown timeout.
+func (d *daemon) ingestLoop(ctx, work context.Context, wake <-chan struct{}) error {
+	for {
+		if err := d.drainIncoming(ctx, work); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		}
+	}
+}
+
+// drainIncoming processes every file now in incoming/; it returns early, with nil,
+// when ctx ends between files.
+func (d *daemon) drainIncoming(ctx, work context.Context) error {
+	for ctx.Err() == nil {
+		names, err := d.spool.Pending()
+		if err != nil {
+			return err
+		}
+		if len(names) == 0 {
+			return nil
+		}
+		for _, name := range names {
+			if ctx.Err() != nil {
+				return nil
+			}
+			c, err := d.spool.Claim(name)
+			if errors.Is(err, rollout.ErrVanished) {
+				d.log.Warn().Str("file", name).Msg("file left incoming/ before it could be claimed")
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			d.stats.claimed()
+			if err := d.processClaim(work, c); err != nil {
+				if errors.Is(err, errStopped) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// processClaim decides one claimed file's rows and moves it out of processing/.
+// Until training exists, a file is finished as soon as its rows are decided; the
+// trainer will finish it once a durable checkpoint lists its rollouts.
+func (d *daemon) processClaim(work context.Context, c *rollout.ClaimState) error {
+	start := time.Now()
+	rep, err := d.spool.Process(work, c)
+	if err == nil && rep.Quarantine == nil {
+		err = d.spool.Finish(c, rep)
+	}
+	if err != nil {
+		if work.Err() != nil {
+			d.log.Warn().Str("file", c.ClaimedName()).Msg("stopped in the middle of a file; it resumes on restart")
+			return errStopped
+		}
+		return err
+	}
+	took := time.Since(start)
+	d.stats.fileDone(rep, took)
+	d.metrics.fileDone(rep)
+	log := d.log.Info()
+	if rep.Quarantine != nil {
+		log = d.log.Warn().Str("code", string(rep.Quarantine.Code)).Str("reason", rep.Quarantine.Error())
+		d.stats.setError(rep.Quarantine, rep.Claimed)
+	} else if rep.Rejected > 0 {
+		log = d.log.Warn().Str("first_problem", rep.Problems[0].Error())
+		d.stats.setError(rep.Problems[0], rep.Claimed)
+	}
+	log.Uint64("seq", rep.Seq).Str("file", rep.Claimed).Int("rows", rep.Rows).Int("accepted", rep.Accepted).
+		Int("rejected", rep.Rejected).Int64("tokens", rep.Tokens).Str("outcome", rep.Outcome).
+		Dur("took", took).Msg("file processed")
+	d.reportProgress(rep)
+	d.stats.publish()
+	return nil
+}

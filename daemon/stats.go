@@ -1,0 +1,159 @@
+package daemon
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
+	"github.com/hindsight-ai/hindsight/rollout"
+)
+
+const (
+	stateStarting = hindsightv1.State_STATE_STARTING
+	stateReady    = hindsightv1.State_STATE_READY
+	stateDraining = hindsightv1.State_STATE_DRAINING
+)
+
+// rateWindow is how far back the ingest rate looks.
+const rateWindow = time.Minute
+
+// stats owns the daemon's counters and publishes immutable status snapshots through
+// an atomic pointer: readers (the status server, metrics) never lock the pipeline.
+type stats struct {
+	d       *daemon
+	version string
+	dataDir string
+
+	mu         sync.Mutex
+	state      hindsightv1.State
+	listenAddr string
+	session    rollout.Totals
+	samples    []rateSample // (time, session accepted) every publish, oldest first
+	lastErr    string
+	lastErrAt  time.Time
+	lastErrF   string
+	counts     rollout.Counts
+
+	snap atomic.Pointer[hindsightv1.Status]
+}
+
+type rateSample struct {
+	at               time.Time
+	rollouts, tokens int64
+}
+
+func newStats(d *daemon, version string) *stats {
+	dir, err := filepath.Abs(d.cfg.DataDir)
+	if err != nil {
+		dir = d.cfg.DataDir
+	}
+	return &stats{d: d, version: version, dataDir: dir, state: stateStarting}
+}
+
+// snapshot returns the latest published status; never mutate it.
+func (s *stats) snapshot() *hindsightv1.Status { return s.snap.Load() }
+
+func (s *stats) setState(st hindsightv1.State) {
+	s.mu.Lock()
+	s.state = st
+	s.mu.Unlock()
+	s.publish()
+}
+
+func (s *stats) claimed() {
+	s.mu.Lock()
+	s.session.FilesClaimed++
+	s.mu.Unlock()
+}
+
+func (s *stats) fileDone(rep *rollout.FileReport, _ time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch rep.Outcome {
+	case rollout.OutcomeDone:
+		s.session.FilesDone++
+	case rollout.OutcomeFailed:
+		s.session.FilesFailed++
+	case rollout.OutcomeQuarantined:
+		s.session.FilesQuarantined++
+	}
+	s.session.RolloutsAccepted += int64(rep.Accepted)
+	s.session.RolloutsRejected += int64(rep.Rejected)
+	s.session.TokensAccepted += rep.Tokens
+	s.session.LastSeq = rep.Seq
+}
+
+// setError records the most recent problem that lost work.
+func (s *stats) setError(err error, file string) {
+	s.mu.Lock()
+	s.lastErr, s.lastErrAt, s.lastErrF = err.Error(), time.Now(), file
+	s.mu.Unlock()
+}
+
+// publish builds a fresh snapshot from the journal, the spool folders and the session
+// counters, and swaps it in.
+func (s *stats) publish() {
+	counts, err := s.d.spool.Counts()
+	total := s.d.spool.Journal().Totals()
+	now := time.Now()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.counts = counts
+	}
+	s.samples = append(s.samples, rateSample{now, s.session.RolloutsAccepted, s.session.TokensAccepted})
+	for len(s.samples) > 2 && now.Sub(s.samples[1].at) > rateWindow {
+		s.samples = s.samples[1:]
+	}
+	var rps, tps float64
+	if first := s.samples[0]; now.Sub(first.at) > 0 {
+		dt := now.Sub(first.at).Seconds()
+		rps = float64(s.session.RolloutsAccepted-first.rollouts) / dt
+		tps = float64(s.session.TokensAccepted-first.tokens) / dt
+	}
+	st := &hindsightv1.Status{
+		Version:    s.version,
+		State:      s.state,
+		StartedAt:  timestamppb.New(s.d.started),
+		Uptime:     durationpb.New(time.Since(s.d.started)),
+		DataDir:    s.dataDir,
+		ListenAddr: s.listenAddr,
+		Spool: &hindsightv1.SpoolCounts{Incoming: s.counts.Incoming, Processing: s.counts.Processing,
+			Done: s.counts.Done, Failed: s.counts.Failed},
+		Total:         ingestProto(total, 0, 0),
+		Session:       ingestProto(s.session, rps, tps),
+		LastError:     s.lastErr,
+		LastErrorFile: s.lastErrF,
+	}
+	st.Total.JournalSeq = total.LastSeq
+	if !s.lastErrAt.IsZero() {
+		st.LastErrorAt = timestamppb.New(s.lastErrAt)
+	}
+	s.snap.Store(st)
+}
+
+func ingestProto(t rollout.Totals, rps, tps float64) *hindsightv1.IngestStats {
+	return &hindsightv1.IngestStats{
+		FilesClaimed: t.FilesClaimed, FilesDone: t.FilesDone, FilesFailed: t.FilesFailed,
+		FilesQuarantined: t.FilesQuarantined, RolloutsAccepted: t.RolloutsAccepted,
+		RolloutsRejected: t.RolloutsRejected, TokensIngested: t.TokensAccepted, JournalSeq: t.LastSeq,
+		RolloutsPerSecond: rps, TokensPerSecond: tps,
+	}
+}
+
+// line is a one-line summary for systemd's STATUS=.
+func (s *stats) line() string {
+	st := s.snapshot()
+	if st == nil {
+		return "starting"
+	}
+	return fmt.Sprintf("%s: incoming %d, processing %d; accepted %d, rejected %d rollouts",
+		st.State.String(), st.Spool.Incoming, st.Spool.Processing, st.Total.RolloutsAccepted, st.Total.RolloutsRejected)
+}

@@ -1,0 +1,9 @@
+// Package rollout owns the rollout file format: the Arrow schema of DESIGN.md, the
+// streaming reader and writer, validation with stable problem codes, synthetic rollouts,
+// and the spool with its journal.
+//
+// It sits at the top of the data flow: collectors drop files into the spool's incoming/
+// folder, the spool claims them, the reader hands out validated rollouts whose token and
+// log-prob slices point into Arrow buffers, and the journal records, in claim order,
+// whether each rollout was accepted or rejected. It knows nothing about models.
+package rollout
