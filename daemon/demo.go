@@ -21,7 +21,7 @@ func (d *daemon) runDemo(ctx context.Context) error {
 	}
 	incoming := d.spool.Dir(rollout.DirIncoming)
 	before := d.spool.Journal().Totals()
-	files, err := writeDemoRollouts(incoming, time.Now())
+	files, err := writeDemoRollouts(incoming, fmt.Sprintf("demo-%s-%d", time.Now().UTC().Format("20060102T150405"), before.LastSeq+1))
 	if err != nil {
 		return err
 	}
@@ -68,11 +68,10 @@ func (d *daemon) reportProgress(rep *rollout.FileReport) {
 }
 
 // writeDemoRollouts writes the demo's files into dir and returns how many. Rollout ids
-// carry the time so a second demo on the same data directory adds new rollouts rather
-// than duplicates.
-func writeDemoRollouts(dir string, now time.Time) (int, error) {
-	prefix := "demo-" + now.UTC().Format("20060102T150405")
-	opts := rollout.SynthOptions{N: 12, Tokens: 6000, Seed: uint64(now.UnixNano()), PerFile: 4, IDPrefix: prefix}
+// start with prefix, which carries the next claim sequence, so a second demo on the
+// same data directory adds new rollouts rather than duplicates.
+func writeDemoRollouts(dir, prefix string) (int, error) {
+	opts := rollout.SynthOptions{N: 12, Tokens: 6000, Seed: 1, PerFile: 4, IDPrefix: prefix}
 	paths, err := rollout.WriteSynth(dir, opts)
 	if err != nil {
 		return 0, err

@@ -1,0 +1,82 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name, yaml, err string
+		check           func(t *testing.T, c Config)
+	}{
+		{name: "empty is the defaults", yaml: "", check: func(t *testing.T, c Config) {
+			require.Equal(t, DefaultConfig(), c)
+		}},
+		{name: "overrides", yaml: "data_dir: /var/lib/hindsight\nlisten: 0.0.0.0:9000\nspool:\n  rescan_interval: 500ms\nvalidation:\n  vocab_size: 151936\n",
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, "/var/lib/hindsight", c.DataDir)
+				require.Equal(t, "0.0.0.0:9000", c.Listen)
+				require.Equal(t, 500*time.Millisecond, c.Spool.RescanInterval)
+				require.Equal(t, 151936, c.Valid.VocabSize)
+				require.Equal(t, "info", c.Log.Level, "unset keys keep their defaults")
+				require.Equal(t, "/var/lib/hindsight/spool", c.SpoolDir())
+			}},
+		{name: "unknown top-level key", yaml: "data_dri: x\n", err: `line 1: unknown key "data_dri"`},
+		{name: "unknown nested key", yaml: "spool:\n  rescan: 1s\n", err: `line 2: unknown key "rescan"`},
+		{name: "bad duration", yaml: "spool:\n  rescan_interval: soon\n", err: "line 2"},
+		{name: "bad listen", yaml: "listen: localhost\n", err: "listen:"},
+		{name: "bad level", yaml: "log:\n  level: loud\n", err: "log.level:"},
+		{name: "bad format", yaml: "log:\n  format: xml\n", err: "log.format:"},
+		{name: "tiny rescan", yaml: "spool:\n  rescan_interval: 1ns\n", err: "spool.rescan_interval:"},
+		{name: "negative vocab", yaml: "validation:\n  vocab_size: -1\n", err: "validation.vocab_size:"},
+		{name: "empty data dir", yaml: "data_dir: ''\n", err: "data_dir:"},
+		{name: "zero shutdown", yaml: "shutdown_timeout: 0s\n", err: "shutdown_timeout:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(tt.yaml))
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestConfigYAMLRoundTrip(t *testing.T) {
+	c := DefaultConfig()
+	c.Valid.Tokenizer = "bytes-v1"
+	b, err := c.YAML()
+	require.NoError(t, err)
+	require.Contains(t, string(b), "rescan_interval: 2s")
+	back, err := ParseConfig(b)
+	require.NoError(t, err)
+	require.Equal(t, c, back)
+}
+
+func TestExampleConfigParses(t *testing.T) {
+	c, err := LoadConfig(filepath.Join("..", "deploy", "hindsightd.example.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, c.DataDir)
+	_, err = LoadConfig(filepath.Join(t.TempDir(), "missing.yaml"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestLockDataDir(t *testing.T) {
+	dir := t.TempDir()
+	l, err := lockDataDir(dir)
+	require.NoError(t, err)
+	_, err = lockDataDir(dir)
+	require.ErrorContains(t, err, "another hindsightd")
+	require.NoError(t, l.release())
+	l, err = lockDataDir(dir)
+	require.NoError(t, err)
+	require.NoError(t, l.release())
+}
