@@ -22,7 +22,7 @@ type Config struct {
 	DataDir string `yaml:"data_dir"`
 	// Listen is the address of the status port (gRPC, gRPC-Web, Connect/HTTP+JSON,
 	// gRPC health, reflection, /metrics, /healthz).
-	Listen string `yaml:"listen"`
+	Listen string           `yaml:"listen"`
 	Log    LogConfig        `yaml:"log"`
 	Spool  SpoolConfig      `yaml:"spool"`
 	Valid  ValidationConfig `yaml:"validation"`

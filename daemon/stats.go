@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,5 +156,5 @@ func (s *stats) line() string {
 		return "starting"
 	}
 	return fmt.Sprintf("%s: incoming %d, processing %d; accepted %d, rejected %d rollouts",
-		st.State.String(), st.Spool.Incoming, st.Spool.Processing, st.Total.RolloutsAccepted, st.Total.RolloutsRejected)
+		strings.ToLower(strings.TrimPrefix(st.State.String(), "STATE_")), st.Spool.Incoming, st.Spool.Processing, st.Total.RolloutsAccepted, st.Total.RolloutsRejected)
 }

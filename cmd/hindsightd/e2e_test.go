@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -70,10 +71,15 @@ func (p *proc) log() string {
 
 func startDaemon(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startDaemonEnv(t, []string{"NOTIFY_SOCKET="}, args...)
+}
+
+func startDaemonEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binDir, "hindsightd"), args...)
 	p.cmd.Stderr = p
-	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
+	p.cmd.Env = append(os.Environ(), env...)
 	require.NoError(t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
@@ -411,6 +417,53 @@ func TestServeStatusAndDrain(t *testing.T) {
 	_, stderr, code = runCLI(t, "status", "-addr", addr)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "cannot reach hindsightd")
+}
+
+// TestSystemdNotify runs the daemon as systemd would for Type=notify with a
+// watchdog, on a real notify socket.
+func TestSystemdNotify(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	require.NoError(t, err)
+	defer conn.Close()
+	msgs := make(chan string, 256)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	p := startDaemonEnv(t, []string{"NOTIFY_SOCKET=" + sock, "WATCHDOG_USEC=200000"},
+		"-data-dir", t.TempDir(), "-listen", "127.0.0.1:0")
+	var got []string
+	next := func(prefix string) {
+		t.Helper()
+		timeout := time.After(20 * time.Second)
+		for {
+			for _, line := range got {
+				if strings.HasPrefix(line, prefix) {
+					return
+				}
+			}
+			select {
+			case m := <-msgs:
+				got = append(got, strings.Split(m, "\n")...)
+			case <-timeout:
+				t.Fatalf("no %s from hindsightd; got %q\n%s", prefix, got, p.log())
+			}
+		}
+	}
+	next("READY=1")
+	next("STATUS=ready")
+	next("WATCHDOG=1")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	next("STOPPING=1")
+	require.Equal(t, 0, p.wait(t, 30*time.Second))
 }
 
 func TestDemo(t *testing.T) {
