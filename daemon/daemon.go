@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 
 	srv := NewServer(cfg.Listen, d.stats.snapshot, reg, opts.Log)
+	srv.SetServing(false) // not ready until the spool is recovered
 	if err := srv.Start(); err != nil {
 		return err
 	}
@@ -95,7 +96,6 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 			d.log.Warn().Err(err).Msg("stop status server")
 		}
 	}()
-	srv.SetServing(false)
 
 	work, stopWork := d.workContext(ctx)
 	defer stopWork()

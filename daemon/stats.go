@@ -128,7 +128,7 @@ func (s *stats) publish() {
 		ListenAddr: s.listenAddr,
 		Spool: &hindsightv1.SpoolCounts{Incoming: s.counts.Incoming, Processing: s.counts.Processing,
 			Done: s.counts.Done, Failed: s.counts.Failed},
-		Total:         ingestProto(total, 0, 0),
+		Total:         ingestProto(total, rps, tps), // rates are this process's in both
 		Session:       ingestProto(s.session, rps, tps),
 		LastError:     s.lastErr,
 		LastErrorFile: s.lastErrF,

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
+	"github.com/hindsight-ai/hindsight/api/hindsight/v1/hindsightv1connect"
+)
+
+// defaultStatusAddr is where hindsightd serves its status unless configured otherwise.
+const defaultStatusAddr = "127.0.0.1:7077"
+
+const statusUsage = `usage: hindsight status [-addr HOST:PORT] [-json] [-watch [-interval D]] [-timeout D]
+
+Print the status of a running hindsightd: version, state, spool and ingest counters,
+and the last error. Exit 0 on success, 1 if the daemon cannot be reached or reports an
+error, 2 on a usage error.
+
+flags:
+`
+
+// statusCmd is `hindsight status`: it asks hindsightd's StatusService for a snapshot
+// (Connect protocol over HTTP/1.1) and prints it as a table, or as protojson with -json;
+// -watch streams snapshots until interrupted.
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hindsight status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", defaultStatusAddr, "hindsightd status `address`, HOST:PORT or an http:// URL")
+	asJSON := fs.Bool("json", false, "print protojson instead of a table")
+	watch := fs.Bool("watch", false, "keep printing updates until interrupted")
+	interval := fs.Duration("interval", time.Second, "time between updates with -watch (at least 100ms)")
+	timeout := fs.Duration("timeout", 5*time.Second, "give up if the daemon has not answered within this `duration`")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, statusUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	baseURL, err := statusBaseURL(*addr)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "hindsight status: %v\n", err)
+		return 2
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "hindsight status: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	case *timeout <= 0:
+		fmt.Fprintf(stderr, "hindsight status: -timeout must be positive, got %s\n", *timeout)
+		return 2
+	case *interval <= 0:
+		fmt.Fprintf(stderr, "hindsight status: -interval must be positive, got %s\n", *interval)
+		return 2
+	}
+
+	printer := printStatusTable
+	if *asJSON {
+		printer = printStatusJSON
+	}
+	client := hindsightv1connect.NewStatusServiceClient(http.DefaultClient, baseURL, connect.WithHTTPGet())
+	c := statusClient{client: client, addr: *addr, stdout: stdout, stderr: stderr, print: printer}
+	if *watch {
+		return c.watch(ctx, *interval, *timeout)
+	}
+	return c.get(ctx, *timeout)
+}
+
+// statusBaseURL turns -addr (HOST:PORT, or a URL with a scheme) into a base URL.
+func statusBaseURL(addr string) (string, error) {
+	raw := addr
+	if !strings.Contains(addr, "://") {
+		raw = "http://" + addr
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("parse -addr %q: %w", addr, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("parse -addr %q: scheme must be http or https", addr)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("parse -addr %q: no host", addr)
+	}
+	return strings.TrimSuffix(u.String(), "/"), nil
+}
+
+// statusClient runs one `hindsight status` invocation.
+type statusClient struct {
+	client hindsightv1connect.StatusServiceClient
+	addr   string
+	stdout io.Writer
+	stderr io.Writer
+	print  func(io.Writer, *hindsightv1.Status) error
+}
+
+// get prints one snapshot.
+func (c statusClient) get(ctx context.Context, timeout time.Duration) int {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := c.client.GetStatus(ctx, connect.NewRequest(&hindsightv1.GetStatusRequest{}))
+	if err != nil {
+		return c.fail(err)
+	}
+	if err := c.print(c.stdout, resp.Msg.GetStatus()); err != nil {
+		fmt.Fprintf(c.stderr, "hindsight status: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// watch prints snapshots as they arrive until ctx is done (exit 0) or the stream breaks
+// (exit 1). timeout bounds the wait for the first snapshot only.
+func (c statusClient) watch(ctx context.Context, interval, timeout time.Duration) int {
+	streamCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(timeout, cancel)
+	defer timer.Stop()
+
+	stream, err := c.client.WatchStatus(streamCtx, connect.NewRequest(&hindsightv1.WatchStatusRequest{
+		Interval: durationpb.New(interval),
+	}))
+	if err != nil {
+		return c.failWatch(ctx, err)
+	}
+	defer stream.Close()
+	for n := 0; stream.Receive(); n++ {
+		timer.Stop()
+		if n > 0 {
+			fmt.Fprintln(c.stdout)
+		}
+		if err := c.print(c.stdout, stream.Msg().GetStatus()); err != nil {
+			fmt.Fprintf(c.stderr, "hindsight status: %v\n", err)
+			return 1
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return c.failWatch(ctx, err)
+	}
+	return 0
+}
+
+// failWatch reports why a watch ended; an interrupt (ctx done) is a normal end.
+func (c statusClient) failWatch(ctx context.Context, err error) int {
+	if ctx.Err() != nil {
+		return 0
+	}
+	if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
+		// Only the first-snapshot timer cancels the stream's context on its own.
+		err = fmt.Errorf("no answer within -timeout: %w", err)
+	}
+	return c.fail(err)
+}
+
+// fail prints err and returns exit code 1. An error the daemon sent is reported as its
+// answer; anything else means it could not be reached.
+func (c statusClient) fail(err error) int {
+	if connect.IsWireError(err) {
+		fmt.Fprintf(c.stderr, "hindsight status: hindsightd at %s answered: %v\n", c.addr, err)
+	} else {
+		fmt.Fprintf(c.stderr, "hindsight status: cannot reach hindsightd at %s: %v\n", c.addr, err)
+	}
+	return 1
+}
+
+// printStatusJSON writes st as indented protojson with every field present.
+// protojson's own indentation varies on purpose from build to build; encoding/json
+// re-indents it so that the output is stable for scripts and diffs.
+func printStatusJSON(w io.Writer, st *hindsightv1.Status) error {
+	out, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode status: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, out, "", "  "); err != nil {
+		return fmt.Errorf("indent status: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err = buf.WriteTo(w)
+	return err
+}
+
+// printStatusTable writes st as aligned key/value lines, ingest counters as a
+// total / this-process table.
+func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	line := func(key, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t%s\n", key, fmt.Sprintf(format, args...))
+	}
+	line("version", "%s", orDash(st.GetVersion()))
+	line("state", "%s", stateName(st.GetState()))
+	line("started", "%s (up %s)", formatTime(st.GetStartedAt()), st.GetUptime().AsDuration().Round(time.Second))
+	line("data dir", "%s", orDash(st.GetDataDir()))
+	line("listen addr", "%s", orDash(st.GetListenAddr()))
+	sp := st.GetSpool()
+	line("spool", "%s incoming, %s processing, %s done, %s failed",
+		count(sp.GetIncoming()), count(sp.GetProcessing()), count(sp.GetDone()), count(sp.GetFailed()))
+	fmt.Fprintln(tw, "\t") // a blank line that keeps the key column aligned across sections
+
+	total, session := st.GetTotal(), st.GetSession()
+	row := func(key string, f func(*hindsightv1.IngestStats) string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", key, f(total), f(session))
+	}
+	fmt.Fprintln(tw, "ingest\ttotal\tthis process")
+	row("files claimed", func(s *hindsightv1.IngestStats) string { return count(s.GetFilesClaimed()) })
+	row("files done", func(s *hindsightv1.IngestStats) string { return count(s.GetFilesDone()) })
+	row("files failed", func(s *hindsightv1.IngestStats) string { return count(s.GetFilesFailed()) })
+	row("files quarantined", func(s *hindsightv1.IngestStats) string { return count(s.GetFilesQuarantined()) })
+	row("rollouts accepted", func(s *hindsightv1.IngestStats) string { return count(s.GetRolloutsAccepted()) })
+	row("rollouts rejected", func(s *hindsightv1.IngestStats) string { return count(s.GetRolloutsRejected()) })
+	row("tokens ingested", func(s *hindsightv1.IngestStats) string { return count(s.GetTokensIngested()) })
+	row("journal seq", func(s *hindsightv1.IngestStats) string { return strconv.FormatUint(s.GetJournalSeq(), 10) })
+	row("rollouts/s", func(s *hindsightv1.IngestStats) string {
+		return strconv.FormatFloat(s.GetRolloutsPerSecond(), 'f', 2, 64)
+	})
+	row("tokens/s", func(s *hindsightv1.IngestStats) string {
+		return count(int64(math.Round(s.GetTokensPerSecond())))
+	})
+	fmt.Fprintln(tw, "\t") // a blank line that keeps the key column aligned across sections
+
+	if st.GetLastError() == "" {
+		line("last error", "none")
+	} else {
+		line("last error", "%s", st.GetLastError())
+		line("  at", "%s", formatTime(st.GetLastErrorAt()))
+		line("  file", "%s", orDash(st.GetLastErrorFile()))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("format status: %w", err)
+	}
+	var out strings.Builder
+	for line := range strings.Lines(buf.String()) {
+		out.WriteString(strings.TrimRight(line, " \n"))
+		out.WriteByte('\n')
+	}
+	if _, err := io.WriteString(w, out.String()); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	return nil
+}
+
+// stateName turns STATE_READY into "ready".
+func stateName(s hindsightv1.State) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "STATE_"))
+}
+
+// formatTime prints a timestamp in UTC to the second, or "-" if it is unset.
+func formatTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// count formats n with thousands separators: 98000000 → "98,000,000".
+func count(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

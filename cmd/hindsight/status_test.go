@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
+	"github.com/hindsight-ai/hindsight/daemon"
+)
+
+const statusTestTimeout = 10 * time.Second
+
+func statusFixture() *hindsightv1.Status {
+	return &hindsightv1.Status{
+		Version:    "v0.0.0-test",
+		State:      hindsightv1.State_STATE_READY,
+		StartedAt:  timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+		Uptime:     durationpb.New(90*time.Minute + 400*time.Millisecond),
+		DataDir:    "/var/lib/hindsight",
+		ListenAddr: "127.0.0.1:7077",
+		Spool:      &hindsightv1.SpoolCounts{Incoming: 3, Processing: 1, Done: 1040, Failed: 2},
+		Total: &hindsightv1.IngestStats{
+			FilesClaimed: 1046, FilesDone: 1040, RolloutsAccepted: 1200, TokensIngested: 98_000_000,
+			JournalSeq: 1046, RolloutsPerSecond: 2.5, TokensPerSecond: 150_000,
+		},
+		Session:       &hindsightv1.IngestStats{FilesClaimed: 4, RolloutsAccepted: 100},
+		LastError:     "read rollout x.arrow: bad schema",
+		LastErrorAt:   timestamppb.New(time.Date(2026, 1, 2, 4, 0, 0, 0, time.UTC)),
+		LastErrorFile: "spool/failed/x.arrow",
+	}
+}
+
+// startDaemon serves statusFixture on a free local port until the test ends.
+func startDaemon(t *testing.T) *daemon.Server {
+	t.Helper()
+	s := daemon.NewServer("127.0.0.1:0", statusFixture, nil, zerolog.Nop())
+	require.NoError(t, s.Start())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), statusTestTimeout)
+		defer cancel()
+		require.NoError(t, s.Shutdown(ctx))
+	})
+	return s
+}
+
+// runStatus runs statusCmd with a deadline and returns its exit code and output.
+func runStatus(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), statusTestTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := statusCmd(ctx, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestStatusTable(t *testing.T) {
+	s := startDaemon(t)
+	for _, addr := range []string{s.Addr(), "http://" + s.Addr() + "/"} {
+		t.Run(addr, func(t *testing.T) {
+			code, out, errOut := runStatus(t, "-addr", addr)
+			require.Equal(t, 0, code, "stderr: %s", errOut)
+			for _, want := range []string{
+				`^version +v0\.0\.0-test$`,
+				`^state +ready$`,
+				`^started +2026-01-02T03:04:05Z \(up 1h30m0s\)$`,
+				`^data dir +/var/lib/hindsight$`,
+				`^spool +3 incoming, 1 processing, 1,040 done, 2 failed$`,
+				`^ingest +total +this process$`,
+				`^files claimed +1,046 +4$`,
+				`^tokens ingested +98,000,000 +0$`,
+				`^rollouts/s +2\.50 +0\.00$`,
+				`^last error +read rollout x\.arrow: bad schema$`,
+				`^  file +spool/failed/x\.arrow$`,
+			} {
+				require.Regexp(t, regexp.MustCompile("(?m)"+want), out)
+			}
+		})
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	s := startDaemon(t)
+	code, out, errOut := runStatus(t, "-addr", s.Addr(), "-json")
+	require.Equal(t, 0, code, "stderr: %s", errOut)
+
+	var got hindsightv1.Status
+	require.NoError(t, protojson.Unmarshal([]byte(out), &got))
+	require.True(t, proto.Equal(statusFixture(), &got), "got %v", &got)
+	require.Contains(t, out, `"filesQuarantined": "0"`, "EmitUnpopulated should print zero fields")
+	require.Contains(t, out, "\n  \"version\"", "output should be indented")
+}
+
+// syncBuffer is a bytes.Buffer that a running statusCmd writes to while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestStatusWatch(t *testing.T) {
+	// watch starts `hindsight status -watch`, waits for two updates, and returns a
+	// channel with its exit code.
+	watch := func(t *testing.T, ctx context.Context, addr string) (<-chan int, *syncBuffer) {
+		t.Helper()
+		var stdout, stderr syncBuffer
+		code := make(chan int, 1)
+		go func() {
+			code <- statusCmd(ctx, []string{"-addr", addr, "-watch", "-interval", "100ms"}, &stdout, &stderr)
+		}()
+		require.Eventually(t, func() bool { return strings.Count(stdout.String(), "version") >= 2 },
+			statusTestTimeout, 10*time.Millisecond, "stdout: %s\nstderr: %s", &stdout, &stderr)
+		return code, &stderr
+	}
+
+	t.Run("interrupted", func(t *testing.T) {
+		s := startDaemon(t)
+		ctx, cancel := context.WithTimeout(t.Context(), statusTestTimeout)
+		defer cancel()
+		code, stderr := watch(t, ctx, s.Addr())
+		cancel() // as SIGINT does through main's signal context
+		select {
+		case c := <-code:
+			require.Equal(t, 0, c, "stderr: %s", stderr)
+		case <-time.After(statusTestTimeout):
+			t.Fatal("statusCmd did not return after cancel")
+		}
+	})
+
+	t.Run("daemon stops", func(t *testing.T) {
+		s := startDaemon(t)
+		code, stderr := watch(t, t.Context(), s.Addr())
+		ctx, cancel := context.WithTimeout(t.Context(), statusTestTimeout)
+		defer cancel()
+		require.NoError(t, s.Shutdown(ctx))
+		select {
+		case c := <-code:
+			require.Equal(t, 1, c)
+			require.Contains(t, stderr.String(), "shutting down")
+		case <-time.After(statusTestTimeout):
+			t.Fatal("statusCmd did not return after the daemon shut down")
+		}
+	})
+}
+
+func TestStatusUnreachable(t *testing.T) {
+	// A port that was free a moment ago: nothing listens there.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	for _, args := range [][]string{{"-addr", addr}, {"-addr", addr, "-watch"}} {
+		code, out, errOut := runStatus(t, args...)
+		require.Equal(t, 1, code, "args %q", args)
+		require.Empty(t, out)
+		require.Contains(t, errOut, "hindsight status: cannot reach hindsightd at "+addr+": ")
+	}
+}
+
+func TestStatusUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"-nope"},
+		{"extra"},
+		{"-addr", "ftp://host:1"},
+		{"-addr", "http://"},
+		{"-timeout", "0s"},
+		{"-watch", "-interval", "-1s"},
+	} {
+		code, out, errOut := runStatus(t, args...)
+		require.Equal(t, 2, code, "args %q", args)
+		require.Empty(t, out)
+		require.NotEmpty(t, errOut)
+	}
+	code, _, errOut := runStatus(t, "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, errOut, "usage: hindsight status")
+}
+
+func TestStatusBaseURL(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.1:7077":        "http://127.0.0.1:7077",
+		"localhost:1":           "http://localhost:1",
+		"http://10.0.0.1:7077/": "http://10.0.0.1:7077",
+		"https://gpu-3.lan/hs":  "https://gpu-3.lan/hs",
+		"[::1]:7077":            "http://[::1]:7077",
+	} {
+		got, err := statusBaseURL(addr)
+		require.NoError(t, err, addr)
+		require.Equal(t, want, got, addr)
+	}
+}
+
+func TestCount(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", -1234567: "-1,234,567", 98_000_000: "98,000,000"} {
+		require.Equal(t, want, count(n))
+	}
+}

@@ -1,0 +1,277 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdlog "log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
+	"github.com/hindsight-ai/hindsight/api/hindsight/v1/hindsightv1connect"
+)
+
+// Limits of WatchStatusRequest.interval.
+const (
+	defaultWatchInterval = time.Second
+	minWatchInterval     = 100 * time.Millisecond
+)
+
+// maxRequestBytes bounds a decoded request message; none of ours comes near it.
+const maxRequestBytes = 1 << 20
+
+// Server serves the status service, gRPC health, gRPC reflection and Prometheus metrics on one port
+// (gRPC, gRPC-Web and Connect/HTTP+JSON through connect-go; HTTP/2 without TLS via http.Server.Protocols SetUnencryptedHTTP2).
+//
+// Routes:
+//
+//	/hindsight.v1.StatusService/*           the status service
+//	/grpc.health.v1.Health/*                gRPC health, for "" and "hindsight.v1.StatusService"
+//	/grpc.reflection.v1.ServerReflection/*  reflection (and v1alpha), for grpcurl and friends
+//	GET /metrics                            Prometheus metrics from the gatherer
+//	GET /healthz                            200 "ok" while serving, else 503
+//
+// A Server reports SERVING from the start; the daemon calls SetServing as its readiness
+// changes. A Server is started once and shut down once.
+type Server struct {
+	addr     string
+	snapshot func() *hindsightv1.Status
+	log      zerolog.Logger
+
+	health  *grpchealth.StaticChecker
+	serving atomic.Bool
+	http    *http.Server
+
+	// done is closed by Shutdown to end WatchStatus streams; stopBase then cancels the
+	// context every request derives from, which ends any other open stream (a health
+	// Watch, a reflection session) so that http.Server.Shutdown does not wait on it.
+	done     chan struct{}
+	doneOnce sync.Once
+	stopBase context.CancelFunc
+
+	mu       sync.Mutex
+	listener net.Listener // set by Start
+}
+
+// NewServer returns a Server that will listen on addr (host:port; port 0 picks a free
+// port) once started. snapshot returns the daemon's latest published status; it must be
+// cheap and safe for concurrent use, and the Server never modifies what it returns. A nil
+// snapshot result is reported to clients as UNAVAILABLE. gatherer supplies /metrics; if it
+// is nil, the route is not registered.
+func NewServer(addr string, snapshot func() *hindsightv1.Status, gatherer prometheus.Gatherer, log zerolog.Logger) *Server {
+	log = log.With().Str("component", "server").Logger()
+	baseCtx, stopBase := context.WithCancel(context.Background())
+	s := &Server{
+		addr:     addr,
+		snapshot: snapshot,
+		log:      log,
+		health:   grpchealth.NewStaticChecker(hindsightv1connect.StatusServiceName),
+		done:     make(chan struct{}),
+		stopBase: stopBase,
+	}
+	s.serving.Store(true)
+
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes)}
+	mux := http.NewServeMux()
+	mux.Handle(hindsightv1connect.NewStatusServiceHandler(&statusService{s: s}, opts...))
+	mux.Handle(grpchealth.NewHandler(s.health, opts...))
+	reflector := grpcreflect.NewStaticReflector(
+		hindsightv1connect.StatusServiceName,
+		grpchealth.HealthV1ServiceName,
+	)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
+	if gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /healthz", s.healthz)
+
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // gRPC clients speak HTTP/2 without TLS (h2c)
+	s.http = &http.Server{
+		Handler:           mux,
+		Protocols:         protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		// No write timeout: WatchStatus streams stay open for as long as the client wants.
+		BaseContext: func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:    stdlog.New(warnWriter{log}, "", 0),
+	}
+	return s
+}
+
+// Start binds the listen address and serves in the background. It returns an error that
+// names the address if the address cannot be bound, or if the Server was already started.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener != nil {
+		return fmt.Errorf("start status server on %s: already started", s.addr)
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.addr, err)
+	}
+	s.listener = ln
+	s.log.Info().Str("addr", ln.Addr().String()).Msg("status server listening")
+	go func() {
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error().Err(err).Str("addr", ln.Addr().String()).Msg("status server stopped")
+		}
+	}()
+	return nil
+}
+
+// Addr returns the bound address once Start has succeeded (with the real port when the
+// configured port was 0), and the configured address before that.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener != nil {
+		return s.listener.Addr().String()
+	}
+	return s.addr
+}
+
+// SetServing sets the gRPC health status of "" (the whole server) and of
+// "hindsight.v1.StatusService" to SERVING (ok) or NOT_SERVING (!ok), and /healthz to
+// 200 or 503 to match.
+func (s *Server) SetServing(ok bool) {
+	status := grpchealth.StatusNotServing
+	if ok {
+		status = grpchealth.StatusServing
+	}
+	s.serving.Store(ok)
+	s.health.SetStatus("", status)
+	s.health.SetStatus(hindsightv1connect.StatusServiceName, status)
+}
+
+// Shutdown ends open WatchStatus streams (clients see UNAVAILABLE) and other streams,
+// then shuts the HTTP server down gracefully: it stops accepting connections and waits
+// for in-flight requests until ctx is done, after which it closes the remaining
+// connections and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.doneOnce.Do(func() { close(s.done) })
+	s.stopBase()
+	err := s.http.Shutdown(ctx)
+	if err != nil {
+		_ = s.http.Close()
+		return fmt.Errorf("shut down status server: %w", err)
+	}
+	s.log.Debug().Msg("status server shut down")
+	return nil
+}
+
+// healthz serves GET /healthz for probes that speak plain HTTP.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !s.serving.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not serving\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// warnWriter turns net/http's error log lines (a broken connection, a handler panic)
+// into Warn events.
+type warnWriter struct{ log zerolog.Logger }
+
+func (w warnWriter) Write(p []byte) (int, error) {
+	w.log.Warn().Msg(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// errShuttingDown ends WatchStatus streams when the daemon stops.
+var errShuttingDown = connect.NewError(connect.CodeUnavailable, errors.New("hindsightd is shutting down"))
+
+// statusService implements hindsightv1connect.StatusServiceHandler; it is separate from
+// Server to keep the RPC methods out of Server's API.
+type statusService struct {
+	s *Server
+}
+
+var _ hindsightv1connect.StatusServiceHandler = (*statusService)(nil)
+
+// GetStatus returns the latest snapshot.
+func (h *statusService) GetStatus(_ context.Context, _ *connect.Request[hindsightv1.GetStatusRequest]) (*connect.Response[hindsightv1.GetStatusResponse], error) {
+	st, err := h.s.current()
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&hindsightv1.GetStatusResponse{Status: st}), nil
+}
+
+// WatchStatus sends a snapshot now and then one per interval until the client goes away
+// or the server shuts down.
+func (h *statusService) WatchStatus(ctx context.Context, req *connect.Request[hindsightv1.WatchStatusRequest], stream *connect.ServerStream[hindsightv1.WatchStatusResponse]) error {
+	interval, err := watchInterval(req.Msg)
+	if err != nil {
+		return err
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		st, err := h.s.current()
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&hindsightv1.WatchStatusResponse{Status: st}); err != nil {
+			return err // the client went away; nobody is left to read an error
+		}
+		select {
+		case <-ticker.C:
+		case <-h.s.done:
+			return errShuttingDown
+		case <-ctx.Done():
+			select {
+			case <-h.s.done: // Shutdown cancels request contexts too
+				return errShuttingDown
+			default:
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// current returns the latest snapshot, or UNAVAILABLE if the daemon has published none.
+func (s *Server) current() (*hindsightv1.Status, error) {
+	st := s.snapshot()
+	if st == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("hindsightd has not published a status yet"))
+	}
+	return st, nil
+}
+
+// watchInterval returns the period a WatchStatusRequest asks for: default 1s, at least
+// 100ms; a negative or invalid duration is INVALID_ARGUMENT.
+func watchInterval(req *hindsightv1.WatchStatusRequest) (time.Duration, error) {
+	if req.GetInterval() == nil {
+		return defaultWatchInterval, nil
+	}
+	if err := req.GetInterval().CheckValid(); err != nil {
+		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("check interval: %w", err))
+	}
+	d := req.GetInterval().AsDuration()
+	switch {
+	case d < 0:
+		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("interval %s is negative", d))
+	case d == 0:
+		return defaultWatchInterval, nil
+	case d < minWatchInterval:
+		return minWatchInterval, nil
+	}
+	return d, nil
+}
