@@ -172,8 +172,13 @@ func (r *Rollout) Trainable(i int) bool {
 // Clone returns a deep copy of r that owns its memory.
 func (r *Rollout) Clone() *Rollout {
 	c := *r
-	c.Tokens = append([]int32(nil), r.Tokens...)
-	c.LogProbs = append([]float32(nil), r.LogProbs...)
+	// Keep nil (a null list) apart from empty: append to a nil slice would not.
+	if r.Tokens != nil {
+		c.Tokens = append(make([]int32, 0, len(r.Tokens)), r.Tokens...)
+	}
+	if r.LogProbs != nil {
+		c.LogProbs = append(make([]float32, 0, len(r.LogProbs)), r.LogProbs...)
+	}
 	if r.logProbValid != nil {
 		n := len(r.LogProbs)
 		c.logProbValid = make([]byte, (n+7)/8)
@@ -184,6 +189,8 @@ func (r *Rollout) Clone() *Rollout {
 			}
 		}
 	}
-	c.Segments = append([]Segment(nil), r.Segments...)
+	if r.Segments != nil {
+		c.Segments = append(make([]Segment, 0, len(r.Segments)), r.Segments...)
+	}
 	return &c
 }
