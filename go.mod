@@ -8,6 +8,7 @@ require (
 	connectrpc.com/grpcreflect v1.3.1
 	github.com/apache/arrow-go/v18 v18.8.0
 	github.com/coreos/go-systemd/v22 v22.7.0
+	github.com/dlclark/regexp2 v1.12.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/mattn/go-isatty v0.0.24
 	github.com/prometheus/client_golang v1.25.0
@@ -15,6 +16,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0
+	golang.org/x/text v0.43.0
 	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
 )

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // ErrVanished is returned by Claim when the file left incoming/ before it could be
@@ -35,7 +37,7 @@ func (s *Spool) Claim(name string) (*ClaimState, error) {
 func (s *Spool) moveIn(c *ClaimState) error {
 	src := filepath.Join(s.Dir(DirIncoming), c.Name)
 	dst := filepath.Join(s.Dir(DirProcessing), c.ClaimedName())
-	err := RenameNoReplace(src, dst)
+	err := fsutil.RenameNoReplace(src, dst)
 	if errors.Is(err, fs.ErrNotExist) {
 		if ferr := s.journal.Finish(c.Seq, OutcomeVanished, "", ""); ferr != nil {
 			return fmt.Errorf("claim %s: %w", c.Name, ferr)

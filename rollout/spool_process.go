@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // FileReport says what became of one claimed file.
@@ -160,7 +161,7 @@ func (s *Spool) Finish(c *ClaimState, rep *FileReport) error {
 	}
 	src := filepath.Join(s.Dir(DirProcessing), rep.Claimed)
 	dst := filepath.Join(s.Dir(dir), rep.Claimed)
-	if err := RenameNoReplace(src, dst); err != nil {
+	if err := fsutil.RenameNoReplace(src, dst); err != nil {
 		return fmt.Errorf("finish %s: %w", rep.Claimed, err)
 	}
 	if err := s.journal.Finish(c.Seq, outcome, "", ""); err != nil {
@@ -180,7 +181,7 @@ func (s *Spool) quarantine(c *ClaimState, rep *FileReport, p *Problem) error {
 	}
 	src := filepath.Join(s.Dir(DirProcessing), rep.Claimed)
 	dst := filepath.Join(s.Dir(DirFailed), rep.Claimed)
-	if err := RenameNoReplace(src, dst); err != nil {
+	if err := fsutil.RenameNoReplace(src, dst); err != nil {
 		return fmt.Errorf("quarantine %s: %w", rep.Claimed, err)
 	}
 	if err := s.journal.Finish(c.Seq, OutcomeQuarantined, p.Code, p.Reason); err != nil {
@@ -197,7 +198,7 @@ func (s *Spool) writeErrorFile(claimed string, probs []*Problem) error {
 		b.WriteString(p.Error())
 		b.WriteByte('\n')
 	}
-	return WriteFileAtomic(filepath.Join(s.Dir(DirFailed), stem(claimed)+ErrorSuffix), []byte(b.String()), 0o644)
+	return fsutil.WriteFileBytes(filepath.Join(s.Dir(DirFailed), stem(claimed)+ErrorSuffix), []byte(b.String()), 0o644)
 }
 
 // rejectWriter copies rejected rows, unchanged and in the input's schema, into an
@@ -237,7 +238,7 @@ func (rw *rejectWriter) commit() error {
 	}
 	f := rw.f
 	rw.f, rw.w = nil, nil
-	return CommitFile(f, rw.path)
+	return fsutil.Commit(f, rw.path)
 }
 
 // abort drops an uncommitted temp file; a no-op after commit.

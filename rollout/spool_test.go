@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
@@ -209,11 +210,11 @@ func TestRenameNoReplace(t *testing.T) {
 	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
 	require.NoError(t, os.WriteFile(a, []byte("a"), 0o644))
 	require.NoError(t, os.WriteFile(b, []byte("b"), 0o644))
-	require.ErrorIs(t, RenameNoReplace(a, b), os.ErrExist)
+	require.ErrorIs(t, fsutil.RenameNoReplace(a, b), os.ErrExist)
 	got, _ := os.ReadFile(b)
 	require.Equal(t, "b", string(got))
 	require.NoError(t, os.Remove(b))
-	require.NoError(t, RenameNoReplace(a, b))
+	require.NoError(t, fsutil.RenameNoReplace(a, b))
 	require.NoFileExists(t, a)
 }
 

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // DefaultBatchRows is the number of rollouts per record batch when
@@ -220,7 +220,7 @@ func WriteFile(path string, rollouts []*Rollout, opts WriteOptions) (err error) 
 		return fmt.Errorf("create rollout file: %w", err)
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && f != nil {
 			f.Close()
 			os.Remove(tmp)
 		}
@@ -238,27 +238,9 @@ func WriteFile(path string, rollouts []*Rollout, opts WriteOptions) (err error) 
 	if err := w.Close(); err != nil {
 		return fmt.Errorf("write rollout file %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync rollout file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close rollout file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename rollout file: %w", err)
-	}
-	return syncRolloutDir(filepath.Dir(path))
-}
-
-// syncRolloutDir fsyncs a folder so that a rename in it survives a crash.
-func syncRolloutDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir: %w", err)
+	if err := fsutil.Commit(f, path); err != nil {
+		f = nil
+		return fmt.Errorf("write rollout file: %w", err)
 	}
 	return nil
 }

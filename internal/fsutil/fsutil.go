@@ -1,8 +1,11 @@
-package rollout
+// Package fsutil holds the project's durable-write primitives: every durable write is
+// temp file → fsync → rename → fsync the directory, and claims never overwrite.
+package fsutil
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -22,26 +25,42 @@ func SyncDir(dir string) error {
 	return nil
 }
 
-// WriteFileAtomic writes data to path durably: a temp file beside it, fsync, rename,
-// fsync the directory. A crash leaves either the old file or the new one, never a
-// torn one.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+// WriteFile writes path durably: fill writes the content into a hidden temp file
+// beside it, which is fsynced and renamed over path, and the directory is fsynced. A
+// crash leaves the old file or the new one, never a torn one.
+func WriteFile(path string, perm os.FileMode, fill func(io.Writer) error) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if _, err := f.Write(data); err != nil {
+	if err := fill(f); err != nil {
 		f.Close()
-		os.Remove(tmp)
+		os.Remove(f.Name())
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return CommitFile(f, path)
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return Commit(f, path)
 }
 
-// CommitFile makes the temp file f durable under the name path: fsync, close, rename,
+// WriteFileBytes is WriteFile for content already in memory.
+func WriteFileBytes(path string, data []byte, perm os.FileMode) error {
+	return WriteFile(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// Commit makes the temp file f durable under the name path: fsync, close, rename,
 // fsync the directory. f is closed in every case; on error the temp file is removed.
-func CommitFile(f *os.File, path string) error {
+func Commit(f *os.File, path string) error {
 	tmp := f.Name()
 	if err := f.Sync(); err != nil {
 		f.Close()
@@ -58,9 +77,6 @@ func CommitFile(f *os.File, path string) error {
 	}
 	return SyncDir(filepath.Dir(path))
 }
-
-// ErrExist is returned by RenameNoReplace when the destination already exists.
-var ErrExist = os.ErrExist
 
 // RenameNoReplace renames oldpath to newpath, failing with an error wrapping
 // os.ErrExist instead of overwriting an existing newpath, then fsyncs both
