@@ -19,6 +19,8 @@ commands:
   validate FILE...    check rollout files; one line per problem, exit 1 if any file is invalid
   synth -out DIR      write synthetic agent rollouts as .arrow files
   status              print the status of a running hindsightd
+  tokenize            encode stdin to token ids (JSON), or decode ids with -decode
+  init-model -out DIR write a randomly initialised model directory (config, safetensors, tokenizer)
   version             print the version
 
 Run 'hindsight COMMAND -h' for a command's flags.
@@ -43,6 +45,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return synthCmd(args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
+	case "tokenize":
+		return tokenizeCmd(args[1:], os.Stdin, stdout, stderr)
+	case "init-model":
+		return initModelCmd(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, buildinfo.Version())
 		return 0

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// initModelCmd is `hindsight init-model -out DIR -preset tiny|small`.
+func initModelCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hindsight init-model", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "model `directory` to create (must be empty or absent unless -force)")
+	preset := fs.String("preset", "tiny", "model size: tiny (2 layers, hidden 64) or small (4 layers, hidden 256)")
+	tokenizer := fs.String("tokenizer", "bytes", "`bytes` for the embedded byte tokenizer, or a tokenizer.json (or a directory holding one) to copy")
+	seed := fs.Uint64("seed", 1, "random seed; the same seed writes the same weights")
+	dtype := fs.String("dtype", "float32", "weight `dtype`: float32 or bfloat16")
+	force := fs.Bool("force", false, "replace a non-empty -out directory")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: hindsight init-model -out DIR [-preset tiny|small] [-tokenizer bytes|PATH] [-seed S] [-dtype float32|bfloat16] [-force]\n\n")
+		fmt.Fprintf(stderr, "Writes a randomly initialised Llama-style model directory (config.json, model.safetensors,\n"+
+			"tokenizer.json, tokenizer_config.json, generation_config.json) that hindsightd and transformers load.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if *out == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	if *preset != "tiny" && *preset != "small" {
+		fmt.Fprintf(stderr, "hindsight init-model: -preset %q: want tiny or small\n", *preset)
+		return 2
+	}
+	if *dtype != "float32" && *dtype != "bfloat16" {
+		fmt.Fprintf(stderr, "hindsight init-model: -dtype %q: want float32 or bfloat16\n", *dtype)
+		return 2
+	}
+	cfg, err := data.InitModel(*out, data.InitOptions{Preset: *preset, Tokenizer: *tokenizer, Seed: *seed, Dtype: *dtype, Force: *force})
+	if err != nil {
+		fmt.Fprintf(stderr, "hindsight init-model: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: %s %s, %d parameters (%d layers, hidden %d, %d heads / %d KV heads, vocab %d), %s, seed %d\n",
+		*out, *preset, cfg.ModelType, cfg.NumParameters(), cfg.NumHiddenLayers, cfg.HiddenSize,
+		cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.VocabSize, cfg.TorchDtype, *seed)
+	return 0
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// tokenizeCmd is `hindsight tokenize -tokenizer PATH|bytes [-plain] [-decode]`: it
+// reads text from stdin and prints its token ids as one JSON array, or with
+// -decode reads a JSON array of ids and prints their text exactly (no newline is
+// added, so `tokenize | tokenize -decode` gives back the input). Exit 1 on a load
+// or decode error, 2 on a usage error.
+func tokenizeCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hindsight tokenize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	spec := fs.String("tokenizer", "", "`bytes`, or a tokenizer.json file or a directory holding one")
+	decode := fs.Bool("decode", false, "read a JSON array of ids from stdin and print their text")
+	plain := fs.Bool("plain", false, "injection-safe encoding: special-token strings are ordinary text")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: hindsight tokenize -tokenizer PATH|bytes [-plain] [-decode] < INPUT\n\n"+
+			"Encodes stdin (UTF-8 text, taken exactly, final newline included) to a JSON array of ids,\n"+
+			"or with -decode prints the text of a JSON array of ids. No BOS/EOS is added.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if *spec == "" || fs.NArg() > 0 || *decode && *plain {
+		fs.Usage()
+		return 2
+	}
+	tok, err := data.LoadTokenizer(*spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "hindsight tokenize: %v\n", err)
+		return 1
+	}
+	in, err := io.ReadAll(stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "hindsight tokenize: read stdin: %v\n", err)
+		return 1
+	}
+	if *decode {
+		var ids []int32
+		if err := json.Unmarshal(in, &ids); err != nil {
+			fmt.Fprintf(stderr, "hindsight tokenize: parse ids: stdin is not a JSON array of int32 ids: %v\n", err)
+			return 1
+		}
+		text, err := tok.Decode(ids)
+		if err != nil {
+			fmt.Fprintf(stderr, "hindsight tokenize: %v\n", err)
+			return 1
+		}
+		if _, err := io.WriteString(stdout, text); err != nil {
+			fmt.Fprintf(stderr, "hindsight tokenize: write text: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	var ids []int32
+	if *plain {
+		ids = tok.EncodePlain(string(in))
+	} else {
+		ids = tok.Encode(string(in))
+	}
+	w := bufio.NewWriter(stdout)
+	w.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		w.WriteString(strconv.FormatInt(int64(id), 10))
+	}
+	w.WriteString("]\n")
+	if err := w.Flush(); err != nil {
+		fmt.Fprintf(stderr, "hindsight tokenize: write ids: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,80 @@
+package data
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// normalizer is a tokenizer.json "normalizer": it rewrites text before
+// pre-tokenization. Offsets are not tracked: hindsight needs ids, not alignments.
+type normalizer interface {
+	normalize(s string) string
+}
+
+type unicodeNormalizer struct{ form norm.Form }
+
+func (n unicodeNormalizer) normalize(s string) string { return n.form.String(s) }
+
+type lowercaseNormalizer struct{}
+
+func (lowercaseNormalizer) normalize(s string) string { return strings.ToLower(s) }
+
+type sequenceNormalizer []normalizer
+
+func (q sequenceNormalizer) normalize(s string) string {
+	for _, n := range q {
+		s = n.normalize(s)
+	}
+	return s
+}
+
+// parseNormalizer reads the normalizer at path; null and an empty Sequence give
+// nil (no normalization).
+func parseNormalizer(raw json.RawMessage, path string) (normalizer, error) {
+	typ, err := jsonType(raw, path)
+	if err != nil {
+		return nil, err
+	}
+	switch typ {
+	case "":
+		return nil, nil
+	case "NFC":
+		return unicodeNormalizer{norm.NFC}, nil
+	case "NFD":
+		return unicodeNormalizer{norm.NFD}, nil
+	case "NFKC":
+		return unicodeNormalizer{norm.NFKC}, nil
+	case "NFKD":
+		return unicodeNormalizer{norm.NFKD}, nil
+	case "Lowercase":
+		return lowercaseNormalizer{}, nil
+	case "Sequence":
+		var v struct {
+			Normalizers []json.RawMessage `json:"normalizers"`
+		}
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("parse %s: %w", path, err)
+		}
+		var seq sequenceNormalizer
+		for i, r := range v.Normalizers {
+			n, err := parseNormalizer(r, fmt.Sprintf("%s.normalizers[%d]", path, i))
+			if err != nil {
+				return nil, err
+			}
+			if n != nil {
+				seq = append(seq, n)
+			}
+		}
+		switch len(seq) {
+		case 0:
+			return nil, nil
+		case 1:
+			return seq[0], nil
+		}
+		return seq, nil
+	}
+	return nil, unsupported(path, fmt.Sprintf("normalizer type %q (supported: NFC, NFD, NFKC, NFKD, Lowercase, Sequence)", typ))
+}
