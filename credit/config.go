@@ -1,0 +1,89 @@
+package credit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Base is what the teacher log-prob is compared with.
+type Base string
+
+// The two bases of DESIGN.md.
+const (
+	// BaseStudent compares with s_t, the plain pass (cheapest with the live teacher).
+	BaseStudent Base = "student"
+	// BaseEmptyHint compares with q_t(∅), the same template with an empty hint: it
+	// isolates the hint from the template's own shift and from teacher weight drift.
+	BaseEmptyHint Base = "empty_hint"
+)
+
+// Gate bounds Δ_t into the hint advantage.
+type Gate string
+
+// The gates of DESIGN.md; both are 0 at Δ = 0 and keep the sign.
+const (
+	GateClip Gate = "clip" // clip(Δ, −c, c)
+	GateTanh Gate = "tanh" // c·tanh(Δ/c)
+)
+
+// Config holds the knobs of the credit math. Defaults: DefaultConfig.
+type Config struct {
+	Base Base `yaml:"base"`
+	Gate Gate `yaml:"gate"`
+	// Clip is c, the bound of the hint advantage in nats.
+	Clip float64 `yaml:"clip"`
+	// LambdaOut and LambdaHint weigh the outcome advantage (reward units) and the hint
+	// advantage (nats) in A_t = λ_out·A_out + λ_hint·A_hint,t.
+	LambdaOut  float64 `yaml:"lambda_out"`
+	LambdaHint float64 `yaml:"lambda_hint"`
+	// RhoMax truncates the importance weight ρ_t = min(exp(s_t − μ_t), ρ_max).
+	RhoMax float64 `yaml:"rho_max"`
+	// KLBeta weighs the optional KL(π_θ‖π_ref) penalty; 0 turns it off.
+	KLBeta float64 `yaml:"kl_beta"`
+	// BaselineRate is the rate of the running mean reward used for a rollout that is
+	// alone in its task group within a step: mean ← mean + rate·(R − mean).
+	BaselineRate float64 `yaml:"baseline_rate"`
+	// AllowNoSampler makes rollouts without any sampler log-prob trainable, with
+	// importance weight 1 (they are counted in Stats either way).
+	AllowNoSampler bool `yaml:"allow_no_sampler"`
+}
+
+// DefaultConfig returns the defaults: base s_t, clip at 2 nats, λ_out = 1, λ_hint = 0.5
+// (a clipped hint advantage spans ±1, the same order as a 0/1 reward's advantage),
+// ρ_max = 2, no KL, baseline rate 0.1.
+func DefaultConfig() Config {
+	return Config{Base: BaseStudent, Gate: GateClip, Clip: 2, LambdaOut: 1, LambdaHint: 0.5, RhoMax: 2, BaselineRate: 0.1}
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	switch c.Base {
+	case BaseStudent, BaseEmptyHint:
+	default:
+		return fmt.Errorf("base: %q is not student or empty_hint", c.Base)
+	}
+	switch c.Gate {
+	case GateClip, GateTanh:
+	default:
+		return fmt.Errorf("gate: %q is not clip or tanh", c.Gate)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+		pos  bool
+	}{{"clip", c.Clip, true}, {"lambda_out", c.LambdaOut, false}, {"lambda_hint", c.LambdaHint, false},
+		{"rho_max", c.RhoMax, true}, {"kl_beta", c.KLBeta, false}, {"baseline_rate", c.BaselineRate, false}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || (f.pos && f.v == 0) {
+			want := "non-negative"
+			if f.pos {
+				want = "positive"
+			}
+			return fmt.Errorf("%s: %v must be finite and %s", f.name, f.v, want)
+		}
+	}
+	if c.BaselineRate > 1 {
+		return errors.New("baseline_rate: must be at most 1")
+	}
+	return nil
+}

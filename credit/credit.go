@@ -1,0 +1,225 @@
+package credit
+
+import (
+	"fmt"
+	"math"
+)
+
+// HintSpan is the teacher pass of one hinted segment: the hint was inserted at Start
+// (insert_at, the start of the policy turn) and tokens [Start, End) were re-scored.
+type HintSpan struct {
+	Start, End int
+	Teacher    []float64 // q_t(h) for t in [Start, End), nats
+	EmptyHint  []float64 // q_t(∅) for the same positions; required when Base is empty_hint
+}
+
+// Rollout is what credit needs of one rollout. Slices indexed by token position have
+// the rollout's length T; only trainable positions are read.
+type Rollout struct {
+	ID        string
+	TaskID    string    // outcome baseline group; empty means a group of its own
+	Student   []float64 // s_t = log π(y_t | y_<t), nats
+	Sampler   []float64 // μ_t, the sampler's log-prob; NaN where null (not sampled)
+	Trainable []bool    // m_t (DESIGN.md: policy segment and non-null log-prob)
+	Reward    float64   // outcome reward; used when HasReward
+	HasReward bool
+	Ref       []float64 // log π_ref(y_t | y_<t) for the KL penalty; nil when KLBeta is 0
+	Hints     []HintSpan
+}
+
+// Result is the credit of one rollout. Per-token slices have length T.
+type Result struct {
+	AOut  float64   // outcome advantage (reward units), the same for every trainable token
+	Delta []float64 // Δ_t, mean over the spans covering t; NaN outside every span
+	AHint []float64 // gated hint advantage (nats); 0 outside spans
+	Adv   []float64 // A_t = λ_out·A_out + λ_hint·A_hint,t; 0 where not trainable
+	Rho   []float64 // ρ_t = min(exp(s_t − μ_t), ρ_max); 1 where μ is missing; 0 where not trainable
+	// Weight is m_t·ρ_t·A_t / N: the loss is −Σ_t Weight_t·log π_θ(y_t | y_<t) (plus the
+	// KL term), with ρ and A held constant.
+	Weight []float64
+	// NoSampler is true when the rollout has no sampler log-prob at all; Skipped when
+	// it was therefore left out (Config.AllowNoSampler false): its weights are 0.
+	NoSampler, Skipped bool
+}
+
+// Step computes the credit of every rollout of one optimizer step. budget is N, the
+// step's token budget, the denominator of the loss. Outcome advantages are
+// leave-one-out within each task group of the step; a rollout alone in its group is
+// compared with the running mean in b (per task, else global), and b is then updated
+// with the step's rewards, in rollout order.
+func Step(cfg Config, rs []Rollout, b *Baselines, budget int) ([]Result, Stats, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, Stats{}, fmt.Errorf("credit config: %w", err)
+	}
+	if budget <= 0 {
+		return nil, Stats{}, fmt.Errorf("credit step: token budget %d must be positive", budget)
+	}
+	for i := range rs {
+		if err := check(cfg, &rs[i]); err != nil {
+			return nil, Stats{}, err
+		}
+	}
+	aout := outcomeAdvantages(rs, b)
+	out := make([]Result, len(rs))
+	for i := range rs {
+		out[i] = rolloutCredit(cfg, &rs[i], aout[i], float64(budget))
+	}
+	b.update(cfg.BaselineRate, rs)
+	return out, summarize(cfg, rs, out), nil
+}
+
+// rolloutCredit computes one rollout's per-token credit.
+func rolloutCredit(cfg Config, r *Rollout, aout float64, n float64) Result {
+	T := len(r.Student)
+	res := Result{AOut: aout, Delta: make([]float64, T), AHint: make([]float64, T), Adv: make([]float64, T),
+		Rho: make([]float64, T), Weight: make([]float64, T)}
+	cover := make([]int, T)
+	for t := range res.Delta {
+		res.Delta[t] = math.NaN()
+	}
+	for _, h := range r.Hints {
+		for t := h.Start; t < h.End; t++ {
+			if !r.Trainable[t] {
+				continue
+			}
+			base := r.Student[t]
+			if cfg.Base == BaseEmptyHint {
+				base = h.EmptyHint[t-h.Start]
+			}
+			d := h.Teacher[t-h.Start] - base
+			if cover[t] == 0 {
+				res.Delta[t], res.AHint[t] = 0, 0
+			}
+			cover[t]++
+			res.Delta[t] += d
+			res.AHint[t] += gate(cfg, d)
+		}
+	}
+	for t, c := range cover {
+		if c > 1 {
+			res.Delta[t] /= float64(c)
+			res.AHint[t] /= float64(c)
+		}
+	}
+	res.NoSampler = !anyFinite(r.Sampler, r.Trainable)
+	res.Skipped = res.NoSampler && !cfg.AllowNoSampler
+	if res.Skipped {
+		return res
+	}
+	for t := 0; t < T; t++ {
+		if !r.Trainable[t] {
+			continue
+		}
+		rho := 1.0
+		if mu := r.Sampler[t]; !math.IsNaN(mu) {
+			rho = math.Min(math.Exp(r.Student[t]-mu), cfg.RhoMax)
+		}
+		res.Rho[t] = rho
+		res.Adv[t] = cfg.LambdaOut*aout + cfg.LambdaHint*res.AHint[t]
+		res.Weight[t] = rho * res.Adv[t] / n
+	}
+	return res
+}
+
+// gate bounds Δ into the hint advantage: clip(Δ, −c, c) or c·tanh(Δ/c).
+func gate(cfg Config, d float64) float64 {
+	c := cfg.Clip
+	if cfg.Gate == GateTanh {
+		return c * math.Tanh(d/c)
+	}
+	return math.Max(-c, math.Min(c, d))
+}
+
+func anyFinite(xs []float64, mask []bool) bool {
+	for t, x := range xs {
+		if mask[t] && !math.IsNaN(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// Loss is the float64 reference of the device loss for one step, given the policy's
+// log-probs logp[i][t] of rollout i's tokens (and, with KLBeta > 0, rs[i].Ref):
+//
+//	loss = −Σ_i Σ_t Weight_t·logp_t + (β/N)·Σ_i Σ_t m_t·k3_t,  k3 = exp(r−l) − (r−l) − 1
+//
+// where k3 is the non-negative, unbiased per-token estimator of KL(π_θ‖π_ref) on
+// tokens sampled from π_θ (l = logp_t, r = Ref_t).
+func Loss(cfg Config, rs []Rollout, res []Result, logp [][]float64, budget int) float64 {
+	var loss float64
+	for i := range res {
+		for t, w := range res[i].Weight {
+			if w != 0 {
+				loss -= w * logp[i][t]
+			}
+		}
+		if cfg.KLBeta > 0 && !res[i].Skipped {
+			for t, m := range rs[i].Trainable {
+				if m {
+					x := rs[i].Ref[t] - logp[i][t]
+					loss += cfg.KLBeta / float64(budget) * (math.Exp(x) - x - 1)
+				}
+			}
+		}
+	}
+	return loss
+}
+
+// check validates one rollout's inputs and names the rollout, field and position.
+func check(cfg Config, r *Rollout) error {
+	T := len(r.Student)
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("credit rollout %q: %s", r.ID, fmt.Sprintf(format, a...))
+	}
+	if len(r.Sampler) != T || len(r.Trainable) != T {
+		return bad("student has %d tokens, sampler %d, trainable %d", T, len(r.Sampler), len(r.Trainable))
+	}
+	if cfg.KLBeta > 0 && len(r.Ref) != T {
+		return bad("kl_beta > 0 needs ref log-probs for all %d tokens, got %d", T, len(r.Ref))
+	}
+	if r.HasReward && (math.IsNaN(r.Reward) || math.IsInf(r.Reward, 0)) {
+		return bad("reward %v is not finite", r.Reward)
+	}
+	for t := 0; t < T; t++ {
+		if !r.Trainable[t] {
+			continue
+		}
+		if !finiteLogProb(r.Student[t]) {
+			return bad("student[%d] = %v is not a log-prob", t, r.Student[t])
+		}
+		if mu := r.Sampler[t]; !math.IsNaN(mu) && !finiteLogProb(mu) {
+			return bad("sampler[%d] = %v is not a log-prob", t, mu)
+		}
+		if cfg.KLBeta > 0 && !finiteLogProb(r.Ref[t]) {
+			return bad("ref[%d] = %v is not a log-prob", t, r.Ref[t])
+		}
+	}
+	for k, h := range r.Hints {
+		if h.Start < 0 || h.End > T || h.Start >= h.End {
+			return bad("hint %d: span [%d, %d) outside [0, %d) or empty", k, h.Start, h.End, T)
+		}
+		if len(h.Teacher) != h.End-h.Start {
+			return bad("hint %d: %d teacher log-probs for span [%d, %d)", k, len(h.Teacher), h.Start, h.End)
+		}
+		if cfg.Base == BaseEmptyHint && len(h.EmptyHint) != h.End-h.Start {
+			return bad("hint %d: base empty_hint needs %d empty-hint log-probs, got %d", k, h.End-h.Start, len(h.EmptyHint))
+		}
+		for t := h.Start; t < h.End; t++ {
+			if !r.Trainable[t] {
+				continue
+			}
+			if !finiteLogProb(h.Teacher[t-h.Start]) {
+				return bad("hint %d: teacher[%d] = %v is not a log-prob", k, t, h.Teacher[t-h.Start])
+			}
+			if cfg.Base == BaseEmptyHint && !finiteLogProb(h.EmptyHint[t-h.Start]) {
+				return bad("hint %d: empty_hint[%d] = %v is not a log-prob", k, t, h.EmptyHint[t-h.Start])
+			}
+		}
+	}
+	return nil
+}
+
+// finiteLogProb allows a little positive rounding error (device log-softmax can give
+// +1e-7 for a certain token) but nothing else above 0.
+func finiteLogProb(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) && x <= 1e-4 }
