@@ -24,6 +24,7 @@ type Config struct {
 	// gRPC health, reflection, /metrics, /healthz).
 	Listen string           `yaml:"listen"`
 	Log    LogConfig        `yaml:"log"`
+	Model  ModelConfig      `yaml:"model"`
 	Spool  SpoolConfig      `yaml:"spool"`
 	Valid  ValidationConfig `yaml:"validation"`
 	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
@@ -35,6 +36,14 @@ type Config struct {
 type LogConfig struct {
 	Level  string `yaml:"level"`  // trace, debug, info, warn, error
 	Format string `yaml:"format"` // json, console, or auto (console on a terminal)
+}
+
+// ModelConfig names the policy.
+type ModelConfig struct {
+	// Dir is a Hugging Face model directory (config.json, safetensors, tokenizer.json;
+	// see README "Model directories"). When set, rollouts must carry its tokenizer's
+	// fingerprint and token ids below its vocab_size, unless validation says otherwise.
+	Dir string `yaml:"dir"`
 }
 
 // SpoolConfig tunes how the spool is watched.

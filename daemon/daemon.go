@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -63,8 +64,11 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	defer lock.release()
 
-	d.spool, err = rollout.OpenSpool(cfg.SpoolDir(), cfg.JournalPath(),
-		rollout.ReadOptions{VocabSize: cfg.Valid.VocabSize, Tokenizer: cfg.Valid.Tokenizer}, opts.Log)
+	readOpts, err := d.readOptions()
+	if err != nil {
+		return err
+	}
+	d.spool, err = rollout.OpenSpool(cfg.SpoolDir(), cfg.JournalPath(), readOpts, opts.Log)
 	if err != nil {
 		return err
 	}
@@ -180,3 +184,28 @@ func (d *daemon) recover(ctx, work context.Context) error {
 
 // errStopped reports that processing stopped because the work context ended.
 var errStopped = errors.New("stopped")
+
+// readOptions is what validation checks: the configured tokenizer fingerprint and
+// vocab size, else the model directory's.
+func (d *daemon) readOptions() (rollout.ReadOptions, error) {
+	o := rollout.ReadOptions{VocabSize: d.cfg.Valid.VocabSize, Tokenizer: d.cfg.Valid.Tokenizer}
+	if d.cfg.Model.Dir == "" {
+		return o, nil
+	}
+	md, err := data.OpenModelDir(d.cfg.Model.Dir)
+	if err != nil {
+		return o, fmt.Errorf("model.dir: %w", err)
+	}
+	defer md.Close()
+	fp := md.Tokenizer.Fingerprint()
+	if o.Tokenizer == "" {
+		o.Tokenizer = fp
+	} else if err := data.CheckFingerprint("validation.tokenizer", o.Tokenizer, fp); err != nil {
+		return o, fmt.Errorf("config: %w", err)
+	}
+	if o.VocabSize == 0 {
+		o.VocabSize = md.Config.VocabSize
+	}
+	d.log.Info().Str("model_dir", d.cfg.Model.Dir).Str("tokenizer", fp).Int("vocab_size", o.VocabSize).Msg("model")
+	return o, nil
+}

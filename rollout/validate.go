@@ -20,7 +20,7 @@ func Validate(r *Rollout, opts ReadOptions) []*Problem {
 		v.add(EEmptyID, ColRolloutID, "rollout_id is null or empty")
 	}
 	if r.Tokenizer != "" && opts.Tokenizer != "" && r.Tokenizer != opts.Tokenizer {
-		v.add(ETokenizer, ColTokenizer, fmt.Sprintf("tokenizer is %q, the model's is %q", r.Tokenizer, opts.Tokenizer))
+		v.add(ETokenizer, ColTokenizer, fmt.Sprintf("tokenizer is %q, the model's is %q: its token ids would mean other text to this model", r.Tokenizer, opts.Tokenizer))
 	}
 	if r.Tokens == nil {
 		v.add(ENullTokens, ColTokens, "tokens is null")

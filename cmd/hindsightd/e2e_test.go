@@ -481,6 +481,41 @@ func TestDemo(t *testing.T) {
 	require.Contains(t, string(out), "13 rollouts accepted")
 }
 
+// TestModelDirTokenizer runs the daemon on a model directory made by the real
+// `hindsight init-model`: rollouts tokenized by another tokenizer are rejected.
+func TestModelDirTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model")
+	_, stderr, code := runCLI(t, "init-model", "-out", model, "-preset", "tiny", "-tokenizer", "bytes")
+	require.Equal(t, 0, code, stderr)
+	cfgPath := filepath.Join(dir, "hindsightd.yaml")
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.WriteFile(cfgPath, []byte("data_dir: "+data+"\nlisten: 127.0.0.1:0\nmodel:\n  dir: "+model+"\n"), 0o644))
+
+	incoming := filepath.Join(data, "spool", "incoming")
+	opts := rollout.SynthOptions{Tokens: 1000, Seed: 2, IDPrefix: "m"}
+	other := rollout.Synthesize(opts, 1)
+	other.Tokenizer = "sha256:0000"
+	require.NoError(t, os.MkdirAll(incoming, 0o755))
+	require.NoError(t, rollout.WriteFile(filepath.Join(incoming, "mixed.arrow"),
+		[]*rollout.Rollout{rollout.Synthesize(opts, 0), other}, rollout.WriteOptions{}))
+
+	p := startDaemon(t, "-config", cfgPath)
+	p.waitReady(t)
+	waitIdle(t, p, filepath.Join(data, "spool"))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 30*time.Second), p.log())
+	errText, err := os.ReadFile(filepath.Join(data, "spool", "failed", "00000001-mixed.error"))
+	require.NoError(t, err)
+	require.Contains(t, string(errText), `row 1 (rollout_id "m-000001"): column tokenizer: E_TOKENIZER: tokenizer is "sha256:0000", the model's is "bytes-v1"`)
+
+	// A model directory that does not load is one clear start-up error.
+	require.NoError(t, os.WriteFile(cfgPath, []byte("data_dir: "+data+"\nmodel:\n  dir: "+filepath.Join(dir, "nope")+"\n"), 0o644))
+	p = startDaemon(t, "-config", cfgPath)
+	require.Equal(t, 1, p.wait(t, 30*time.Second))
+	require.Contains(t, p.log(), "model.dir:")
+}
+
 func TestFlagsAndConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
