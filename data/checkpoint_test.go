@@ -1,0 +1,174 @@
+package data
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+)
+
+func testCheckpoint(step int64, n int) *Checkpoint {
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(step) + float32(i)/float32(n)
+	}
+	return &Checkpoint{
+		Step:    step,
+		Files:   map[string][]byte{"config.json": []byte(`{"model_type":"llama"}`)},
+		Tensors: map[string][]NamedTensor{"model.safetensors": {{Name: "w", Dtype: DtypeF32, Shape: []int{n}, Values: vals}}},
+		State:   TrainerState{CodeVersion: "test", Trained: []string{fmt.Sprintf("r-%d", step)}},
+	}
+}
+
+func TestCheckpointWriteVerifyPrune(t *testing.T) {
+	root := t.TempDir()
+	for step := int64(1); step <= 4; step++ {
+		dir, err := WriteCheckpoint(root, testCheckpoint(step, 64), 2)
+		require.NoError(t, err)
+		require.Equal(t, filepath.Join(root, StepDirName(step)), dir)
+	}
+	steps, err := Steps(root)
+	require.NoError(t, err)
+	require.Equal(t, []int64{3, 4}, steps, "the last 2 are kept")
+	dir, st, err := LatestCheckpoint(root, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(root, "step-000004"), dir)
+	require.Equal(t, int64(4), st.Step)
+	require.Equal(t, []string{"r-4"}, st.Trained)
+	target, err := os.Readlink(filepath.Join(root, LatestLinkName))
+	require.NoError(t, err)
+	require.Equal(t, "step-000004", target, "latest is a relative link, so the tree can move")
+	f, err := OpenSafetensors(filepath.Join(dir, "model.safetensors"))
+	require.NoError(t, err)
+	defer f.Close()
+	w, err := f.Tensor("w")
+	require.NoError(t, err)
+	vals, err := w.Float32s()
+	require.NoError(t, err)
+	require.Equal(t, float32(4), vals[0])
+
+	_, err = WriteCheckpoint(root, testCheckpoint(4, 8), 2)
+	require.ErrorContains(t, err, "already exists")
+
+	// No checkpoint yet is not an error.
+	dir, st, err = LatestCheckpoint(filepath.Join(root, "none"), zerolog.Nop())
+	require.NoError(t, err)
+	require.Empty(t, dir)
+	require.Nil(t, st)
+}
+
+func TestCheckpointCorruptLatestFallsBack(t *testing.T) {
+	for name, corrupt := range map[string]func(dir string){
+		"flipped weight byte": func(dir string) {
+			p := filepath.Join(dir, "model.safetensors")
+			b, _ := os.ReadFile(p)
+			b[len(b)-1] ^= 0xff
+			os.WriteFile(p, b, 0o644)
+		},
+		"truncated state": func(dir string) { os.Truncate(filepath.Join(dir, TrainerStateFileName), 3) },
+		"missing manifest": func(dir string) { os.Remove(filepath.Join(dir, ManifestFileName)) },
+		"missing file":     func(dir string) { os.Remove(filepath.Join(dir, "config.json")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			for step := int64(1); step <= 3; step++ {
+				_, err := WriteCheckpoint(root, testCheckpoint(step, 32), 0)
+				require.NoError(t, err)
+			}
+			corrupt(filepath.Join(root, "step-000003"))
+			var logs bytes.Buffer
+			dir, st, err := LatestCheckpoint(root, zerolog.New(&logs))
+			require.NoError(t, err)
+			require.Equal(t, filepath.Join(root, "step-000002"), dir)
+			require.Equal(t, int64(2), st.Step)
+			require.Contains(t, logs.String(), `"level":"error"`)
+			require.Contains(t, logs.String(), "step-000003")
+		})
+	}
+	root := t.TempDir()
+	_, err := WriteCheckpoint(root, testCheckpoint(1, 8), 0)
+	require.NoError(t, err)
+	os.Remove(filepath.Join(root, "step-000001", ManifestFileName))
+	_, _, err = LatestCheckpoint(root, zerolog.Nop())
+	require.ErrorContains(t, err, "none of the 1 checkpoints")
+}
+
+// TestCheckpointSIGKILL kills a real process (this test binary re-executed) while it
+// writes checkpoints in a loop, many times, and checks that whatever is on disk then
+// loads as a complete checkpoint or not at all.
+func TestCheckpointSIGKILL(t *testing.T) {
+	if os.Getenv("HINDSIGHT_CKPT_CHILD") != "" {
+		t.Skip("child")
+	}
+	root := t.TempDir()
+	rng := rand.New(rand.NewPCG(3, 4))
+	lastGood := int64(0)
+	for round := 0; round < 12; round++ {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestCheckpointChild$", "-test.timeout", "60s")
+		cmd.Env = append(os.Environ(), "HINDSIGHT_CKPT_CHILD="+root, "HINDSIGHT_CKPT_FROM="+strconv.FormatInt(lastGood+1, 10))
+		require.NoError(t, cmd.Start())
+		time.Sleep(time.Duration(5+rng.IntN(60)) * time.Millisecond)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		cmd.Wait()
+
+		dir, st, err := LatestCheckpoint(root, zerolog.Nop())
+		require.NoError(t, err, "round %d", round)
+		if dir == "" {
+			continue
+		}
+		require.GreaterOrEqual(t, st.Step, lastGood, "a later kill never loses a completed checkpoint")
+		f, err := OpenSafetensors(filepath.Join(dir, "model.safetensors"))
+		require.NoError(t, err)
+		w, err := f.Tensor("w")
+		require.NoError(t, err)
+		vals, err := w.Float32s()
+		require.NoError(t, err)
+		require.Equal(t, float32(st.Step), vals[0], "weights belong to the step the state names")
+		f.Close()
+		lastGood = st.Step
+	}
+	require.Positive(t, lastGood, "some checkpoint completed")
+	t.Logf("last complete step after 12 kills: %d", lastGood)
+}
+
+// TestCheckpointChild is the body of the process TestCheckpointSIGKILL kills.
+func TestCheckpointChild(t *testing.T) {
+	root := os.Getenv("HINDSIGHT_CKPT_CHILD")
+	if root == "" {
+		t.Skip("only run as TestCheckpointSIGKILL's child")
+	}
+	from, _ := strconv.ParseInt(os.Getenv("HINDSIGHT_CKPT_FROM"), 10, 64)
+	for step := from; ; step++ {
+		if _, err := WriteCheckpoint(root, testCheckpoint(step, 1<<18), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCheckpointStaleLatestIsRepaired(t *testing.T) {
+	root := t.TempDir()
+	for step := int64(1); step <= 2; step++ {
+		_, err := WriteCheckpoint(root, testCheckpoint(step, 8), 0)
+		require.NoError(t, err)
+	}
+	// A crash after step 2's rename, before the link moved; and a leftover temp dir.
+	require.NoError(t, pointLatest(root, "step-000001"))
+	require.NoError(t, os.Mkdir(filepath.Join(root, ".tmp-step-000003-123"), 0o755))
+	dir, st, err := LatestCheckpoint(root, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, int64(2), st.Step)
+	require.Equal(t, filepath.Join(root, "step-000002"), dir)
+	target, err := os.Readlink(filepath.Join(root, LatestLinkName))
+	require.NoError(t, err)
+	require.Equal(t, "step-000002", target)
+	require.NoDirExists(t, filepath.Join(root, ".tmp-step-000003-123"), "an interrupted write is cleaned up")
+}
