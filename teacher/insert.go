@@ -1,0 +1,183 @@
+package teacher
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// Template is how a model sees a hint: a complete turn of its chat format placed in
+// front of the policy turn, so the assistant turn that follows begins exactly as
+// sampled. The turn is Prefix, then Label and the hint text, then Suffix. Prefix and
+// Suffix are harness text: their special-token strings ("<|im_start|>") become special
+// ids. Label and the hint text are encoded injection-safe: special-token strings in
+// them stay plain text.
+type Template struct {
+	// Preset fills Prefix and Suffix where they are empty: chatml (Qwen and other
+	// ChatML models), llama3, deepseek_v3, bytes (the byte tokenizer's own specials).
+	Preset string `yaml:"preset"`
+	Prefix string `yaml:"prefix"`
+	Label  string `yaml:"label"`
+	Suffix string `yaml:"suffix"`
+}
+
+// templatePresets are the user-turn wrappers of common chat formats.
+var templatePresets = map[string][2]string{
+	"chatml":      {"<|im_start|>user\n", "<|im_end|>\n"},
+	"llama3":      {"<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>"},
+	"deepseek_v3": {"<｜User｜>", ""}, // DeepSeek's user turn ends where <｜Assistant｜> begins
+	"bytes":       {"<|user|>", "<|end|>"},
+}
+
+// DefaultTemplate returns the ChatML user turn "Hint: …".
+func DefaultTemplate() Template { return Template{Preset: "chatml", Label: "Hint: "} }
+
+// resolved returns t with the preset's Prefix and Suffix filled in.
+func (t Template) resolved() Template {
+	if p, ok := templatePresets[t.Preset]; ok {
+		if t.Prefix == "" {
+			t.Prefix = p[0]
+		}
+		if t.Suffix == "" {
+			t.Suffix = p[1]
+		}
+	}
+	return t
+}
+
+// Validate reports the first bad field, named by its YAML path under prefix.
+func (t Template) Validate(prefix string) error {
+	if t.Preset != "" {
+		if _, ok := templatePresets[t.Preset]; !ok {
+			return fmt.Errorf("%spreset: unknown preset %q (want one of %s)", prefix, t.Preset,
+				strings.Join(slices.Sorted(maps.Keys(templatePresets)), ", "))
+		}
+	}
+	if r := t.resolved(); r.Prefix == "" && r.Suffix == "" {
+		return fmt.Errorf("%sprefix: a template needs a prefix or a suffix (or a preset) to make the hint its own turn", prefix)
+	}
+	return nil
+}
+
+// markerRE finds special-token-looking strings in template text: <|x|> and DeepSeek's
+// full-width <｜x｜>.
+var markerRE = regexp.MustCompile(`<\|[^|<>\s]+\|>|<｜[^｜<>\s]+｜>`)
+
+// ErrHintTooLong is the error of Inserter.Wrap for a hint over the token cap.
+var ErrHintTooLong = errors.New("hint too long")
+
+// Inserter turns hint text into template tokens and splices them into a rollout. It is
+// safe for concurrent use.
+type Inserter struct {
+	tok            data.Tokenizer
+	prefix, suffix []int32
+	label          string
+	maxTokens      int
+}
+
+// NewInserter returns an Inserter for tmpl and tok that refuses hints of more than
+// maxHintTokens tokens (0: no cap). Every special-token string in the template's
+// Prefix and Suffix must be a special token of tok: a chat template of another model
+// family would otherwise silently become plain text.
+func NewInserter(tmpl Template, tok data.Tokenizer, maxHintTokens int) (*Inserter, error) {
+	if err := tmpl.Validate("template."); err != nil {
+		return nil, err
+	}
+	t := tmpl.resolved()
+	for _, part := range []struct{ name, text string }{{"prefix", t.Prefix}, {"suffix", t.Suffix}} {
+		for _, m := range markerRE.FindAllString(part.text, -1) {
+			if _, ok := tok.SpecialID(m); !ok {
+				return nil, fmt.Errorf("template.%s: %q is not a special token of tokenizer %s (preset %q fits another model family?)",
+					part.name, m, tok.Fingerprint(), t.Preset)
+			}
+		}
+	}
+	return &Inserter{
+		tok:       tok,
+		prefix:    tok.Encode(t.Prefix),
+		suffix:    tok.Encode(t.Suffix),
+		label:     t.Label,
+		maxTokens: maxHintTokens,
+	}, nil
+}
+
+// Wrap returns the template tokens of hint text: prefix ids, the injection-safe ids of
+// Label+text, suffix ids. The hint text can never produce a special or added-token id
+// (see appendPlain). It returns
+// ErrHintTooLong when text alone is over the cap.
+func (in *Inserter) Wrap(text string) ([]int32, error) {
+	text = strings.TrimSpace(text)
+	if in.maxTokens > 0 {
+		if n := len(in.tok.EncodePlain(text)); n > in.maxTokens {
+			return nil, fmt.Errorf("%w: %d tokens, cap %d", ErrHintTooLong, n, in.maxTokens)
+		}
+	}
+	return in.wrap(text), nil
+}
+
+// Empty returns the template with an empty hint, for the q(∅) base of DESIGN.md.
+func (in *Inserter) Empty() []int32 { return in.wrap("") }
+
+func (in *Inserter) wrap(text string) []int32 {
+	out := append([]int32(nil), in.prefix...)
+	out = in.appendPlain(out, in.label+text)
+	return append(out, in.suffix...)
+}
+
+// tagRE finds the strings that added tokens of the supported families look like:
+// <|im_end|>, <think>, </tool_call>, <｜Assistant｜>.
+var tagRE = regexp.MustCompile(`<[^<>\s]{1,64}>`)
+
+// appendPlain appends the ids of text, which never include an added token. EncodePlain
+// alone keeps special tokens out, but, as Hugging Face does, still matches added
+// tokens that are not marked special, and some families mark role markers that way
+// (DeepSeek V3's <｜Assistant｜>, Qwen's <tool_call>). So each tag-like string that is
+// an added token is encoded in two pieces, "<" and the rest, that cannot match it; the
+// ids still decode to the same text.
+func (in *Inserter) appendPlain(out []int32, text string) []int32 {
+	last := 0
+	for _, m := range tagRE.FindAllStringIndex(text, -1) {
+		if _, ok := in.tok.SpecialID(text[m[0]:m[1]]); !ok {
+			continue
+		}
+		out = append(out, in.tok.EncodePlain(text[last:m[0]])...)
+		out = append(out, in.tok.EncodePlain(text[m[0]:m[0]+1])...)
+		out = append(out, in.tok.EncodePlain(text[m[0]+1:m[1]])...)
+		last = m[1]
+	}
+	return append(out, in.tok.EncodePlain(text[last:])...)
+}
+
+// Inserted is a rollout prefix with a hint spliced in: Tokens = y[0:InsertAt], the
+// hint's template tokens, y[InsertAt:End]. The teacher pass scores the original
+// positions [InsertAt, End), which sit at [InsertAt+HintLen, End+HintLen) of Tokens.
+type Inserted struct {
+	Tokens   []int32
+	InsertAt int // a, in original positions
+	End      int // b, exclusive, in original positions
+	HintLen  int // tokens inserted at InsertAt
+}
+
+// Pos maps an original position t < End to its index in Tokens.
+func (x Inserted) Pos(t int) int {
+	if t < x.InsertAt {
+		return t
+	}
+	return t + x.HintLen
+}
+
+// Insert returns tokens[0:sel.End] with hint (template tokens from Wrap or Empty)
+// inserted at sel.InsertAt. tokens is not modified; the result owns its memory.
+func Insert(tokens []int32, sel Selection, hint []int32) Inserted {
+	a, b := int(sel.InsertAt), int(sel.End)
+	out := make([]int32, 0, b+len(hint))
+	out = append(out, tokens[:a]...)
+	out = append(out, hint...)
+	out = append(out, tokens[a:b]...)
+	return Inserted{Tokens: out, InsertAt: a, End: b, HintLen: len(hint)}
+}
