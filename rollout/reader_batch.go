@@ -163,44 +163,24 @@ func checkBitmap(a arrow.Array) error {
 // offsets64 returns the n+1 offsets of a large list of n elements, checked to be
 // non-negative, non-decreasing and within a child of childLen values.
 func offsets64(a *array.LargeList, childLen int) ([]int64, error) {
-	n, o := a.Len(), a.Data().Offset()
-	if n == 0 {
-		return nil, nil
-	}
-	buf := a.Data().Buffers()[1]
-	if buf == nil {
-		return nil, errors.New("offsets buffer is missing")
-	}
-	raw := arrow.Int64Traits.CastFromBytes(buf.Bytes())
-	if len(raw) < o+n+1 {
-		return nil, fmt.Errorf("offsets buffer has %d offsets, needs %d", len(raw), o+n+1)
-	}
-	off := raw[o : o+n+1]
-	if off[0] < 0 {
-		return nil, fmt.Errorf("first offset %d is negative", off[0])
-	}
-	for i := 1; i <= n; i++ {
-		if off[i] < off[i-1] {
-			return nil, fmt.Errorf("offsets decrease at element %d: %d < %d", i, off[i], off[i-1])
-		}
-	}
-	if off[n] > int64(childLen) {
-		return nil, fmt.Errorf("last offset %d is beyond the %d values", off[n], childLen)
-	}
-	return off, nil
+	return checkedOffsets(a.Data(), arrow.Int64Traits.CastFromBytes, childLen)
 }
 
 // offsets32 is offsets64 for a list with int32 offsets.
 func offsets32(a *array.List, childLen int) ([]int32, error) {
-	n, o := a.Len(), a.Data().Offset()
+	return checkedOffsets(a.Data(), arrow.Int32Traits.CastFromBytes, childLen)
+}
+
+func checkedOffsets[T int32 | int64](d arrow.ArrayData, cast func([]byte) []T, childLen int) ([]T, error) {
+	n, o := d.Len(), d.Offset()
 	if n == 0 {
 		return nil, nil
 	}
-	buf := a.Data().Buffers()[1]
+	buf := d.Buffers()[1]
 	if buf == nil {
 		return nil, errors.New("offsets buffer is missing")
 	}
-	raw := arrow.Int32Traits.CastFromBytes(buf.Bytes())
+	raw := cast(buf.Bytes())
 	if len(raw) < o+n+1 {
 		return nil, fmt.Errorf("offsets buffer has %d offsets, needs %d", len(raw), o+n+1)
 	}
@@ -213,7 +193,7 @@ func offsets32(a *array.List, childLen int) ([]int32, error) {
 			return nil, fmt.Errorf("offsets decrease at element %d: %d < %d", i, off[i], off[i-1])
 		}
 	}
-	if int(off[n]) > childLen {
+	if int64(off[n]) > int64(childLen) {
 		return nil, fmt.Errorf("last offset %d is beyond the %d values", off[n], childLen)
 	}
 	return off, nil
