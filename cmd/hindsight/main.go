@@ -21,6 +21,9 @@ commands:
   status              print the status of a running hindsightd
   tokenize            encode stdin to token ids (JSON), or decode ids with -decode
   init-model -out DIR write a randomly initialised model directory (config, safetensors, tokenizer)
+  score -model DIR -in ROLLOUTS.arrow -out SCORES.arrow
+                      per-token log-probs of each rollout under the model
+  fetch-xla-cpu       fetch the pinned XLA CPU plugin (PJRT) into the cache for -backend xla-cpu
   version             print the version
 
 Run 'hindsight COMMAND -h' for a command's flags.
@@ -49,6 +52,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return tokenizeCmd(args[1:], os.Stdin, stdout, stderr)
 	case "init-model":
 		return initModelCmd(args[1:], stdout, stderr)
+	case "score":
+		return scoreCmd(ctx, args[1:], stdout, stderr)
+	case "fetch-xla-cpu":
+		return fetchXLACPUCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, buildinfo.Version())
 		return 0

@@ -1,0 +1,24 @@
+// Package xla is the policy model on GoMLX: the Llama-family decoder, the scoring
+// passes of the data flow and, later, the loss and optimizer step.
+//
+// In the data flow of DESIGN.md it sits between teacher/ (which turns hints into
+// tokens) and credit/ (which turns log-probs into advantages):
+//
+//	rollout tokens ──► Scorer.Score        s_t = log π(y_t | y_<t), chunked, KV cache kept
+//	hint tokens    ──► Scorer.ScoreHinted  q_t = log π_T(y_t | y_<a, h, y_a..y_<t),
+//	                                       reusing the student's KV cache for y_<a
+//
+// A rollout is processed C positions at a time against a KV cache, and only the
+// log-prob of the sampled token leaves each chunk, so no [T, vocab] tensor exists:
+// peak memory is the cache plus O(C × vocab). Chunk lengths and cache capacities
+// come from a few buckets, so a rollout of any length reuses a handful of compiled
+// executables.
+//
+// Weights load from a data.ModelDir (or any Weights) through a strict name table
+// whose context scopes are the checkpoint's tensor names: "model.layers.0.mlp.up_proj.weight"
+// is variable "weight" in scope "/model/layers/0/mlp/up_proj". The package never
+// parses files itself.
+//
+// Matrix products the model builds get a GEMM-based gradient (see gemm.go) instead of
+// GoMLX v0.26.0's broadcast-multiply rule, which materialises [batch, M, N, K].
+package xla

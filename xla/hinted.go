@@ -1,0 +1,97 @@
+package xla
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Segment is one hinted segment of a rollout: Hint (tokens, already wrapped in the
+// model's hint template) is inserted before position Start, and the rollout's
+// tokens Start…End-1 are scored after it.
+type Segment struct {
+	Start, End int     // half-open token range [a, b) of the rollout; Start is insert_at
+	Hint       []int32 // h; may be empty (then q_t is the plain s_t recomputed)
+}
+
+// ScoreHinted returns, for each segment k, q_t = log π(y_t | y_<a, h_k, y_a…y_<t) for
+// t in [a_k, b_k) (nats, End−Start values per segment).
+//
+// prefix is a KV cache of the rollout from this Scorer's model (Score's second
+// result) that covers every segment's prefix y_<a; it is shared, not modified, and
+// stays the caller's to Close. With a nil prefix, or one from another model (a
+// frozen or EMA teacher has separate weights), the prefix up to the last segment's
+// start is computed first with this Scorer's own weights. Each segment then runs
+// only its hint and its own tokens, chunk by chunk, on a copy of the prefix.
+func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCache, segs []Segment) ([][]float32, error) {
+	if len(segs) == 0 {
+		return nil, nil
+	}
+	if err := s.checkTokens(tokens); err != nil {
+		return nil, err
+	}
+	need := 0 // prefix positions needed
+	for i, sg := range segs {
+		if sg.Start < 0 || sg.End <= sg.Start || sg.End > len(tokens) {
+			return nil, fmt.Errorf("score hinted: segment %d: [%d, %d) is not a non-empty range of %d tokens", i, sg.Start, sg.End, len(tokens))
+		}
+		if len(sg.Hint) == 0 && sg.Start == 0 {
+			return nil, fmt.Errorf("score hinted: segment %d: no hint and no context before position 0", i)
+		}
+		if err := s.checkTokens(sg.Hint); err != nil {
+			return nil, fmt.Errorf("score hinted: segment %d: hint: %w", i, err)
+		}
+		if err := s.checkSeq(sg.End + len(sg.Hint)); err != nil {
+			return nil, fmt.Errorf("score hinted: segment %d: %w", i, err)
+		}
+		need = max(need, sg.Start)
+	}
+	if prefix == nil || prefix.model != s.model {
+		if need == 0 { // every segment starts at 0 with a hint: no prefix
+			need = 1
+		}
+		_, own, err := s.Score(ctx, tokens[:need])
+		if err != nil {
+			return nil, fmt.Errorf("score hinted: teacher prefix: %w", err)
+		}
+		defer own.Close()
+		prefix = own
+	} else if prefix.Len < need {
+		return nil, fmt.Errorf("score hinted: prefix cache holds %d positions, segments need %d", prefix.Len, need)
+	}
+	if prefix.k == nil {
+		return nil, errors.New("score hinted: prefix cache is closed")
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]float32, len(segs))
+	for i, sg := range segs {
+		// z is what runs after the prefix; q_t is the prediction of y_t, made at z's
+		// previous position. With no hint, y_{a-1} is rerun at its own position.
+		var z []int32
+		var pos int
+		if len(sg.Hint) > 0 {
+			z = append(slices.Clone(sg.Hint), tokens[sg.Start:sg.End]...)
+			pos = sg.Start
+		} else {
+			z = slices.Clone(tokens[sg.Start-1 : sg.End])
+			pos = sg.Start - 1
+		}
+		first := len(z) - (sg.End - sg.Start) // index in z of y_a
+		q := make([]float32, sg.End-sg.Start)
+		c := &KVCache{model: s.model, Len: pos, Capacity: prefix.Capacity, k: slices.Clone(prefix.k), v: slices.Clone(prefix.v)}
+		err := s.run(ctx, c, z, pos, false, func(j int, lp float32) {
+			if k := j + 1 - first; k >= 0 && k < len(q) {
+				q[k] = lp
+			}
+		})
+		c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("score hinted: segment %d: %w", i, err)
+		}
+		out[i] = q
+	}
+	return out, nil
+}

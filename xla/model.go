@@ -1,0 +1,122 @@
+package xla
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// weight returns variable name of ctx's scope in g. A variable the name table did
+// not load is a bug in this package, so it panics (graph building).
+func weight(ctx *context.Context, g *Graph, name string) *Node {
+	v := ctx.GetVariableByScopeAndName(ctx.Scope(), name)
+	if v == nil {
+		panic(fmt.Errorf("xla: weight %s/%s is not loaded", ctx.Scope(), name))
+	}
+	return v.ValueGraph(g)
+}
+
+// linear is x·Wᵀ (+ b) with W [out, in] as transformers stores it, so no weight is
+// transposed.
+//
+//	x: [batch, seq, in] → [batch, seq, out]
+func linear(ctx *context.Context, x *Node, bias bool) *Node {
+	g := x.Graph()
+	y := dot(x, []int{2}, nil, weight(ctx, g, "weight"), []int{1}, nil)
+	if bias {
+		y = Add(y, lastAxis(weight(ctx, g, "bias"), y.Rank()))
+	}
+	return y
+}
+
+// rmsNorm is x / sqrt(mean(x², last axis) + eps) · w, in float32 as transformers'
+// LlamaRMSNorm.
+//
+//	x: [..., dim] → [..., dim]
+func rmsNorm(ctx *context.Context, x *Node, eps float64) *Node {
+	last := x.Rank() - 1
+	ms := ReduceAndKeep(Square(x), ReduceMean, last)
+	// Div by Sqrt rather than Rsqrt: v0.26.0 has no gradient for Rsqrt.
+	return Mul(Div(x, Sqrt(AddScalar(ms, eps))), lastAxis(weight(ctx, x.Graph(), "weight"), x.Rank()))
+}
+
+// lastAxis reshapes a vector w [n] to rank dims [1, …, 1, n], to broadcast along
+// the last axis (GoMLX broadcasts only between equal ranks).
+func lastAxis(w *Node, rank int) *Node {
+	dims := make([]int, rank)
+	for i := range dims {
+		dims[i] = 1
+	}
+	dims[rank-1] = w.Shape().Dimensions[0]
+	return Reshape(w, dims...)
+}
+
+// mlp is SwiGLU: down(silu(gate(x)) · up(x)).
+//
+//	x: [batch, seq, hidden] → [batch, seq, hidden]
+func mlp(ctx *context.Context, c Config, x *Node) *Node {
+	gate := linear(ctx.In("gate_proj"), x, c.MLPBias)
+	up := linear(ctx.In("up_proj"), x, c.MLPBias)
+	return linear(ctx.In("down_proj"), Mul(Mul(gate, Sigmoid(gate)), up), c.MLPBias)
+}
+
+// decoder runs the embedding, the layers and the final norm over one chunk of
+// positions start…start+seq-1. With caches (one k and one v per layer) each layer
+// writes its keys and values there and attends to the cache; with nil caches the
+// chunk attends only to itself.
+//
+//	tokens: [batch, seq] int32; start: scalar int32; kCache, vCache: layers × [capacity, batch, kv, hd] or nil
+//	→ hidden [batch, seq, hidden], updated caches
+func decoder(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache []*Node) (hidden *Node, kOut, vOut []*Node) {
+	g := tokens.Graph()
+	dims := tokens.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	mctx := ctx.InAbsPath("/model")
+	emb := weight(mctx.In("embed_tokens"), g, "weight") // [vocab, hidden]
+	x := Gather(emb, Reshape(tokens, b, t, 1))          // [batch, seq, hidden]
+	cos, sin := ropeTables(c, start, t)
+	if kCache != nil {
+		kOut, vOut = make([]*Node, c.NumHiddenLayers), make([]*Node, c.NumHiddenLayers)
+	}
+	for i := range c.NumHiddenLayers {
+		lctx := mctx.In("layers").In(strconv.Itoa(i))
+		var kc, vc *Node
+		if kCache != nil {
+			kc, vc = kCache[i], vCache[i]
+		}
+		a, ko, vo := attention(lctx.In("self_attn"), c, rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), start, cos, sin, kc, vc)
+		if kCache != nil {
+			kOut[i], vOut[i] = ko, vo
+		}
+		x = Add(x, a)
+		x = Add(x, mlp(lctx.In("mlp"), c, rmsNorm(lctx.In("post_attention_layernorm"), x, c.RMSNormEps)))
+	}
+	return rmsNorm(mctx.In("norm"), x, c.RMSNormEps), kOut, vOut
+}
+
+// tokenLogProbs returns log p(targets[b,t] | tokens[b,:t+1]) from the final hidden
+// states of a chunk: the logits exist only for this chunk ([batch, seq, vocab]),
+// and only the target's log-prob leaves it, so a long rollout never holds
+// [T, vocab].
+//
+//	hidden: [batch, seq, hidden]; targets: [batch, seq] int32 → [batch, seq] float32
+func tokenLogProbs(ctx *context.Context, c Config, hidden, targets *Node) *Node {
+	g := hidden.Graph()
+	head := "/lm_head"
+	if c.TieWordEmbeddings {
+		head = "/model/embed_tokens"
+	}
+	w := weight(ctx.InAbsPath(head), g, "weight")          // [vocab, hidden]
+	logits := dot(hidden, []int{2}, nil, w, []int{1}, nil) // [batch, seq, vocab]
+	m := StopGradient(ReduceAndKeep(logits, ReduceMax, 2))
+	lse := Add(Log(ReduceSum(Exp(Sub(logits, m)), 2)), Squeeze(m, 2)) // [batch, seq]
+	dims := logits.Shape().Dimensions
+	vocab := Iota(g, shapes.Make(dtypes.Int32, dims...), 2)
+	hit := Equal(vocab, BroadcastToDims(ExpandAxes(targets, -1), dims...))
+	target := ReduceSum(Where(hit, logits, ScalarZero(g, logits.DType())), 2)
+	return Sub(target, lse)
+}

@@ -1,0 +1,289 @@
+package xla
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// DefaultChunk is the number of positions a Scorer runs at a time unless told
+// otherwise: logits of DefaultChunk × vocab floats exist at once.
+const DefaultChunk = 512
+
+// minChunk is the smallest chunk bucket; chunk buckets are Chunk, Chunk/4,
+// Chunk/16, … down to minChunk, so a short tail (or a short hinted segment) is not
+// padded to a whole chunk.
+const minChunk = 16
+
+// ScorerOptions configure a Scorer.
+type ScorerOptions struct {
+	// Chunk is the number of positions per forward step (default DefaultChunk;
+	// rounded up to a power of two ≥ 16). Peak memory is the KV cache plus
+	// O(Chunk × vocab).
+	Chunk int
+	// AttentionScores caps the elements of one chunk's attention scores
+	// (chunk × heads × cache capacity, default DefaultAttentionScores): as the cache
+	// grows the chunk halves (down to 16), so peak memory beyond the KV cache stays
+	// flat however long the rollout.
+	AttentionScores int
+}
+
+// DefaultAttentionScores is the default ScorerOptions.AttentionScores: 2^26 float32
+// (256 MiB per score tensor).
+const DefaultAttentionScores = 1 << 26
+
+// Scorer computes per-token log-probs of rollouts under a Model, chunk by chunk
+// against a KV cache. Shapes are bucketed, chunk lengths to Chunk/2^k (Chunk/4^k
+// for short tails, halved further under the attention-score budget) and cache
+// capacities to Chunk·2^k, so any rollout reuses a handful of compiled
+// executables. A Scorer runs one pass at a time (it owns the device); its methods
+// serialise.
+type Scorer struct {
+	model   *Model
+	backend backends.Backend
+	chunk   int
+	scores  int // AttentionScores
+	mu      sync.Mutex
+	step    *mlctx.Exec // one chunk: tokens, targets, start, caches → log-probs, caches
+	grow    *mlctx.Exec // copies caches into a larger capacity
+}
+
+// NewScorer returns a Scorer of m on backend.
+func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer, error) {
+	chunk := opts.Chunk
+	if chunk <= 0 {
+		chunk = DefaultChunk
+	}
+	c := minChunk
+	for c < chunk {
+		c *= 2
+	}
+	s := &Scorer{model: m, backend: backend, chunk: c, scores: opts.AttentionScores}
+	if s.scores <= 0 {
+		s.scores = DefaultAttentionScores
+	}
+	cfg := m.Config
+	nl := cfg.NumHiddenLayers
+	var err error
+	s.step, err = mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
+		tokens, targets, start := in[0], in[1], in[2]
+		hidden, kOut, vOut := decoder(ctx, cfg, tokens, start, in[3:3+nl], in[3+nl:3+2*nl])
+		return append(append([]*Node{tokenLogProbs(ctx, cfg, hidden, targets)}, kOut...), vOut...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new scorer: %w", err)
+	}
+	s.step.SetMaxCache(-1)
+	s.grow, err = mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
+		// in[0] is a dummy [capacity] whose length says the new capacity.
+		newCap := in[0].Shape().Dimensions[0]
+		out := make([]*Node, len(in)-1)
+		for i, x := range in[1:] {
+			d := x.Shape().Dimensions
+			pad := Zeros(x.Graph(), shapes.Make(x.DType(), newCap-d[0], d[1], d[2], d[3]))
+			out[i] = Concatenate([]*Node{x, pad}, 0)
+		}
+		return out
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new scorer: %w", err)
+	}
+	s.grow.SetMaxCache(-1)
+	return s, nil
+}
+
+// Model is the model the Scorer runs.
+func (s *Scorer) Model() *Model { return s.model }
+
+// Chunk is the number of positions per forward step.
+func (s *Scorer) Chunk() int { return s.chunk }
+
+// ErrTooLong is wrapped by the error of a rollout (or hinted sequence) longer than
+// the model's max_position_embeddings: a per-rollout problem, not a device failure.
+var ErrTooLong = errors.New("sequence longer than the model's context")
+
+// Score returns s_t = log π(y_t | y_<t) for every position of tokens (nats; entry 0,
+// which has no context, is NaN) and the KV cache of all of tokens, which the caller
+// must Close. tokens must be ids of the model's vocabulary.
+func (s *Scorer) Score(ctx context.Context, tokens []int32) ([]float32, *KVCache, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkSeq(len(tokens)); err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkTokens(tokens); err != nil {
+		return nil, nil, err
+	}
+	cache, err := s.newCache(len(tokens))
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]float32, len(tokens))
+	out[0] = float32(math.NaN())
+	if err := s.run(ctx, cache, tokens, 0, true, func(i int, lp float32) {
+		if i+1 < len(out) {
+			out[i+1] = lp
+		}
+	}); err != nil {
+		cache.Close()
+		return nil, nil, err
+	}
+	return out, cache, nil
+}
+
+func (s *Scorer) checkSeq(n int) error {
+	if n == 0 {
+		return errors.New("score: empty sequence")
+	}
+	if max := s.model.Config.MaxPositionEmbeddings; n > max {
+		return fmt.Errorf("score: %d positions, max_position_embeddings is %d: %w", n, max, ErrTooLong)
+	}
+	return nil
+}
+
+func (s *Scorer) checkTokens(tokens []int32) error {
+	v := int32(s.model.Config.VocabSize)
+	for i, t := range tokens {
+		if t < 0 || t >= v {
+			return fmt.Errorf("score: token %d at position %d is outside the vocabulary [0, %d)", t, i, v)
+		}
+	}
+	return nil
+}
+
+// chunkFor is the chunk bucket for n remaining positions when the cache holds
+// capacity positions: the smallest of Chunk/4^k (≥ minChunk) that holds
+// min(n, Chunk), then halved (to ≥ minChunk) while chunk × heads × capacity exceeds
+// the attention-score budget.
+func (s *Scorer) chunkFor(n, capacity int) int {
+	c := s.chunk
+	for c/4 >= minChunk && c/4 >= n {
+		c /= 4
+	}
+	for c/2 >= minChunk && c*s.model.Config.NumAttentionHeads*capacity > s.scores {
+		c /= 2
+	}
+	return c
+}
+
+// capacityFor is the cache bucket for n positions: Chunk·2^k ≥ n.
+func (s *Scorer) capacityFor(n int) int {
+	c := s.chunk
+	for c < n {
+		c *= 2
+	}
+	return c
+}
+
+// newCache returns an empty cache with room for n positions.
+func (s *Scorer) newCache(n int) (*KVCache, error) {
+	cfg := s.model.Config
+	capacity := s.capacityFor(n)
+	c := &KVCache{model: s.model, Capacity: capacity}
+	for range cfg.NumHiddenLayers {
+		c.k = append(c.k, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim)))
+		c.v = append(c.v, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim)))
+	}
+	return c, nil
+}
+
+// ensure grows c (a new set of tensors) so that it holds n positions. Old tensors
+// are released only if owned.
+func (s *Scorer) ensure(c *KVCache, n int, owned bool) error {
+	if n <= c.Capacity {
+		return nil
+	}
+	capacity := s.capacityFor(n)
+	args := []any{make([]float32, capacity)}
+	for _, t := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
+		args = append(args, t)
+	}
+	out, err := s.grow.Exec(args...)
+	if err != nil {
+		return fmt.Errorf("grow kv cache to %d: %w", capacity, err)
+	}
+	if owned {
+		c.Close()
+	}
+	nl := s.model.Config.NumHiddenLayers
+	c.k, c.v, c.Capacity = out[:nl], out[nl:], capacity
+	return nil
+}
+
+// run feeds seq, at positions start…, through the model chunk by chunk, writing
+// K/V into c (growing it as needed) and calling emit(i, lp) with lp = log p(seq[i+1]
+// | …, seq[:i+1]) for i < len(seq)-1. owned says whether c's current tensors may be
+// released as they are replaced (false for a shared prefix).
+func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, owned bool, emit func(i int, lp float32)) error {
+	nl := s.model.Config.NumHiddenLayers
+	for off := 0; off < len(seq); {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := s.chunkFor(len(seq)-off, max(c.Capacity, s.capacityFor(start+off+min(len(seq)-off, s.chunk))))
+		if start+off+n > c.Capacity {
+			if err := s.ensure(c, start+off+n, owned); err != nil {
+				return err
+			}
+			owned = true
+		}
+		tok := make([]int32, n)
+		tgt := make([]int32, n)
+		copy(tok, seq[off:])
+		if off+1 < len(seq) {
+			copy(tgt, seq[off+1:])
+		}
+		args := []any{
+			tensors.FromFlatDataAndDimensions(tok, 1, n),
+			tensors.FromFlatDataAndDimensions(tgt, 1, n),
+			tensors.FromScalar(int32(start + off)),
+		}
+		args = append(args, s.cacheArgs(c, owned)...)
+		out, err := s.step.Exec(args...)
+		if err != nil {
+			return fmt.Errorf("score chunk at %d: %w", start+off, err)
+		}
+		lps := tensors.MustCopyFlatData[float32](out[0])
+		out[0].FinalizeAll()
+		for i := 0; i < n && off+i < len(seq); i++ {
+			emit(off+i, lps[i])
+		}
+		if owned {
+			for _, t := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
+				t.FinalizeAll() // what donation left of it
+			}
+		}
+		c.k, c.v = out[1:1+nl], out[1+nl:]
+		owned = true
+		off += n
+	}
+	c.Len = start + len(seq)
+	return nil
+}
+
+// cacheArgs returns c's tensors as step arguments. Owned tensors are donated, so a
+// backend can write the updated cache in place (XLA's DynamicUpdateSlice) instead of
+// holding two copies; a shared prefix, or a buffer shared with the host (which
+// cannot be donated), is passed as is.
+func (s *Scorer) cacheArgs(c *KVCache, owned bool) []any {
+	var args []any
+	for _, t := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
+		if owned && !t.IsShared() {
+			if d, err := DonateTensorBuffer(t, s.backend, 0); err == nil {
+				args = append(args, d)
+				continue
+			}
+		}
+		args = append(args, t)
+	}
+	return args
+}

@@ -1,0 +1,205 @@
+package xla
+
+import (
+	"errors"
+	"math"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestScoreChunkedEqualsUnchunked scores a 2k-token rollout with chunk 128 against a
+// KV cache and compares with one unchunked causal pass (d=32, 1 layer).
+func TestScoreChunkedEqualsUnchunked(t *testing.T) {
+	n := 2048
+	if testing.Short() {
+		n = 512
+	}
+	m := testModel(t, tinyFields(map[string]any{"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+		"num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64}), 3)
+	tokens := testTokens(n, m.Config.VocabSize, 4)
+	t0 := time.Now()
+	full := fullLogProbs(t, m, tokens)
+	tFull := time.Since(t0)
+	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 128})
+	require.NoError(t, err)
+	t0 = time.Now()
+	chunked, cache, err := s.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	tChunked := time.Since(t0)
+	defer cache.Close()
+	require.Len(t, chunked, n)
+	require.True(t, math.IsNaN(float64(chunked[0])))
+	require.Equal(t, n, cache.Len)
+	require.Equal(t, n, cache.Capacity)
+	var worst float64
+	for i := 1; i < n; i++ {
+		worst = math.Max(worst, math.Abs(float64(chunked[i]-full[i-1])))
+	}
+	require.Less(t, worst, 1e-4)
+	t.Logf("%d tokens: max |chunked − unchunked| = %.2g; unchunked %v, chunked (128) %v", n, worst, tFull, tChunked)
+}
+
+// TestScoreBucketsAndReuse checks that lengths that share buckets share
+// executables and that an odd length equals the same prefix of a longer rollout.
+func TestScoreBucketsAndReuse(t *testing.T) {
+	m := testModel(t, tinyFields(nil), 11)
+	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 64})
+	require.NoError(t, err)
+	long := testTokens(150, m.Config.VocabSize, 12)
+	ref, c, err := s.Score(t.Context(), long)
+	require.NoError(t, err)
+	c.Close()
+	for _, n := range []int{1, 2, 17, 64, 65, 100, 129} {
+		lp, c, err := s.Score(t.Context(), long[:n])
+		require.NoError(t, err)
+		require.Equal(t, n, c.Len)
+		c.Close()
+		for i := 1; i < n; i++ {
+			require.InDelta(t, ref[i], lp[i], 1e-5, "n=%d position %d", n, i)
+		}
+	}
+	require.Equal(t, 64, s.chunkFor(100, 64))
+	require.Equal(t, 16, s.chunkFor(3, 64))
+	require.Equal(t, 256, s.capacityFor(129))
+
+	// A small attention-score budget shrinks the chunk as the cache grows; the
+	// log-probs stay the same.
+	small, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 64, AttentionScores: 64 * 4 * 64})
+	require.NoError(t, err)
+	require.Equal(t, 16, small.chunkFor(100, 256))
+	lp, c, err := small.Score(t.Context(), long)
+	require.NoError(t, err)
+	c.Close()
+	require.InDeltaSlice(t, ref[1:], lp[1:], 1e-5)
+}
+
+func TestScoreTooLong(t *testing.T) {
+	m := testModel(t, tinyFields(map[string]any{"max_position_embeddings": 64}), 1)
+	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 16})
+	require.NoError(t, err)
+	_, _, err = s.Score(t.Context(), testTokens(65, m.Config.VocabSize, 1))
+	require.ErrorIs(t, err, ErrTooLong)
+	require.ErrorContains(t, err, "65 positions, max_position_embeddings is 64")
+	_, c, err := s.Score(t.Context(), testTokens(64, m.Config.VocabSize, 1))
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = s.ScoreHinted(t.Context(), testTokens(64, m.Config.VocabSize, 1), c, []Segment{{Start: 60, End: 64, Hint: []int32{1}}})
+	require.ErrorIs(t, err, ErrTooLong)
+	_, _, err = s.Score(t.Context(), []int32{1, 265})
+	require.ErrorContains(t, err, "token 265 at position 1 is outside the vocabulary [0, 265)")
+}
+
+// TestScoreHintedEqualsSplicedPass checks prefix reuse: q_t from the student's
+// cache plus hint equals a from-scratch pass over prefix + hint + segment, for
+// several segments (with and without hints, crossing chunk boundaries) in one call.
+func TestScoreHintedEqualsSplicedPass(t *testing.T) {
+	m := testModel(t, tinyFields(nil), 21)
+	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 32})
+	require.NoError(t, err)
+	v := m.Config.VocabSize
+	tokens := testTokens(200, v, 22)
+	_, student, err := s.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	defer student.Close()
+	segs := []Segment{
+		{Start: 10, End: 30, Hint: testTokens(5, v, 23)},
+		{Start: 31, End: 90, Hint: testTokens(40, v, 24)},    // hint + segment cross chunks
+		{Start: 120, End: 200, Hint: testTokens(100, v, 25)}, // needs a larger cache bucket
+		{Start: 150, End: 160},                               // empty hint: q = s
+		{Start: 0, End: 8, Hint: testTokens(3, v, 26)},       // no prefix
+	}
+	q, err := s.ScoreHinted(t.Context(), tokens, student, segs)
+	require.NoError(t, err)
+	require.Len(t, q, len(segs))
+	for k, sg := range segs {
+		spliced := slices.Concat(tokens[:sg.Start], sg.Hint, tokens[sg.Start:sg.End])
+		ref, c, err := s.Score(t.Context(), spliced)
+		require.NoError(t, err)
+		c.Close()
+		off := sg.Start + len(sg.Hint)
+		require.Len(t, q[k], sg.End-sg.Start)
+		for i := range q[k] {
+			require.InDelta(t, ref[off+i], q[k][i], 1e-5, "segment %d, t=%d", k, sg.Start+i)
+		}
+	}
+	// The student's cache is untouched: scoring again with it gives the same.
+	q2, err := s.ScoreHinted(t.Context(), tokens, student, segs[:1])
+	require.NoError(t, err)
+	require.Equal(t, q[0], q2[0])
+}
+
+// TestScoreHintedSeparateTeacher uses a teacher with other weights: its prefix is
+// computed with its own weights, not the student's cache.
+func TestScoreHintedSeparateTeacher(t *testing.T) {
+	student := testModel(t, tinyFields(nil), 31)
+	teacher := testModel(t, tinyFields(nil), 32)
+	ss, err := NewScorer(newTestBackend(t), student, ScorerOptions{Chunk: 32})
+	require.NoError(t, err)
+	ts, err := NewScorer(newTestBackend(t), teacher, ScorerOptions{Chunk: 32})
+	require.NoError(t, err)
+	v := student.Config.VocabSize
+	tokens := testTokens(100, v, 33)
+	_, sc, err := ss.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	defer sc.Close()
+	seg := Segment{Start: 40, End: 70, Hint: testTokens(12, v, 34)}
+	q, err := ts.ScoreHinted(t.Context(), tokens, sc, []Segment{seg}) // student cache: ignored
+	require.NoError(t, err)
+	ref, c, err := ts.Score(t.Context(), slices.Concat(tokens[:seg.Start], seg.Hint, tokens[seg.Start:seg.End]))
+	require.NoError(t, err)
+	c.Close()
+	for i := range q[0] {
+		require.InDelta(t, ref[seg.Start+len(seg.Hint)+i], q[0][i], 1e-5)
+	}
+}
+
+func TestLoadModelStrict(t *testing.T) {
+	mc := testConfig(t, tinyFields(map[string]any{"tie_word_embeddings": false}))
+	good := newMemWeights(testWeights(mc, 1))
+	_, err := LoadModel(mc, good)
+	require.NoError(t, err)
+
+	missing := newMemWeights(testWeights(mc, 1))
+	delete(missing, "model.layers.1.mlp.up_proj.weight")
+	_, err = LoadModel(mc, missing)
+	require.ErrorContains(t, err, "tensor model.layers.1.mlp.up_proj.weight: missing (want shape [128 64])")
+
+	extra := newMemWeights(testWeights(mc, 1))
+	extra["model.layers.2.mlp.up_proj.weight"] = extra["model.layers.1.mlp.up_proj.weight"]
+	_, err = LoadModel(mc, extra)
+	require.ErrorContains(t, err, "tensor model.layers.2.mlp.up_proj.weight: unexpected for llama with 2 layers")
+
+	shaped := newMemWeights(testWeights(mc, 1))
+	w := shaped["model.layers.0.self_attn.k_proj.weight"]
+	w.Shape = []int{64, 32}
+	shaped[w.Name] = w
+	_, err = LoadModel(mc, shaped)
+	require.ErrorContains(t, err, "tensor model.layers.0.self_attn.k_proj.weight: shape [64 32], want [32 64]")
+
+	scope, name := HFScope("model.layers.3.self_attn.q_proj.weight")
+	require.Equal(t, "/model/layers/3/self_attn/q_proj", scope)
+	require.Equal(t, "weight", name)
+}
+
+// TestOpenModelInitModel loads an init-model directory (bf16) end to end.
+func TestOpenModelInitModel(t *testing.T) {
+	dir := t.TempDir() + "/m"
+	_, err := dataInitModel(dir, "bfloat16")
+	require.NoError(t, err)
+	m, err := OpenModel(dir)
+	require.NoError(t, err)
+	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 16})
+	require.NoError(t, err)
+	lp, c, err := s.Score(t.Context(), []int32{256, 104, 105, 264})
+	require.NoError(t, err)
+	defer c.Close()
+	for _, x := range lp[1:] {
+		require.InDelta(t, -math.Log(265), x, 0.5) // init std 0.02: near uniform
+	}
+	_, err = OpenModel(t.TempDir())
+	require.True(t, errors.Is(err, os.ErrNotExist) || err != nil)
+}
