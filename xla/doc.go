@@ -1,5 +1,6 @@
 // Package xla is the policy model on GoMLX: the Llama-family decoder, the scoring
-// passes of the data flow and, later, the loss and optimizer step.
+// passes of the data flow, and the training step (Trainer: loss with credit weights
+// held constant, chunked truncated backprop, AdamW, teacher modes, checkpoints).
 //
 // In the data flow of DESIGN.md it sits between teacher/ (which turns hints into
 // tokens) and credit/ (which turns log-probs into advantages):
@@ -7,6 +8,7 @@
 //	rollout tokens ──► Scorer.Score        s_t = log π(y_t | y_<t), chunked, KV cache kept
 //	hint tokens    ──► Scorer.ScoreHinted  q_t = log π_T(y_t | y_<a, h, y_a..y_<t),
 //	                                       reusing the student's KV cache for y_<a
+//	credit weights ──► Trainer.Step        −Σ w_t·log π_θ(y_t) → gradient → AdamW
 //
 // A rollout is processed C positions at a time against a KV cache, and only the
 // log-prob of the sampled token leaves each chunk, so no [T, vocab] tensor exists:

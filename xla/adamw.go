@@ -1,0 +1,181 @@
+package xla
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/backends"
+	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// AdamWConfig is the optimizer: AdamW with decoupled weight decay (as torch.optim.AdamW),
+// global gradient-norm clipping, and a linear warm-up then cosine learning-rate
+// schedule. Defaults: DefaultAdamW.
+type AdamWConfig struct {
+	LR          float64 `yaml:"lr"`           // peak learning rate
+	MinLR       float64 `yaml:"min_lr"`       // floor of the cosine
+	Beta1       float64 `yaml:"beta1"`        // first-moment decay
+	Beta2       float64 `yaml:"beta2"`        // second-moment decay
+	Eps         float64 `yaml:"eps"`          // added to √v̂
+	WeightDecay float64 `yaml:"weight_decay"` // decoupled; applied to matrices only (not norms, biases)
+	ClipNorm    float64 `yaml:"clip_norm"`    // global gradient L2 norm bound; 0 turns clipping off
+	WarmupSteps int     `yaml:"warmup_steps"` // linear warm-up from LR/WarmupSteps to LR
+	TotalSteps  int     `yaml:"total_steps"`  // end of the cosine; 0 keeps LR after warm-up
+}
+
+// DefaultAdamW returns lr 1e-6 (a fine-tuning rate for an already trained policy),
+// betas 0.9/0.999, eps 1e-8, weight decay 0.01, clip norm 1, 10 warm-up steps, no
+// cosine decay.
+func DefaultAdamW() AdamWConfig {
+	return AdamWConfig{LR: 1e-6, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1, WarmupSteps: 10}
+}
+
+// Validate names the first bad field.
+func (c AdamWConfig) Validate() error {
+	switch {
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+		return fmt.Errorf("lr: %g, want a positive number", c.LR)
+	case c.MinLR < 0 || c.MinLR > c.LR:
+		return fmt.Errorf("min_lr: %g, want 0…lr", c.MinLR)
+	case !(c.Beta1 >= 0 && c.Beta1 < 1):
+		return fmt.Errorf("beta1: %g, want [0, 1)", c.Beta1)
+	case !(c.Beta2 >= 0 && c.Beta2 < 1):
+		return fmt.Errorf("beta2: %g, want [0, 1)", c.Beta2)
+	case !(c.Eps > 0):
+		return fmt.Errorf("eps: %g, want a positive number", c.Eps)
+	case !(c.WeightDecay >= 0):
+		return fmt.Errorf("weight_decay: %g, want ≥ 0", c.WeightDecay)
+	case !(c.ClipNorm >= 0):
+		return fmt.Errorf("clip_norm: %g, want ≥ 0", c.ClipNorm)
+	case c.WarmupSteps < 0:
+		return fmt.Errorf("warmup_steps: %d, want ≥ 0", c.WarmupSteps)
+	case c.TotalSteps < 0 || (c.TotalSteps > 0 && c.TotalSteps <= c.WarmupSteps):
+		return fmt.Errorf("total_steps: %d, want 0 (no decay) or more than warmup_steps", c.TotalSteps)
+	}
+	return nil
+}
+
+// LRAt is the learning rate of optimizer step s (0-based): LR·(s+1)/WarmupSteps
+// during warm-up, then a cosine from LR down to MinLR at TotalSteps (MinLR after).
+func (c AdamWConfig) LRAt(s int64) float64 {
+	if s < int64(c.WarmupSteps) {
+		return c.LR * float64(s+1) / float64(c.WarmupSteps)
+	}
+	if c.TotalSteps <= 0 {
+		return c.LR
+	}
+	p := math.Min(1, float64(s-int64(c.WarmupSteps))/float64(c.TotalSteps-c.WarmupSteps))
+	return c.MinLR + 0.5*(c.LR-c.MinLR)*(1+math.Cos(math.Pi*p))
+}
+
+// decays says whether AdamW decays a parameter of this shape: matrices (projections,
+// embeddings) yes; vectors (norm weights, biases) no, as is usual for transformers.
+func decays(rank int) bool { return rank >= 2 }
+
+// adamW holds the moments of every parameter and the executable that applies one
+// update on the device.
+type adamW struct {
+	cfg     AdamWConfig
+	backend backends.Backend
+	step    int64             // updates applied so far
+	m, v    []*tensors.Tensor // first and second moments, one per parameter
+	exec    *Exec
+}
+
+func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tensor) (*adamW, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("optimizer: %w", err)
+	}
+	o := &adamW{cfg: cfg, backend: backend}
+	for _, p := range params {
+		o.m = append(o.m, tensors.FromShape(p.Shape()))
+		o.v = append(o.v, tensors.FromShape(p.Shape()))
+	}
+	np := len(params)
+	var err error
+	o.exec, err = NewExec(backend, func(in []*Node) []*Node {
+		// in: lr, decay factor (1 − lr·wd), 1/bc1, 1/√bc2, clip norm, then
+		// params, grads, m, v.
+		lr, decay, ibc1, isbc2, clip := in[0], in[1], in[2], in[3], in[4]
+		ps, gs, ms, vs := in[5:5+np], in[5+np:5+2*np], in[5+2*np:5+3*np], in[5+3*np:5+4*np]
+		g := lr.Graph()
+		var sq *Node
+		for _, x := range gs {
+			s := ReduceAllSum(Square(x))
+			if sq == nil {
+				sq = s
+			} else {
+				sq = Add(sq, s)
+			}
+		}
+		norm := Sqrt(sq)
+		// torch.nn.utils.clip_grad_norm_: scale by min(1, clip/(norm + 1e-6)); clip 0
+		// leaves the gradient as is.
+		one := ScalarOne(g, norm.DType())
+		scale := Where(GreaterThan(clip, ScalarZero(g, norm.DType())),
+			Min(one, Div(clip, AddScalar(norm, 1e-6))), one)
+		b1, b2 := cfg.Beta1, cfg.Beta2
+		out := []*Node{norm}
+		newP, newM, newV := make([]*Node, np), make([]*Node, np), make([]*Node, np)
+		for i := range np {
+			gr := Mul(gs[i], scale)
+			newM[i] = Add(MulScalar(ms[i], b1), MulScalar(gr, 1-b1))
+			newV[i] = Add(MulScalar(vs[i], b2), MulScalar(Square(gr), 1-b2))
+			p := ps[i]
+			if decays(p.Rank()) {
+				p = Mul(p, decay)
+			}
+			denom := AddScalar(Mul(Sqrt(newV[i]), isbc2), cfg.Eps)
+			newP[i] = Sub(p, Div(Mul(newM[i], Mul(lr, ibc1)), denom))
+		}
+		out = append(out, newP...)
+		out = append(out, newM...)
+		return append(out, newV...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new optimizer: %w", err)
+	}
+	o.exec.SetMaxCache(-1)
+	return o, nil
+}
+
+// apply runs update o.step+1 on params with grads, replacing o's moments, and returns
+// the new parameters, the gradient's global L2 norm before clipping and the
+// learning rate used. grads and params are consumed (donated where the backend
+// allows).
+func (o *adamW) apply(params, grads []*tensors.Tensor) (newParams []*tensors.Tensor, norm, lr float64, err error) {
+	if len(params) != len(o.m) || len(grads) != len(o.m) {
+		return nil, 0, 0, errors.New("optimizer: parameter count changed")
+	}
+	s := o.step
+	lr = o.cfg.LRAt(s)
+	t := float64(s + 1)
+	bc1 := 1 - math.Pow(o.cfg.Beta1, t)
+	bc2 := 1 - math.Pow(o.cfg.Beta2, t)
+	args := []any{
+		float32(lr), float32(1 - lr*o.cfg.WeightDecay), float32(1 / bc1), float32(1 / math.Sqrt(bc2)), float32(o.cfg.ClipNorm),
+	}
+	for _, group := range [][]*tensors.Tensor{params, grads, o.m, o.v} {
+		for _, x := range group {
+			args = append(args, donated(x, o.backend))
+		}
+	}
+	out, err := o.exec.Exec(args...)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("optimizer step %d: %w", s+1, err)
+	}
+	for _, group := range [][]*tensors.Tensor{grads, o.m, o.v} {
+		for _, x := range group {
+			x.FinalizeAll()
+		}
+	}
+	np := len(params)
+	norm = float64(tensors.ToScalar[float32](out[0]))
+	out[0].FinalizeAll()
+	o.m = out[1+np : 1+2*np]
+	o.v = out[1+2*np:]
+	o.step++
+	return out[1 : 1+np], norm, lr, nil
+}

@@ -1,0 +1,208 @@
+package xla
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/hindsight-ai/hindsight/credit"
+)
+
+// BenchmarkTrainStep times whole optimizer steps (student pass, live-teacher hinted
+// pass, credit, chunked gradient, AdamW) of the tiny model (d = 64, 2 layers, byte
+// vocabulary) on one 256-token rollout, and reports trained tokens per second.
+//
+//	go test -run '^$' -bench TrainStep -benchtime 10x ./xla/
+func BenchmarkTrainStep(b *testing.B) {
+	backend := newTestBackend(b)
+	const T = 256
+	for _, chunk := range []int{64, 256} {
+		b.Run(fmt.Sprintf("T=%d/chunk=%d", T, chunk), func(b *testing.B) {
+			m := testModel(b, tinyFields(nil), 51)
+			tr, err := NewTrainer(backend, m, TrainerOptions{Chunk: chunk, Scorer: ScorerOptions{Chunk: chunk},
+				Credit: credit.DefaultConfig(), Optimizer: DefaultAdamW(), Teacher: DefaultTeacher()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := Rollout{ID: "r", TaskID: "t", Tokens: testTokens(T, m.Config.VocabSize, 52), Sampler: make([]float32, T),
+				Trainable: make([]bool, T), Reward: 1, HasReward: true,
+				Hints: []HintedSegment{{Segment: Segment{Start: 128, End: 192, Hint: testTokens(16, m.Config.VocabSize, 53)}}}}
+			trainable := 0
+			for t := range T {
+				r.Sampler[t] = float32(math.NaN())
+				if t >= 16 {
+					r.Trainable[t], r.Sampler[t] = true, -2
+					trainable++
+				}
+			}
+			if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil { // compile
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(trainable*b.N)/b.Elapsed().Seconds(), "tokens/s")
+			b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "positions/s")
+		})
+	}
+}
+
+// BenchmarkTrainLongRollout runs one optimizer step on one long rollout
+// ($HINDSIGHT_BENCH_LONG_T tokens, default 32768) of the tiny model at two training
+// chunk sizes (both within the default attention-score budget at 32k) and reports
+// the peak Go heap during the step (the pure-Go backend's buffers live there): the
+// KV cache grows with T, activations with chunk × T.
+//
+//	go test -run '^$' -bench TrainLongRollout -benchtime 1x -timeout 30m ./xla/
+func BenchmarkTrainLongRollout(b *testing.B) {
+	backend := newTestBackend(b)
+	T := 32768
+	if s := os.Getenv("HINDSIGHT_BENCH_LONG_T"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		T = n
+	}
+	for _, chunk := range []int{64, 128} {
+		b.Run(fmt.Sprintf("T=%d/chunk=%d", T, chunk), func(b *testing.B) {
+			m := testModel(b, tinyFields(map[string]any{"max_position_embeddings": 131072}), 61)
+			tr, err := NewTrainer(backend, m, TrainerOptions{Chunk: chunk, Scorer: ScorerOptions{Chunk: chunk}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := Rollout{ID: "long", Tokens: testTokens(T, m.Config.VocabSize, 62), Sampler: make([]float32, T),
+				Trainable: make([]bool, T), Reward: 1, HasReward: true,
+				Hints: []HintedSegment{{Segment: Segment{Start: T - 512, End: T - 256, Hint: testTokens(16, m.Config.VocabSize, 63)}}}}
+			for t := range T {
+				r.Trainable[t], r.Sampler[t] = t > 0, -2
+			}
+			runtime.GC()
+			var base runtime.MemStats
+			runtime.ReadMemStats(&base)
+			peak := base.HeapAlloc
+			done := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				var ms runtime.MemStats
+				for {
+					select {
+					case <-done:
+						return
+					case <-time.After(20 * time.Millisecond):
+						runtime.ReadMemStats(&ms)
+						peak = max(peak, ms.HeapAlloc)
+					}
+				}
+			}()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			close(done)
+			<-sampled
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+			b.ReportMetric(float64(peak-base.HeapAlloc)/(1<<20), "step-heap-MiB")
+			b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
+// BenchmarkTrainChunkPeak32k measures the peak Go heap of the training pass's most
+// expensive chunk, the last one of a 32768-token rollout (it attends to the whole
+// KV cache), at two chunk sizes, for the tiny model on the pure-Go backend. The
+// cache is filled with zeros instead of a 32k scoring pass (which takes minutes on
+// CPU); memory does not depend on its values. Reported: the KV cache and the peak
+// heap above it while the chunk's loss and gradient run.
+//
+//	go test -run '^$' -bench TrainChunkPeak32k -benchtime 1x ./xla/
+func BenchmarkTrainChunkPeak32k(b *testing.B) {
+	backend := newTestBackend(b)
+	const T = 32768
+	for _, chunk := range []int{64, 128} {
+		b.Run(fmt.Sprintf("T=%d/chunk=%d", T, chunk), func(b *testing.B) {
+			m := testModel(b, tinyFields(map[string]any{"max_position_embeddings": 131072}), 71)
+			s, err := NewScorer(backend, m, ScorerOptions{Chunk: chunk})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := newGradPass(backend, m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cache, err := s.newCache(T)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cache.Close()
+			cache.Len = T
+			tokens := testTokens(chunk, m.Config.VocabSize, 72)
+			off := T - chunk
+			w := make([]float32, chunk)
+			for i := range w {
+				w[i] = 1.0 / T
+			}
+			acc := p.zeroGrads()
+			runtime.GC()
+			var base runtime.MemStats
+			runtime.ReadMemStats(&base)
+			peak := base.HeapAlloc
+			done, sampled := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(sampled)
+				var ms runtime.MemStats
+				for {
+					select {
+					case <-done:
+						return
+					case <-time.After(5 * time.Millisecond):
+						runtime.ReadMemStats(&ms)
+						peak = max(peak, ms.HeapAlloc)
+					}
+				}
+			}()
+			b.ResetTimer()
+			for b.Loop() {
+				args := []any{
+					tensors.FromFlatDataAndDimensions(tokens, 1, chunk),
+					tensors.FromFlatDataAndDimensions(tokens, 1, chunk),
+					tensors.FromScalar(int32(off)),
+					tensors.FromFlatDataAndDimensions(w, 1, chunk),
+					tensors.FromFlatDataAndDimensions(make([]float32, chunk), 1, chunk),
+					tensors.FromFlatDataAndDimensions(make([]float32, chunk), 1, chunk),
+				}
+				for _, t := range append(append([]*tensors.Tensor{}, cache.k...), cache.v...) {
+					args = append(args, t)
+				}
+				for _, t := range acc {
+					args = append(args, t)
+				}
+				out, err := p.cached.Exec(args...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, t := range out {
+					t.FinalizeAll()
+				}
+			}
+			b.StopTimer()
+			close(done)
+			<-sampled
+			b.ReportMetric(float64(cache.Bytes())/(1<<20), "kv-MiB")
+			b.ReportMetric(float64(peak-base.HeapAlloc)/(1<<20), "chunk-peak-MiB")
+		})
+	}
+}

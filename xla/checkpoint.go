@@ -1,0 +1,280 @@
+package xla
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// A checkpoint (DESIGN.md "Checkpoints") is a model directory plus the trainer's
+// files. The Trainer fills:
+//
+//	model.safetensors      the policy under HF names, in config.json's torch_dtype
+//	optimizer.safetensors  exp_avg.<name>, exp_avg_sq.<name> (F32) and, when the model
+//	                       file is bf16/f16, master.<name>: the float32 master weights
+//	teacher.safetensors    the frozen or EMA teacher under HF names (F32), if any
+//	trainer_state.json     baselines, RNG, trained rollout_ids, Extra["optimizer"]
+//	                       (step) and Extra["teacher"] (mode)
+//
+// config.json and the tokenizer files come from the caller (ModelFiles).
+
+// Tensor-name prefixes of optimizer.safetensors.
+const (
+	expAvgPrefix   = "exp_avg."
+	expAvgSqPrefix = "exp_avg_sq."
+	masterPrefix   = "master."
+)
+
+type optimizerState struct {
+	Step int64 `json:"step"`
+}
+
+type teacherState struct {
+	Mode TeacherMode `json:"mode"`
+}
+
+// ModelFiles reads the non-weight files of model directory dir that a checkpoint
+// copies: config.json (required) and those of tokenizer.json, tokenizer_config.json
+// and generation_config.json that exist.
+func ModelFiles(dir string) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	for _, n := range []string{data.ConfigFileName, data.TokenizerFileName, data.TokenizerConfigFileName, data.GenerationConfigFileName} {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if errors.Is(err, os.ErrNotExist) && n != data.ConfigFileName {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("model files: %w", err)
+		}
+		files[n] = b
+	}
+	return files, nil
+}
+
+// HFName is the Hugging Face tensor name of a variable: the inverse of HFScope.
+func HFName(scope, variable string) string {
+	s := strings.ReplaceAll(strings.TrimPrefix(scope, "/"), "/", ".")
+	if s == "" {
+		return variable
+	}
+	return s + "." + variable
+}
+
+// namedTensors returns the variables of m as tensors under HF names in dtype.
+func namedTensors(vars []*mlctx.Variable, prefix string, dtype data.Dtype) ([]data.NamedTensor, error) {
+	out := make([]data.NamedTensor, 0, len(vars))
+	for _, v := range vars {
+		t, err := v.Value()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", v.ScopeAndName(), err)
+		}
+		out = append(out, tensorNamed(prefix+HFName(v.Scope(), v.Name()), t, dtype))
+	}
+	return out, nil
+}
+
+func tensorNamed(name string, t *tensors.Tensor, dtype data.Dtype) data.NamedTensor {
+	return data.NamedTensor{Name: name, Dtype: dtype, Shape: t.Shape().Dimensions, Values: tensors.MustCopyFlatData[float32](t)}
+}
+
+// Checkpoint returns the trainer's state after StepCount() steps as a
+// data.Checkpoint, with files (ModelFiles of the model directory: config.json and
+// the tokenizer files) written beside the tensors. state carries what the trainer
+// does not own (code version, effective config); its Trained, Baselines, RNG and
+// the optimizer and teacher entries of Extra are set here.
+func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) (*data.Checkpoint, error) {
+	dtype := data.DtypeF32
+	if raw, ok := files[data.ConfigFileName]; ok {
+		mc, err := data.ParseModelConfig(raw)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+		switch mc.TorchDtype {
+		case "bfloat16":
+			dtype = data.DtypeBF16
+		case "float16":
+			dtype = data.DtypeF16
+		}
+	}
+	params := tr.grad.params
+	model, err := namedTensors(params, "", dtype)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: model: %w", err)
+	}
+	var opt []data.NamedTensor
+	for i, v := range params {
+		name := HFName(v.Scope(), v.Name())
+		opt = append(opt, tensorNamed(expAvgPrefix+name, tr.opt.m[i], data.DtypeF32), tensorNamed(expAvgSqPrefix+name, tr.opt.v[i], data.DtypeF32))
+	}
+	if dtype != data.DtypeF32 {
+		master, err := namedTensors(params, masterPrefix, data.DtypeF32)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: master weights: %w", err)
+		}
+		opt = append(opt, master...)
+	}
+	ck := &data.Checkpoint{Step: tr.opt.step, Files: files,
+		Tensors: map[string][]data.NamedTensor{data.SafetensorsFileName: model, data.OptimizerFileName: opt}}
+	if tr.teacher != nil {
+		tt, err := namedTensors(variables(tr.teacher.model), "", data.DtypeF32)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: teacher: %w", err)
+		}
+		ck.Tensors[data.TeacherFileName] = tt
+	}
+	st := state
+	st.Trained = append([]string(nil), tr.trained...)
+	if st.Baselines, err = json.Marshal(tr.baselines); err != nil {
+		return nil, fmt.Errorf("checkpoint: baselines: %w", err)
+	}
+	rng, err := tr.pcg.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: rng: %w", err)
+	}
+	if st.RNG, err = json.Marshal(rng); err != nil {
+		return nil, fmt.Errorf("checkpoint: rng: %w", err)
+	}
+	extra := map[string]json.RawMessage{}
+	for k, v := range state.Extra {
+		extra[k] = v
+	}
+	extra["optimizer"], _ = json.Marshal(optimizerState{Step: tr.opt.step})
+	extra["teacher"], _ = json.Marshal(teacherState{Mode: tr.opts.Teacher.Mode})
+	st.Extra = extra
+	ck.State = st
+	return ck, nil
+}
+
+// SaveCheckpoint writes Checkpoint(files, state) under root with data.WriteCheckpoint
+// (atomic; the latest link moved; the newest keep kept) and returns its directory.
+func (tr *Trainer) SaveCheckpoint(root string, files map[string][]byte, state data.TrainerState, keep int) (string, error) {
+	ck, err := tr.Checkpoint(files, state)
+	if err != nil {
+		return "", err
+	}
+	return data.WriteCheckpoint(root, ck, keep)
+}
+
+// Restore loads the trainer's state from checkpoint directory dir, which must
+// verify (data.VerifyCheckpoint): master weights (when the model file is not F32;
+// otherwise the weights the model was opened with must be the checkpoint's),
+// optimizer moments and step, teacher, baselines, RNG and trained rollout_ids. The
+// Trainer should be new, over the model opened from dir (OpenModel(dir)).
+func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
+	st, err := data.VerifyCheckpoint(dir)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	fail := func(format string, a ...any) (*data.TrainerState, error) {
+		return nil, fmt.Errorf("restore %s: %s", dir, fmt.Sprintf(format, a...))
+	}
+	var optSt optimizerState
+	if err := json.Unmarshal(st.Extra["optimizer"], &optSt); err != nil {
+		return fail("optimizer state: %v", err)
+	}
+	of, err := data.OpenSafetensors(filepath.Join(dir, data.OptimizerFileName))
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer of.Close()
+	load := func(f interface {
+		Tensor(string) (data.TensorView, error)
+	}, name string, like *tensors.Tensor) (*tensors.Tensor, error) {
+		view, err := f.Tensor(name)
+		if err != nil {
+			return nil, err
+		}
+		vals, err := view.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", name, err)
+		}
+		t := tensors.FromFlatDataAndDimensions(vals, view.Shape...)
+		if !like.Shape().Equal(t.Shape()) {
+			return nil, fmt.Errorf("tensor %s: shape %v, want %v", name, view.Shape, like.Shape().Dimensions)
+		}
+		return t, nil
+	}
+	hasMaster := false
+	for _, n := range of.Names() {
+		hasMaster = hasMaster || strings.HasPrefix(n, masterPrefix)
+	}
+	params := tr.grad.params
+	ms, vs := make([]*tensors.Tensor, len(params)), make([]*tensors.Tensor, len(params))
+	for i, v := range params {
+		name := HFName(v.Scope(), v.Name())
+		cur := v.MustValue()
+		if ms[i], err = load(of, expAvgPrefix+name, cur); err != nil {
+			return fail("%v", err)
+		}
+		if vs[i], err = load(of, expAvgSqPrefix+name, cur); err != nil {
+			return fail("%v", err)
+		}
+		if hasMaster {
+			w, err := load(of, masterPrefix+name, cur)
+			if err != nil {
+				return fail("%v", err)
+			}
+			if err := v.SetValue(w); err != nil {
+				return fail("%s: %v", name, err)
+			}
+		}
+	}
+	if tr.teacher != nil {
+		tf, err := data.OpenSafetensors(filepath.Join(dir, data.TeacherFileName))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			// A checkpoint of a live-teacher run: the snapshot starts from the policy.
+			if err := copyWeights(tr.teacher.model, tr.model); err != nil {
+				return fail("%v", err)
+			}
+		case err != nil:
+			return fail("%v", err)
+		default:
+			defer tf.Close()
+			for _, v := range variables(tr.teacher.model) {
+				w, err := load(tf, HFName(v.Scope(), v.Name()), v.MustValue())
+				if err != nil {
+					return fail("teacher: %v", err)
+				}
+				if err := v.SetValue(w); err != nil {
+					return fail("teacher: %v", err)
+				}
+			}
+		}
+	}
+	b := credit.NewBaselines()
+	if len(st.Baselines) > 0 {
+		if err := json.Unmarshal(st.Baselines, b); err != nil {
+			return fail("baselines: %v", err)
+		}
+		if b.Task == nil {
+			b.Task = map[string]float64{}
+		}
+	}
+	if len(st.RNG) > 0 {
+		var raw []byte
+		if err := json.Unmarshal(st.RNG, &raw); err != nil {
+			return fail("rng: %v", err)
+		}
+		if err := tr.pcg.UnmarshalBinary(raw); err != nil {
+			return fail("rng: %v", err)
+		}
+	}
+	for i := range params {
+		tr.opt.m[i].FinalizeAll()
+		tr.opt.v[i].FinalizeAll()
+	}
+	tr.opt.m, tr.opt.v, tr.opt.step = ms, vs, optSt.Step
+	tr.baselines = b
+	tr.trained = append([]string(nil), st.Trained...)
+	return st, nil
+}

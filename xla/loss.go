@@ -1,0 +1,286 @@
+package xla
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/backends"
+	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// The device loss of DESIGN.md "Credit math", for one chunk of one rollout:
+//
+//	loss = Σ_i −w_i·l_i + c_i·k3_i,   k3_i = exp(r_i − l_i) − (r_i − l_i) − 1
+//
+// where l_i = log π_θ(y_{i+1} | y_≤i) is the chunk's log-prob of its next token,
+// w_i = credit.Result.Weight (m·ρ·A/N), c_i = β/N·m (0 without KL) and r_i the
+// reference policy's log-prob. w, c and r are inputs, so no gradient flows through
+// ρ, A or the reference: they are constants of the step, as credit.Loss assumes.
+// The gradient of a chunk is added to per-parameter accumulators that the same
+// executable takes and returns, so a step's gradient stays on the device.
+
+// gradPass runs the loss and its gradient over chunks of a rollout.
+type gradPass struct {
+	model    *Model
+	backend  backends.Backend
+	params   []*mlctx.Variable // the model's variables, in context order
+	cached   *mlctx.Exec       // one chunk against a KV cache (earlier K/V constant)
+	uncached *mlctx.Exec       // a whole sequence in one causal pass, no cache
+	shrink   *Exec             // the first c positions of every cache tensor
+}
+
+func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
+	p := &gradPass{model: m, backend: backend}
+	for v := range m.ctx.IterVariables() {
+		p.params = append(p.params, v)
+	}
+	cfg := m.Config
+	nl := cfg.NumHiddenLayers
+	np := len(p.params)
+	build := func(withCache bool) (*mlctx.Exec, error) {
+		e, err := mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
+			tokens, targets, start, w, c, r := in[0], in[1], in[2], in[3], in[4], in[5]
+			rest := in[6:]
+			var kc, vc []*Node
+			if withCache {
+				kc, vc, rest = rest[:nl], rest[nl:2*nl], rest[2*nl:]
+				// The scoring pass's K/V are constants: truncated backprop.
+				for i := range kc {
+					kc[i], vc[i] = StopGradient(kc[i]), StopGradient(vc[i])
+				}
+			}
+			acc := rest[:np]
+			hidden, _, _ := decoder(ctx, cfg, tokens, start, kc, vc)
+			logp := tokenLogProbs(ctx, cfg, hidden, targets) // [1, n]
+			tokLoss := chunkLoss(logp, w, c, r)
+			loss := ReduceAllSum(tokLoss)
+			g := tokens.Graph()
+			nodes := make([]*Node, np)
+			for i, v := range p.params {
+				nodes[i] = v.ValueGraph(g)
+			}
+			grads := Gradient(loss, nodes...)
+			out := []*Node{loss, tokLoss, logp}
+			for i := range grads {
+				out = append(out, Add(acc[i], grads[i]))
+			}
+			return out
+		})
+		if err != nil {
+			return nil, err
+		}
+		e.SetMaxCache(-1)
+		return e, nil
+	}
+	var err error
+	p.shrink, err = NewExec(backend, func(in []*Node) []*Node {
+		// in[0] is a dummy [c] whose length says how many positions to keep.
+		c := in[0].Shape().Dimensions[0]
+		out := make([]*Node, len(in)-1)
+		for i, x := range in[1:] {
+			out[i] = Slice(x, AxisRange(0, c))
+		}
+		return out
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new gradient pass: %w", err)
+	}
+	p.shrink.SetMaxCache(-1)
+	if p.cached, err = build(true); err != nil {
+		return nil, fmt.Errorf("new gradient pass: %w", err)
+	}
+	if p.uncached, err = build(false); err != nil {
+		return nil, fmt.Errorf("new gradient pass: %w", err)
+	}
+	return p, nil
+}
+
+// chunkLoss is the per-position loss −w·l + c·k3(r − l); k3 is evaluated only where
+// c ≠ 0, so a position without a reference log-prob cannot give 0·∞.
+//
+//	logp, w, c, r: [batch, seq] float32 → [batch, seq] float32
+func chunkLoss(logp, w, c, r *Node) *Node {
+	g := logp.Graph()
+	zero := ScalarZero(g, logp.DType())
+	on := NotEqual(c, zero)
+	x := Where(on, Sub(r, logp), zero)
+	k3 := Sub(Sub(Exp(x), x), OnesLike(x))
+	return Add(Neg(Mul(w, logp)), Mul(c, k3))
+}
+
+// zeroGrads returns zero accumulators, one per parameter.
+func (p *gradPass) zeroGrads() []*tensors.Tensor {
+	out := make([]*tensors.Tensor, len(p.params))
+	for i, v := range p.params {
+		out[i] = tensors.FromShape(v.Shape())
+	}
+	return out
+}
+
+// chunkTerms are the constant per-position inputs of a rollout's loss, indexed by
+// token position t (the prediction of y_t): Weight (credit's m·ρ·A/N), KLCoef
+// (β/N·m_t, nil without KL) and Ref (log π_ref(y_t | y_<t), nil without KL).
+type chunkTerms struct {
+	Weight, KLCoef, Ref []float32
+}
+
+// at returns the three inputs of chunk positions off…off+n-1, which predict
+// y_{off+1}…y_{off+n}: 0 past the rollout's end.
+func (ct chunkTerms) at(off, n int) (w, c, r []float32) {
+	w, c, r = make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range n {
+		t := off + i + 1
+		if t >= len(ct.Weight) {
+			break
+		}
+		w[i] = ct.Weight[t]
+		if ct.KLCoef != nil {
+			c[i], r[i] = ct.KLCoef[t], ct.Ref[t]
+		}
+	}
+	return w, c, r
+}
+
+// passResult is what a gradient pass over one rollout returns.
+type passResult struct {
+	Loss    float64   // Σ of the chunk losses
+	TokLoss []float32 // per token position t (the term of y_t); 0 at t = 0
+	LogProb []float32 // log π_θ(y_t | y_<t) as the training pass computed it; NaN at 0
+}
+
+// accumulate runs the loss over tokens chunk by chunk against cache (the scoring
+// pass's KV cache of the same tokens and the same weights; it may be grown) and adds
+// the gradient to acc, which it replaces. chunk is the training chunk (a power of
+// two ≥ minChunk); the last chunk is bucketed down like the Scorer's tail, and a
+// chunk halves while chunk × heads × cache capacity exceeds scores (attention-score
+// elements; ≤ 0: no limit), so activation memory stays flat as rollouts grow. With a
+// nil cache the whole rollout runs as one causal pass (exact gradient; activation
+// memory grows with the length).
+func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, cache *KVCache, terms chunkTerms, chunk, scores int, acc []*tensors.Tensor) (passResult, error) {
+	T := len(tokens)
+	res := passResult{TokLoss: make([]float32, T), LogProb: make([]float32, T)}
+	res.LogProb[0] = float32(math.NaN())
+	run := func(e *mlctx.Exec, off, n int, caches []*tensors.Tensor) error {
+		tok := make([]int32, n)
+		tgt := make([]int32, n)
+		copy(tok, tokens[off:])
+		if off+1 < T {
+			copy(tgt, tokens[off+1:])
+		}
+		w, c, r := terms.at(off, n)
+		args := []any{
+			tensors.FromFlatDataAndDimensions(tok, 1, n),
+			tensors.FromFlatDataAndDimensions(tgt, 1, n),
+			tensors.FromScalar(int32(off)),
+			tensors.FromFlatDataAndDimensions(w, 1, n),
+			tensors.FromFlatDataAndDimensions(c, 1, n),
+			tensors.FromFlatDataAndDimensions(r, 1, n),
+		}
+		for _, t := range caches {
+			args = append(args, t)
+		}
+		for _, t := range acc {
+			args = append(args, donated(t, p.backend))
+		}
+		out, err := e.Exec(args...)
+		if err != nil {
+			return fmt.Errorf("gradient of chunk at %d: %w", off, err)
+		}
+		loss := tensors.ToScalar[float32](out[0])
+		tl := tensors.MustCopyFlatData[float32](out[1])
+		lp := tensors.MustCopyFlatData[float32](out[2])
+		out[0].FinalizeAll()
+		out[1].FinalizeAll()
+		out[2].FinalizeAll()
+		for i, t := range acc {
+			t.FinalizeAll() // what donation left of it
+			acc[i] = out[3+i]
+		}
+		res.Loss += float64(loss)
+		for i := 0; i < n && off+i+1 < T; i++ {
+			res.TokLoss[off+i+1] = tl[i]
+			res.LogProb[off+i+1] = lp[i]
+		}
+		return nil
+	}
+	if cache == nil {
+		return res, run(p.uncached, 0, T, nil)
+	}
+	if cache.model != p.model || cache.k == nil || cache.Len < T {
+		return res, fmt.Errorf("gradient pass: the KV cache is not this model's cache of the %d tokens", T)
+	}
+	// A chunk at off sees positions < off+n only, so it gets the cache cut to the
+	// smallest capacity bucket holding them (attention cost grows with the capacity);
+	// the cut copy is shared by the chunks of one bucket.
+	var view []*tensors.Tensor
+	viewCap := 0
+	dropView := func() {
+		for _, t := range view {
+			t.FinalizeAll()
+		}
+		view, viewCap = nil, 0
+	}
+	defer dropView()
+	heads := p.model.Config.NumAttentionHeads
+	for off := 0; off < T; {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		rem := T - off
+		n := trainChunkFor(chunk, rem, s.capacityFor(off+min(rem, chunk)), heads, scores)
+		if off+n > cache.Capacity {
+			if err := s.ensure(cache, off+n, true); err != nil {
+				return res, err
+			}
+		}
+		caches := append(append([]*tensors.Tensor{}, cache.k...), cache.v...)
+		if c := s.capacityFor(off + n); c < cache.Capacity {
+			if c != viewCap {
+				dropView()
+				args := []any{make([]float32, c)}
+				for _, t := range caches {
+					args = append(args, t)
+				}
+				out, err := p.shrink.Exec(args...)
+				if err != nil {
+					return res, fmt.Errorf("cut kv cache to %d: %w", c, err)
+				}
+				view, viewCap = out, c
+			}
+			caches = view
+		}
+		if err := run(p.cached, off, n, caches); err != nil {
+			return res, err
+		}
+		off += n
+	}
+	return res, nil
+}
+
+// donated returns t's buffer donated to the next execution where the backend allows
+// (the executable then updates it in place), else t itself.
+func donated(t *tensors.Tensor, backend backends.Backend) any {
+	if !t.IsShared() {
+		if d, err := DonateTensorBuffer(t, backend, 0); err == nil {
+			return d
+		}
+	}
+	return t
+}
+
+// trainChunkFor is the training chunk for rem remaining positions against a cache
+// of capacity positions: chunk, divided by 4 (≥ minChunk) while that still holds
+// rem, then halved (≥ minChunk) while chunk × heads × capacity > scores.
+func trainChunkFor(chunk, rem, capacity, heads, scores int) int {
+	n := chunk
+	for n/4 >= minChunk && n/4 >= rem {
+		n /= 4
+	}
+	for scores > 0 && n/2 >= minChunk && n*heads*capacity > scores {
+		n /= 2
+	}
+	return n
+}

@@ -1,0 +1,174 @@
+package xla
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/backends"
+	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// TeacherMode says which weights score the hinted passes (DESIGN.md "Credit math").
+type TeacherMode string
+
+// The teacher modes.
+const (
+	// TeacherLive is the current policy: no extra weights, and the hinted passes reuse
+	// the student pass's prefix KV cache.
+	TeacherLive TeacherMode = "live"
+	// TeacherFrozen is a snapshot of the policy, refreshed every RefreshEvery steps.
+	TeacherFrozen TeacherMode = "frozen"
+	// TeacherEMA is an exponential moving average of the policy:
+	// θ_T ← θ_T + rate·(θ − θ_T) after every step.
+	TeacherEMA TeacherMode = "ema"
+)
+
+// TeacherConfig configures the teacher. Defaults: DefaultTeacher.
+type TeacherConfig struct {
+	Mode TeacherMode `yaml:"mode"`
+	// RefreshEvery is the frozen teacher's refresh period in optimizer steps (0: never).
+	RefreshEvery int `yaml:"refresh_every"`
+	// EMARate is the EMA teacher's rate per step, in (0, 1].
+	EMARate float64 `yaml:"ema_rate"`
+}
+
+// DefaultTeacher returns the live teacher (refresh 100 and rate 0.01 for the others).
+func DefaultTeacher() TeacherConfig {
+	return TeacherConfig{Mode: TeacherLive, RefreshEvery: 100, EMARate: 0.01}
+}
+
+// Validate names the first bad field.
+func (c TeacherConfig) Validate() error {
+	switch c.Mode {
+	case TeacherLive, TeacherFrozen, TeacherEMA:
+	default:
+		return fmt.Errorf("mode: %q is not live, frozen or ema", c.Mode)
+	}
+	if c.RefreshEvery < 0 {
+		return fmt.Errorf("refresh_every: %d, want ≥ 0", c.RefreshEvery)
+	}
+	if c.Mode == TeacherEMA && !(c.EMARate > 0 && c.EMARate <= 1) {
+		return fmt.Errorf("ema_rate: %g, want (0, 1]", c.EMARate)
+	}
+	return nil
+}
+
+// teacher is the frozen or EMA copy of the policy and its Scorer; nil for live.
+type teacher struct {
+	cfg     TeacherConfig
+	backend backends.Backend
+	model   *Model
+	scorer  *Scorer
+	ema     *Exec
+}
+
+func newTeacher(backend backends.Backend, cfg TeacherConfig, student *Model, opts ScorerOptions) (*teacher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("teacher: %w", err)
+	}
+	if cfg.Mode == TeacherLive {
+		return nil, nil
+	}
+	m, err := cloneModel(student)
+	if err != nil {
+		return nil, err
+	}
+	t := &teacher{cfg: cfg, backend: backend, model: m}
+	if t.scorer, err = NewScorer(backend, m, opts); err != nil {
+		return nil, fmt.Errorf("teacher: %w", err)
+	}
+	if cfg.Mode == TeacherEMA {
+		t.ema, err = NewExec(backend, func(in []*Node) []*Node {
+			rate := in[0]
+			n := (len(in) - 1) / 2
+			out := make([]*Node, n)
+			for i := range n {
+				tw, sw := in[1+i], in[1+n+i]
+				out[i] = Add(tw, Mul(Sub(sw, tw), rate))
+			}
+			return out
+		})
+		if err != nil {
+			return nil, fmt.Errorf("teacher: %w", err)
+		}
+		t.ema.SetMaxCache(-1)
+	}
+	return t, nil
+}
+
+// update moves the teacher after optimizer step `step` (1-based) of student.
+func (t *teacher) update(student *Model, step int64) error {
+	if t == nil {
+		return nil
+	}
+	switch t.cfg.Mode {
+	case TeacherFrozen:
+		if t.cfg.RefreshEvery > 0 && step%int64(t.cfg.RefreshEvery) == 0 {
+			return copyWeights(t.model, student)
+		}
+	case TeacherEMA:
+		tv, sv := variables(t.model), variables(student)
+		args := []any{float32(t.cfg.EMARate)}
+		for _, v := range tv {
+			args = append(args, donated(v.MustValue(), t.backend))
+		}
+		for _, v := range sv {
+			args = append(args, v.MustValue())
+		}
+		out, err := t.ema.Exec(args...)
+		if err != nil {
+			return fmt.Errorf("ema teacher: %w", err)
+		}
+		for i, v := range tv {
+			if err := v.SetValue(out[i]); err != nil {
+				return fmt.Errorf("ema teacher: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// variables lists m's variables in context order (the order of mc.Tensors()).
+func variables(m *Model) []*mlctx.Variable {
+	var out []*mlctx.Variable
+	for v := range m.ctx.IterVariables() {
+		out = append(out, v)
+	}
+	return out
+}
+
+// hostCopy copies a float32 tensor through the host, so the copy shares no buffer.
+func hostCopy(t *tensors.Tensor) *tensors.Tensor {
+	return tensors.FromFlatDataAndDimensions(tensors.MustCopyFlatData[float32](t), t.Shape().Dimensions...)
+}
+
+// cloneModel returns a model with the same config and a copy of m's weights.
+func cloneModel(m *Model) (*Model, error) {
+	ctx := mlctx.New()
+	for v := range m.ctx.IterVariables() {
+		t, err := v.Value()
+		if err != nil {
+			return nil, fmt.Errorf("clone model: %s/%s: %w", v.Scope(), v.Name(), err)
+		}
+		ctx.InAbsPath(v.Scope()).VariableWithValue(v.Name(), hostCopy(t))
+	}
+	return &Model{Config: m.Config, ctx: ctx}, nil
+}
+
+// copyWeights sets dst's weights to copies of src's (same config).
+func copyWeights(dst, src *Model) error {
+	dv, sv := variables(dst), variables(src)
+	if len(dv) != len(sv) {
+		return fmt.Errorf("copy weights: %d variables into %d", len(sv), len(dv))
+	}
+	for i := range dv {
+		if dv[i].ScopeAndName() != sv[i].ScopeAndName() {
+			return fmt.Errorf("copy weights: %s into %s", sv[i].ScopeAndName(), dv[i].ScopeAndName())
+		}
+		if err := dv[i].SetValue(hostCopy(sv[i].MustValue())); err != nil {
+			return fmt.Errorf("copy weights: %w", err)
+		}
+	}
+	return nil
+}
