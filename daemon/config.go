@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/teacher"
 )
 
 // Config is hindsightd's configuration. It is decoded strictly from YAML over
@@ -27,6 +30,14 @@ type Config struct {
 	Model  ModelConfig      `yaml:"model"`
 	Spool  SpoolConfig      `yaml:"spool"`
 	Valid  ValidationConfig `yaml:"validation"`
+	// Backend is the GoMLX backend spec (go:parallelism=-1, xla:/abs/plugin.so); the
+	// -backend flag overrides it and GOMLX_BACKEND applies where neither is set.
+	Backend string `yaml:"backend"`
+	// OutputDir receives the credit output files; empty means <data_dir>/outputs.
+	OutputDir string         `yaml:"output_dir"`
+	Teacher   teacher.Config `yaml:"teacher"`
+	Credit    credit.Config  `yaml:"credit"`
+	Train     TrainConfig    `yaml:"train"`
 	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
 	// stopping the servers.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -41,9 +52,14 @@ type LogConfig struct {
 // ModelConfig names the policy.
 type ModelConfig struct {
 	// Dir is a Hugging Face model directory (config.json, safetensors, tokenizer.json;
-	// see README "Model directories"). When set, rollouts must carry its tokenizer's
-	// fingerprint and token ids below its vocab_size, unless validation says otherwise.
+	// see README "Model directories"). Rollouts must carry its tokenizer's fingerprint
+	// and token ids below its vocab_size, unless validation says otherwise. Empty
+	// means <data_dir>/model when training, created on first start from InitPreset.
 	Dir string `yaml:"dir"`
+	// InitPreset and InitTokenizer make the default model (data.InitModel) when Dir
+	// is empty and <data_dir>/model does not exist yet.
+	InitPreset    string `yaml:"init_preset"`
+	InitTokenizer string `yaml:"init_tokenizer"`
 }
 
 // SpoolConfig tunes how the spool is watched.
@@ -70,7 +86,11 @@ func DefaultConfig() Config {
 		DataDir:         "./hindsight-data",
 		Listen:          "127.0.0.1:7077",
 		Log:             LogConfig{Level: "info", Format: "auto"},
+		Model:           ModelConfig{InitPreset: "tiny", InitTokenizer: "bytes"},
 		Spool:           SpoolConfig{RescanInterval: 2 * time.Second},
+		Teacher:         teacher.DefaultConfig(),
+		Credit:          credit.DefaultConfig(),
+		Train:           DefaultTrainConfig(),
 		ShutdownTimeout: 30 * time.Second,
 	}
 }
@@ -148,7 +168,21 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown_timeout: %s must be positive", c.ShutdownTimeout)
 	}
-	return nil
+	if c.Model.Dir == "" && c.Train.Enabled {
+		if c.Model.InitPreset == "" {
+			return errors.New("model.init_preset: must not be empty when model.dir is")
+		}
+		if c.Model.InitTokenizer == "" {
+			return errors.New("model.init_tokenizer: must not be empty when model.dir is")
+		}
+	}
+	if err := c.Teacher.Validate("teacher."); err != nil {
+		return err
+	}
+	if err := c.Credit.Validate(); err != nil {
+		return fmt.Errorf("credit.%w", err)
+	}
+	return c.Train.Validate("train.")
 }
 
 // SpoolDir returns the spool root.
@@ -157,6 +191,37 @@ func (c *Config) SpoolDir() string {
 		return c.Spool.Dir
 	}
 	return filepath.Join(c.DataDir, "spool")
+}
+
+// ModelDir returns the policy's model directory and whether it is the default one
+// under the data directory (which the daemon creates when missing).
+func (c *Config) ModelDir() (dir string, isDefault bool) {
+	if c.Model.Dir != "" {
+		return c.Model.Dir, false
+	}
+	return filepath.Join(c.DataDir, "model"), true
+}
+
+// OutputPath returns the folder of credit output files.
+func (c *Config) OutputPath() string {
+	if c.OutputDir != "" {
+		return c.OutputDir
+	}
+	return filepath.Join(c.DataDir, "outputs")
+}
+
+// CheckpointDir returns the checkpoint root (step-NNNNNN/ folders and latest).
+func (c *Config) CheckpointDir() string { return filepath.Join(c.DataDir, "checkpoints") }
+
+// StagingDir holds the credit rows of trained rollouts whose file is not published yet.
+func (c *Config) StagingDir() string { return filepath.Join(c.DataDir, "state", "credit") }
+
+// TeacherCacheDir is teacher.cache_dir, or <data_dir>/state/teacher-cache.
+func (c *Config) TeacherCacheDir() string {
+	if c.Teacher.CacheDir != "" {
+		return c.Teacher.CacheDir
+	}
+	return filepath.Join(c.DataDir, "state", "teacher-cache")
 }
 
 // JournalPath returns the path of the spool journal.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/teacher"
 )
 
 // Options are the parts of a run that are not configuration.
@@ -25,6 +27,14 @@ type Options struct {
 	// prints progress and a summary to Out, and returns instead of watching.
 	Demo bool
 	Out  io.Writer // human progress for -demo; nil discards it
+	// Backend is the -backend flag (overrides the config's backend:).
+	Backend string
+	// ResumeFrom restores the checkpoint of this step instead of the newest; < 0: newest.
+	ResumeFrom int64
+	// ConfigPath is the config file, re-read on a Reload signal; Reload delivers
+	// SIGHUP: the teacher settings are reloaded without a restart.
+	ConfigPath string
+	Reload     <-chan os.Signal
 }
 
 // daemon is one run of hindsightd. The ingest loop is the only goroutine that drives
@@ -39,7 +49,29 @@ type daemon struct {
 	notify  *notifier
 	out     io.Writer
 	started time.Time
+
+	// Training (nil while train.enabled is false).
+	readOpts  rollout.ReadOptions
+	hinter    atomic.Pointer[teacher.Hinter]
+	tokenizer data.Tokenizer
+	q         *queues
+	dev       *device
+	ingesting atomic.Bool
+	feeding   atomic.Bool
+	beat      atomic.Int64 // unix nanos of the device loop's last progress
+	doneIDs   map[string]bool
+	pipeDone  <-chan struct{}
+	// onStep, when set (-demo), is told about each optimizer step: trained counts the
+	// tokens through the gradient passes so far in this process.
+	onStep        func(step int64, loss, tokensPerSecond float64, trained int64)
+	trainedTokens int64
 }
+
+// training reports whether this run trains.
+func (d *daemon) training() bool { return d.cfg.Train.Enabled }
+
+// heartbeat records device-loop progress for the systemd watchdog.
+func (d *daemon) heartbeat() { d.beat.Store(time.Now().UnixNano()) }
 
 // Run runs hindsightd until ctx is cancelled (SIGTERM/SIGINT), then drains: it
 // finishes the file in hand within cfg.ShutdownTimeout, stops the servers and returns
@@ -64,10 +96,16 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	defer lock.release()
 
+	if d.training() {
+		if err := d.ensureModel(); err != nil {
+			return err
+		}
+	}
 	readOpts, err := d.readOptions()
 	if err != nil {
 		return err
 	}
+	d.readOpts = readOpts
 	d.spool, err = rollout.OpenSpool(cfg.SpoolDir(), cfg.JournalPath(), readOpts, opts.Log)
 	if err != nil {
 		return err
@@ -82,6 +120,14 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	d.stats = newStats(d, opts.Version)
 	d.metrics = newMetrics(reg, d.stats, opts.Version)
 	d.stats.publish()
+
+	if d.training() {
+		if err := d.openTraining(); err != nil {
+			return err
+		}
+		defer d.dev.close()
+		d.stats.publish()
+	}
 
 	if opts.Demo {
 		return d.runDemo(ctx)
@@ -103,8 +149,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 
 	work, stopWork := d.workContext(ctx)
 	defer stopWork()
-	if err := d.recover(ctx, work); err != nil {
-		return err
+	if !d.training() {
+		if err := d.recover(ctx, work); err != nil {
+			return err
+		}
 	}
 
 	d.stats.setState(stateReady)
@@ -116,14 +164,35 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	wake := make(chan struct{}, 1)
 	g.Go(func() error { return d.watch(gctx, wake) })
 	g.Go(func() error { return d.publishLoop(gctx) })
-	g.Go(func() error { d.notify.watchdog(gctx); return nil })
-	g.Go(func() error {
-		err := d.ingestLoop(ctx, work, wake)
-		if err != nil {
-			d.stats.setError(err, "")
+	g.Go(func() error { d.notify.watchdog(gctx, d.watchdogAlive); return nil })
+	ingest := func(ictx context.Context) error {
+		if d.training() {
+			if err := d.recover(ictx, work); err != nil {
+				return err
+			}
 		}
-		return err
-	})
+		return d.ingestLoop(ictx, work, wake)
+	}
+	if d.training() {
+		g.Go(func() error { d.reloadLoop(gctx); return nil })
+		d.startPipeline(g, gctx, work)
+		g.Go(func() error {
+			defer close(d.q.files)
+			err := ingest(gctx)
+			if err != nil {
+				d.stats.setError(err, "")
+			}
+			return err
+		})
+	} else {
+		g.Go(func() error {
+			err := ingest(ctx)
+			if err != nil {
+				d.stats.setError(err, "")
+			}
+			return err
+		})
+	}
 
 	<-gctx.Done()
 	d.stats.setState(stateDraining)
@@ -133,7 +202,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	err = g.Wait()
 	d.stats.publish()
 	if err != nil {
-		d.log.Error().Err(err).Msg("ingest stopped")
+		d.log.Error().Err(err).Msg("pipeline stopped")
 		return err
 	}
 	t := d.spool.Journal().Totals()
@@ -161,6 +230,8 @@ func (d *daemon) workContext(ctx context.Context) (context.Context, context.Canc
 // recover finishes what a crash left in processing/, in claim order.
 // It stops early, leaving the rest for the next start, when ctx ends.
 func (d *daemon) recover(ctx, work context.Context) error {
+	d.ingesting.Store(true)
+	defer d.ingesting.Store(false)
 	todo, err := d.spool.Recover()
 	if err != nil {
 		return err
@@ -189,14 +260,16 @@ var errStopped = errors.New("stopped")
 // vocab size, else the model directory's.
 func (d *daemon) readOptions() (rollout.ReadOptions, error) {
 	o := rollout.ReadOptions{VocabSize: d.cfg.Valid.VocabSize, Tokenizer: d.cfg.Valid.Tokenizer}
-	if d.cfg.Model.Dir == "" {
+	dir, _ := d.cfg.ModelDir()
+	if d.cfg.Model.Dir == "" && !d.training() {
 		return o, nil
 	}
-	md, err := data.OpenModelDir(d.cfg.Model.Dir)
+	md, err := data.OpenModelDir(dir)
 	if err != nil {
 		return o, fmt.Errorf("model.dir: %w", err)
 	}
 	defer md.Close()
+	d.tokenizer = md.Tokenizer
 	fp := md.Tokenizer.Fingerprint()
 	if o.Tokenizer == "" {
 		o.Tokenizer = fp
@@ -206,6 +279,6 @@ func (d *daemon) readOptions() (rollout.ReadOptions, error) {
 	if o.VocabSize == 0 {
 		o.VocabSize = md.Config.VocabSize
 	}
-	d.log.Info().Str("model_dir", d.cfg.Model.Dir).Str("tokenizer", fp).Int("vocab_size", o.VocabSize).Msg("model")
+	d.log.Info().Str("model_dir", dir).Str("tokenizer", fp).Int("vocab_size", o.VocabSize).Msg("model")
 	return o, nil
 }

@@ -71,6 +71,8 @@ func (d *daemon) ingestLoop(ctx, work context.Context, wake <-chan struct{}) err
 // drainIncoming processes every file now in incoming/; it returns early, with nil,
 // when ctx ends between files.
 func (d *daemon) drainIncoming(ctx, work context.Context) error {
+	d.ingesting.Store(true)
+	defer d.ingesting.Store(false)
 	for ctx.Err() == nil {
 		names, err := d.spool.Pending()
 		if err != nil {
@@ -103,13 +105,14 @@ func (d *daemon) drainIncoming(ctx, work context.Context) error {
 	return nil
 }
 
-// processClaim decides one claimed file's rows and moves it out of processing/.
-// Until training exists, a file is finished as soon as its rows are decided; the
-// trainer will finish it once a durable checkpoint lists its rollouts.
+// processClaim decides one claimed file's rows. Without training the file is
+// finished at once; with training a file with accepted rollouts goes to the
+// pipeline, which finishes it once a durable checkpoint lists them all.
 func (d *daemon) processClaim(work context.Context, c *rollout.ClaimState) error {
 	start := time.Now()
 	rep, err := d.spool.Process(work, c)
-	if err == nil && rep.Quarantine == nil {
+	toTrain := err == nil && rep.Quarantine == nil && d.training() && rep.Accepted > 0
+	if err == nil && rep.Quarantine == nil && !toTrain {
 		err = d.spool.Finish(c, rep)
 	}
 	if err != nil {
@@ -120,8 +123,10 @@ func (d *daemon) processClaim(work context.Context, c *rollout.ClaimState) error
 		return err
 	}
 	took := time.Since(start)
-	d.stats.fileDone(rep, took)
-	d.metrics.fileDone(rep)
+	if !toTrain {
+		d.stats.fileDone(rep, took)
+		d.metrics.fileDone(rep)
+	}
 	log := d.log.Info()
 	if rep.Quarantine != nil {
 		log = d.log.Warn().Str("code", string(rep.Quarantine.Code)).Str("reason", rep.Quarantine.Error())
@@ -130,10 +135,17 @@ func (d *daemon) processClaim(work context.Context, c *rollout.ClaimState) error
 		log = d.log.Warn().Str("first_problem", rep.Problems[0].Error())
 		d.stats.setError(rep.Problems[0], rep.Claimed)
 	}
+	outcome := rep.Outcome
+	if toTrain {
+		outcome = "training"
+	}
 	log.Uint64("seq", rep.Seq).Str("file", rep.Claimed).Int("rows", rep.Rows).Int("accepted", rep.Accepted).
-		Int("rejected", rep.Rejected).Int64("tokens", rep.Tokens).Str("outcome", rep.Outcome).
+		Int("rejected", rep.Rejected).Int64("tokens", rep.Tokens).Str("outcome", outcome).
 		Dur("took", took).Msg("file processed")
-	d.reportProgress(rep)
+	d.reportProgress(rep, toTrain)
 	d.stats.publish()
+	if toTrain {
+		return d.handToTrainer(work, c, rep)
+	}
 	return nil
 }

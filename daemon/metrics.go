@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -32,6 +33,14 @@ func newMetrics(reg *prometheus.Registry, s *stats, version string) *metrics {
 	}
 	m.rollouts.WithLabelValues("accepted")
 	m.rollouts.WithLabelValues("rejected")
+	trainGauge := func(name, help string, get func(*hindsightv1.Status) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if st := s.snapshot(); st != nil {
+				return get(st)
+			}
+			return 0
+		})
+	}
 	spool := func(dir string, get func(c rollout.Counts) int64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hindsight_spool_files",
 			Help: "Files in each spool folder.", ConstLabels: prometheus.Labels{"dir": dir}}, func() float64 {
@@ -62,6 +71,18 @@ func newMetrics(reg *prometheus.Registry, s *stats, version string) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hindsight_build_info",
 			Help: "Always 1; the version label says which build runs.", ConstLabels: prometheus.Labels{"version": version}},
 			func() float64 { return 1 }),
+		trainGauge("hindsight_train_step", "Optimizer steps applied to the policy.", func(st *hindsightv1.Status) float64 { return float64(st.GetTraining().GetStep()) }),
+		trainGauge("hindsight_train_loss", "Loss of the last optimizer step.", func(st *hindsightv1.Status) float64 { return st.GetTraining().GetLoss() }),
+		trainGauge("hindsight_train_learning_rate", "Learning rate of the last step.", func(st *hindsightv1.Status) float64 { return st.GetTraining().GetLearningRate() }),
+		trainGauge("hindsight_train_grad_norm", "Gradient L2 norm of the last step, before clipping.", func(st *hindsightv1.Status) float64 { return st.GetTraining().GetGradNorm() }),
+		trainGauge("hindsight_train_tokens_per_second", "Tokens through the gradient passes per second, last step.", func(st *hindsightv1.Status) float64 { return st.GetTraining().GetTrainTokensPerSecond() }),
+		trainGauge("hindsight_score_tokens_per_second", "Tokens through the scoring passes per second, last step.", func(st *hindsightv1.Status) float64 { return st.GetTraining().GetScoreTokensPerSecond() }),
+		trainGauge("hindsight_rollouts_trained", "Rollouts whose gradient is in the weights (lifetime).", func(st *hindsightv1.Status) float64 { return float64(st.GetTraining().GetRolloutsTrained()) }),
+		trainGauge("hindsight_rollouts_skipped", "Rollouts skipped for policy lag by this process.", func(st *hindsightv1.Status) float64 { return float64(st.GetTraining().GetRolloutsSkipped()) }),
+		trainGauge("hindsight_checkpoint_step", "Step of the newest durable checkpoint.", func(st *hindsightv1.Status) float64 { return float64(st.GetLastCheckpoint().GetStep()) }),
+		trainGauge("hindsight_credit_delta_abs_mean", "Mean |Δ| over hint tokens of the last step, nats.", func(st *hindsightv1.Status) float64 { return st.GetCredit().GetDeltaAbsMean() }),
+		trainGauge("hindsight_credit_clip_fraction", "Share of hint tokens clipped in the last step.", func(st *hindsightv1.Status) float64 { return st.GetCredit().GetClipFraction() }),
+		trainGauge("hindsight_queue_rollouts", "Rollouts with the teacher or waiting for the device.", func(st *hindsightv1.Status) float64 { return float64(st.GetQueues().GetRollouts()) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

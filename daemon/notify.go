@@ -26,9 +26,9 @@ func (n *notifier) status(status string) {
 	n.send("STATUS=" + status)
 }
 
-// watchdog pings systemd at half of WatchdogSec until ctx ends; without a watchdog it
-// returns at once.
-func (n *notifier) watchdog(ctx context.Context) {
+// watchdog pings systemd at half of WatchdogSec until ctx ends, while alive says the
+// work loop makes progress; without a watchdog it returns at once.
+func (n *notifier) watchdog(ctx context.Context, alive func(every time.Duration) bool) {
 	every, err := sd.SdWatchdogEnabled(false)
 	if err != nil {
 		n.log.Warn().Err(err).Msg("read systemd watchdog settings")
@@ -44,7 +44,11 @@ func (n *notifier) watchdog(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n.send(sd.SdNotifyWatchdog)
+			if alive(every) {
+				n.send(sd.SdNotifyWatchdog)
+			} else {
+				n.log.Error().Dur("watchdog", every).Msg("the device loop made no progress; withholding the watchdog ping")
+			}
 		}
 	}
 }

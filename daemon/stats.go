@@ -40,6 +40,7 @@ type stats struct {
 	lastErrAt  time.Time
 	lastErrF   string
 	counts     rollout.Counts
+	train      trainStats
 
 	snap atomic.Pointer[hindsightv1.Status]
 }
@@ -137,6 +138,7 @@ func (s *stats) publish() {
 	if !s.lastErrAt.IsZero() {
 		st.LastErrorAt = timestamppb.New(s.lastErrAt)
 	}
+	s.fillTraining(st)
 	s.snap.Store(st)
 }
 
@@ -155,6 +157,10 @@ func (s *stats) line() string {
 	if st == nil {
 		return "starting"
 	}
-	return fmt.Sprintf("%s: incoming %d, processing %d; accepted %d, rejected %d rollouts",
+	line := fmt.Sprintf("%s: incoming %d, processing %d; accepted %d, rejected %d rollouts",
 		strings.ToLower(strings.TrimPrefix(st.State.String(), "STATE_")), st.Spool.Incoming, st.Spool.Processing, st.Total.RolloutsAccepted, st.Total.RolloutsRejected)
+	if t := st.Training; t != nil {
+		line += fmt.Sprintf("; step %d, loss %.4g, %d trained", t.Step, t.Loss, t.RolloutsTrained)
+	}
+	return line
 }

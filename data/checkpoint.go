@@ -23,8 +23,8 @@ import (
 // (README "Model directories") that transformers and vLLM load as is, plus the
 // trainer's own files.
 const (
-	ManifestFileName     = "manifest.json"       // written last: sizes and SHA-256 of every other file
-	TrainerStateFileName = "trainer_state.json"  // TrainerState
+	ManifestFileName     = "manifest.json"      // written last: sizes and SHA-256 of every other file
+	TrainerStateFileName = "trainer_state.json" // TrainerState
 	OptimizerFileName    = "optimizer.safetensors"
 	TeacherFileName      = "teacher.safetensors" // frozen or EMA teacher weights, when kept
 	LatestLinkName       = "latest"              // symlink to the newest complete step directory

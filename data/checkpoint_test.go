@@ -74,7 +74,7 @@ func TestCheckpointCorruptLatestFallsBack(t *testing.T) {
 			b[len(b)-1] ^= 0xff
 			os.WriteFile(p, b, 0o644)
 		},
-		"truncated state": func(dir string) { os.Truncate(filepath.Join(dir, TrainerStateFileName), 3) },
+		"truncated state":  func(dir string) { os.Truncate(filepath.Join(dir, TrainerStateFileName), 3) },
 		"missing manifest": func(dir string) { os.Remove(filepath.Join(dir, ManifestFileName)) },
 		"missing file":     func(dir string) { os.Remove(filepath.Join(dir, "config.json")) },
 	} {

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -240,6 +241,13 @@ func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
 	})
 	fmt.Fprintln(tw, "\t") // a blank line that keeps the key column aligned across sections
 
+	if tr := st.GetTraining(); tr != nil {
+		printTraining(line, st)
+		fmt.Fprintln(tw, "\t")
+	}
+	if st.GetPaused() {
+		line("paused", "%s", orDash(st.GetPauseReason()))
+	}
 	if st.GetLastError() == "" {
 		line("last error", "none")
 	} else {
@@ -259,6 +267,62 @@ func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
 		return fmt.Errorf("write status: %w", err)
 	}
 	return nil
+}
+
+// printTraining writes the training section: optimizer, rollouts, teacher, credit,
+// checkpoint, queues, backend.
+func printTraining(line func(key, format string, args ...any), st *hindsightv1.Status) {
+	tr := st.GetTraining()
+	line("optimizer step", "%s (this process %s), loss %.5g, lr %.3g, grad norm %.3g",
+		count(tr.GetStep()), count(tr.GetSessionSteps()), tr.GetLoss(), tr.GetLearningRate(), tr.GetGradNorm())
+	line("throughput", "train %s tokens/s, score %s tokens/s, last step %s",
+		count(int64(math.Round(tr.GetTrainTokensPerSecond()))), count(int64(math.Round(tr.GetScoreTokensPerSecond()))),
+		tr.GetLastStepTook().AsDuration().Round(time.Millisecond))
+	line("rollouts", "%s trained, %s skipped (policy lag), %s failed", count(tr.GetRolloutsTrained()),
+		count(tr.GetRolloutsSkipped()), count(tr.GetRolloutsFailed()))
+	line("batch", "%s rollouts, %s / %s tokens", count(tr.GetBatchRollouts()), count(tr.GetBatchTokens()), count(tr.GetTokenBudget()))
+	if ck := st.GetLastCheckpoint(); ck != nil {
+		line("checkpoint", "step %s at %s: %s", count(ck.GetStep()), formatTime(ck.GetWrittenAt()), ck.GetPath())
+	} else {
+		line("checkpoint", "none yet")
+	}
+	line("credit files", "%s published (this process)", count(tr.GetCreditFiles()))
+	if te := st.GetTeacher(); te != nil {
+		line("hints", "%s", countsByKey(te.GetHintsBySource()))
+		line("teacher failures", "%s", countsByKey(te.GetFailuresByKind()))
+		line("teacher", "%s rollouts, %s selections, mean %s per rollout, %s requests, %s cache hits%s",
+			count(te.GetRollouts()), count(te.GetSelections()), te.GetMeanLatency().AsDuration().Round(time.Microsecond),
+			count(te.GetRequests()), count(te.GetCacheHits()), map[bool]string{true: ", breaker " + te.GetBreakerState()}[te.GetBreakerState() != ""])
+	}
+	if c := st.GetCredit(); c != nil {
+		line("credit (last step)", "|Δ| mean %.3g p99 %.3g nats, clip %.1f%%, pivot share %.1f%%, %s hint / %s tokens",
+			c.GetDeltaAbsMean(), c.GetDeltaAbsP99(), 100*c.GetClipFraction(), 100*c.GetPivotShare(),
+			count(c.GetHintTokens()), count(c.GetTokens()))
+	}
+	if q := st.GetQueues(); q != nil {
+		line("queues", "%s files, %s rollouts in flight, %s files awaiting a checkpoint",
+			count(q.GetFiles()), count(q.GetRollouts()), count(q.GetFilesAwaitingCheckpoint()))
+	}
+	if b := st.GetBackend(); b != nil {
+		line("backend", "%s, %s; %s parameters from %s", b.GetName(), b.GetDevice(), count(b.GetParameters()), orDash(b.GetModelDir()))
+	}
+}
+
+// countsByKey prints a map as "a 3, b 1" sorted by key, or "none".
+func countsByKey(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + " " + count(m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // stateName turns STATE_READY into "ready".

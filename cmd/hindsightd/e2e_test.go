@@ -69,6 +69,15 @@ func (p *proc) log() string {
 	return p.stderr.String()
 }
 
+// ingestOnly returns the flags of a config with training off: the daemon validates
+// and journals, finishing each file as soon as it is decided (the ingest tests).
+func ingestOnly(t *testing.T) []string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ingest-only.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("train:\n  enabled: false\n"), 0o644))
+	return []string{"-config", path}
+}
+
 func startDaemon(t *testing.T, args ...string) *proc {
 	t.Helper()
 	return startDaemonEnv(t, []string{"NOTIFY_SOCKET="}, args...)
@@ -226,7 +235,7 @@ func TestSIGKILLWhileIngesting(t *testing.T) {
 
 	const kills = 15
 	midFile, openClaims := 0, 0
-	args := []string{"-data-dir", data, "-listen", "127.0.0.1:0"}
+	args := append(ingestOnly(t), "-data-dir", data, "-listen", "127.0.0.1:0")
 	for k := 0; k < kills; k++ {
 		// Collectors keep dropping files while the daemon dies and restarts.
 		for i := 0; i < 3 && len(names) > 0; i++ {
@@ -360,11 +369,11 @@ func outcomeOf(claimed map[uint64]string, finished map[uint64]string, name strin
 
 func TestServeStatusAndDrain(t *testing.T) {
 	data := t.TempDir()
-	p := startDaemon(t, "-data-dir", data, "-listen", "127.0.0.1:0")
+	p := startDaemon(t, append(ingestOnly(t), "-data-dir", data, "-listen", "127.0.0.1:0")...)
 	addr := p.waitReady(t)
 
 	// A second daemon on the same data directory refuses to start.
-	second := startDaemon(t, "-data-dir", data, "-listen", "127.0.0.1:0")
+	second := startDaemon(t, append(ingestOnly(t), "-data-dir", data, "-listen", "127.0.0.1:0")...)
 	require.Equal(t, 1, second.wait(t, 30*time.Second))
 	require.Contains(t, second.log(), "another hindsightd")
 
@@ -439,7 +448,7 @@ func TestSystemdNotify(t *testing.T) {
 		}
 	}()
 	p := startDaemonEnv(t, []string{"NOTIFY_SOCKET=" + sock, "WATCHDOG_USEC=200000"},
-		"-data-dir", t.TempDir(), "-listen", "127.0.0.1:0")
+		append(ingestOnly(t), "-data-dir", t.TempDir(), "-listen", "127.0.0.1:0")...)
 	var got []string
 	next := func(prefix string) {
 		t.Helper()

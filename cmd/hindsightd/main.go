@@ -29,8 +29,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	printConfig := fs.Bool("print-config", false, "print the effective config, defaults included, and exit")
 	demo := fs.Bool("demo", false, "synthesize a few rollouts into the spool, process them, print a summary and exit")
 	version := fs.Bool("version", false, "print the version and exit")
+	backend := fs.String("backend", "", "GoMLX backend `spec` (overrides backend:; e.g. go:parallelism=-1, xla:/abs/pjrt_c_api_cpu_plugin.so)")
+	resumeFrom := fs.Int64("resume-from", -1, "restore the checkpoint of this `step` instead of the newest")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hindsightd [-config FILE] [-data-dir DIR] [-listen ADDR] [-demo] [-print-config]\n\n")
+		fmt.Fprintf(stderr, "usage: hindsightd [-config FILE] [-data-dir DIR] [-listen ADDR] [-backend SPEC] [-resume-from STEP] [-demo] [-print-config]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -56,6 +58,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
 			return 2
 		}
+	}
+	if *demo && *configPath == "" {
+		cfg = daemon.DemoConfig(cfg)
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
@@ -87,7 +92,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	context.AfterFunc(ctx, stop) // a second signal kills at once
 
-	err := daemon.Run(ctx, cfg, daemon.Options{Version: buildinfo.Version(), Log: log, Demo: *demo, Out: stdout})
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	err := daemon.Run(ctx, cfg, daemon.Options{Version: buildinfo.Version(), Log: log, Demo: *demo, Out: stdout,
+		Backend: *backend, ResumeFrom: *resumeFrom, ConfigPath: *configPath, Reload: hup})
 	if err != nil {
 		log.Error().Err(err).Msg("hindsightd exiting")
 		if *demo {

@@ -86,7 +86,7 @@ def test_daemon_ingests_python_rollouts(tmp_path: Path, go_bin: Path) -> None:
         files = w.published + wb.published
         assert len(files) == 4
 
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # training, then a checkpoint, before done/
         done: list[str] = []
         while time.monotonic() < deadline:
             done = sorted(os.listdir(spool / "done"))
@@ -115,7 +115,7 @@ def test_daemon_ingests_python_rollouts(tmp_path: Path, go_bin: Path) -> None:
 
 
 def wait_files(d: Path, n: int, daemon: Daemon) -> list[str]:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # training, then a checkpoint, before done/
     names: list[str] = []
     while time.monotonic() < deadline:
         names = sorted(n for n in os.listdir(d) if n.endswith(".arrow"))

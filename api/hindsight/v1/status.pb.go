@@ -286,6 +286,23 @@ type Status struct {
 	LastErrorAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_error_at,json=lastErrorAt,proto3" json:"last_error_at,omitempty"`
 	// Spool path of the file that caused last_error; empty if it concerned no file.
 	LastErrorFile string `protobuf:"bytes,12,opt,name=last_error_file,json=lastErrorFile,proto3" json:"last_error_file,omitempty"`
+	// Training state: optimizer step, loss, rates, rollouts trained and skipped. Unset
+	// while training is disabled (train.enabled: false).
+	Training *TrainingStats `protobuf:"bytes,13,opt,name=training,proto3" json:"training,omitempty"`
+	// The newest durable checkpoint; unset before the first.
+	LastCheckpoint *CheckpointInfo `protobuf:"bytes,14,opt,name=last_checkpoint,json=lastCheckpoint,proto3" json:"last_checkpoint,omitempty"`
+	// Teacher counters since start-up: hints by source, failures by kind.
+	Teacher *TeacherStats `protobuf:"bytes,15,opt,name=teacher,proto3" json:"teacher,omitempty"`
+	// Credit statistics of the last optimizer step.
+	Credit *CreditStats `protobuf:"bytes,16,opt,name=credit,proto3" json:"credit,omitempty"`
+	// Depths of the pipeline's bounded queues when the snapshot was taken.
+	Queues *QueueDepths `protobuf:"bytes,17,opt,name=queues,proto3" json:"queues,omitempty"`
+	// Compute backend and device.
+	Backend *BackendInfo `protobuf:"bytes,18,opt,name=backend,proto3" json:"backend,omitempty"`
+	// True while claiming and training are paused (hindsight pause, or a full disk).
+	Paused bool `protobuf:"varint,19,opt,name=paused,proto3" json:"paused,omitempty"`
+	// Why the daemon is paused: "operator" (hindsight pause) or "disk_full: …".
+	PauseReason   string `protobuf:"bytes,20,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -404,6 +421,653 @@ func (x *Status) GetLastErrorFile() string {
 	return ""
 }
 
+func (x *Status) GetTraining() *TrainingStats {
+	if x != nil {
+		return x.Training
+	}
+	return nil
+}
+
+func (x *Status) GetLastCheckpoint() *CheckpointInfo {
+	if x != nil {
+		return x.LastCheckpoint
+	}
+	return nil
+}
+
+func (x *Status) GetTeacher() *TeacherStats {
+	if x != nil {
+		return x.Teacher
+	}
+	return nil
+}
+
+func (x *Status) GetCredit() *CreditStats {
+	if x != nil {
+		return x.Credit
+	}
+	return nil
+}
+
+func (x *Status) GetQueues() *QueueDepths {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *Status) GetBackend() *BackendInfo {
+	if x != nil {
+		return x.Backend
+	}
+	return nil
+}
+
+func (x *Status) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Status) GetPauseReason() string {
+	if x != nil {
+		return x.PauseReason
+	}
+	return ""
+}
+
+// TrainingStats describes the optimizer and the rollouts it has taken.
+type TrainingStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optimizer steps applied to the policy (restored from the checkpoint at start-up).
+	Step int64 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// Loss of the last step, at the weights before its update.
+	Loss float64 `protobuf:"fixed64,2,opt,name=loss,proto3" json:"loss,omitempty"`
+	// Learning rate of the last step.
+	LearningRate float64 `protobuf:"fixed64,3,opt,name=learning_rate,json=learningRate,proto3" json:"learning_rate,omitempty"`
+	// Global L2 norm of the last step's gradient before clipping.
+	GradNorm float64 `protobuf:"fixed64,4,opt,name=grad_norm,json=gradNorm,proto3" json:"grad_norm,omitempty"`
+	// Tokens through the gradient passes per second, over the last step.
+	TrainTokensPerSecond float64 `protobuf:"fixed64,5,opt,name=train_tokens_per_second,json=trainTokensPerSecond,proto3" json:"train_tokens_per_second,omitempty"`
+	// Tokens through the scoring passes (student, hinted) per second, over the last step.
+	ScoreTokensPerSecond float64 `protobuf:"fixed64,6,opt,name=score_tokens_per_second,json=scoreTokensPerSecond,proto3" json:"score_tokens_per_second,omitempty"`
+	// Rollouts whose gradient is in the weights, lifetime (the checkpoint's list).
+	RolloutsTrained int64 `protobuf:"varint,7,opt,name=rollouts_trained,json=rolloutsTrained,proto3" json:"rollouts_trained,omitempty"`
+	// Rollouts skipped because their policy_version lagged too far, this process.
+	RolloutsSkipped int64 `protobuf:"varint,8,opt,name=rollouts_skipped,json=rolloutsSkipped,proto3" json:"rollouts_skipped,omitempty"`
+	// Rollouts that could not be trained (a failed step), this process.
+	RolloutsFailed int64 `protobuf:"varint,9,opt,name=rollouts_failed,json=rolloutsFailed,proto3" json:"rollouts_failed,omitempty"`
+	// Rollouts waiting in the current batch, and their trainable tokens.
+	BatchRollouts int64 `protobuf:"varint,10,opt,name=batch_rollouts,json=batchRollouts,proto3" json:"batch_rollouts,omitempty"`
+	BatchTokens   int64 `protobuf:"varint,11,opt,name=batch_tokens,json=batchTokens,proto3" json:"batch_tokens,omitempty"`
+	// The step's token budget N.
+	TokenBudget int64 `protobuf:"varint,12,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
+	// When the last step finished, and how long it took.
+	LastStepAt   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=last_step_at,json=lastStepAt,proto3" json:"last_step_at,omitempty"`
+	LastStepTook *durationpb.Duration   `protobuf:"bytes,14,opt,name=last_step_took,json=lastStepTook,proto3" json:"last_step_took,omitempty"`
+	// Steps applied by this process.
+	SessionSteps int64 `protobuf:"varint,15,opt,name=session_steps,json=sessionSteps,proto3" json:"session_steps,omitempty"`
+	// Credit files published, this process.
+	CreditFiles   int64 `protobuf:"varint,16,opt,name=credit_files,json=creditFiles,proto3" json:"credit_files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrainingStats) Reset() {
+	*x = TrainingStats{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrainingStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrainingStats) ProtoMessage() {}
+
+func (x *TrainingStats) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrainingStats.ProtoReflect.Descriptor instead.
+func (*TrainingStats) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TrainingStats) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetLoss() float64 {
+	if x != nil {
+		return x.Loss
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetLearningRate() float64 {
+	if x != nil {
+		return x.LearningRate
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetGradNorm() float64 {
+	if x != nil {
+		return x.GradNorm
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetTrainTokensPerSecond() float64 {
+	if x != nil {
+		return x.TrainTokensPerSecond
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetScoreTokensPerSecond() float64 {
+	if x != nil {
+		return x.ScoreTokensPerSecond
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetRolloutsTrained() int64 {
+	if x != nil {
+		return x.RolloutsTrained
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetRolloutsSkipped() int64 {
+	if x != nil {
+		return x.RolloutsSkipped
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetRolloutsFailed() int64 {
+	if x != nil {
+		return x.RolloutsFailed
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetBatchRollouts() int64 {
+	if x != nil {
+		return x.BatchRollouts
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetBatchTokens() int64 {
+	if x != nil {
+		return x.BatchTokens
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetTokenBudget() int64 {
+	if x != nil {
+		return x.TokenBudget
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetLastStepAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastStepAt
+	}
+	return nil
+}
+
+func (x *TrainingStats) GetLastStepTook() *durationpb.Duration {
+	if x != nil {
+		return x.LastStepTook
+	}
+	return nil
+}
+
+func (x *TrainingStats) GetSessionSteps() int64 {
+	if x != nil {
+		return x.SessionSteps
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetCreditFiles() int64 {
+	if x != nil {
+		return x.CreditFiles
+	}
+	return 0
+}
+
+// CheckpointInfo names a durable checkpoint.
+type CheckpointInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Step  int64                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// Absolute path of the step directory.
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	WrittenAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointInfo) Reset() {
+	*x = CheckpointInfo{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointInfo) ProtoMessage() {}
+
+func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
+func (*CheckpointInfo) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CheckpointInfo) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CheckpointInfo) GetWrittenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WrittenAt
+	}
+	return nil
+}
+
+// TeacherStats counts the teacher's work since start-up.
+type TeacherStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Hints trained on, by teacher (feedback, rules, openai).
+	HintsBySource map[string]int64 `protobuf:"bytes,1,rep,name=hints_by_source,json=hintsBySource,proto3" json:"hints_by_source,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Selections left without a hint because a teacher failed, by kind.
+	FailuresByKind map[string]int64 `protobuf:"bytes,2,rep,name=failures_by_kind,json=failuresByKind,proto3" json:"failures_by_kind,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Rollouts run through the teacher and segments selected.
+	Rollouts   int64 `protobuf:"varint,3,opt,name=rollouts,proto3" json:"rollouts,omitempty"`
+	Selections int64 `protobuf:"varint,4,opt,name=selections,proto3" json:"selections,omitempty"`
+	// Requests to the LLM server, and cache hits.
+	Requests  int64 `protobuf:"varint,5,opt,name=requests,proto3" json:"requests,omitempty"`
+	CacheHits int64 `protobuf:"varint,6,opt,name=cache_hits,json=cacheHits,proto3" json:"cache_hits,omitempty"`
+	// Mean time one rollout spent with the teacher.
+	MeanLatency *durationpb.Duration `protobuf:"bytes,7,opt,name=mean_latency,json=meanLatency,proto3" json:"mean_latency,omitempty"`
+	// Circuit breaker: closed, open, half_open; empty without an LLM teacher.
+	BreakerState  string `protobuf:"bytes,8,opt,name=breaker_state,json=breakerState,proto3" json:"breaker_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TeacherStats) Reset() {
+	*x = TeacherStats{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TeacherStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TeacherStats) ProtoMessage() {}
+
+func (x *TeacherStats) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TeacherStats.ProtoReflect.Descriptor instead.
+func (*TeacherStats) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TeacherStats) GetHintsBySource() map[string]int64 {
+	if x != nil {
+		return x.HintsBySource
+	}
+	return nil
+}
+
+func (x *TeacherStats) GetFailuresByKind() map[string]int64 {
+	if x != nil {
+		return x.FailuresByKind
+	}
+	return nil
+}
+
+func (x *TeacherStats) GetRollouts() int64 {
+	if x != nil {
+		return x.Rollouts
+	}
+	return 0
+}
+
+func (x *TeacherStats) GetSelections() int64 {
+	if x != nil {
+		return x.Selections
+	}
+	return 0
+}
+
+func (x *TeacherStats) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *TeacherStats) GetCacheHits() int64 {
+	if x != nil {
+		return x.CacheHits
+	}
+	return 0
+}
+
+func (x *TeacherStats) GetMeanLatency() *durationpb.Duration {
+	if x != nil {
+		return x.MeanLatency
+	}
+	return nil
+}
+
+func (x *TeacherStats) GetBreakerState() string {
+	if x != nil {
+		return x.BreakerState
+	}
+	return ""
+}
+
+// CreditStats are credit.Stats of the last step.
+type CreditStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Mean |Δ| over hint tokens, nats.
+	DeltaAbsMean float64 `protobuf:"fixed64,1,opt,name=delta_abs_mean,json=deltaAbsMean,proto3" json:"delta_abs_mean,omitempty"`
+	DeltaAbsP99  float64 `protobuf:"fixed64,2,opt,name=delta_abs_p99,json=deltaAbsP99,proto3" json:"delta_abs_p99,omitempty"`
+	// Share of hint tokens whose |Δ| exceeded the clip.
+	ClipFraction float64 `protobuf:"fixed64,3,opt,name=clip_fraction,json=clipFraction,proto3" json:"clip_fraction,omitempty"`
+	// Share of Σ|Δ| held by the top 1% of hint tokens (pivot tokens).
+	PivotShare float64 `protobuf:"fixed64,4,opt,name=pivot_share,json=pivotShare,proto3" json:"pivot_share,omitempty"`
+	// Trainable tokens, and of them those inside a hinted range.
+	Tokens     int64 `protobuf:"varint,5,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	HintTokens int64 `protobuf:"varint,6,opt,name=hint_tokens,json=hintTokens,proto3" json:"hint_tokens,omitempty"`
+	// Mean outcome advantage, and mean |hint advantage|.
+	OutcomeAdvantageMean float64 `protobuf:"fixed64,7,opt,name=outcome_advantage_mean,json=outcomeAdvantageMean,proto3" json:"outcome_advantage_mean,omitempty"`
+	HintAdvantageAbsMean float64 `protobuf:"fixed64,8,opt,name=hint_advantage_abs_mean,json=hintAdvantageAbsMean,proto3" json:"hint_advantage_abs_mean,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *CreditStats) Reset() {
+	*x = CreditStats{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreditStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreditStats) ProtoMessage() {}
+
+func (x *CreditStats) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreditStats.ProtoReflect.Descriptor instead.
+func (*CreditStats) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CreditStats) GetDeltaAbsMean() float64 {
+	if x != nil {
+		return x.DeltaAbsMean
+	}
+	return 0
+}
+
+func (x *CreditStats) GetDeltaAbsP99() float64 {
+	if x != nil {
+		return x.DeltaAbsP99
+	}
+	return 0
+}
+
+func (x *CreditStats) GetClipFraction() float64 {
+	if x != nil {
+		return x.ClipFraction
+	}
+	return 0
+}
+
+func (x *CreditStats) GetPivotShare() float64 {
+	if x != nil {
+		return x.PivotShare
+	}
+	return 0
+}
+
+func (x *CreditStats) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *CreditStats) GetHintTokens() int64 {
+	if x != nil {
+		return x.HintTokens
+	}
+	return 0
+}
+
+func (x *CreditStats) GetOutcomeAdvantageMean() float64 {
+	if x != nil {
+		return x.OutcomeAdvantageMean
+	}
+	return 0
+}
+
+func (x *CreditStats) GetHintAdvantageAbsMean() float64 {
+	if x != nil {
+		return x.HintAdvantageAbsMean
+	}
+	return 0
+}
+
+// QueueDepths are the pipeline's queues.
+type QueueDepths struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Claimed files waiting for the reader.
+	Files int64 `protobuf:"varint,1,opt,name=files,proto3" json:"files,omitempty"`
+	// Rollouts with the teacher or waiting for the device, in order.
+	Rollouts int64 `protobuf:"varint,2,opt,name=rollouts,proto3" json:"rollouts,omitempty"`
+	// Files whose rollouts are trained and that wait for a durable checkpoint.
+	FilesAwaitingCheckpoint int64 `protobuf:"varint,3,opt,name=files_awaiting_checkpoint,json=filesAwaitingCheckpoint,proto3" json:"files_awaiting_checkpoint,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *QueueDepths) Reset() {
+	*x = QueueDepths{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDepths) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDepths) ProtoMessage() {}
+
+func (x *QueueDepths) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDepths.ProtoReflect.Descriptor instead.
+func (*QueueDepths) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *QueueDepths) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *QueueDepths) GetRollouts() int64 {
+	if x != nil {
+		return x.Rollouts
+	}
+	return 0
+}
+
+func (x *QueueDepths) GetFilesAwaitingCheckpoint() int64 {
+	if x != nil {
+		return x.FilesAwaitingCheckpoint
+	}
+	return 0
+}
+
+// BackendInfo is the GoMLX backend the policy runs on.
+type BackendInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Backend name and spec, e.g. "go" or "xla:cpu".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Device description.
+	Device string `protobuf:"bytes,2,opt,name=device,proto3" json:"device,omitempty"`
+	// Parameters of the policy.
+	Parameters int64 `protobuf:"varint,3,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	// Model directory the policy was created from.
+	ModelDir      string `protobuf:"bytes,4,opt,name=model_dir,json=modelDir,proto3" json:"model_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackendInfo) Reset() {
+	*x = BackendInfo{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendInfo) ProtoMessage() {}
+
+func (x *BackendInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
+func (*BackendInfo) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BackendInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetParameters() int64 {
+	if x != nil {
+		return x.Parameters
+	}
+	return 0
+}
+
+func (x *BackendInfo) GetModelDir() string {
+	if x != nil {
+		return x.ModelDir
+	}
+	return ""
+}
+
 // SpoolCounts is the number of files in each folder of <data>/spool.
 type SpoolCounts struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -421,7 +1085,7 @@ type SpoolCounts struct {
 
 func (x *SpoolCounts) Reset() {
 	*x = SpoolCounts{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[5]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +1097,7 @@ func (x *SpoolCounts) String() string {
 func (*SpoolCounts) ProtoMessage() {}
 
 func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[5]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +1110,7 @@ func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpoolCounts.ProtoReflect.Descriptor instead.
 func (*SpoolCounts) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{5}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SpoolCounts) GetIncoming() int64 {
@@ -508,7 +1172,7 @@ type IngestStats struct {
 
 func (x *IngestStats) Reset() {
 	*x = IngestStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[6]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +1184,7 @@ func (x *IngestStats) String() string {
 func (*IngestStats) ProtoMessage() {}
 
 func (x *IngestStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[6]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +1197,7 @@ func (x *IngestStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestStats.ProtoReflect.Descriptor instead.
 func (*IngestStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{6}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *IngestStats) GetFilesClaimed() int64 {
@@ -617,7 +1281,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x12WatchStatusRequest\x125\n" +
 	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"C\n" +
 	"\x13WatchStatusResponse\x12,\n" +
-	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\x95\x04\n" +
+	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\xa1\a\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.hindsight.v1.StateR\x05state\x129\n" +
@@ -634,7 +1298,79 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"last_error\x18\n" +
 	" \x01(\tR\tlastError\x12>\n" +
 	"\rlast_error_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vlastErrorAt\x12&\n" +
-	"\x0flast_error_file\x18\f \x01(\tR\rlastErrorFile\"u\n" +
+	"\x0flast_error_file\x18\f \x01(\tR\rlastErrorFile\x127\n" +
+	"\btraining\x18\r \x01(\v2\x1b.hindsight.v1.TrainingStatsR\btraining\x12E\n" +
+	"\x0flast_checkpoint\x18\x0e \x01(\v2\x1c.hindsight.v1.CheckpointInfoR\x0elastCheckpoint\x124\n" +
+	"\ateacher\x18\x0f \x01(\v2\x1a.hindsight.v1.TeacherStatsR\ateacher\x121\n" +
+	"\x06credit\x18\x10 \x01(\v2\x19.hindsight.v1.CreditStatsR\x06credit\x121\n" +
+	"\x06queues\x18\x11 \x01(\v2\x19.hindsight.v1.QueueDepthsR\x06queues\x123\n" +
+	"\abackend\x18\x12 \x01(\v2\x19.hindsight.v1.BackendInfoR\abackend\x12\x16\n" +
+	"\x06paused\x18\x13 \x01(\bR\x06paused\x12!\n" +
+	"\fpause_reason\x18\x14 \x01(\tR\vpauseReason\"\x9a\x05\n" +
+	"\rTrainingStats\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04loss\x18\x02 \x01(\x01R\x04loss\x12#\n" +
+	"\rlearning_rate\x18\x03 \x01(\x01R\flearningRate\x12\x1b\n" +
+	"\tgrad_norm\x18\x04 \x01(\x01R\bgradNorm\x125\n" +
+	"\x17train_tokens_per_second\x18\x05 \x01(\x01R\x14trainTokensPerSecond\x125\n" +
+	"\x17score_tokens_per_second\x18\x06 \x01(\x01R\x14scoreTokensPerSecond\x12)\n" +
+	"\x10rollouts_trained\x18\a \x01(\x03R\x0frolloutsTrained\x12)\n" +
+	"\x10rollouts_skipped\x18\b \x01(\x03R\x0frolloutsSkipped\x12'\n" +
+	"\x0frollouts_failed\x18\t \x01(\x03R\x0erolloutsFailed\x12%\n" +
+	"\x0ebatch_rollouts\x18\n" +
+	" \x01(\x03R\rbatchRollouts\x12!\n" +
+	"\fbatch_tokens\x18\v \x01(\x03R\vbatchTokens\x12!\n" +
+	"\ftoken_budget\x18\f \x01(\x03R\vtokenBudget\x12<\n" +
+	"\flast_step_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastStepAt\x12?\n" +
+	"\x0elast_step_took\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\flastStepTook\x12#\n" +
+	"\rsession_steps\x18\x0f \x01(\x03R\fsessionSteps\x12!\n" +
+	"\fcredit_files\x18\x10 \x01(\x03R\vcreditFiles\"s\n" +
+	"\x0eCheckpointInfo\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x129\n" +
+	"\n" +
+	"written_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\x9e\x04\n" +
+	"\fTeacherStats\x12U\n" +
+	"\x0fhints_by_source\x18\x01 \x03(\v2-.hindsight.v1.TeacherStats.HintsBySourceEntryR\rhintsBySource\x12X\n" +
+	"\x10failures_by_kind\x18\x02 \x03(\v2..hindsight.v1.TeacherStats.FailuresByKindEntryR\x0efailuresByKind\x12\x1a\n" +
+	"\brollouts\x18\x03 \x01(\x03R\brollouts\x12\x1e\n" +
+	"\n" +
+	"selections\x18\x04 \x01(\x03R\n" +
+	"selections\x12\x1a\n" +
+	"\brequests\x18\x05 \x01(\x03R\brequests\x12\x1d\n" +
+	"\n" +
+	"cache_hits\x18\x06 \x01(\x03R\tcacheHits\x12<\n" +
+	"\fmean_latency\x18\a \x01(\v2\x19.google.protobuf.DurationR\vmeanLatency\x12#\n" +
+	"\rbreaker_state\x18\b \x01(\tR\fbreakerState\x1a@\n" +
+	"\x12HintsBySourceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aA\n" +
+	"\x13FailuresByKindEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc3\x02\n" +
+	"\vCreditStats\x12$\n" +
+	"\x0edelta_abs_mean\x18\x01 \x01(\x01R\fdeltaAbsMean\x12\"\n" +
+	"\rdelta_abs_p99\x18\x02 \x01(\x01R\vdeltaAbsP99\x12#\n" +
+	"\rclip_fraction\x18\x03 \x01(\x01R\fclipFraction\x12\x1f\n" +
+	"\vpivot_share\x18\x04 \x01(\x01R\n" +
+	"pivotShare\x12\x16\n" +
+	"\x06tokens\x18\x05 \x01(\x03R\x06tokens\x12\x1f\n" +
+	"\vhint_tokens\x18\x06 \x01(\x03R\n" +
+	"hintTokens\x124\n" +
+	"\x16outcome_advantage_mean\x18\a \x01(\x01R\x14outcomeAdvantageMean\x125\n" +
+	"\x17hint_advantage_abs_mean\x18\b \x01(\x01R\x14hintAdvantageAbsMean\"{\n" +
+	"\vQueueDepths\x12\x14\n" +
+	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x1a\n" +
+	"\brollouts\x18\x02 \x01(\x03R\brollouts\x12:\n" +
+	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"v\n" +
+	"\vBackendInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06device\x18\x02 \x01(\tR\x06device\x12\x1e\n" +
+	"\n" +
+	"parameters\x18\x03 \x01(\x03R\n" +
+	"parameters\x12\x1b\n" +
+	"\tmodel_dir\x18\x04 \x01(\tR\bmodelDir\"u\n" +
 	"\vSpoolCounts\x12\x1a\n" +
 	"\bincoming\x18\x01 \x01(\x03R\bincoming\x12\x1e\n" +
 	"\n" +
@@ -678,7 +1414,7 @@ func file_hindsight_v1_status_proto_rawDescGZIP() []byte {
 }
 
 var file_hindsight_v1_status_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_hindsight_v1_status_proto_goTypes = []any{
 	(State)(0),                    // 0: hindsight.v1.State
 	(*GetStatusRequest)(nil),      // 1: hindsight.v1.GetStatusRequest
@@ -686,31 +1422,51 @@ var file_hindsight_v1_status_proto_goTypes = []any{
 	(*WatchStatusRequest)(nil),    // 3: hindsight.v1.WatchStatusRequest
 	(*WatchStatusResponse)(nil),   // 4: hindsight.v1.WatchStatusResponse
 	(*Status)(nil),                // 5: hindsight.v1.Status
-	(*SpoolCounts)(nil),           // 6: hindsight.v1.SpoolCounts
-	(*IngestStats)(nil),           // 7: hindsight.v1.IngestStats
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*TrainingStats)(nil),         // 6: hindsight.v1.TrainingStats
+	(*CheckpointInfo)(nil),        // 7: hindsight.v1.CheckpointInfo
+	(*TeacherStats)(nil),          // 8: hindsight.v1.TeacherStats
+	(*CreditStats)(nil),           // 9: hindsight.v1.CreditStats
+	(*QueueDepths)(nil),           // 10: hindsight.v1.QueueDepths
+	(*BackendInfo)(nil),           // 11: hindsight.v1.BackendInfo
+	(*SpoolCounts)(nil),           // 12: hindsight.v1.SpoolCounts
+	(*IngestStats)(nil),           // 13: hindsight.v1.IngestStats
+	nil,                           // 14: hindsight.v1.TeacherStats.HintsBySourceEntry
+	nil,                           // 15: hindsight.v1.TeacherStats.FailuresByKindEntry
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_hindsight_v1_status_proto_depIdxs = []int32{
 	5,  // 0: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
-	8,  // 1: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	16, // 1: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	5,  // 2: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
 	0,  // 3: hindsight.v1.Status.state:type_name -> hindsight.v1.State
-	9,  // 4: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	8,  // 5: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
-	6,  // 6: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
-	7,  // 7: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
-	7,  // 8: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
-	9,  // 9: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	3,  // 11: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	2,  // 12: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	4,  // 13: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	17, // 4: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	16, // 5: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
+	12, // 6: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
+	13, // 7: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
+	13, // 8: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
+	17, // 9: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
+	6,  // 10: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
+	7,  // 11: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
+	8,  // 12: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
+	9,  // 13: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
+	10, // 14: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
+	11, // 15: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
+	17, // 16: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
+	16, // 17: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
+	17, // 18: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
+	14, // 19: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
+	15, // 20: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
+	16, // 21: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
+	1,  // 22: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	3,  // 23: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	2,  // 24: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	4,  // 25: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	24, // [24:26] is the sub-list for method output_type
+	22, // [22:24] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
@@ -724,7 +1480,7 @@ func file_hindsight_v1_status_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hindsight_v1_status_proto_rawDesc), len(file_hindsight_v1_status_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

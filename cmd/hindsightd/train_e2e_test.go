@@ -1,0 +1,223 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/rollout"
+)
+
+// trainConfig writes a config for a small, quick training run on data.
+func trainConfig(t *testing.T, dataDir string) string { return trainConfigSteps(t, dataDir, 256, 2) }
+
+// trainConfigSteps is trainConfig with a step every budget trainable tokens and a
+// checkpoint every every steps.
+func trainConfigSteps(t *testing.T, dataDir string, budget, every int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "train.yaml")
+	cfg := fmt.Sprintf(`data_dir: %s
+listen: 127.0.0.1:0
+train:
+  token_budget: %d
+  idle_flush: 700ms
+  seed: 7
+  optimizer:
+    lr: 0.001
+    warmup_steps: 1
+  checkpoint:
+    every_steps: %d
+    keep: 2
+`, dataDir, budget, every)
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+	return path
+}
+
+func statusOf(t *testing.T, addr string) *hindsightv1.Status {
+	t.Helper()
+	out, stderr, code := runCLI(t, "status", "-json", "-addr", addr)
+	require.Equal(t, 0, code, stderr)
+	st := &hindsightv1.Status{}
+	require.NoError(t, protojson.Unmarshal([]byte(out), st), out)
+	return st
+}
+
+// waitTrained polls status until n rollouts are trained and nothing waits in the spool.
+func waitTrained(t *testing.T, p *proc, addr string, n int64) *hindsightv1.Status {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		st := statusOf(t, addr)
+		if st.GetTraining().GetRolloutsTrained() >= n && st.GetSpool().GetIncoming() == 0 && st.GetSpool().GetProcessing() == 0 {
+			return st
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("hindsightd exited: %v\n%s", p.err, p.log())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	t.Fatalf("rollouts not trained in time:\n%s", p.log())
+	return nil
+}
+
+func synthInto(t *testing.T, dir string, n, perFile int) {
+	t.Helper()
+	_, stderr, code := runCLI(t, "synth", "-out", dir, "-n", fmt.Sprint(n), "-tokens", "256", "-per-file", fmt.Sprint(perFile), "-seed", "3", "-prefix", "tr")
+	require.Equal(t, 0, code, stderr)
+}
+
+func TestTrainEndToEnd(t *testing.T) {
+	dataDir := t.TempDir()
+	incoming := filepath.Join(dataDir, "spool", "incoming")
+	require.NoError(t, os.MkdirAll(incoming, 0o755))
+	synthInto(t, incoming, 8, 2)
+
+	p := startDaemon(t, "-config", trainConfig(t, dataDir))
+	addr := p.waitReady(t)
+	st := waitTrained(t, p, addr, 8)
+	require.Positive(t, st.Training.Step)
+	require.NotEmpty(t, st.Backend.GetName())
+	out, _, code := runCLI(t, "status", "-addr", addr)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "optimizer step")
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+
+	require.Len(t, listDir(t, filepath.Join(dataDir, "spool", "done")), 4)
+	credits := listDir(t, filepath.Join(dataDir, "outputs"))
+	require.Len(t, credits, 4)
+	rows := 0
+	for _, n := range credits {
+		rs, err := data.ReadCreditFile(filepath.Join(dataDir, "outputs", n))
+		require.NoError(t, err)
+		for _, r := range rs {
+			require.Len(t, r.Student, len(r.Tokens))
+			require.Positive(t, r.Step)
+		}
+		rows += len(rs)
+	}
+	require.Equal(t, 8, rows)
+	dir, state, err := data.LatestCheckpoint(filepath.Join(dataDir, "checkpoints"), zerolog.Nop())
+	require.NoError(t, err)
+	require.NotEmpty(t, dir)
+	require.Len(t, state.Trained, 8)
+}
+
+// TestSIGKILLWhileTraining kills the daemon at random moments while it trains,
+// restarts it, and checks that every rollout is in the final checkpoint exactly once
+// and that the weights equal those of a run that was never killed.
+func TestSIGKILLWhileTraining(t *testing.T) {
+	stage := t.TempDir()
+	synthInto(t, stage, 12, 2)
+	names := listDir(t, stage)
+	seed := func(dataDir string) {
+		in := filepath.Join(dataDir, "spool", "incoming")
+		require.NoError(t, os.MkdirAll(in, 0o755))
+		for _, n := range names {
+			b, err := os.ReadFile(filepath.Join(stage, n))
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(in, n), b, 0o644))
+		}
+	}
+	cfg := func(dataDir string) string { return trainConfigSteps(t, dataDir, 128, 1) }
+	run := func(dataDir string) {
+		p := startDaemon(t, "-config", cfg(dataDir))
+		addr := p.waitReady(t)
+		waitTrained(t, p, addr, 12)
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	}
+
+	ref := t.TempDir()
+	seed(ref)
+	run(ref)
+
+	crash := t.TempDir()
+	seed(crash)
+	rng := rand.New(rand.NewPCG(3, 4))
+	const kills = 10
+	midTraining := 0
+	for k := 0; k < kills; k++ {
+		p := startDaemon(t, "-config", cfg(crash))
+		p.waitReady(t)
+		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+		p.wait(t, 10*time.Second)
+		if _, st, err := data.LatestCheckpoint(filepath.Join(crash, "checkpoints"), zerolog.Nop()); err == nil && st != nil && len(st.Trained) < 12 {
+			midTraining++
+		}
+	}
+	t.Logf("%d of %d kills left a checkpoint with part of the rollouts trained", midTraining, kills)
+	require.Positive(t, midTraining, "some kill must land in the middle of training, or this test proves nothing")
+	run(crash)
+
+	journal, _ := journalEntries(t, crash)
+	accepted := map[string]int{}
+	for _, e := range journal {
+		for _, r := range e.Rows {
+			if r.Accepted && e.Op == rollout.OpDecide {
+				accepted[r.ID]++
+			}
+		}
+	}
+	require.Len(t, accepted, 12)
+	var refDir, crashDir string
+	var refState, crashState *data.TrainerState
+	var err error
+	refDir, refState, err = data.LatestCheckpoint(filepath.Join(ref, "checkpoints"), zerolog.Nop())
+	require.NoError(t, err)
+	crashDir, crashState, err = data.LatestCheckpoint(filepath.Join(crash, "checkpoints"), zerolog.Nop())
+	require.NoError(t, err)
+	count := map[string]int{}
+	for _, id := range crashState.Trained {
+		count[id]++
+	}
+	for id, n := range accepted {
+		require.Equal(t, 1, n, "journal accepts %s once", id)
+		require.Equal(t, 1, count[id], "the checkpoint lists %s once", id)
+	}
+	require.Len(t, crashState.Trained, 12)
+	require.Equal(t, refState.Step, crashState.Step)
+	require.Equal(t, refState.Trained, crashState.Trained)
+
+	a, err := data.OpenSafetensors(filepath.Join(refDir, data.SafetensorsFileName))
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := data.OpenSafetensors(filepath.Join(crashDir, data.SafetensorsFileName))
+	require.NoError(t, err)
+	defer b.Close()
+	na, nb := a.Names(), b.Names()
+	sort.Strings(na)
+	sort.Strings(nb)
+	require.Equal(t, na, nb)
+	worst := 0.0
+	for _, n := range na {
+		va, err := a.Tensor(n)
+		require.NoError(t, err)
+		vb, err := b.Tensor(n)
+		require.NoError(t, err)
+		fa, err := va.Float32s()
+		require.NoError(t, err)
+		fb, err := vb.Float32s()
+		require.NoError(t, err)
+		for i := range fa {
+			worst = math.Max(worst, math.Abs(float64(fa[i]-fb[i])))
+		}
+	}
+	t.Logf("final step %d; largest weight difference from the crash-free run %.3g", crashState.Step, worst)
+	require.Less(t, worst, 1e-5)
+}

@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
+	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// trainStats is the training part of the status; guarded by stats.mu.
+type trainStats struct {
+	on          bool
+	training    hindsightv1.TrainingStats
+	ckpt        *hindsightv1.CheckpointInfo
+	credit      hindsightv1.CreditStats
+	queues      hindsightv1.QueueDepths
+	backend     hindsightv1.BackendInfo
+	hints       map[string]int64 // hints trained on, by source
+	teachN      int64
+	teachTook   time.Duration
+	lastLoss    float64
+	pausedWhy   string
+	lastStepAt  time.Time
+	lastStepDur time.Duration
+}
+
+func (s *stats) setBackend(name, device string, params int64, modelDir string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.train.on = true
+	s.train.backend = hindsightv1.BackendInfo{Name: name, Device: device, Parameters: params, ModelDir: modelDir}
+}
+
+func (s *stats) setCheckpoint(step int64, path string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.train.ckpt = &hindsightv1.CheckpointInfo{Step: step, Path: path, WrittenAt: timestamppb.New(at)}
+}
+
+func (s *stats) trainedTotal(trained, step int64, budget int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.train.training.RolloutsTrained, s.train.training.Step, s.train.training.TokenBudget = trained, step, int64(budget)
+}
+
+func (s *stats) skipped() {
+	s.mu.Lock()
+	s.train.training.RolloutsSkipped++
+	s.mu.Unlock()
+}
+
+func (s *stats) creditFile() {
+	s.mu.Lock()
+	s.train.training.CreditFiles++
+	s.mu.Unlock()
+}
+
+func (s *stats) hintsTrained(hs []teacher.Hint) {
+	if len(hs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.train.hints == nil {
+		s.train.hints = map[string]int64{}
+	}
+	for _, h := range hs {
+		s.train.hints[h.Source]++
+	}
+}
+
+func (s *stats) teacherTook(d time.Duration) {
+	s.mu.Lock()
+	s.train.teachN++
+	s.train.teachTook += d
+	s.mu.Unlock()
+}
+
+func (s *stats) setBatch(rollouts, tokens int) {
+	s.mu.Lock()
+	s.train.training.BatchRollouts, s.train.training.BatchTokens = int64(rollouts), int64(tokens)
+	s.mu.Unlock()
+}
+
+func (s *stats) setQueues(files, rollouts, awaiting int64) {
+	s.mu.Lock()
+	s.train.queues = hindsightv1.QueueDepths{Files: files, Rollouts: rollouts, FilesAwaitingCheckpoint: awaiting}
+	s.mu.Unlock()
+}
+
+func (s *stats) setPaused(why string) {
+	s.mu.Lock()
+	s.train.pausedWhy = why
+	s.mu.Unlock()
+	s.publish()
+}
+
+// stepDone records one optimizer step; scored tokens went through the scoring passes
+// in scoreTook.
+func (s *stats) stepDone(m xla.Metrics, scored int, scoreTook time.Duration) {
+	s.mu.Lock()
+	t := &s.train.training
+	t.Step, t.Loss, t.LearningRate, t.GradNorm = m.Step, m.Loss, m.LR, m.GradNorm
+	if m.Took > 0 {
+		t.TrainTokensPerSecond = float64(m.Tokens) / m.Took.Seconds()
+	}
+	if scoreTook > 0 {
+		t.ScoreTokensPerSecond = float64(scored) / scoreTook.Seconds()
+	}
+	t.RolloutsTrained += int64(m.Rollouts)
+	t.SessionSteps++
+	s.train.lastStepAt, s.train.lastStepDur = time.Now(), m.Took
+	c := m.Credit
+	s.train.credit = hindsightv1.CreditStats{DeltaAbsMean: c.DeltaAbsMean, DeltaAbsP99: c.DeltaAbsP99,
+		ClipFraction: c.ClipFraction, PivotShare: c.TopShare, Tokens: int64(c.Tokens), HintTokens: int64(c.HintTokens),
+		OutcomeAdvantageMean: c.AOutMean, HintAdvantageAbsMean: c.AHintAbsMean}
+	s.mu.Unlock()
+	s.publish()
+}
+
+// fillTraining adds the training fields to st; s.mu is held.
+func (s *stats) fillTraining(st *hindsightv1.Status) {
+	st.Paused = s.train.pausedWhy != ""
+	st.PauseReason = s.train.pausedWhy
+	if !s.train.on {
+		return
+	}
+	tr := proto.Clone(&s.train.training).(*hindsightv1.TrainingStats)
+	if !s.train.lastStepAt.IsZero() {
+		tr.LastStepAt = timestamppb.New(s.train.lastStepAt)
+		tr.LastStepTook = durationpb.New(s.train.lastStepDur)
+	}
+	st.Training = tr
+	if s.train.ckpt != nil {
+		st.LastCheckpoint = proto.Clone(s.train.ckpt).(*hindsightv1.CheckpointInfo)
+	}
+	st.Credit = proto.Clone(&s.train.credit).(*hindsightv1.CreditStats)
+	st.Queues = proto.Clone(&s.train.queues).(*hindsightv1.QueueDepths)
+	st.Backend = proto.Clone(&s.train.backend).(*hindsightv1.BackendInfo)
+	ts := &hindsightv1.TeacherStats{HintsBySource: map[string]int64{}, FailuresByKind: map[string]int64{}}
+	for k, v := range s.train.hints {
+		ts.HintsBySource[k] = v
+	}
+	if h := s.d.hinter.Load(); h != nil {
+		snap := h.Stats().Snapshot()
+		for k, v := range snap.Failed {
+			ts.FailuresByKind[k] = v
+		}
+		ts.Rollouts, ts.Selections, ts.Requests, ts.CacheHits = snap.Rollouts, snap.Selections, snap.Requests, snap.CacheHits
+		ts.BreakerState = snap.BreakerState
+	}
+	if s.train.teachN > 0 {
+		ts.MeanLatency = durationpb.New(s.train.teachTook / time.Duration(s.train.teachN))
+	}
+	st.Teacher = ts
+}
