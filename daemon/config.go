@@ -41,6 +41,9 @@ type Config struct {
 	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
 	// stopping the servers.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// DiskFullRetry is how often a write that failed with a full disk (ENOSPC,
+	// EDQUOT) is tried again; claiming and checkpointing pause meanwhile.
+	DiskFullRetry time.Duration `yaml:"disk_full_retry"`
 }
 
 // LogConfig sets up the zerolog logger.
@@ -92,6 +95,7 @@ func DefaultConfig() Config {
 		Credit:          credit.DefaultConfig(),
 		Train:           DefaultTrainConfig(),
 		ShutdownTimeout: 30 * time.Second,
+		DiskFullRetry:   30 * time.Second,
 	}
 }
 
@@ -164,6 +168,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Valid.VocabSize < 0 {
 		return fmt.Errorf("validation.vocab_size: %d is negative", c.Valid.VocabSize)
+	}
+	if c.DiskFullRetry <= 0 {
+		return fmt.Errorf("disk_full_retry: %s must be positive", c.DiskFullRetry)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown_timeout: %s must be positive", c.ShutdownTimeout)

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -49,6 +50,7 @@ type daemon struct {
 	notify  *notifier
 	out     io.Writer
 	started time.Time
+	pauser  *pauser
 
 	// Training (nil while train.enabled is false).
 	readOpts  rollout.ReadOptions
@@ -81,7 +83,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return fmt.Errorf("config: %w", err)
 	}
 	d := &daemon{cfg: cfg, opts: opts, log: opts.Log.With().Str("component", "daemon").Logger(),
-		out: opts.Out, started: time.Now()}
+		out: opts.Out, started: time.Now(), pauser: newPauser()}
 	if d.out == nil {
 		d.out = io.Discard
 	}
@@ -119,6 +121,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	reg := prometheus.NewRegistry()
 	d.stats = newStats(d, opts.Version)
 	d.metrics = newMetrics(reg, d.stats, opts.Version)
+	d.pauser.onChange = d.stats.publish
 	d.stats.publish()
 
 	if d.training() {
@@ -135,6 +138,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 
 	srv := NewServer(cfg.Listen, d.stats.snapshot, reg, opts.Log)
 	srv.SetServing(false) // not ready until the spool is recovered
+	srv.SetController(d)
 	if err := srv.Start(); err != nil {
 		return err
 	}
@@ -209,6 +213,24 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	d.log.Info().Int64("rollouts_accepted", t.RolloutsAccepted).Int64("rollouts_rejected", t.RolloutsRejected).
 		Dur("uptime", time.Since(d.started)).Msg("stopped")
 	return nil
+}
+
+// Pause is ControlService.Pause: no new claims, no new steps (the step in hand
+// finishes) until Resume. Readiness does not change.
+func (d *daemon) Pause(by, reason string) *hindsightv1.PauseState {
+	st := d.pauser.pause(by, reason)
+	d.log.Info().Str("by", by).Str("reason", reason).Msg("paused: no new claims or steps until resume")
+	return st
+}
+
+// Resume is ControlService.Resume: it ends an operator's pause (a full disk still
+// pauses until a retried write succeeds).
+func (d *daemon) Resume(by string) *hindsightv1.PauseState {
+	was, st := d.pauser.resume()
+	if was {
+		d.log.Info().Str("by", by).Bool("disk_full", st.GetDiskFull()).Msg("resumed")
+	}
+	return st
 }
 
 // workContext returns the context file processing runs under: it outlives ctx by

@@ -43,6 +43,8 @@ type device struct {
 	lastCkptStep int64
 	lastCkptAt   time.Time
 	lastItemAt   time.Time
+	// work is run's work context: disk-full retries outside a step wait under it.
+	work context.Context
 }
 
 // fileProgress tracks one file's accepted rollouts on their way into a checkpoint.
@@ -126,15 +128,27 @@ func (d *daemon) openDevice() (*device, map[string]bool, error) {
 // finishes: the step in hand completes under work (the shutdown timeout), a partial
 // batch is abandoned (its rollouts are replayed on the next start), and a final
 // checkpoint is written if any step happened since the last one.
+//
+// While the daemon is paused it takes no item and starts no step; the step in hand
+// (take runs it synchronously) finishes first. Checkpoints of steps already taken
+// are still written, except while the disk is full.
 func (dv *device) run(ctx, work context.Context, q *queues) error {
+	dv.work = work
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		dv.d.heartbeat()
+		paused, changed := dv.d.pauser.state()
+		ordered := q.ordered
+		if paused {
+			ordered = nil
+		}
 		select {
 		case <-ctx.Done():
 			return dv.shutdown(work)
-		case it, ok := <-q.ordered:
+		case <-changed:
+			continue
+		case it, ok := <-ordered:
 			if !ok {
 				return dv.shutdown(work)
 			}
@@ -151,7 +165,7 @@ func (dv *device) run(ctx, work context.Context, q *queues) error {
 			idle := dv.d.cfg.Train.IdleFlush > 0 && time.Since(dv.lastItemAt) >= dv.d.cfg.Train.IdleFlush
 			idle = idle && !dv.d.ingesting.Load() && !dv.d.feeding.Load() && len(q.files) == 0 &&
 				len(q.ordered) == 0 && q.inTeach.Load() == 0
-			if idle && len(dv.batch) > 0 {
+			if idle && len(dv.batch) > 0 && !paused {
 				if err := dv.step(work); err != nil {
 					return dv.fail(ctx, err)
 				}
@@ -183,12 +197,20 @@ func (dv *device) take(ctx context.Context, it *item) error {
 	d := dv.d
 	d.stats.hintsTrained(it.res.Hints)
 	if lag := d.cfg.Train.MaxPolicyLag; lag > 0 && dv.tr.StepCount()-it.r.PolicyVersion > lag {
-		if err := dv.skips.add(it.r.ID); err != nil {
+		if err := d.retryDiskFull(ctx, "skip log", dv.skips.f.Name(), func() error { return dv.skips.add(it.r.ID) }); err != nil {
 			return err
 		}
 		dv.log.Debug().Str("rollout_id", it.r.ID).Int64("policy_version", it.r.PolicyVersion).
 			Int64("step", dv.tr.StepCount()).Msg("rollout skipped: policy lag")
 		d.stats.skipped()
+		f.durable++
+		return dv.tryFinish(f)
+	}
+	if err := dv.fits(it); err != nil {
+		// A per-rollout problem, not a device failure: the rollout is counted as failed
+		// and its file goes on without it (it has no credit row).
+		dv.log.Warn().Err(err).Str("rollout_id", it.r.ID).Str("file", it.file.rep.Claimed).Msg("rollout not trained")
+		d.stats.failed(err, it.file.rep.Claimed)
 		f.durable++
 		return dv.tryFinish(f)
 	}
@@ -206,6 +228,22 @@ func (dv *device) take(ctx context.Context, it *item) error {
 		return err
 	}
 	return dv.maybeCheckpoint(false)
+}
+
+// fits reports, wrapping xla.ErrTooLong, a rollout or hinted sequence longer than
+// the model's context: scoring it would fail the whole step.
+func (dv *device) fits(it *item) error {
+	max := dv.tr.Model().Config.MaxPositionEmbeddings
+	if n := len(it.r.Tokens); n > max {
+		return fmt.Errorf("rollout %q: %d tokens, max_position_embeddings is %d: %w", it.r.ID, n, max, xla.ErrTooLong)
+	}
+	for _, h := range it.res.Hints {
+		if n := int(h.End) + len(h.Tokens); n > max {
+			return fmt.Errorf("rollout %q: hinted segment %d: %d positions with the hint, max_position_embeddings is %d: %w",
+				it.r.ID, h.Segment, n, max, xla.ErrTooLong)
+		}
+	}
+	return nil
 }
 
 func (dv *device) progress(job *fileJob) *fileProgress {
@@ -240,10 +278,13 @@ func (dv *device) step(ctx context.Context) error {
 		rows[i].Step, rows[i].TeacherVersion = met.Step, teacherVersion
 		it := batch[i]
 		p := dv.stagedPath(it.file, it.row)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("stage credit rows: %w", err)
-		}
-		if err := data.WriteCreditFile(p, rows[i:i+1], false); err != nil {
+		err := dv.d.retryDiskFull(ctx, "stage credit rows", p, func() error {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			return data.WriteCreditFile(p, rows[i:i+1], false)
+		})
+		if err != nil {
 			return fmt.Errorf("stage credit rows: %w", err)
 		}
 		dv.unsynced = append(dv.unsynced, p)
@@ -386,9 +427,10 @@ func f64s(xs []float32) []float64 {
 
 // maybeCheckpoint writes a checkpoint when one is due: every_steps steps since the
 // last, or `every` elapsed with a step since, or force (idle) with a step since.
+// While the disk is full no checkpoint is due: the write that found it full retries.
 func (dv *device) maybeCheckpoint(force bool) error {
 	since := dv.tr.StepCount() - dv.lastCkptStep
-	if since == 0 {
+	if since == 0 || dv.d.pauser.diskIsFull() {
 		return nil
 	}
 	ck := dv.d.cfg.Train.Checkpoint
@@ -404,16 +446,21 @@ func (dv *device) maybeCheckpoint(force bool) error {
 // finishes every file whose rollouts are now all durable.
 func (dv *device) checkpoint() error {
 	d := dv.d
-	if err := data.SyncFiles(dv.unsynced); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	dv.unsynced = nil
-	cfgYAML, _ := d.cfg.YAML()
-	extra := map[string]json.RawMessage{}
-	extra["daemon"], _ = json.Marshal(map[string]any{"token_budget": dv.budget, "model_dir": dv.modelDir})
-	st := data.TrainerState{CreatedAt: time.Now().UTC(), CodeVersion: d.opts.Version, Config: string(cfgYAML), Extra: extra}
 	t0 := time.Now()
-	dir, err := dv.tr.SaveCheckpoint(d.cfg.CheckpointDir(), dv.files, st, d.cfg.Train.Checkpoint.Keep)
+	var dir string
+	err := d.retryDiskFull(dv.work, "checkpoint", d.cfg.CheckpointDir(), func() error {
+		if err := data.SyncFiles(dv.unsynced); err != nil {
+			return err
+		}
+		dv.unsynced = nil
+		cfgYAML, _ := d.cfg.YAML()
+		extra := map[string]json.RawMessage{}
+		extra["daemon"], _ = json.Marshal(map[string]any{"token_budget": dv.budget, "model_dir": dv.modelDir})
+		st := data.TrainerState{CreatedAt: time.Now().UTC(), CodeVersion: d.opts.Version, Config: string(cfgYAML), Extra: extra}
+		var err error
+		dir, err = dv.tr.SaveCheckpoint(d.cfg.CheckpointDir(), dv.files, st, d.cfg.Train.Checkpoint.Keep)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}

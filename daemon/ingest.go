@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -82,10 +84,27 @@ func (d *daemon) drainIncoming(ctx, work context.Context) error {
 			return nil
 		}
 		for _, name := range names {
+			if paused, _ := d.pauser.state(); paused {
+				d.ingesting.Store(false) // paused is idle: the device may flush and checkpoint
+				err := d.pauser.wait(ctx)
+				d.ingesting.Store(true)
+				if err != nil {
+					return nil
+				}
+				break // list incoming/ again: it changed while we waited
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
-			c, err := d.spool.Claim(name)
+			var c *rollout.ClaimState
+			err := d.retryDiskFull(ctx, "claim", filepath.Join(d.spool.Dir(rollout.DirIncoming), name), func() error {
+				var err error
+				c, err = d.spool.Claim(name)
+				return err
+			})
+			if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil // stopped while waiting for disk space
+			}
 			if errors.Is(err, rollout.ErrVanished) {
 				d.log.Warn().Str("file", name).Msg("file left incoming/ before it could be claimed")
 				continue
@@ -110,10 +129,15 @@ func (d *daemon) drainIncoming(ctx, work context.Context) error {
 // pipeline, which finishes it once a durable checkpoint lists them all.
 func (d *daemon) processClaim(work context.Context, c *rollout.ClaimState) error {
 	start := time.Now()
-	rep, err := d.spool.Process(work, c)
+	var rep *rollout.FileReport
+	err := d.retryDiskFull(work, "decide", filepath.Join(d.spool.Dir(rollout.DirProcessing), c.ClaimedName()), func() error {
+		var err error
+		rep, err = d.spool.Process(work, c)
+		return err
+	})
 	toTrain := err == nil && rep.Quarantine == nil && d.training() && rep.Accepted > 0
 	if err == nil && rep.Quarantine == nil && !toTrain {
-		err = d.spool.Finish(c, rep)
+		err = d.finish(work, c, rep)
 	}
 	if err != nil {
 		if work.Err() != nil {
@@ -148,4 +172,27 @@ func (d *daemon) processClaim(work context.Context, c *rollout.ClaimState) error
 		return d.handToTrainer(work, c, rep)
 	}
 	return nil
+}
+
+// finish moves a processed file out of processing/ and journals it, retrying on a
+// full disk. Spool.Finish renames first and journals second; when an attempt failed
+// after the rename, the retry only journals.
+func (d *daemon) finish(ctx context.Context, c *rollout.ClaimState, rep *rollout.FileReport) error {
+	src := filepath.Join(d.spool.Dir(rollout.DirProcessing), rep.Claimed)
+	tried := false
+	return d.retryDiskFull(ctx, "finish", src, func() error {
+		if _, err := os.Stat(src); tried && rep.Quarantine == nil && errors.Is(err, fs.ErrNotExist) {
+			dir, outcome := rollout.DirDone, rollout.OutcomeDone
+			if rep.Accepted == 0 {
+				dir, outcome = rollout.DirFailed, rollout.OutcomeFailed
+			}
+			if err := d.spool.Journal().Finish(c.Seq, outcome, "", ""); err != nil {
+				return err
+			}
+			rep.Outcome, rep.Dest = outcome, filepath.Join(d.spool.Dir(dir), rep.Claimed)
+			return nil
+		}
+		tried = true
+		return d.spool.Finish(c, rep)
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -58,14 +59,19 @@ func (dv *device) tryFinish(f *fileProgress) error {
 		rows = append(rows, rs...)
 	}
 	out := d.cfg.creditPath(rep.Claimed)
-	published, err := data.PublishCreditFile(out, rows)
+	var published bool
+	err = d.retryDiskFull(dv.work, "publish credit file", out, func() error {
+		var err error
+		published, err = data.PublishCreditFile(out, rows)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	if !published {
 		dv.log.Info().Str("file", rep.Claimed).Str("credit_file", out).Msg("credit file already published before a restart")
 	}
-	if err := d.spool.Finish(f.job.claim, rep); err != nil {
+	if err := d.finish(dv.work, f.job.claim, rep); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(stage); err != nil {
@@ -147,13 +153,23 @@ func openSkipLog(path string) (*skipLog, error) {
 	return l, nil
 }
 
+// add appends id durably. A failed write (a full disk) is cut off again, so a retry
+// never leaves a torn line in the middle of the log.
 func (l *skipLog) add(id string) error {
-	w := bufio.NewWriter(l.f)
-	w.WriteString(id + "\n")
-	if err := w.Flush(); err != nil {
+	off, err := l.f.Seek(0, io.SeekEnd)
+	if err != nil {
 		return fmt.Errorf("skip log: %w", err)
 	}
-	if err := l.f.Sync(); err != nil {
+	w := bufio.NewWriter(l.f)
+	w.WriteString(id + "\n")
+	err = w.Flush()
+	if err == nil {
+		err = l.f.Sync()
+	}
+	if err != nil {
+		if terr := l.f.Truncate(off); terr != nil {
+			return fmt.Errorf("skip log: %w (and cut off the torn line: %v)", err, terr)
+		}
 		return fmt.Errorf("skip log: %w", err)
 	}
 	l.ids[id] = true

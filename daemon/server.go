@@ -38,6 +38,7 @@ const maxRequestBytes = 1 << 20
 // Routes:
 //
 //	/hindsight.v1.StatusService/*           the status service
+//	/hindsight.v1.ControlService/*          pause and resume (through SetController)
 //	/grpc.health.v1.Health/*                gRPC health, for "" and "hindsight.v1.StatusService"
 //	/grpc.reflection.v1.ServerReflection/*  reflection (and v1alpha), for grpcurl and friends
 //	GET /metrics                            Prometheus metrics from the gatherer
@@ -63,6 +64,28 @@ type Server struct {
 
 	mu       sync.Mutex
 	listener net.Listener // set by Start
+	control  Controller   // set by SetController; nil: ControlService is UNIMPLEMENTED
+}
+
+// Controller carries out ControlService calls: the daemon pauses and resumes its
+// pipeline. by is who asked (the request's by, else the client's address).
+type Controller interface {
+	Pause(by, reason string) *hindsightv1.PauseState
+	Resume(by string) *hindsightv1.PauseState
+}
+
+// SetController makes ControlService pause and resume through c. Without one, its
+// calls fail with UNIMPLEMENTED.
+func (s *Server) SetController(c Controller) {
+	s.mu.Lock()
+	s.control = c
+	s.mu.Unlock()
+}
+
+func (s *Server) controller() Controller {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.control
 }
 
 // NewServer returns a Server that will listen on addr (host:port; port 0 picks a free
@@ -86,9 +109,11 @@ func NewServer(addr string, snapshot func() *hindsightv1.Status, gatherer promet
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes)}
 	mux := http.NewServeMux()
 	mux.Handle(hindsightv1connect.NewStatusServiceHandler(&statusService{s: s}, opts...))
+	mux.Handle(hindsightv1connect.NewControlServiceHandler(&controlService{s: s}, opts...))
 	mux.Handle(grpchealth.NewHandler(s.health, opts...))
 	reflector := grpcreflect.NewStaticReflector(
 		hindsightv1connect.StatusServiceName,
+		hindsightv1connect.ControlServiceName,
 		grpchealth.HealthV1ServiceName,
 	)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
@@ -244,6 +269,52 @@ func (h *statusService) WatchStatus(ctx context.Context, req *connect.Request[hi
 			}
 		}
 	}
+}
+
+// controlService implements hindsightv1connect.ControlServiceHandler.
+type controlService struct {
+	s *Server
+}
+
+var _ hindsightv1connect.ControlServiceHandler = (*controlService)(nil)
+
+// maxPauseText bounds PauseRequest.reason and .by as shown in status.
+const maxPauseText = 512
+
+// Pause pauses the daemon through its Controller.
+func (h *controlService) Pause(_ context.Context, req *connect.Request[hindsightv1.PauseRequest]) (*connect.Response[hindsightv1.PauseResponse], error) {
+	c := h.s.controller()
+	if c == nil {
+		return nil, errNoControl
+	}
+	if len(req.Msg.GetReason()) > maxPauseText || len(req.Msg.GetBy()) > maxPauseText {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reason and by are limited to %d bytes", maxPauseText))
+	}
+	st := c.Pause(requester(req.Msg.GetBy(), req.Peer()), req.Msg.GetReason())
+	return connect.NewResponse(&hindsightv1.PauseResponse{Pause: st}), nil
+}
+
+// Resume ends an operator's pause through the daemon's Controller.
+func (h *controlService) Resume(_ context.Context, req *connect.Request[hindsightv1.ResumeRequest]) (*connect.Response[hindsightv1.ResumeResponse], error) {
+	c := h.s.controller()
+	if c == nil {
+		return nil, errNoControl
+	}
+	if len(req.Msg.GetBy()) > maxPauseText {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("by is limited to %d bytes", maxPauseText))
+	}
+	st := c.Resume(requester(req.Msg.GetBy(), req.Peer()))
+	return connect.NewResponse(&hindsightv1.ResumeResponse{Pause: st}), nil
+}
+
+var errNoControl = connect.NewError(connect.CodeUnimplemented, errors.New("this server cannot pause or resume a daemon"))
+
+// requester is who made a control call: the by the client sent, else its address.
+func requester(by string, peer connect.Peer) string {
+	if by != "" {
+		return by
+	}
+	return peer.Addr
 }
 
 // current returns the latest snapshot, or UNAVAILABLE if the daemon has published none.

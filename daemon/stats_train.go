@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	rtmetrics "runtime/metrics"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -24,7 +26,6 @@ type trainStats struct {
 	teachN      int64
 	teachTook   time.Duration
 	lastLoss    float64
-	pausedWhy   string
 	lastStepAt  time.Time
 	lastStepDur time.Duration
 }
@@ -51,6 +52,14 @@ func (s *stats) trainedTotal(trained, step int64, budget int) {
 func (s *stats) skipped() {
 	s.mu.Lock()
 	s.train.training.RolloutsSkipped++
+	s.mu.Unlock()
+}
+
+// failed counts a rollout the device could not train, and records why.
+func (s *stats) failed(err error, file string) {
+	s.mu.Lock()
+	s.train.training.RolloutsFailed++
+	s.lastErr, s.lastErrAt, s.lastErrF = err.Error(), time.Now(), file
 	s.mu.Unlock()
 }
 
@@ -93,13 +102,6 @@ func (s *stats) setQueues(files, rollouts, awaiting int64) {
 	s.mu.Unlock()
 }
 
-func (s *stats) setPaused(why string) {
-	s.mu.Lock()
-	s.train.pausedWhy = why
-	s.mu.Unlock()
-	s.publish()
-}
-
 // stepDone records one optimizer step; scored tokens went through the scoring passes
 // in scoreTook.
 func (s *stats) stepDone(m xla.Metrics, scored int, scoreTook time.Duration) {
@@ -125,8 +127,9 @@ func (s *stats) stepDone(m xla.Metrics, scored int, scoreTook time.Duration) {
 
 // fillTraining adds the training fields to st; s.mu is held.
 func (s *stats) fillTraining(st *hindsightv1.Status) {
-	st.Paused = s.train.pausedWhy != ""
-	st.PauseReason = s.train.pausedWhy
+	if ps := s.d.pauser.proto(); ps != nil {
+		st.Paused, st.PauseReason, st.Pause = true, reasonLine(ps), ps
+	}
 	if !s.train.on {
 		return
 	}
@@ -142,6 +145,11 @@ func (s *stats) fillTraining(st *hindsightv1.Status) {
 	st.Credit = proto.Clone(&s.train.credit).(*hindsightv1.CreditStats)
 	st.Queues = proto.Clone(&s.train.queues).(*hindsightv1.QueueDepths)
 	st.Backend = proto.Clone(&s.train.backend).(*hindsightv1.BackendInfo)
+	if strings.HasPrefix(st.Backend.Name, "go") {
+		// The pure-Go backend keeps tensors on the Go heap. For XLA, GoMLX exposes no
+		// PJRT memory statistics, so the field stays 0 (process RSS is in /metrics).
+		st.Backend.MemoryBytes, st.Backend.MemoryKind = goHeapInUse(), "go_heap_inuse"
+	}
 	ts := &hindsightv1.TeacherStats{HintsBySource: map[string]int64{}, FailuresByKind: map[string]int64{}}
 	for k, v := range s.train.hints {
 		ts.HintsBySource[k] = v
@@ -158,4 +166,15 @@ func (s *stats) fillTraining(st *hindsightv1.Status) {
 		ts.MeanLatency = durationpb.New(s.train.teachTook / time.Duration(s.train.teachN))
 	}
 	st.Teacher = ts
+}
+
+// goHeapInUse is the bytes of live and not-yet-swept heap objects (runtime/metrics,
+// no stop-the-world).
+func goHeapInUse() int64 {
+	sample := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	rtmetrics.Read(sample)
+	if sample[0].Value.Kind() != rtmetrics.KindUint64 {
+		return 0
+	}
+	return int64(sample[0].Value.Uint64())
 }

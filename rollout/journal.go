@@ -222,13 +222,29 @@ func (j *Journal) append(e Entry) error {
 		return fmt.Errorf("append journal: %w", err)
 	}
 	b = append(b, '\n')
-	if _, err := j.f.Write(b); err != nil {
+	off, err := j.f.Seek(0, io.SeekCurrent)
+	if err != nil {
 		return fmt.Errorf("append journal %s: %w", j.path, err)
 	}
+	if _, err := j.f.Write(b); err != nil {
+		return j.undo(off, fmt.Errorf("append journal %s: %w", j.path, err))
+	}
 	if err := j.f.Sync(); err != nil {
-		return fmt.Errorf("sync journal %s: %w", j.path, err)
+		return j.undo(off, fmt.Errorf("sync journal %s: %w", j.path, err))
 	}
 	return j.apply(&e)
+}
+
+// undo cuts a failed append off (a full disk can leave part of the line written), so
+// a retried append never lands after a torn line in the middle of the journal.
+func (j *Journal) undo(off int64, err error) error {
+	if terr := j.f.Truncate(off); terr != nil {
+		return fmt.Errorf("%w (and cut off the torn entry: %v)", err, terr)
+	}
+	if _, serr := j.f.Seek(off, io.SeekStart); serr != nil {
+		return fmt.Errorf("%w (and seek back: %v)", err, serr)
+	}
+	return err
 }
 
 // Claim records a new claim of the incoming file name and returns its state.

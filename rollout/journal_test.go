@@ -90,3 +90,24 @@ func TestJournalRejectsInconsistentEntries(t *testing.T) {
 		})
 	}
 }
+
+func TestJournalFailedAppendIsCutOff(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	j, err := OpenJournal(path)
+	require.NoError(t, err)
+	_, err = j.Claim("a.arrow")
+	require.NoError(t, err)
+	good, err := os.ReadFile(path)
+	require.NoError(t, err)
+	// A write that got half a line onto the disk before failing.
+	_, err = j.f.Write([]byte(`{"op":"claim","seq":2,"na`))
+	require.NoError(t, err)
+	require.ErrorContains(t, j.undo(int64(len(good)), os.ErrClosed), "file already closed")
+	_, err = j.Claim("b.arrow")
+	require.NoError(t, err)
+	require.NoError(t, j.Close())
+	j, err = OpenJournal(path)
+	require.NoError(t, err, "no torn line in the middle")
+	defer j.Close()
+	require.Equal(t, int64(2), j.Totals().FilesClaimed)
+}

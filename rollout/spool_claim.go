@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
@@ -98,6 +99,9 @@ func (s *Spool) Recover() ([]*ClaimState, error) {
 			}
 		}
 	}
+	if err := s.removeStaleTemps(); err != nil {
+		return nil, fmt.Errorf("recover spool: %w", err)
+	}
 	ents, err := os.ReadDir(s.Dir(DirProcessing))
 	if err != nil {
 		return nil, fmt.Errorf("recover spool: %w", err)
@@ -116,3 +120,26 @@ func exists(path string) bool {
 }
 
 func isTemp(name string) bool { return filepath.Ext(name) == ".tmp" }
+
+// removeStaleTemps deletes the spool's own temp files that a crash left in failed/:
+// the hidden ".name.tmp-*" of durable writes and "*.rejected.arrow.tmp". They never
+// hold anything that is not rewritten when the claim is processed again.
+func (s *Spool) removeStaleTemps() error {
+	dir := s.Dir(DirFailed)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		n := e.Name()
+		stale := (strings.HasPrefix(n, ".") && strings.Contains(n, ".tmp-")) || strings.HasSuffix(n, RejectedSuffix+".tmp")
+		if !stale || !e.Type().IsRegular() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		s.log.Debug().Str("file", n).Msg("removed a temp file left by a crash")
+	}
+	return nil
+}

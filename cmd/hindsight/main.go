@@ -19,6 +19,8 @@ commands:
   validate FILE...    check rollout files; one line per problem, exit 1 if any file is invalid
   synth -out DIR      write synthetic agent rollouts as .arrow files
   status              print the status of a running hindsightd
+  pause [-reason T]   stop a running hindsightd claiming files and stepping until resume
+  resume              let a paused hindsightd go on
   tokenize            encode stdin to token ids (JSON), or decode ids with -decode
   init-model -out DIR write a randomly initialised model directory (config, safetensors, tokenizer)
   score -model DIR -in ROLLOUTS.arrow -out SCORES.arrow
@@ -48,6 +50,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return synthCmd(args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args[1:], stdout, stderr)
+	case "pause":
+		return pauseCmd(ctx, false, args[1:], stdout, stderr)
+	case "resume":
+		return pauseCmd(ctx, true, args[1:], stdout, stderr)
 	case "tokenize":
 		return tokenizeCmd(args[1:], os.Stdin, stdout, stderr)
 	case "init-model":

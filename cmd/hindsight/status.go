@@ -247,6 +247,13 @@ func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
 	}
 	if st.GetPaused() {
 		line("paused", "%s", orDash(st.GetPauseReason()))
+		if ps := st.GetPause(); ps.GetOperator() {
+			line("  since", "%s", formatTime(ps.GetSince()))
+		}
+		if ps := st.GetPause(); ps.GetDiskFull() {
+			line("  disk full", "%s since %s, next try %s", orDash(ps.GetDiskFullOp()),
+				formatTime(ps.GetDiskFullSince()), formatTime(ps.GetNextRetryAt()))
+		}
 	}
 	if st.GetLastError() == "" {
 		line("last error", "none")
@@ -305,6 +312,9 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 	}
 	if b := st.GetBackend(); b != nil {
 		line("backend", "%s, %s; %s parameters from %s", b.GetName(), b.GetDevice(), count(b.GetParameters()), orDash(b.GetModelDir()))
+		if b.GetMemoryBytes() > 0 {
+			line("device memory", "%.1f MiB (%s)", float64(b.GetMemoryBytes())/(1<<20), b.GetMemoryKind())
+		}
 	}
 }
 

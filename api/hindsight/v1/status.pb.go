@@ -81,6 +81,198 @@ func (State) EnumDescriptor() ([]byte, []int) {
 	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{0}
 }
 
+// PauseRequest says who pauses and why; both are shown in status.
+type PauseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Free text, e.g. "swap the teacher key"; may be empty.
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who asks, e.g. "alice@gpu-3" (hindsight pause sends user@host); empty means the
+	// client's network address.
+	By            string `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRequest) Reset() {
+	*x = PauseRequest{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRequest) ProtoMessage() {}
+
+func (x *PauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
+func (*PauseRequest) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PauseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PauseRequest) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// PauseResponse carries the pause state after the call.
+type PauseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pause         *PauseState            `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseResponse) Reset() {
+	*x = PauseResponse{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseResponse) ProtoMessage() {}
+
+func (x *PauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseResponse.ProtoReflect.Descriptor instead.
+func (*PauseResponse) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PauseResponse) GetPause() *PauseState {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
+// ResumeRequest says who resumes.
+type ResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	By            string                 `protobuf:"bytes,1,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ResumeRequest) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// ResumeResponse carries the pause state after the call: unset when nothing pauses
+// the daemon any more, else the disk-full state that still does.
+type ResumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pause         *PauseState            `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeResponse) Reset() {
+	*x = ResumeResponse{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeResponse) ProtoMessage() {}
+
+func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
+func (*ResumeResponse) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ResumeResponse) GetPause() *PauseState {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
 // GetStatusRequest has no parameters.
 type GetStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -90,7 +282,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[0]
+	mi := &file_hindsight_v1_status_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -102,7 +294,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[0]
+	mi := &file_hindsight_v1_status_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -115,7 +307,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{0}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{4}
 }
 
 // GetStatusResponse carries one snapshot.
@@ -129,7 +321,7 @@ type GetStatusResponse struct {
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[1]
+	mi := &file_hindsight_v1_status_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -141,7 +333,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[1]
+	mi := &file_hindsight_v1_status_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -154,7 +346,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{1}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetStatusResponse) GetStatus() *Status {
@@ -176,7 +368,7 @@ type WatchStatusRequest struct {
 
 func (x *WatchStatusRequest) Reset() {
 	*x = WatchStatusRequest{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[2]
+	mi := &file_hindsight_v1_status_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -188,7 +380,7 @@ func (x *WatchStatusRequest) String() string {
 func (*WatchStatusRequest) ProtoMessage() {}
 
 func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[2]
+	mi := &file_hindsight_v1_status_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -201,7 +393,7 @@ func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusRequest.ProtoReflect.Descriptor instead.
 func (*WatchStatusRequest) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{2}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchStatusRequest) GetInterval() *durationpb.Duration {
@@ -222,7 +414,7 @@ type WatchStatusResponse struct {
 
 func (x *WatchStatusResponse) Reset() {
 	*x = WatchStatusResponse{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[3]
+	mi := &file_hindsight_v1_status_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +426,7 @@ func (x *WatchStatusResponse) String() string {
 func (*WatchStatusResponse) ProtoMessage() {}
 
 func (x *WatchStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[3]
+	mi := &file_hindsight_v1_status_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +439,7 @@ func (x *WatchStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusResponse.ProtoReflect.Descriptor instead.
 func (*WatchStatusResponse) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{3}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchStatusResponse) GetStatus() *Status {
@@ -300,16 +492,21 @@ type Status struct {
 	// Compute backend and device.
 	Backend *BackendInfo `protobuf:"bytes,18,opt,name=backend,proto3" json:"backend,omitempty"`
 	// True while claiming and training are paused (hindsight pause, or a full disk).
+	// Readiness does not change: a paused daemon is healthy and answers status.
 	Paused bool `protobuf:"varint,19,opt,name=paused,proto3" json:"paused,omitempty"`
-	// Why the daemon is paused: "operator" (hindsight pause) or "disk_full: …".
-	PauseReason   string `protobuf:"bytes,20,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// Why the daemon is paused, one line: "operator: <reason>" (hindsight pause),
+	// "disk full: <path>", or both joined by "; ".
+	PauseReason string `protobuf:"bytes,20,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// Who paused the daemon, why and since when, and the disk-full state; unset while
+	// the daemon runs normally.
+	Pause         *PauseState `protobuf:"bytes,30,opt,name=pause,proto3" json:"pause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[4]
+	mi := &file_hindsight_v1_status_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +518,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[4]
+	mi := &file_hindsight_v1_status_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +531,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{4}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Status) GetVersion() string {
@@ -477,6 +674,132 @@ func (x *Status) GetPauseReason() string {
 	return ""
 }
 
+func (x *Status) GetPause() *PauseState {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
+// PauseState holds the two independent reasons to pause: an operator's pause, which
+// lasts until Resume, and a full disk, which lasts until a retried write succeeds.
+// While either holds, no file is claimed and no optimizer step starts (the step in
+// hand finishes); while the disk is full, no checkpoint is written either.
+type PauseState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True between ControlService.Pause and ControlService.Resume.
+	Operator bool `protobuf:"varint,1,opt,name=operator,proto3" json:"operator,omitempty"`
+	// Who asked (PauseRequest.by, else the client's address), and why.
+	By     string `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the operator's pause began.
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// True while writes fail with ENOSPC (or EDQUOT).
+	DiskFull bool `protobuf:"varint,5,opt,name=disk_full,json=diskFull,proto3" json:"disk_full,omitempty"`
+	// The file or folder whose write failed, and what the daemon was doing ("claim",
+	// "checkpoint", "stage credit rows", ...).
+	DiskFullPath string `protobuf:"bytes,6,opt,name=disk_full_path,json=diskFullPath,proto3" json:"disk_full_path,omitempty"`
+	DiskFullOp   string `protobuf:"bytes,7,opt,name=disk_full_op,json=diskFullOp,proto3" json:"disk_full_op,omitempty"`
+	// When the disk was first found full, and when the write is tried next.
+	DiskFullSince *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=disk_full_since,json=diskFullSince,proto3" json:"disk_full_since,omitempty"`
+	NextRetryAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_retry_at,json=nextRetryAt,proto3" json:"next_retry_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseState) Reset() {
+	*x = PauseState{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseState) ProtoMessage() {}
+
+func (x *PauseState) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseState.ProtoReflect.Descriptor instead.
+func (*PauseState) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PauseState) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
+}
+
+func (x *PauseState) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *PauseState) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PauseState) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *PauseState) GetDiskFull() bool {
+	if x != nil {
+		return x.DiskFull
+	}
+	return false
+}
+
+func (x *PauseState) GetDiskFullPath() string {
+	if x != nil {
+		return x.DiskFullPath
+	}
+	return ""
+}
+
+func (x *PauseState) GetDiskFullOp() string {
+	if x != nil {
+		return x.DiskFullOp
+	}
+	return ""
+}
+
+func (x *PauseState) GetDiskFullSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DiskFullSince
+	}
+	return nil
+}
+
+func (x *PauseState) GetNextRetryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRetryAt
+	}
+	return nil
+}
+
 // TrainingStats describes the optimizer and the rollouts it has taken.
 type TrainingStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -516,7 +839,7 @@ type TrainingStats struct {
 
 func (x *TrainingStats) Reset() {
 	*x = TrainingStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[5]
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +851,7 @@ func (x *TrainingStats) String() string {
 func (*TrainingStats) ProtoMessage() {}
 
 func (x *TrainingStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[5]
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +864,7 @@ func (x *TrainingStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainingStats.ProtoReflect.Descriptor instead.
 func (*TrainingStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{5}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TrainingStats) GetStep() int64 {
@@ -669,7 +992,7 @@ type CheckpointInfo struct {
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[6]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +1004,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[6]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +1017,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{6}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CheckpointInfo) GetStep() int64 {
@@ -741,7 +1064,7 @@ type TeacherStats struct {
 
 func (x *TeacherStats) Reset() {
 	*x = TeacherStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[7]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +1076,7 @@ func (x *TeacherStats) String() string {
 func (*TeacherStats) ProtoMessage() {}
 
 func (x *TeacherStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[7]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +1089,7 @@ func (x *TeacherStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeacherStats.ProtoReflect.Descriptor instead.
 func (*TeacherStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{7}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TeacherStats) GetHintsBySource() map[string]int64 {
@@ -847,7 +1170,7 @@ type CreditStats struct {
 
 func (x *CreditStats) Reset() {
 	*x = CreditStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[8]
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1182,7 @@ func (x *CreditStats) String() string {
 func (*CreditStats) ProtoMessage() {}
 
 func (x *CreditStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[8]
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1195,7 @@ func (x *CreditStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreditStats.ProtoReflect.Descriptor instead.
 func (*CreditStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{8}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreditStats) GetDeltaAbsMean() float64 {
@@ -946,7 +1269,7 @@ type QueueDepths struct {
 
 func (x *QueueDepths) Reset() {
 	*x = QueueDepths{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1281,7 @@ func (x *QueueDepths) String() string {
 func (*QueueDepths) ProtoMessage() {}
 
 func (x *QueueDepths) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1294,7 @@ func (x *QueueDepths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepths.ProtoReflect.Descriptor instead.
 func (*QueueDepths) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueueDepths) GetFiles() int64 {
@@ -1005,14 +1328,21 @@ type BackendInfo struct {
 	// Parameters of the policy.
 	Parameters int64 `protobuf:"varint,3,opt,name=parameters,proto3" json:"parameters,omitempty"`
 	// Model directory the policy was created from.
-	ModelDir      string `protobuf:"bytes,4,opt,name=model_dir,json=modelDir,proto3" json:"model_dir,omitempty"`
+	ModelDir string `protobuf:"bytes,4,opt,name=model_dir,json=modelDir,proto3" json:"model_dir,omitempty"`
+	// Memory the policy's backend holds, bytes, when the snapshot was taken; 0 when the
+	// backend does not say. Pure Go backend: the Go heap in use (weights, optimizer
+	// state, activations and everything else in the process). XLA: not reported (GoMLX
+	// exposes no PJRT memory statistics); see process_resident_memory_bytes in /metrics.
+	MemoryBytes int64 `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// What memory_bytes measures: "go_heap_inuse", or empty when it is 0.
+	MemoryKind    string `protobuf:"bytes,6,opt,name=memory_kind,json=memoryKind,proto3" json:"memory_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1354,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1367,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BackendInfo) GetName() string {
@@ -1068,6 +1398,20 @@ func (x *BackendInfo) GetModelDir() string {
 	return ""
 }
 
+func (x *BackendInfo) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *BackendInfo) GetMemoryKind() string {
+	if x != nil {
+		return x.MemoryKind
+	}
+	return ""
+}
+
 // SpoolCounts is the number of files in each folder of <data>/spool.
 type SpoolCounts struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1085,7 +1429,7 @@ type SpoolCounts struct {
 
 func (x *SpoolCounts) Reset() {
 	*x = SpoolCounts{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1441,7 @@ func (x *SpoolCounts) String() string {
 func (*SpoolCounts) ProtoMessage() {}
 
 func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1454,7 @@ func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpoolCounts.ProtoReflect.Descriptor instead.
 func (*SpoolCounts) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SpoolCounts) GetIncoming() int64 {
@@ -1172,7 +1516,7 @@ type IngestStats struct {
 
 func (x *IngestStats) Reset() {
 	*x = IngestStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1528,7 @@ func (x *IngestStats) String() string {
 func (*IngestStats) ProtoMessage() {}
 
 func (x *IngestStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1541,7 @@ func (x *IngestStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestStats.ProtoReflect.Descriptor instead.
 func (*IngestStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IngestStats) GetFilesClaimed() int64 {
@@ -1274,14 +1618,23 @@ var File_hindsight_v1_status_proto protoreflect.FileDescriptor
 
 const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\n" +
-	"\x19hindsight/v1/status.proto\x12\fhindsight.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
+	"\x19hindsight/v1/status.proto\x12\fhindsight.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"6\n" +
+	"\fPauseRequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\"?\n" +
+	"\rPauseResponse\x12.\n" +
+	"\x05pause\x18\x01 \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\"\x1f\n" +
+	"\rResumeRequest\x12\x0e\n" +
+	"\x02by\x18\x01 \x01(\tR\x02by\"@\n" +
+	"\x0eResumeResponse\x12.\n" +
+	"\x05pause\x18\x01 \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\"\x12\n" +
 	"\x10GetStatusRequest\"A\n" +
 	"\x11GetStatusResponse\x12,\n" +
 	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"K\n" +
 	"\x12WatchStatusRequest\x125\n" +
 	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"C\n" +
 	"\x13WatchStatusResponse\x12,\n" +
-	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\xa1\a\n" +
+	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\xd1\a\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.hindsight.v1.StateR\x05state\x129\n" +
@@ -1306,7 +1659,20 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x06queues\x18\x11 \x01(\v2\x19.hindsight.v1.QueueDepthsR\x06queues\x123\n" +
 	"\abackend\x18\x12 \x01(\v2\x19.hindsight.v1.BackendInfoR\abackend\x12\x16\n" +
 	"\x06paused\x18\x13 \x01(\bR\x06paused\x12!\n" +
-	"\fpause_reason\x18\x14 \x01(\tR\vpauseReason\"\x9a\x05\n" +
+	"\fpause_reason\x18\x14 \x01(\tR\vpauseReason\x12.\n" +
+	"\x05pause\x18\x1e \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\"\xeb\x02\n" +
+	"\n" +
+	"PauseState\x12\x1a\n" +
+	"\boperator\x18\x01 \x01(\bR\boperator\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +
+	"\tdisk_full\x18\x05 \x01(\bR\bdiskFull\x12$\n" +
+	"\x0edisk_full_path\x18\x06 \x01(\tR\fdiskFullPath\x12 \n" +
+	"\fdisk_full_op\x18\a \x01(\tR\n" +
+	"diskFullOp\x12B\n" +
+	"\x0fdisk_full_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rdiskFullSince\x12>\n" +
+	"\rnext_retry_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\"\x9a\x05\n" +
 	"\rTrainingStats\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04loss\x18\x02 \x01(\x01R\x04loss\x12#\n" +
@@ -1363,14 +1729,17 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\vQueueDepths\x12\x14\n" +
 	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x1a\n" +
 	"\brollouts\x18\x02 \x01(\x03R\brollouts\x12:\n" +
-	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"v\n" +
+	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"\xba\x01\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x1e\n" +
 	"\n" +
 	"parameters\x18\x03 \x01(\x03R\n" +
 	"parameters\x12\x1b\n" +
-	"\tmodel_dir\x18\x04 \x01(\tR\bmodelDir\"u\n" +
+	"\tmodel_dir\x18\x04 \x01(\tR\bmodelDir\x12!\n" +
+	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\x12\x1f\n" +
+	"\vmemory_kind\x18\x06 \x01(\tR\n" +
+	"memoryKind\"u\n" +
 	"\vSpoolCounts\x12\x1a\n" +
 	"\bincoming\x18\x01 \x01(\x03R\bincoming\x12\x1e\n" +
 	"\n" +
@@ -1399,7 +1768,10 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x0eSTATE_DRAINING\x10\x032\xb8\x01\n" +
 	"\rStatusService\x12Q\n" +
 	"\tGetStatus\x12\x1e.hindsight.v1.GetStatusRequest\x1a\x1f.hindsight.v1.GetStatusResponse\"\x03\x90\x02\x01\x12T\n" +
-	"\vWatchStatus\x12 .hindsight.v1.WatchStatusRequest\x1a!.hindsight.v1.WatchStatusResponse0\x01B@Z>github.com/hindsight-ai/hindsight/api/hindsight/v1;hindsightv1b\x06proto3"
+	"\vWatchStatus\x12 .hindsight.v1.WatchStatusRequest\x1a!.hindsight.v1.WatchStatusResponse0\x012\x97\x01\n" +
+	"\x0eControlService\x12@\n" +
+	"\x05Pause\x12\x1a.hindsight.v1.PauseRequest\x1a\x1b.hindsight.v1.PauseResponse\x12C\n" +
+	"\x06Resume\x12\x1b.hindsight.v1.ResumeRequest\x1a\x1c.hindsight.v1.ResumeResponseB@Z>github.com/hindsight-ai/hindsight/api/hindsight/v1;hindsightv1b\x06proto3"
 
 var (
 	file_hindsight_v1_status_proto_rawDescOnce sync.Once
@@ -1414,59 +1786,74 @@ func file_hindsight_v1_status_proto_rawDescGZIP() []byte {
 }
 
 var file_hindsight_v1_status_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_hindsight_v1_status_proto_goTypes = []any{
 	(State)(0),                    // 0: hindsight.v1.State
-	(*GetStatusRequest)(nil),      // 1: hindsight.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),     // 2: hindsight.v1.GetStatusResponse
-	(*WatchStatusRequest)(nil),    // 3: hindsight.v1.WatchStatusRequest
-	(*WatchStatusResponse)(nil),   // 4: hindsight.v1.WatchStatusResponse
-	(*Status)(nil),                // 5: hindsight.v1.Status
-	(*TrainingStats)(nil),         // 6: hindsight.v1.TrainingStats
-	(*CheckpointInfo)(nil),        // 7: hindsight.v1.CheckpointInfo
-	(*TeacherStats)(nil),          // 8: hindsight.v1.TeacherStats
-	(*CreditStats)(nil),           // 9: hindsight.v1.CreditStats
-	(*QueueDepths)(nil),           // 10: hindsight.v1.QueueDepths
-	(*BackendInfo)(nil),           // 11: hindsight.v1.BackendInfo
-	(*SpoolCounts)(nil),           // 12: hindsight.v1.SpoolCounts
-	(*IngestStats)(nil),           // 13: hindsight.v1.IngestStats
-	nil,                           // 14: hindsight.v1.TeacherStats.HintsBySourceEntry
-	nil,                           // 15: hindsight.v1.TeacherStats.FailuresByKindEntry
-	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*PauseRequest)(nil),          // 1: hindsight.v1.PauseRequest
+	(*PauseResponse)(nil),         // 2: hindsight.v1.PauseResponse
+	(*ResumeRequest)(nil),         // 3: hindsight.v1.ResumeRequest
+	(*ResumeResponse)(nil),        // 4: hindsight.v1.ResumeResponse
+	(*GetStatusRequest)(nil),      // 5: hindsight.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),     // 6: hindsight.v1.GetStatusResponse
+	(*WatchStatusRequest)(nil),    // 7: hindsight.v1.WatchStatusRequest
+	(*WatchStatusResponse)(nil),   // 8: hindsight.v1.WatchStatusResponse
+	(*Status)(nil),                // 9: hindsight.v1.Status
+	(*PauseState)(nil),            // 10: hindsight.v1.PauseState
+	(*TrainingStats)(nil),         // 11: hindsight.v1.TrainingStats
+	(*CheckpointInfo)(nil),        // 12: hindsight.v1.CheckpointInfo
+	(*TeacherStats)(nil),          // 13: hindsight.v1.TeacherStats
+	(*CreditStats)(nil),           // 14: hindsight.v1.CreditStats
+	(*QueueDepths)(nil),           // 15: hindsight.v1.QueueDepths
+	(*BackendInfo)(nil),           // 16: hindsight.v1.BackendInfo
+	(*SpoolCounts)(nil),           // 17: hindsight.v1.SpoolCounts
+	(*IngestStats)(nil),           // 18: hindsight.v1.IngestStats
+	nil,                           // 19: hindsight.v1.TeacherStats.HintsBySourceEntry
+	nil,                           // 20: hindsight.v1.TeacherStats.FailuresByKindEntry
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
 }
 var file_hindsight_v1_status_proto_depIdxs = []int32{
-	5,  // 0: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
-	16, // 1: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
-	5,  // 2: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
-	0,  // 3: hindsight.v1.Status.state:type_name -> hindsight.v1.State
-	17, // 4: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	16, // 5: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
-	12, // 6: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
-	13, // 7: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
-	13, // 8: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
-	17, // 9: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
-	6,  // 10: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
-	7,  // 11: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
-	8,  // 12: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
-	9,  // 13: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
-	10, // 14: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
-	11, // 15: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
-	17, // 16: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
-	16, // 17: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
-	17, // 18: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
-	14, // 19: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
-	15, // 20: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
-	16, // 21: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
-	1,  // 22: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	3,  // 23: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	2,  // 24: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	4,  // 25: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	24, // [24:26] is the sub-list for method output_type
-	22, // [22:24] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	10, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
+	10, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
+	9,  // 2: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
+	21, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	9,  // 4: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
+	0,  // 5: hindsight.v1.Status.state:type_name -> hindsight.v1.State
+	22, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	21, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
+	17, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
+	18, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
+	18, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
+	22, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
+	11, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
+	12, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
+	13, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
+	14, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
+	15, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
+	16, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
+	10, // 18: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
+	22, // 19: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
+	22, // 20: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
+	22, // 21: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
+	22, // 22: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
+	21, // 23: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
+	22, // 24: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
+	19, // 25: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
+	20, // 26: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
+	21, // 27: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
+	5,  // 28: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	7,  // 29: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	1,  // 30: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	3,  // 31: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	6,  // 32: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	8,  // 33: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	2,  // 34: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	4,  // 35: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	32, // [32:36] is the sub-list for method output_type
+	28, // [28:32] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
@@ -1480,9 +1867,9 @@ func file_hindsight_v1_status_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hindsight_v1_status_proto_rawDesc), len(file_hindsight_v1_status_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   20,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_hindsight_v1_status_proto_goTypes,
 		DependencyIndexes: file_hindsight_v1_status_proto_depIdxs,

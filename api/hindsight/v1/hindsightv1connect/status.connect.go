@@ -23,6 +23,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// StatusServiceName is the fully-qualified name of the StatusService service.
 	StatusServiceName = "hindsight.v1.StatusService"
+	// ControlServiceName is the fully-qualified name of the ControlService service.
+	ControlServiceName = "hindsight.v1.ControlService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -38,6 +40,10 @@ const (
 	// StatusServiceWatchStatusProcedure is the fully-qualified name of the StatusService's WatchStatus
 	// RPC.
 	StatusServiceWatchStatusProcedure = "/hindsight.v1.StatusService/WatchStatus"
+	// ControlServicePauseProcedure is the fully-qualified name of the ControlService's Pause RPC.
+	ControlServicePauseProcedure = "/hindsight.v1.ControlService/Pause"
+	// ControlServiceResumeProcedure is the fully-qualified name of the ControlService's Resume RPC.
+	ControlServiceResumeProcedure = "/hindsight.v1.ControlService/Resume"
 )
 
 // StatusServiceClient is a client for the hindsight.v1.StatusService service.
@@ -144,4 +150,112 @@ func (UnimplementedStatusServiceHandler) GetStatus(context.Context, *connect.Req
 
 func (UnimplementedStatusServiceHandler) WatchStatus(context.Context, *connect.Request[v1.WatchStatusRequest], *connect.ServerStream[v1.WatchStatusResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("hindsight.v1.StatusService.WatchStatus is not implemented"))
+}
+
+// ControlServiceClient is a client for the hindsight.v1.ControlService service.
+type ControlServiceClient interface {
+	// Pause stops claiming new files from incoming/ and starting optimizer steps; the
+	// step in hand finishes, files already claimed wait in processing/, and checkpoints
+	// of steps already taken are still written. Pausing a paused daemon replaces who
+	// and why and keeps since. The pause lasts until Resume or a restart.
+	Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error)
+	// Resume ends an operator's pause. A full disk keeps the daemon paused until a
+	// retried write succeeds. Resuming a daemon that is not paused does nothing.
+	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
+}
+
+// NewControlServiceClient constructs a client for the hindsight.v1.ControlService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewControlServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ControlServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	controlServiceMethods := v1.File_hindsight_v1_status_proto.Services().ByName("ControlService").Methods()
+	return &controlServiceClient{
+		pause: connect.NewClient[v1.PauseRequest, v1.PauseResponse](
+			httpClient,
+			baseURL+ControlServicePauseProcedure,
+			connect.WithSchema(controlServiceMethods.ByName("Pause")),
+			connect.WithClientOptions(opts...),
+		),
+		resume: connect.NewClient[v1.ResumeRequest, v1.ResumeResponse](
+			httpClient,
+			baseURL+ControlServiceResumeProcedure,
+			connect.WithSchema(controlServiceMethods.ByName("Resume")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// controlServiceClient implements ControlServiceClient.
+type controlServiceClient struct {
+	pause  *connect.Client[v1.PauseRequest, v1.PauseResponse]
+	resume *connect.Client[v1.ResumeRequest, v1.ResumeResponse]
+}
+
+// Pause calls hindsight.v1.ControlService.Pause.
+func (c *controlServiceClient) Pause(ctx context.Context, req *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error) {
+	return c.pause.CallUnary(ctx, req)
+}
+
+// Resume calls hindsight.v1.ControlService.Resume.
+func (c *controlServiceClient) Resume(ctx context.Context, req *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error) {
+	return c.resume.CallUnary(ctx, req)
+}
+
+// ControlServiceHandler is an implementation of the hindsight.v1.ControlService service.
+type ControlServiceHandler interface {
+	// Pause stops claiming new files from incoming/ and starting optimizer steps; the
+	// step in hand finishes, files already claimed wait in processing/, and checkpoints
+	// of steps already taken are still written. Pausing a paused daemon replaces who
+	// and why and keeps since. The pause lasts until Resume or a restart.
+	Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error)
+	// Resume ends an operator's pause. A full disk keeps the daemon paused until a
+	// retried write succeeds. Resuming a daemon that is not paused does nothing.
+	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
+}
+
+// NewControlServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewControlServiceHandler(svc ControlServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	controlServiceMethods := v1.File_hindsight_v1_status_proto.Services().ByName("ControlService").Methods()
+	controlServicePauseHandler := connect.NewUnaryHandler(
+		ControlServicePauseProcedure,
+		svc.Pause,
+		connect.WithSchema(controlServiceMethods.ByName("Pause")),
+		connect.WithHandlerOptions(opts...),
+	)
+	controlServiceResumeHandler := connect.NewUnaryHandler(
+		ControlServiceResumeProcedure,
+		svc.Resume,
+		connect.WithSchema(controlServiceMethods.ByName("Resume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/hindsight.v1.ControlService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ControlServicePauseProcedure:
+			controlServicePauseHandler.ServeHTTP(w, r)
+		case ControlServiceResumeProcedure:
+			controlServiceResumeHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedControlServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedControlServiceHandler struct{}
+
+func (UnimplementedControlServiceHandler) Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("hindsight.v1.ControlService.Pause is not implemented"))
+}
+
+func (UnimplementedControlServiceHandler) Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("hindsight.v1.ControlService.Resume is not implemented"))
 }
