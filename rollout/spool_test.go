@@ -227,3 +227,20 @@ func TestIsRolloutFileName(t *testing.T) {
 	}
 	require.True(t, strings.HasSuffix("00000001-x"+RejectedSuffix, ".arrow"))
 }
+
+func TestSpoolRecoverRemovesStaleTemps(t *testing.T) {
+	root := t.TempDir()
+	s := openTestSpool(t, root)
+	failed := s.Dir(DirFailed)
+	for _, n := range []string{".00000001-x.error.tmp-123", "00000002-y.rejected.arrow.tmp"} {
+		require.NoError(t, os.WriteFile(filepath.Join(failed, n), []byte("half"), 0o644))
+	}
+	keep := filepath.Join(failed, "00000003-z.error")
+	require.NoError(t, os.WriteFile(keep, []byte("E_NOT_ARROW"), 0o644))
+	_, err := s.Recover()
+	require.NoError(t, err)
+	ents, err := os.ReadDir(failed)
+	require.NoError(t, err)
+	require.Len(t, ents, 1)
+	require.FileExists(t, keep)
+}
