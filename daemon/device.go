@@ -15,7 +15,6 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/rs/zerolog"
 
-	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -263,16 +262,11 @@ func (dv *device) step(ctx context.Context) error {
 	for i, it := range batch {
 		xb[i] = dv.toXLA(it)
 	}
-	t0 := time.Now()
-	rows, scoredTokens, err := dv.creditRows(ctx, batch, xb)
-	if err != nil {
-		return fmt.Errorf("score step %d: %w", dv.tr.StepCount()+1, err)
-	}
-	scoreTook := time.Since(t0)
 	met, err := dv.tr.Step(ctx, xb)
 	if err != nil {
 		return fmt.Errorf("device: %w", err)
 	}
+	rows := creditRows(batch, met)
 	teacherVersion := met.Step - 1
 	for i := range rows {
 		rows[i].Step, rows[i].TeacherVersion = met.Step, teacherVersion
@@ -292,7 +286,7 @@ func (dv *device) step(ctx context.Context) error {
 	}
 	dv.batch, dv.batchTokens = nil, 0
 	dv.lastItemAt = time.Now()
-	dv.d.stats.stepDone(met, scoredTokens, scoreTook)
+	dv.d.stats.stepDone(met, met.ScoredTokens, met.ScoreTook)
 	dv.d.stats.setBatch(0, 0)
 	dv.log.Info().Int64("step", met.Step).Float64("loss", met.Loss).Float64("lr", met.LR).
 		Float64("grad_norm", met.GradNorm).Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).
@@ -329,72 +323,17 @@ func (dv *device) toXLA(it *item) xla.Rollout {
 	return xr
 }
 
-// creditRows scores the batch at the current weights and computes its credit as
-// the step will (same weights, a copy of the same baselines) for the credit output
-// file. The trainer does not return its per-token credit, so this repeats the
-// scoring passes. The hinted pass uses the policy's weights: with a frozen or EMA
-// teacher, teacher_logprobs are the live policy's, not the snapshot's.
-func (dv *device) creditRows(ctx context.Context, batch []*item, xb []xla.Rollout) ([]data.CreditRow, int, error) {
-	sc := dv.tr.Scorer()
-	rs := make([]credit.Rollout, len(xb))
-	scored := 0
-	for i := range xb {
-		r := &xb[i]
-		s, cache, err := sc.Score(ctx, r.Tokens)
-		if err != nil {
-			return nil, 0, fmt.Errorf("rollout %q: %w", r.ID, err)
-		}
-		scored += len(r.Tokens)
-		cr := credit.Rollout{ID: r.ID, TaskID: r.TaskID, Student: f64s(s), Sampler: f64s(r.Sampler),
-			Trainable: append([]bool(nil), r.Trainable...), Reward: r.Reward, HasReward: r.HasReward}
-		cr.Trainable[0] = false
-		if len(r.Hints) > 0 {
-			segs := make([]xla.Segment, len(r.Hints))
-			for k, h := range r.Hints {
-				segs[k] = h.Segment
-			}
-			q, err := sc.ScoreHinted(ctx, r.Tokens, cache, segs)
-			if err != nil {
-				cache.Close()
-				return nil, 0, fmt.Errorf("rollout %q: hinted pass: %w", r.ID, err)
-			}
-			var e [][]float32
-			if dv.d.cfg.Credit.Base == credit.BaseEmptyHint {
-				for k, h := range r.Hints {
-					segs[k].Hint = h.EmptyHint
-				}
-				if e, err = sc.ScoreHinted(ctx, r.Tokens, cache, segs); err != nil {
-					cache.Close()
-					return nil, 0, fmt.Errorf("rollout %q: empty-hint pass: %w", r.ID, err)
-				}
-			}
-			for k, h := range r.Hints {
-				span := credit.HintSpan{Start: h.Start, End: h.End, Teacher: f64s(q[k])}
-				if e != nil {
-					span.EmptyHint = f64s(e[k])
-				}
-				cr.Hints = append(cr.Hints, span)
-				scored += len(h.Hint) + h.End - h.Start
-			}
-		}
-		cache.Close()
-		rs[i] = cr
-	}
-	b := dv.tr.Baselines()
-	bc := &credit.Baselines{Task: map[string]float64{}, Global: b.Global, Seen: b.Seen}
-	for k, v := range b.Task {
-		bc.Task[k] = v
-	}
-	res, _, err := credit.Step(dv.d.cfg.Credit, rs, bc, dv.budget)
-	if err != nil {
-		return nil, 0, err
-	}
-	rows := make([]data.CreditRow, len(xb))
-	for i := range xb {
-		it, r, cr, c := batch[i], &xb[i], &rs[i], &res[i]
+// creditRows builds the credit output rows of a step from the credit the trainer
+// computed (the weights before the update; teacher_logprobs from the teacher it
+// used, live or snapshot).
+func creditRows(batch []*item, met xla.Metrics) []data.CreditRow {
+	rows := make([]data.CreditRow, len(batch))
+	for i, it := range batch {
+		cr, c := &met.Inputs[i], &met.Results[i]
+		r := it.r
 		T := len(r.Tokens)
 		row := data.CreditRow{RolloutID: r.ID, TaskID: r.TaskID, Tokens: append([]int32(nil), r.Tokens...),
-			PolicyVersion: it.r.PolicyVersion, Reward: it.r.Reward, HasReward: it.r.HasReward,
+			PolicyVersion: r.PolicyVersion, Reward: r.Reward, HasReward: r.HasReward,
 			OutcomeAdv: float32(c.AOut), LossMask: make([]bool, T), Student: make([]float32, T),
 			Teacher: make([]float32, T), Advantages: make([]float32, T)}
 		for t := range T {
@@ -414,15 +353,7 @@ func (dv *device) creditRows(ctx context.Context, batch []*item, xb []xla.Rollou
 		}
 		rows[i] = row
 	}
-	return rows, scored, nil
-}
-
-func f64s(xs []float32) []float64 {
-	out := make([]float64, len(xs))
-	for i, x := range xs {
-		out[i] = float64(x)
-	}
-	return out
+	return rows
 }
 
 // maybeCheckpoint writes a checkpoint when one is due: every_steps steps since the

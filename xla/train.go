@@ -81,6 +81,15 @@ type Metrics struct {
 	Tokens   int // tokens the gradient passes ran
 	Credit   credit.Stats
 	Took     time.Duration
+	// ScoredTokens and ScoreTook measure the scoring passes alone: the tokens of every
+	// student pass plus each hinted segment's hint and span.
+	ScoredTokens int
+	ScoreTook    time.Duration
+	// Inputs and Results are the step's per-rollout credit, in batch order: the
+	// log-probs the scoring passes gave (student, teacher) and what credit.Step made
+	// of them, at the weights before the update. For audit files; read-only.
+	Inputs  []credit.Rollout
+	Results []credit.Result
 }
 
 // Trainer owns a policy Model on a backend and applies weighted policy-gradient
@@ -214,7 +223,7 @@ func (tr *Trainer) Step(ctx context.Context, batch []Rollout) (Metrics, error) {
 		}
 	}()
 	budget := tr.opts.Budget
-	count := 0
+	count, scoredTokens := 0, 0
 	for i := range batch {
 		r := &batch[i]
 		cr, s, err := tr.score(ctx, r)
@@ -227,7 +236,12 @@ func (tr *Trainer) Step(ctx context.Context, batch []Rollout) (Metrics, error) {
 				count++
 			}
 		}
+		scoredTokens += len(r.Tokens)
+		for _, h := range r.Hints {
+			scoredTokens += len(h.Hint) + h.End - h.Start
+		}
 	}
+	scoreTook := time.Since(t0)
 	if budget == 0 {
 		budget = max(count, 1)
 	}
@@ -237,7 +251,8 @@ func (tr *Trainer) Step(ctx context.Context, batch []Rollout) (Metrics, error) {
 		return Metrics{}, fmt.Errorf("train step: %w", err)
 	}
 	acc := tr.grad.zeroGrads()
-	met := Metrics{Rollouts: len(batch), Credit: stats}
+	met := Metrics{Rollouts: len(batch), Credit: stats, ScoredTokens: scoredTokens, ScoreTook: scoreTook,
+		Inputs: rs, Results: res}
 	for i := range batch {
 		terms, ok := tr.terms(&rs[i], &res[i], sc[i].ref, budget)
 		if !ok {
