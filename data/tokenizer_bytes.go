@@ -119,24 +119,15 @@ func (t *BytesTokenizer) VocabSize() int { return BytesVocabSize }
 func (t *BytesTokenizer) Fingerprint() string { return BytesFingerprint }
 
 var bytesJSON = sync.OnceValue(func() []byte {
-	type addedToken struct {
-		ID         int32  `json:"id"`
-		Content    string `json:"content"`
-		SingleWord bool   `json:"single_word"`
-		LStrip     bool   `json:"lstrip"`
-		RStrip     bool   `json:"rstrip"`
-		Normalized bool   `json:"normalized"`
-		Special    bool   `json:"special"`
-	}
 	type byteLevel struct {
 		Type           string `json:"type"`
 		AddPrefixSpace bool   `json:"add_prefix_space"`
 		TrimOffsets    bool   `json:"trim_offsets"`
 		UseRegex       bool   `json:"use_regex"`
 	}
-	added := make([]addedToken, len(bytesSpecials))
+	added := make([]addedTokenJSON, len(bytesSpecials))
 	for i, s := range bytesSpecials {
-		added[i] = addedToken{ID: int32(256 + i), Content: s, Special: true}
+		added[i] = addedTokenJSON{ID: int32(256 + i), Content: s, Special: true}
 	}
 	bl := byteLevel{Type: "ByteLevel"}
 	var vocab strings.Builder
@@ -149,15 +140,15 @@ var bytesJSON = sync.OnceValue(func() []byte {
 	}
 	vocab.WriteByte('}')
 	doc := struct {
-		Version       string          `json:"version"`
-		Truncation    any             `json:"truncation"`
-		Padding       any             `json:"padding"`
-		AddedTokens   []addedToken    `json:"added_tokens"`
-		Normalizer    any             `json:"normalizer"`
-		PreTokenizer  byteLevel       `json:"pre_tokenizer"`
-		PostProcessor any             `json:"post_processor"`
-		Decoder       byteLevel       `json:"decoder"`
-		Model         json.RawMessage `json:"model"`
+		Version       string           `json:"version"`
+		Truncation    any              `json:"truncation"`
+		Padding       any              `json:"padding"`
+		AddedTokens   []addedTokenJSON `json:"added_tokens"`
+		Normalizer    any              `json:"normalizer"`
+		PreTokenizer  byteLevel        `json:"pre_tokenizer"`
+		PostProcessor any              `json:"post_processor"`
+		Decoder       byteLevel        `json:"decoder"`
+		Model         json.RawMessage  `json:"model"`
 	}{
 		Version:      "1.0",
 		AddedTokens:  added,
