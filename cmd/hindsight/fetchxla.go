@@ -28,11 +28,8 @@ func fetchXLACPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 			p.Package, p.Version, p.File, p.Name)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()

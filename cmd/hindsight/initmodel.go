@@ -24,11 +24,8 @@ func initModelCmd(args []string, stdout, stderr io.Writer) int {
 			"tokenizer.json, tokenizer_config.json, generation_config.json) that hindsightd and transformers load.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *out == "" || fs.NArg() > 0 {
 		fs.Usage()

@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -72,4 +74,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hindsight: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+}
+
+// parseFlags parses a command's args into fs. When ok is false the command returns
+// code: 0 after -h, 2 on a bad flag (fs has printed why and its usage).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
 }

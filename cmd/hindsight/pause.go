@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/user"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -38,8 +36,7 @@ func pauseCmd(ctx context.Context, resume bool, args []string, stdout, stderr io
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", defaultStatusAddr, "hindsightd status `address`, HOST:PORT or an http:// URL")
-	timeout := fs.Duration("timeout", 5*time.Second, "give up if the daemon has not answered within this `duration`")
+	daemon := addDaemonFlags(fs)
 	var reason *string
 	if !resume {
 		reason = fs.String("reason", "", "why, shown in status (e.g. \"swap the teacher key\")")
@@ -48,25 +45,14 @@ func pauseCmd(ctx context.Context, resume bool, args []string, stdout, stderr io
 		fmt.Fprint(stderr, pauseUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	baseURL, ok := daemon.check(fs, stderr)
+	if !ok {
 		return 2
 	}
-	baseURL, err := statusBaseURL(*addr)
-	switch {
-	case err != nil:
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
-		fs.Usage()
-		return 2
-	case *timeout <= 0:
-		fmt.Fprintf(stderr, "%s: -timeout must be positive, got %s\n", name, *timeout)
-		return 2
-	}
+	addr, timeout := daemon.addr, daemon.timeout
 	client := hindsightv1connect.NewControlServiceClient(http.DefaultClient, baseURL)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

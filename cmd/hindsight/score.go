@@ -41,11 +41,8 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			"A rollout that is invalid or longer than the model's context is reported and skipped (exit 1).\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *modelDir == "" || *in == "" || *out == "" || fs.NArg() > 0 {
 		fs.Usage()

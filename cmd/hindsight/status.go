@@ -44,37 +44,26 @@ flags:
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hindsight status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", defaultStatusAddr, "hindsightd status `address`, HOST:PORT or an http:// URL")
+	daemon := addDaemonFlags(fs)
 	asJSON := fs.Bool("json", false, "print protojson instead of a table")
 	watch := fs.Bool("watch", false, "keep printing updates until interrupted")
 	interval := fs.Duration("interval", time.Second, "time between updates with -watch (at least 100ms)")
-	timeout := fs.Duration("timeout", 5*time.Second, "give up if the daemon has not answered within this `duration`")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, statusUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	baseURL, ok := daemon.check(fs, stderr)
+	if !ok {
 		return 2
 	}
-	baseURL, err := statusBaseURL(*addr)
-	switch {
-	case err != nil:
-		fmt.Fprintf(stderr, "hindsight status: %v\n", err)
-		return 2
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "hindsight status: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
-	case *timeout <= 0:
-		fmt.Fprintf(stderr, "hindsight status: -timeout must be positive, got %s\n", *timeout)
-		return 2
-	case *interval <= 0:
+	if *interval <= 0 {
 		fmt.Fprintf(stderr, "hindsight status: -interval must be positive, got %s\n", *interval)
 		return 2
 	}
+	addr, timeout := daemon.addr, daemon.timeout
 
 	printer := printStatusTable
 	if *asJSON {
@@ -86,6 +75,38 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return c.watch(ctx, *interval, *timeout)
 	}
 	return c.get(ctx, *timeout)
+}
+
+// daemonFlags are the flags of the commands that call a running hindsightd.
+type daemonFlags struct {
+	addr    *string
+	timeout *time.Duration
+}
+
+func addDaemonFlags(fs *flag.FlagSet) daemonFlags {
+	return daemonFlags{
+		addr:    fs.String("addr", defaultStatusAddr, "hindsightd status `address`, HOST:PORT or an http:// URL"),
+		timeout: fs.Duration("timeout", 5*time.Second, "give up if the daemon has not answered within this `duration`"),
+	}
+}
+
+// check validates the parsed flags and that no argument is left, and returns the
+// daemon's base URL; on a usage error it says why on stderr and ok is false.
+func (f daemonFlags) check(fs *flag.FlagSet, stderr io.Writer) (baseURL string, ok bool) {
+	baseURL, err := statusBaseURL(*f.addr)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return "", false
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return "", false
+	case *f.timeout <= 0:
+		fmt.Fprintf(stderr, "%s: -timeout must be positive, got %s\n", fs.Name(), *f.timeout)
+		return "", false
+	}
+	return baseURL, true
 }
 
 // statusBaseURL turns -addr (HOST:PORT, or a URL with a scheme) into a base URL.

@@ -24,11 +24,8 @@ func synthCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: hindsight synth -out DIR [-n N] [-tokens T] [-seed S] [-per-file K] [-format file|stream]\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	opts := rollout.SynthOptions{N: *n, Tokens: *tokens, Seed: *seed, PerFile: *perFile, GroupSize: *group, IDPrefix: *prefix}
 	switch *format {

@@ -28,11 +28,8 @@ func tokenizeCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			"or with -decode prints the text of a JSON array of ids. No BOS/EOS is added.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *spec == "" || fs.NArg() > 0 || *decode && *plain {
 		fs.Usage()

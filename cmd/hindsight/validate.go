@@ -21,11 +21,8 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: hindsight validate [-vocab N] [-tokenizer FP] [-v] FILE...\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() == 0 || *vocab < 0 {
 		fs.Usage()
