@@ -36,6 +36,12 @@ func TestParseConfig(t *testing.T) {
 		{name: "negative vocab", yaml: "validation:\n  vocab_size: -1\n", err: "validation.vocab_size:"},
 		{name: "empty data dir", yaml: "data_dir: ''\n", err: "data_dir:"},
 		{name: "zero shutdown", yaml: "shutdown_timeout: 0s\n", err: "shutdown_timeout:"},
+		{name: "batch bounds", yaml: "train:\n  max_batch_rollouts: 0\n  max_batch_tokens: 32768\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, 0, c.Train.MaxBatchRollouts)
+			require.Equal(t, 32768, c.Train.MaxBatchTokens)
+		}},
+		{name: "negative batch rollouts", yaml: "train:\n  max_batch_rollouts: -1\n", err: "train.max_batch_rollouts: -1"},
+		{name: "negative batch tokens", yaml: "train:\n  max_batch_tokens: -5\n", err: "train.max_batch_tokens: -5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

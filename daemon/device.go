@@ -31,7 +31,8 @@ type device struct {
 	budget   int
 
 	batch       []*item
-	batchTokens int
+	batchTokens int // trainable tokens of batch
+	batchAll    int // every token of batch: rollouts, hints and hinted spans
 
 	// Per-file progress, by claim seq.
 	open map[uint64]*fileProgress
@@ -86,7 +87,7 @@ func (d *daemon) openDevice() (*device, map[string]bool, error) {
 	if ckdir != "" {
 		src = ckdir
 	}
-	m, err := xla.OpenModel(src)
+	m, err := xla.OpenModelWith(src, d.tokenizer)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open policy %s: %w", src, err)
 	}
@@ -97,6 +98,9 @@ func (d *daemon) openDevice() (*device, map[string]bool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// Only the rollouts of files still in processing/ matter from here on: the
+	// journal keeps finished files from being read again.
+	open := unfinishedIDs(d.spool.Journal())
 	done := map[string]bool{}
 	if ckdir != "" {
 		st, err := dv.tr.Restore(ckdir)
@@ -105,19 +109,20 @@ func (d *daemon) openDevice() (*device, map[string]bool, error) {
 		}
 		dv.lastCkptStep = st.Step
 		d.stats.setCheckpoint(st.Step, ckdir, st.CreatedAt)
-		dv.log.Info().Int64("step", st.Step).Str("checkpoint", ckdir).Int("trained", len(st.Trained)).Msg("restored checkpoint")
+		dv.log.Info().Int64("step", st.Step).Str("checkpoint", ckdir).Int64("trained", dv.tr.TrainedTotal()).Msg("restored checkpoint")
 	}
+	dv.tr.ForgetTrained(func(id string) bool { return !open[id] })
 	for _, id := range dv.tr.Trained() {
 		done[id] = true
 	}
-	if dv.skips, err = openSkipLog(filepath.Join(d.cfg.DataDir, "state", "skipped.txt")); err != nil {
+	if dv.skips, err = openSkipLog(filepath.Join(d.cfg.DataDir, "state", "skipped.txt"), open); err != nil {
 		return nil, nil, err
 	}
 	for id := range dv.skips.ids {
 		done[id] = true
 	}
 	d.stats.setBackend(name+" ("+spec+")", dev, int64(m.NumParameters()), dv.modelDir)
-	d.stats.trainedTotal(int64(len(dv.tr.Trained())), dv.tr.StepCount(), tc.TokenBudget)
+	d.stats.trainedTotal(dv.tr.TrainedTotal(), dv.tr.StepCount(), dv.tr.UpdateCount(), tc.TokenBudget)
 	dv.log.Info().Str("backend", spec).Str("device", dev).Int("parameters", m.NumParameters()).
 		Int64("step", dv.tr.StepCount()).Msg("policy loaded")
 	return dv, done, nil
@@ -213,20 +218,43 @@ func (dv *device) take(ctx context.Context, it *item) error {
 		f.durable++
 		return dv.tryFinish(f)
 	}
+	all := len(it.r.Tokens)
+	for _, h := range it.res.Hints {
+		all += len(h.Tokens) + int(h.End-h.InsertAt)
+	}
+	if max := d.cfg.Train.MaxBatchTokens; max > 0 && len(dv.batch) > 0 && dv.batchAll+all > max {
+		// The batch without it is as large as it may be: it goes first.
+		if err := dv.step(ctx); err != nil {
+			return err
+		}
+		if err := dv.maybeCheckpoint(false); err != nil {
+			return err
+		}
+	}
 	dv.batch = append(dv.batch, it)
 	for i := range it.r.Tokens {
 		if i > 0 && it.r.Trainable(i) {
 			dv.batchTokens++
 		}
 	}
+	dv.batchAll += all
 	d.stats.setBatch(len(dv.batch), dv.batchTokens)
-	if dv.batchTokens < dv.budget {
+	if !dv.batchFull() {
 		return nil
 	}
 	if err := dv.step(ctx); err != nil {
 		return err
 	}
 	return dv.maybeCheckpoint(false)
+}
+
+// batchFull reports whether the batch is due for a step: token_budget trainable
+// tokens, or max_batch_rollouts rollouts, or max_batch_tokens tokens in all.
+func (dv *device) batchFull() bool {
+	tc := dv.d.cfg.Train
+	return dv.batchTokens >= dv.budget ||
+		(tc.MaxBatchRollouts > 0 && len(dv.batch) >= tc.MaxBatchRollouts) ||
+		(tc.MaxBatchTokens > 0 && dv.batchAll >= tc.MaxBatchTokens)
 }
 
 // fits reports, wrapping xla.ErrTooLong, a rollout or hinted sequence longer than
@@ -284,13 +312,18 @@ func (dv *device) step(ctx context.Context) error {
 		dv.unsynced = append(dv.unsynced, p)
 		dv.progress(it.file).pending++
 	}
-	dv.batch, dv.batchTokens = nil, 0
+	dv.batch, dv.batchTokens, dv.batchAll = nil, 0, 0
 	dv.lastItemAt = time.Now()
 	dv.d.stats.stepDone(met, met.ScoredTokens, met.ScoreTook)
 	dv.d.stats.setBatch(0, 0)
-	dv.log.Info().Int64("step", met.Step).Float64("loss", met.Loss).Float64("lr", met.LR).
-		Float64("grad_norm", met.GradNorm).Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).
-		Dur("took", met.Took).Msg("step")
+	if met.Updated {
+		dv.log.Info().Int64("step", met.Step).Float64("loss", met.Loss).Float64("lr", met.LR).
+			Float64("grad_norm", met.GradNorm).Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).
+			Dur("took", met.Took).Msg("step")
+	} else {
+		dv.log.Info().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took).
+			Msg("step without update: no hint credit, outcome advantage or KL term in the batch; weights unchanged")
+	}
 	dv.d.heartbeat()
 	dv.d.trainedTokens += int64(met.Tokens)
 	if dv.d.onStep != nil {
@@ -398,7 +431,7 @@ func (dv *device) checkpoint() error {
 	step := dv.tr.StepCount()
 	dv.lastCkptStep, dv.lastCkptAt = step, time.Now()
 	d.stats.setCheckpoint(step, dir, time.Now())
-	d.stats.trainedTotal(int64(len(dv.tr.Trained())), step, dv.budget)
+	d.stats.trainedTotal(dv.tr.TrainedTotal(), step, dv.tr.UpdateCount(), dv.budget)
 	dv.log.Info().Int64("step", step).Str("path", dir).Dur("took", time.Since(t0)).Msg("checkpoint")
 	dv.runCommand(dir, step)
 	for _, f := range dv.sortedOpen() {
@@ -432,7 +465,7 @@ func (dv *device) shutdown(work context.Context) error {
 	if len(dv.batch) > 0 {
 		dv.log.Info().Int("rollouts", len(dv.batch)).Int("tokens", dv.batchTokens).
 			Msg("abandoning the partial batch; its rollouts are replayed on the next start")
-		dv.batch, dv.batchTokens = nil, 0
+		dv.batch, dv.batchTokens, dv.batchAll = nil, 0, 0
 	}
 	if work.Err() != nil {
 		dv.log.Warn().Msg("shutdown timeout passed; no final checkpoint (the last one stands)")

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -78,6 +79,11 @@ func (dv *device) tryFinish(f *fileProgress) error {
 		dv.log.Warn().Err(err).Str("dir", stage).Msg("remove staged credit rows")
 	}
 	delete(dv.open, f.job.claim.Seq)
+	ids := map[string]bool{}
+	for _, r := range f.job.claim.Decisions {
+		ids[r.ID] = r.Accepted
+	}
+	dv.tr.ForgetTrained(func(id string) bool { return ids[id] })
 	d.fileFinished(rep, len(rows), out)
 	return nil
 }
@@ -115,6 +121,20 @@ func removeStaleStaging(dir string, unfinished []*rollout.ClaimState) error {
 	return nil
 }
 
+// unfinishedIDs returns the accepted rollout_ids of the files the journal has not
+// finished.
+func unfinishedIDs(j *rollout.Journal) map[string]bool {
+	ids := map[string]bool{}
+	for _, c := range j.Unfinished() {
+		for _, r := range c.Decisions {
+			if r.Accepted {
+				ids[r.ID] = true
+			}
+		}
+	}
+	return ids
+}
+
 // skipLog is the durable list of rollouts skipped for policy lag: an fsynced line
 // per rollout_id. A torn last line (a crash mid-write) is ignored: that rollout is
 // taken again and skipped again.
@@ -123,7 +143,10 @@ type skipLog struct {
 	ids map[string]bool
 }
 
-func openSkipLog(path string) (*skipLog, error) {
+// openSkipLog opens the skip log at path, first rewriting it (atomically) without
+// the ids that keep does not hold, when there are such: the skips of finished files
+// are never needed again.
+func openSkipLog(path string, keep map[string]bool) (*skipLog, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("open skip log: %w", err)
 	}
@@ -137,9 +160,21 @@ func openSkipLog(path string) (*skipLog, error) {
 				return nil, fmt.Errorf("open skip log: %w", err)
 			}
 		}
+		var kept strings.Builder
+		dropped := false
 		for _, id := range strings.Split(s, "\n") {
-			if id != "" {
+			switch {
+			case id == "":
+			case keep[id]:
 				l.ids[id] = true
+				kept.WriteString(id + "\n")
+			default:
+				dropped = true
+			}
+		}
+		if dropped {
+			if err := fsutil.WriteFileBytes(path, []byte(kept.String()), 0o644); err != nil {
+				return nil, fmt.Errorf("open skip log: %w", err)
 			}
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {

@@ -43,10 +43,11 @@ func (s *stats) setCheckpoint(step int64, path string, at time.Time) {
 	s.train.ckpt = &hindsightv1.CheckpointInfo{Step: step, Path: path, WrittenAt: timestamppb.New(at)}
 }
 
-func (s *stats) trainedTotal(trained, step int64, budget int) {
+func (s *stats) trainedTotal(trained, step, updates int64, budget int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.train.training.RolloutsTrained, s.train.training.Step, s.train.training.TokenBudget = trained, step, int64(budget)
+	t := &s.train.training
+	t.RolloutsTrained, t.Step, t.Updates, t.TokenBudget = trained, step, updates, int64(budget)
 }
 
 func (s *stats) skipped() {
@@ -116,6 +117,11 @@ func (s *stats) stepDone(m xla.Metrics, scored int, scoreTook time.Duration) {
 	}
 	t.RolloutsTrained += int64(m.Rollouts)
 	t.SessionSteps++
+	if m.Updated {
+		t.Updates++
+	} else {
+		t.SessionStepsWithoutUpdate++
+	}
 	s.train.lastStepAt, s.train.lastStepDur = time.Now(), m.Took
 	c := m.Credit
 	s.train.credit = hindsightv1.CreditStats{DeltaAbsMean: c.DeltaAbsMean, DeltaAbsP99: c.DeltaAbsP99,

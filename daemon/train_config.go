@@ -16,6 +16,15 @@ type TrainConfig struct {
 	// TokenBudget is N: an optimizer step happens every N trainable tokens, and N is
 	// the denominator of the loss (DESIGN.md "Credit math").
 	TokenBudget int `yaml:"token_budget"`
+	// MaxBatchRollouts steps once the batch holds this many rollouts, even short of
+	// token_budget trainable tokens (the loss is still divided by N), so rollouts with
+	// few trainable tokens do not pile up; 0: no bound.
+	MaxBatchRollouts int `yaml:"max_batch_rollouts"`
+	// MaxBatchTokens steps once the batch's rollouts hold this many tokens in all
+	// (context, trainable and hinted spans), even short of token_budget: the step keeps
+	// every rollout's KV cache on the device, so this bounds its memory. A rollout
+	// longer than the bound is a batch of its own. 0: no bound.
+	MaxBatchTokens int `yaml:"max_batch_tokens"`
 	// Chunk is the gradient pass's chunk in tokens (xla.TrainerOptions.Chunk).
 	Chunk int `yaml:"chunk"`
 	// ScoreChunk is the scoring passes' chunk in tokens (0: the scorer's default).
@@ -55,13 +64,16 @@ type CheckpointConfig struct {
 	CommandTimeout time.Duration `yaml:"command_timeout"`
 }
 
-// DefaultTrainConfig returns the defaults: a step every 4096 trainable tokens, AdamW
+// DefaultTrainConfig returns the defaults: a step every 4096 trainable tokens or 64
+// rollouts or 1,048,576 tokens in all, whichever comes first, AdamW
 // at xla.DefaultAdamW, the live teacher, no lag bound, 4 rollouts with the teacher,
 // a partial step after 5s idle, a checkpoint every 10 steps or 10 minutes, 3 kept.
 func DefaultTrainConfig() TrainConfig {
 	return TrainConfig{
 		Enabled:            true,
 		TokenBudget:        4096,
+		MaxBatchRollouts:   64,
+		MaxBatchTokens:     1 << 20,
 		Chunk:              xla.DefaultChunkTrain,
 		Optimizer:          xla.DefaultAdamW(),
 		TeacherModel:       xla.DefaultTeacher(),
@@ -76,6 +88,10 @@ func (c TrainConfig) Validate(prefix string) error {
 	switch {
 	case c.TokenBudget < 1:
 		return fmt.Errorf("%stoken_budget: %d, want ≥ 1", prefix, c.TokenBudget)
+	case c.MaxBatchRollouts < 0:
+		return fmt.Errorf("%smax_batch_rollouts: %d, want ≥ 0 (0: no bound)", prefix, c.MaxBatchRollouts)
+	case c.MaxBatchTokens < 0:
+		return fmt.Errorf("%smax_batch_tokens: %d, want ≥ 0 (0: no bound)", prefix, c.MaxBatchTokens)
 	case c.Chunk < 0:
 		return fmt.Errorf("%schunk: %d, want ≥ 0", prefix, c.Chunk)
 	case c.ScoreChunk < 0:

@@ -50,9 +50,15 @@ type TrainerState struct {
 	CodeVersion string    `json:"code_version"`
 	// Config is the effective daemon configuration, as YAML.
 	Config string `json:"config"`
-	// Trained lists the rollout_ids whose gradient is in these weights: the source of
-	// truth for "trained" (DESIGN.md "Rollout states").
+	// Trained lists the rollout_ids whose gradient is in these weights and whose file
+	// had not finished when the checkpoint was written: the source of truth for
+	// "trained" (DESIGN.md "Rollout states") while a file is in processing/. Once a
+	// file is finished the journal says so, and its ids leave the list, which so stays
+	// as short as the spool's unfinished work.
 	Trained []string `json:"trained"`
+	// TrainedTotal counts every rollout whose gradient is in these weights, over the
+	// run's life. 0 in checkpoints of older versions: there Trained lists them all.
+	TrainedTotal int64 `json:"trained_total,omitempty"`
 	// Baselines, RNG and Extra are owned by credit/ and xla/; stored as they come.
 	Baselines json.RawMessage            `json:"baselines,omitempty"`
 	RNG       json.RawMessage            `json:"rng,omitempty"`

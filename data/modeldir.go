@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -41,7 +42,13 @@ const (
 // OpenModelDir opens the model directory dir: its config, weights and tokenizer,
 // and checks that they fit together (CheckWeights; the config's vocab_size covers
 // every tokenizer id). Errors name the file and the tensor or field.
-func OpenModelDir(dir string) (*ModelDir, error) {
+func OpenModelDir(dir string) (*ModelDir, error) { return OpenModelDirWith(dir, nil) }
+
+// OpenModelDirWith is OpenModelDir with tok, already loaded, as the tokenizer
+// instead of parsing dir's tokenizer.json again (a second or more for a large
+// vocabulary): dir's tokenizer.json must have tok's fingerprint. A nil tok parses
+// the file.
+func OpenModelDirWith(dir string, tok Tokenizer) (*ModelDir, error) {
 	cfg, err := LoadModelConfig(filepath.Join(dir, ConfigFileName))
 	if err != nil {
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
@@ -54,7 +61,11 @@ func OpenModelDir(dir string) (*ModelDir, error) {
 		w.Close()
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
 	}
-	tok, err := LoadTokenizer(filepath.Join(dir, TokenizerFileName))
+	if tok == nil {
+		tok, err = LoadTokenizer(filepath.Join(dir, TokenizerFileName))
+	} else {
+		err = checkTokenizerFile(filepath.Join(dir, TokenizerFileName), tok)
+	}
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
@@ -187,6 +198,23 @@ func writeDirAtomic(dir string, force bool, fill func(tmp string) error) error {
 	}
 	if old != "" {
 		return os.RemoveAll(old)
+	}
+	return nil
+}
+
+// checkTokenizerFile returns an error unless the tokenizer.json at path has tok's
+// fingerprint. It hashes the bytes; it does not parse them.
+func checkTokenizerFile(path string, tok Tokenizer) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("load tokenizer: %w", err)
+	}
+	fp := fingerprintOf(raw)
+	if bytes.Equal(raw, BytesTokenizerJSON()) {
+		fp = BytesFingerprint
+	}
+	if want := tok.Fingerprint(); fp != want {
+		return fmt.Errorf("%s: fingerprint %s, want %s (the tokenizer it must share)", path, fp, want)
 	}
 	return nil
 }

@@ -44,6 +44,20 @@ func TestOpenModelDir(t *testing.T) {
 	require.NoError(t, m.Close())
 }
 
+// TestOpenModelDirWith: a tokenizer already loaded is used when the directory's
+// tokenizer.json has its fingerprint, and refused, naming both, when not.
+func TestOpenModelDirWith(t *testing.T) {
+	dir := tinyModel(t)
+	m, err := OpenModelDirWith(dir, NewBytesTokenizer())
+	require.NoError(t, err)
+	require.Equal(t, BytesFingerprint, m.Tokenizer.Fingerprint())
+	require.NoError(t, m.Close())
+
+	qwen := testTokenizer(t, "qwen3")
+	_, err = OpenModelDirWith(dir, qwen)
+	require.ErrorContains(t, err, "tokenizer.json: fingerprint bytes-v1, want "+qwen.Fingerprint())
+}
+
 func TestOpenModelDirErrors(t *testing.T) {
 	drop := func(name string) func([]NamedTensor) []NamedTensor {
 		return func(ts []NamedTensor) []NamedTensor {

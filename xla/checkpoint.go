@@ -22,8 +22,9 @@ import (
 //	optimizer.safetensors  exp_avg.<name>, exp_avg_sq.<name> (F32) and, when the model
 //	                       file is bf16/f16, master.<name>: the float32 master weights
 //	teacher.safetensors    the frozen or EMA teacher under HF names (F32), if any
-//	trainer_state.json     baselines, RNG, trained rollout_ids, Extra["optimizer"]
-//	                       (step) and Extra["teacher"] (mode)
+//	trainer_state.json     step (StepCount), baselines, RNG, trained rollout_ids,
+//	                       Extra["optimizer"] (step: UpdateCount) and Extra["teacher"]
+//	                       (mode)
 //
 // config.json and the tokenizer files come from the caller (ModelFiles).
 
@@ -35,7 +36,7 @@ const (
 )
 
 type optimizerState struct {
-	Step int64 `json:"step"`
+	Step int64 `json:"step"` // updates applied; ≤ the checkpoint's step
 }
 
 type teacherState struct {
@@ -122,7 +123,7 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) 
 		}
 		opt = append(opt, master...)
 	}
-	ck := &data.Checkpoint{Step: tr.opt.step, Files: files,
+	ck := &data.Checkpoint{Step: tr.steps, Files: files,
 		Tensors: map[string][]data.NamedTensor{data.SafetensorsFileName: model, data.OptimizerFileName: opt}}
 	if tr.teacher != nil {
 		tt, err := namedTensors(variables(tr.teacher.model), "", data.DtypeF32)
@@ -133,6 +134,7 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) 
 	}
 	st := state
 	st.Trained = append([]string(nil), tr.trained...)
+	st.TrainedTotal = tr.trainedTotal
 	if st.Baselines, err = json.Marshal(tr.baselines); err != nil {
 		return nil, fmt.Errorf("checkpoint: baselines: %w", err)
 	}
@@ -180,6 +182,9 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 	var optSt optimizerState
 	if err := json.Unmarshal(st.Extra["optimizer"], &optSt); err != nil {
 		return fail("optimizer state: %v", err)
+	}
+	if optSt.Step < 0 || optSt.Step > st.Step {
+		return fail("optimizer state: %d updates at step %d, want 0…%d", optSt.Step, st.Step, st.Step)
 	}
 	of, err := data.OpenSafetensors(filepath.Join(dir, data.OptimizerFileName))
 	if err != nil {
@@ -274,7 +279,9 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 		tr.opt.v[i].FinalizeAll()
 	}
 	tr.opt.m, tr.opt.v, tr.opt.step = ms, vs, optSt.Step
+	tr.steps = st.Step
 	tr.baselines = b
 	tr.trained = append([]string(nil), st.Trained...)
+	tr.trainedTotal = max(st.TrainedTotal, int64(len(st.Trained)))
 	return st, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
@@ -73,8 +74,12 @@ type HintedSegment struct {
 
 // Metrics describe one optimizer step.
 type Metrics struct {
-	Step     int64   // optimizer steps done, this one included
-	LR       float64 // learning rate used
+	Step int64 // steps done, this one included (StepCount)
+	// Updated is false for a step whose batch had no signal (no rollout with a
+	// non-zero weight or a KL term): the weights, the optimizer's moments and the
+	// teacher are left exactly as they were, as if AdamW had not run.
+	Updated  bool
+	LR       float64 // learning rate used (of the next update, when not Updated)
 	GradNorm float64 // global L2 norm of the gradient before clipping
 	Loss     float64 // the step's loss at the weights before the update (credit.Loss)
 	Rollouts int
@@ -109,6 +114,12 @@ type Trainer struct {
 	pcg       *rand.PCG
 	rng       *rand.Rand
 	trained   []string
+	// steps counts Step calls that succeeded, with or without an update: the policy
+	// version and the checkpoint's step. opt.step counts updates only: it drives the
+	// learning-rate schedule, the bias correction and the teacher.
+	steps int64
+	// trainedTotal counts rollouts trained over the run's life.
+	trainedTotal int64
 }
 
 // NewTrainer returns a Trainer that updates m in place.
@@ -178,8 +189,13 @@ func (tr *Trainer) Model() *Model { return tr.model }
 // Scorer is the Trainer's scorer of the current policy.
 func (tr *Trainer) Scorer() *Scorer { return tr.scorer }
 
-// StepCount is the number of optimizer steps applied (restored from a checkpoint).
-func (tr *Trainer) StepCount() int64 { return tr.opt.step }
+// StepCount is the number of steps taken (restored from a checkpoint), those whose
+// batch had no signal and so made no update included: the policy version.
+func (tr *Trainer) StepCount() int64 { return tr.steps }
+
+// UpdateCount is the number of optimizer updates applied: StepCount less the steps
+// without signal. The learning-rate schedule and the teacher follow it.
+func (tr *Trainer) UpdateCount() int64 { return tr.opt.step }
 
 // Rand is the trainer's random stream; its state is part of the checkpoint.
 func (tr *Trainer) Rand() *rand.Rand { return tr.rng }
@@ -187,8 +203,23 @@ func (tr *Trainer) Rand() *rand.Rand { return tr.rng }
 // Baselines are the running outcome baselines credit.Step updates.
 func (tr *Trainer) Baselines() *credit.Baselines { return tr.baselines }
 
-// Trained lists the rollout_ids whose gradient is in the weights, in step order.
+// Trained lists the rollout_ids whose gradient is in the weights, in step order,
+// less those dropped by ForgetTrained.
 func (tr *Trainer) Trained() []string { return tr.trained }
+
+// TrainedTotal counts the rollouts whose gradient is in the weights, those dropped
+// from Trained included.
+func (tr *Trainer) TrainedTotal() int64 { return tr.trainedTotal }
+
+// ForgetTrained drops from Trained the ids for which drop is true and returns how
+// many it dropped. The daemon drops a file's rollouts once the journal records the
+// file finished, so checkpoints list only unfinished work; TrainedTotal still counts
+// them.
+func (tr *Trainer) ForgetTrained(drop func(id string) bool) int {
+	n := len(tr.trained)
+	tr.trained = slices.DeleteFunc(tr.trained, drop)
+	return n - len(tr.trained)
+}
 
 // teacherScorer is the scorer of the hinted passes and whether it shares the
 // student's prefix KV cache.
@@ -210,6 +241,11 @@ type scored struct {
 // over the batch, the gradient of the loss over chunks and rollouts, and AdamW. The
 // outcome baselines are updated only when the step succeeds. An error leaves the
 // weights as they were unless it came from the device during the update.
+//
+// A batch without signal (every rollout skipped or weighted 0, and no KL term) is a
+// step without an update (Metrics.Updated false): AdamW with a zero gradient would
+// still move the weights through momentum and weight decay, so it does not run. The
+// rollouts count as trained and the step is counted (StepCount), not the update.
 func (tr *Trainer) Step(ctx context.Context, batch []Rollout) (Metrics, error) {
 	t0 := time.Now()
 	if len(batch) == 0 {
@@ -253,11 +289,13 @@ func (tr *Trainer) Step(ctx context.Context, batch []Rollout) (Metrics, error) {
 	acc := tr.grad.zeroGrads()
 	met := Metrics{Rollouts: len(batch), Credit: stats, ScoredTokens: scoredTokens, ScoreTook: scoreTook,
 		Inputs: rs, Results: res}
+	signal := false
 	for i := range batch {
 		terms, ok := tr.terms(&rs[i], &res[i], sc[i].ref, budget)
 		if !ok {
 			continue
 		}
+		signal = true
 		cache := sc[i].cache
 		if tr.opts.FullBackprop {
 			cache = nil
@@ -272,13 +310,23 @@ func (tr *Trainer) Step(ctx context.Context, batch []Rollout) (Metrics, error) {
 		met.Loss += pr.Loss
 		met.Tokens += len(batch[i].Tokens)
 	}
-	if err := tr.update(acc, &met); err != nil {
-		return Metrics{}, fmt.Errorf("train step: %w", err)
+	if signal {
+		if err := tr.update(acc, &met); err != nil {
+			return Metrics{}, fmt.Errorf("train step: %w", err)
+		}
+	} else {
+		for _, a := range acc {
+			a.FinalizeAll()
+		}
+		met.LR = tr.opts.Optimizer.LRAt(tr.opt.step)
 	}
+	tr.steps++
+	met.Step = tr.steps
 	tr.baselines = b
 	for i := range batch {
 		tr.trained = append(tr.trained, batch[i].ID)
 	}
+	tr.trainedTotal += int64(len(batch))
 	met.Took = time.Since(t0)
 	return met, nil
 }
@@ -298,7 +346,7 @@ func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
 			return fmt.Errorf("set %s: %w", v.ScopeAndName(), err)
 		}
 	}
-	met.Step, met.LR, met.GradNorm = tr.opt.step, lr, norm
+	met.Updated, met.LR, met.GradNorm = true, lr, norm
 	return tr.teacher.update(tr.model, tr.opt.step)
 }
 

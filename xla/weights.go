@@ -29,8 +29,13 @@ type Model struct {
 
 // OpenModel loads the model directory dir (config.json, safetensors, tokenizer)
 // through data.OpenModelDir and LoadModel.
-func OpenModel(dir string) (*Model, error) {
-	md, err := data.OpenModelDir(dir)
+func OpenModel(dir string) (*Model, error) { return OpenModelWith(dir, nil) }
+
+// OpenModelWith is OpenModel with tok, already loaded, for the tokenizer: dir's
+// tokenizer.json is checked against tok's fingerprint, not parsed again
+// (data.OpenModelDirWith). A nil tok parses it.
+func OpenModelWith(dir string, tok data.Tokenizer) (*Model, error) {
+	md, err := data.OpenModelDirWith(dir, tok)
 	if err != nil {
 		return nil, err
 	}

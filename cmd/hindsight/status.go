@@ -303,6 +303,7 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 	tr := st.GetTraining()
 	line("optimizer step", "%s (this process %s), loss %.5g, lr %.3g, grad norm %.3g",
 		count(tr.GetStep()), count(tr.GetSessionSteps()), tr.GetLoss(), tr.GetLearningRate(), tr.GetGradNorm())
+	line("updates", "%s (steps without signal this process: %s)", count(tr.GetUpdates()), count(tr.GetSessionStepsWithoutUpdate()))
 	line("throughput", "train %s tokens/s, score %s tokens/s, last step %s",
 		count(int64(math.Round(tr.GetTrainTokensPerSecond()))), count(int64(math.Round(tr.GetScoreTokensPerSecond()))),
 		tr.GetLastStepTook().AsDuration().Round(time.Millisecond))

@@ -114,7 +114,28 @@ func TestTrainEndToEnd(t *testing.T) {
 	dir, state, err := data.LatestCheckpoint(filepath.Join(dataDir, "checkpoints"), zerolog.Nop())
 	require.NoError(t, err)
 	require.NotEmpty(t, dir)
-	require.Len(t, state.Trained, 8)
+	require.EqualValues(t, 8, state.TrainedTotal)
+	first := map[string]bool{}
+	for _, id := range state.Trained {
+		first[id] = true
+	}
+
+	// A second run trains four more rollouts. Its checkpoints list only rollouts of
+	// files not yet finished when they were written: none of the first run's.
+	_, stderr, code := runCLI(t, "synth", "-out", incoming, "-n", "4", "-tokens", "256", "-per-file", "2", "-seed", "4", "-prefix", "second")
+	require.Equal(t, 0, code, stderr)
+	p = startDaemon(t, "-config", trainConfig(t, dataDir))
+	addr = p.waitReady(t)
+	waitTrained(t, p, addr, 12)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	_, state, err = data.LatestCheckpoint(filepath.Join(dataDir, "checkpoints"), zerolog.Nop())
+	require.NoError(t, err)
+	require.EqualValues(t, 12, state.TrainedTotal)
+	require.LessOrEqual(t, len(state.Trained), 4)
+	for _, id := range state.Trained {
+		require.False(t, first[id], "%s was trained and its file finished in the first run", id)
+	}
 }
 
 // TestSIGKILLWhileTraining kills the daemon at random moments while it trains,
@@ -157,7 +178,7 @@ func TestSIGKILLWhileTraining(t *testing.T) {
 		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 		p.wait(t, 10*time.Second)
-		if _, st, err := data.LatestCheckpoint(filepath.Join(crash, "checkpoints"), zerolog.Nop()); err == nil && st != nil && len(st.Trained) < 12 {
+		if _, st, err := data.LatestCheckpoint(filepath.Join(crash, "checkpoints"), zerolog.Nop()); err == nil && st != nil && st.TrainedTotal < 12 {
 			midTraining++
 		}
 	}
@@ -182,17 +203,25 @@ func TestSIGKILLWhileTraining(t *testing.T) {
 	require.NoError(t, err)
 	crashDir, crashState, err = data.LatestCheckpoint(filepath.Join(crash, "checkpoints"), zerolog.Nop())
 	require.NoError(t, err)
-	count := map[string]int{}
-	for _, id := range crashState.Trained {
-		count[id]++
-	}
 	for id, n := range accepted {
 		require.Equal(t, 1, n, "journal accepts %s once", id)
-		require.Equal(t, 1, count[id], "the checkpoint lists %s once", id)
 	}
-	require.Len(t, crashState.Trained, 12)
+	// The checkpoint counts 12 rollouts trained, and the weights below equal the
+	// crash-free run's: no rollout was trained twice or left out.
+	require.EqualValues(t, 12, crashState.TrainedTotal)
 	require.Equal(t, refState.Step, crashState.Step)
-	require.Equal(t, refState.Trained, crashState.Trained)
+	require.Equal(t, refState.TrainedTotal, crashState.TrainedTotal)
+	credited := map[string]int{}
+	for _, n := range listDir(t, filepath.Join(crash, "outputs")) {
+		rs, err := data.ReadCreditFile(filepath.Join(crash, "outputs", n))
+		require.NoError(t, err)
+		for _, r := range rs {
+			credited[r.RolloutID]++
+		}
+	}
+	for id := range accepted {
+		require.Equal(t, 1, credited[id], "one credit row for %s", id)
+	}
 
 	a, err := data.OpenSafetensors(filepath.Join(refDir, data.SafetensorsFileName))
 	require.NoError(t, err)
@@ -220,4 +249,33 @@ func TestSIGKILLWhileTraining(t *testing.T) {
 	}
 	t.Logf("final step %d; largest weight difference from the crash-free run %.3g", crashState.Step, worst)
 	require.Less(t, worst, 1e-5)
+}
+
+// TestBatchBounds: with a token budget no batch reaches and no idle flush, steps
+// still come every max_batch_rollouts rollouts, or every max_batch_tokens tokens in
+// all (here less than one rollout: each rollout is a batch of its own).
+func TestBatchBounds(t *testing.T) {
+	for _, tc := range []struct {
+		bound string
+		steps int64
+	}{
+		{"max_batch_rollouts: 2", 4},
+		{"max_batch_tokens: 200", 8},
+	} {
+		t.Run(tc.bound, func(t *testing.T) {
+			dataDir := t.TempDir()
+			incoming := filepath.Join(dataDir, "spool", "incoming")
+			require.NoError(t, os.MkdirAll(incoming, 0o755))
+			synthInto(t, incoming, 8, 2)
+			path := filepath.Join(t.TempDir(), "train.yaml")
+			cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\ntrain:\n  token_budget: 1000000\n  idle_flush: 0s\n  %s\n  checkpoint:\n    every_steps: 1\n", dataDir, tc.bound)
+			require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+			p := startDaemon(t, "-config", path)
+			addr := p.waitReady(t)
+			st := waitTrained(t, p, addr, 8)
+			require.Equal(t, tc.steps, st.GetTraining().GetStep())
+			require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+			require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+		})
+	}
 }

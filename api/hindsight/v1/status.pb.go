@@ -803,7 +803,8 @@ func (x *PauseState) GetNextRetryAt() *timestamppb.Timestamp {
 // TrainingStats describes the optimizer and the rollouts it has taken.
 type TrainingStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Optimizer steps applied to the policy (restored from the checkpoint at start-up).
+	// Steps taken (restored from the checkpoint at start-up): the policy version.
+	// A step whose batch had no signal makes no update; see updates.
 	Step int64 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
 	// Loss of the last step, at the weights before its update.
 	Loss float64 `protobuf:"fixed64,2,opt,name=loss,proto3" json:"loss,omitempty"`
@@ -815,7 +816,7 @@ type TrainingStats struct {
 	TrainTokensPerSecond float64 `protobuf:"fixed64,5,opt,name=train_tokens_per_second,json=trainTokensPerSecond,proto3" json:"train_tokens_per_second,omitempty"`
 	// Tokens through the scoring passes (student, hinted) per second, over the last step.
 	ScoreTokensPerSecond float64 `protobuf:"fixed64,6,opt,name=score_tokens_per_second,json=scoreTokensPerSecond,proto3" json:"score_tokens_per_second,omitempty"`
-	// Rollouts whose gradient is in the weights, lifetime (the checkpoint's list).
+	// Rollouts whose gradient is in the weights, lifetime (the checkpoint's count).
 	RolloutsTrained int64 `protobuf:"varint,7,opt,name=rollouts_trained,json=rolloutsTrained,proto3" json:"rollouts_trained,omitempty"`
 	// Rollouts skipped because their policy_version lagged too far, this process.
 	RolloutsSkipped int64 `protobuf:"varint,8,opt,name=rollouts_skipped,json=rolloutsSkipped,proto3" json:"rollouts_skipped,omitempty"`
@@ -832,9 +833,14 @@ type TrainingStats struct {
 	// Steps applied by this process.
 	SessionSteps int64 `protobuf:"varint,15,opt,name=session_steps,json=sessionSteps,proto3" json:"session_steps,omitempty"`
 	// Credit files published, this process.
-	CreditFiles   int64 `protobuf:"varint,16,opt,name=credit_files,json=creditFiles,proto3" json:"credit_files,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CreditFiles int64 `protobuf:"varint,16,opt,name=credit_files,json=creditFiles,proto3" json:"credit_files,omitempty"`
+	// Optimizer updates applied to the policy, lifetime: step less the steps whose
+	// batch had no signal (no hint credit, no outcome advantage, no KL term).
+	Updates int64 `protobuf:"varint,17,opt,name=updates,proto3" json:"updates,omitempty"`
+	// Steps of this process whose batch had no signal, so made no update.
+	SessionStepsWithoutUpdate int64 `protobuf:"varint,18,opt,name=session_steps_without_update,json=sessionStepsWithoutUpdate,proto3" json:"session_steps_without_update,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *TrainingStats) Reset() {
@@ -975,6 +981,20 @@ func (x *TrainingStats) GetSessionSteps() int64 {
 func (x *TrainingStats) GetCreditFiles() int64 {
 	if x != nil {
 		return x.CreditFiles
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetUpdates() int64 {
+	if x != nil {
+		return x.Updates
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetSessionStepsWithoutUpdate() int64 {
+	if x != nil {
+		return x.SessionStepsWithoutUpdate
 	}
 	return 0
 }
@@ -1672,7 +1692,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\fdisk_full_op\x18\a \x01(\tR\n" +
 	"diskFullOp\x12B\n" +
 	"\x0fdisk_full_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rdiskFullSince\x12>\n" +
-	"\rnext_retry_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\"\x9a\x05\n" +
+	"\rnext_retry_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\"\xf5\x05\n" +
 	"\rTrainingStats\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04loss\x18\x02 \x01(\x01R\x04loss\x12#\n" +
@@ -1691,7 +1711,9 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"lastStepAt\x12?\n" +
 	"\x0elast_step_took\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\flastStepTook\x12#\n" +
 	"\rsession_steps\x18\x0f \x01(\x03R\fsessionSteps\x12!\n" +
-	"\fcredit_files\x18\x10 \x01(\x03R\vcreditFiles\"s\n" +
+	"\fcredit_files\x18\x10 \x01(\x03R\vcreditFiles\x12\x18\n" +
+	"\aupdates\x18\x11 \x01(\x03R\aupdates\x12?\n" +
+	"\x1csession_steps_without_update\x18\x12 \x01(\x03R\x19sessionStepsWithoutUpdate\"s\n" +
 	"\x0eCheckpointInfo\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x129\n" +

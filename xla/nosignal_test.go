@@ -1,0 +1,83 @@
+package xla
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// TestStepWithoutSignal: a batch with no hint and no reward is a step without an
+// update: weights, moments and teacher stay bit for bit, the step and the rollouts
+// are counted, the learning-rate schedule does not move. A run with such a step
+// then ends with the weights of a run without it, and a checkpoint keeps the two
+// counts apart.
+func TestStepWithoutSignal(t *testing.T) {
+	backend := newTestBackend(t)
+	dir := filepath.Join(t.TempDir(), "model")
+	_, err := dataInitModel(dir, "float32")
+	require.NoError(t, err)
+	opts := resumeOptions(nil)
+	opts.Credit.KLBeta = 0
+	newTrainer := func(src string) *Trainer {
+		m, err := OpenModel(src)
+		require.NoError(t, err)
+		tr, err := NewTrainer(backend, m, opts)
+		require.NoError(t, err)
+		return tr
+	}
+	pool := rolloutPool(4, 21)
+	silent := []Rollout{pool[0], pool[1]}
+	for i := range silent {
+		silent[i].ID, silent[i].Hints, silent[i].HasReward = "silent"+silent[i].ID, nil, false
+	}
+	signal := []Rollout{pool[2], pool[3]}
+
+	tr := newTrainer(dir)
+	w0, m0, t0 := weightsOf(tr.model), momentsOf(tr), weightsOf(tr.teacher.model)
+	met, err := tr.Step(t.Context(), silent)
+	require.NoError(t, err)
+	require.False(t, met.Updated)
+	require.EqualValues(t, 1, met.Step)
+	require.EqualValues(t, 1, tr.StepCount())
+	require.EqualValues(t, 0, tr.UpdateCount())
+	require.Equal(t, opts.Optimizer.LRAt(0), met.LR)
+	require.Equal(t, w0, weightsOf(tr.model), "weights")
+	require.Equal(t, m0, momentsOf(tr), "moments")
+	require.Equal(t, t0, weightsOf(tr.teacher.model), "teacher")
+	require.Equal(t, []string{silent[0].ID, silent[1].ID}, tr.Trained())
+
+	met, err = tr.Step(t.Context(), signal)
+	require.NoError(t, err)
+	require.True(t, met.Updated)
+	require.Equal(t, opts.Optimizer.LRAt(0), met.LR, "the silent step did not advance warm-up")
+	require.EqualValues(t, 2, tr.StepCount())
+	require.EqualValues(t, 1, tr.UpdateCount())
+
+	only := newTrainer(dir)
+	_, err = only.Step(t.Context(), signal)
+	require.NoError(t, err)
+	require.Equal(t, weightsOf(only.model), weightsOf(tr.model), "a silent step changes nothing")
+	require.Equal(t, momentsOf(only), momentsOf(tr))
+
+	// ForgetTrained shortens the list, not the count; a checkpoint keeps both
+	// counters and the count.
+	require.Equal(t, 2, tr.ForgetTrained(func(id string) bool { return id == silent[0].ID || id == silent[1].ID }))
+	require.Equal(t, []string{signal[0].ID, signal[1].ID}, tr.Trained())
+	require.EqualValues(t, 4, tr.TrainedTotal())
+	files, err := ModelFiles(dir)
+	require.NoError(t, err)
+	ck, err := tr.SaveCheckpoint(t.TempDir(), files, data.TrainerState{}, 1)
+	require.NoError(t, err)
+	back := newTrainer(ck)
+	st, err := back.Restore(ck)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.Step)
+	require.EqualValues(t, 4, st.TrainedTotal)
+	require.EqualValues(t, 2, back.StepCount())
+	require.EqualValues(t, 1, back.UpdateCount())
+	require.EqualValues(t, 4, back.TrainedTotal())
+	require.Equal(t, tr.Trained(), back.Trained())
+}
