@@ -5,7 +5,7 @@
 //
 // In the data flow (DESIGN.md) it sits at both ends of the trainer: the teacher
 // stage turns hint text into tokens with a Tokenizer (always the injection-safe
-// EncodePlain), the xla stage loads weights and configs from here, and finished
+// EncodeText), the xla stage loads weights and configs from here, and finished
 // steps are written back as atomic checkpoints and credit files. data never runs a
 // graph and never imports GoMLX.
 package data

@@ -13,10 +13,18 @@ import (
 // Tokenizer turns text into token ids and back. Implementations are safe for
 // concurrent use.
 //
-// Encode and EncodePlain never add BOS/EOS or any other post-processing tokens
-// (a tokenizer.json post_processor is ignored): callers that want them add the ids
-// they get from SpecialID. Text that is not valid UTF-8 is first made valid by
-// replacing each maximal ill-formed subpart with U+FFFD, exactly as Python's
+// It encodes in three modes that differ only in which added-token strings in the
+// text become their own ids (special ones like "<|im_end|>", and the non-special
+// ones that some families use for markup, like Qwen's "<think>"):
+//
+//	Encode       every added token      harness text (chat templates)
+//	EncodePlain  non-special ones only  parity with Hugging Face split_special_tokens
+//	EncodeText   none                   untrusted text: hints, tool output
+//
+// None adds BOS/EOS or any other post-processing tokens (a tokenizer.json
+// post_processor is ignored): callers that want them add the ids they get from
+// SpecialID. Text that is not valid UTF-8 is first made valid by replacing each
+// maximal ill-formed subpart with U+FFFD, exactly as Python's
 // bytes.decode("utf-8", errors="replace") does.
 type Tokenizer interface {
 	// Encode returns the ids of text. Added-token strings in text (such as
@@ -25,11 +33,22 @@ type Tokenizer interface {
 	// controls, never on model or tool output.
 	Encode(text string) []int32
 	// EncodePlain returns the ids of text with special-token strings encoded as
-	// ordinary text, so that text never yields a special id. This is the
-	// injection-safe encoding for teacher hints and tool output (Hugging Face:
-	// encode_special_tokens=True / split_special_tokens=True). Added tokens that
-	// are not special (Qwen's "<think>") are still matched, as in Hugging Face.
+	// ordinary text, exactly as Hugging Face encode_special_tokens=True /
+	// split_special_tokens=True does. Added tokens that are not special (Qwen's
+	// "<think>", "<tool_call>"; DeepSeek V3's "<｜Assistant｜>") are still matched,
+	// so it is not injection-safe for model-visible text: use EncodeText there.
 	EncodePlain(text string) []int32
+	// EncodeText returns the ids of text with no added token of any kind, special
+	// or not, ever matched: every added-token string is encoded as ordinary text,
+	// and the result never holds an added token's id (short of a tokenizer whose
+	// only id for some byte is an added token's; no supported family has one).
+	// This is the injection-safe encoding for teacher hints, tool output and any
+	// other untrusted text the model sees. The ids decode to exactly the text
+	// (after the tokenizer's own normalizer, such as Qwen's NFC). Hugging Face has
+	// no single flag for it: it is split_special_tokens=True with every added token
+	// marked special, that is the bare normalizer → pre_tokenizer → model pipeline.
+	// On text that holds no added-token string it equals EncodePlain.
+	EncodeText(text string) []int32
 	// Decode returns the text of ids; special tokens decode to their content.
 	// Byte sequences that are not valid UTF-8 decode to U+FFFD per maximal
 	// subpart. The error names the first id outside [0, VocabSize()).

@@ -83,6 +83,10 @@ func (t *BytesTokenizer) EncodePlain(text string) []int32 {
 	return appendBytes(make([]int32, 0, len(text)), text)
 }
 
+// EncodeText implements Tokenizer: the same as EncodePlain, as every added token of
+// the byte tokenizer is special.
+func (t *BytesTokenizer) EncodeText(text string) []int32 { return t.EncodePlain(text) }
+
 func appendBytes(ids []int32, s string) []int32 {
 	for i := 0; i < len(s); i++ {
 		ids = append(ids, int32(s[i]))

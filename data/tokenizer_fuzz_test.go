@@ -2,11 +2,12 @@ package data
 
 import (
 	"encoding/binary"
+	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/text/unicode/norm"
 )
 
 // roundTripNames are the tokenizers without a normalizer, for which
@@ -15,9 +16,10 @@ import (
 var roundTripNames = []string{"bytes", "llama3", "deepseek_v3"}
 
 // FuzzTokenizerRoundTrip checks, on any bytes, that encoding never panics, that
-// Decode(EncodePlain(s)) gives back s (after ill-formed UTF-8 is replaced), that
-// Encode and EncodePlain agree on text with no "<", and that decoding arbitrary
-// in-range ids gives valid UTF-8.
+// Decode of Encode, EncodePlain and EncodeText gives back s (after ill-formed UTF-8
+// is replaced), that EncodeText never yields an added-token id, that the three
+// modes agree on text that holds no added-token string, and that decoding
+// arbitrary in-range ids gives valid UTF-8.
 //
 //	go test ./data/ -run '^$' -fuzz '^FuzzTokenizerRoundTrip$' -fuzztime 5s
 func FuzzTokenizerRoundTrip(f *testing.F) {
@@ -29,8 +31,11 @@ func FuzzTokenizerRoundTrip(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	toks := make([]Tokenizer, len(roundTripNames))
+	added := make([][]addedTokenJSON, len(roundTripNames))
+	addedIDs := make([]map[int32]bool, len(roundTripNames))
 	for i, name := range roundTripNames {
 		toks[i] = testTokenizer(f, name)
+		added[i], addedIDs[i] = addedTokens(f, name)
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		s := string(in)
@@ -48,6 +53,17 @@ func FuzzTokenizerRoundTrip(f *testing.F) {
 			got, err = tok.Decode(enc)
 			require.NoError(t, err)
 			require.Equal(t, want, got, "%s: Decode(Encode(%q))", roundTripNames[i], s)
+			text := tok.EncodeText(s)
+			got, err = tok.Decode(text)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "%s: Decode(EncodeText(%q))", roundTripNames[i], s)
+			for _, id := range text {
+				require.False(t, addedIDs[i][id], "%s: EncodeText(%q) holds added-token id %d", roundTripNames[i], s, id)
+			}
+			if !slices.ContainsFunc(added[i], func(a addedTokenJSON) bool { return strings.Contains(want, a.Content) }) {
+				require.Equal(t, plain, text, "%s: EncodeText(%q) without added-token strings", roundTripNames[i], s)
+				require.Equal(t, enc, text, "%s: Encode(%q) without added-token strings", roundTripNames[i], s)
+			}
 
 			ids := make([]int32, 0, len(in)/4)
 			for j := 0; j+4 <= len(in); j += 4 {
@@ -60,19 +76,19 @@ func FuzzTokenizerRoundTrip(f *testing.F) {
 	})
 }
 
-// TestRoundTripCorpus checks Decode(EncodePlain(s)) on the fixture corpus for every
-// tokenizer, with Qwen's NFC normalization.
+// TestRoundTripCorpus checks Decode(EncodePlain(s)) and Decode(EncodeText(s)) on
+// the fixture corpus for every tokenizer, with Qwen's NFC normalization.
 func TestRoundTripCorpus(t *testing.T) {
 	for _, name := range append([]string{"bytes"}, hfNames...) {
 		tok := testTokenizer(t, name)
 		for _, c := range readFixtures(t, name) {
-			want := validUTF8(c.input())
-			if name == "qwen3" {
-				want = norm.NFC.String(want)
-			}
+			want := decodedText(name, c.input())
 			got, err := tok.Decode(tok.EncodePlain(c.input()))
 			require.NoError(t, err)
-			require.Equal(t, want, got, "%s: %q", name, c.input())
+			require.Equal(t, want, got, "%s: EncodePlain(%q)", name, c.input())
+			got, err = tok.Decode(tok.EncodeText(c.input()))
+			require.NoError(t, err)
+			require.Equal(t, want, got, "%s: EncodeText(%q)", name, c.input())
 		}
 	}
 }

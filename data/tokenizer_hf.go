@@ -12,12 +12,22 @@ import (
 // normalized, split off the normalized added tokens, pre-tokenized, and each
 // pre-token is run through the BPE model. The post_processor is ignored: no BOS
 // or EOS is added.
+//
+// EncodeText skips both added-token splits and runs the rest on the whole text,
+// with textModel in place of model: the BPE model without the ids of added tokens
+// (see bpeModel.withoutIDs). An added token's id can be an ordinary vocabulary
+// entry too: DeepSeek V3's ids 0–2 ("<｜begin▁of▁sentence｜>" …) are both, but
+// spelled with characters outside the ByteLevel alphabet, so no input reaches them,
+// and no merge of the three fixture families (Qwen3, Llama 3, DeepSeek V3) yields
+// an added id, so there textModel is model. Where a merge does, EncodeText encodes
+// that text as the smaller pieces the merge would have joined.
 type hfTokenizer struct {
 	fingerprint string
 	vocabSize   int
 	normalizer  normalizer // nil: none
 	pre         *preTokenizer
 	model       *bpeModel
+	textModel   *bpeModel // model without the added tokens' ids; often model itself
 	added       *addedVocab
 	decoder     decoder  // nil: tokens are joined with spaces, as in Hugging Face
 	tokens      []string // id → token text as it appears in tokenizer.json; "" where no token has the id
@@ -62,6 +72,11 @@ func parseHFWith(raw []byte, onlyRegexp2 bool) (*hfTokenizer, error) {
 	if t.added, err = newAddedVocab(doc.AddedTokens, t.normalizer); err != nil {
 		return nil, err
 	}
+	addedIDs := make(map[int32]bool, len(doc.AddedTokens))
+	for _, a := range doc.AddedTokens {
+		addedIDs[a.ID] = true
+	}
+	t.textModel = t.model.withoutIDs(addedIDs)
 
 	// The id → token table: the model's vocabulary, overridden by added tokens
 	// (Hugging Face looks an id up in the added vocabulary first).
@@ -88,16 +103,40 @@ func parseHFWith(raw []byte, onlyRegexp2 bool) (*hfTokenizer, error) {
 	return t, nil
 }
 
+// encodeMode says which added-token strings encode matches in the text.
+type encodeMode uint8
+
+const (
+	matchAdded      encodeMode = iota // every added token: Encode
+	matchNonSpecial                   // added tokens not marked special: EncodePlain
+	matchNone                         // none, and no added id from the model: EncodeText
+)
+
 // Encode implements Tokenizer.
-func (t *hfTokenizer) Encode(text string) []int32 { return t.encode(text, false) }
+func (t *hfTokenizer) Encode(text string) []int32 { return t.encode(text, matchAdded) }
 
 // EncodePlain implements Tokenizer.
-func (t *hfTokenizer) EncodePlain(text string) []int32 { return t.encode(text, true) }
+func (t *hfTokenizer) EncodePlain(text string) []int32 { return t.encode(text, matchNonSpecial) }
 
-func (t *hfTokenizer) encode(text string, plain bool) []int32 {
+// EncodeText implements Tokenizer.
+func (t *hfTokenizer) EncodeText(text string) []int32 { return t.encode(text, matchNone) }
+
+func (t *hfTokenizer) encode(text string, mode encodeMode) []int32 {
 	text = validUTF8(text)
 	ids := make([]int32, 0, len(text)/3+1)
 	var scratch preScratch
+	if mode == matchNone {
+		// With no added token to split off, the text is one piece, as it is for
+		// EncodePlain when it holds no added-token string.
+		if t.normalizer != nil {
+			text = t.normalizer.normalize(text)
+		}
+		t.pre.split(text, &scratch, func(word string) {
+			ids = t.textModel.encodeWord(ids, word)
+		})
+		return ids
+	}
+	plain := mode == matchNonSpecial
 	t.added.split(text, plain, false, func(piece string, id int32) {
 		if id >= 0 {
 			ids = append(ids, id)

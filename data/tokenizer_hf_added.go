@@ -22,6 +22,7 @@ type addedTokenJSON struct {
 // those with normalized=true on the normalized text. In plain mode a match of a
 // special token is dropped (its text stays ordinary text), exactly as
 // encode_special_tokens=True does; non-special added tokens still match.
+// EncodeText does not split at all.
 type addedVocab struct {
 	byContent map[string]int32
 	raw, norm *addedTrie // nil when empty

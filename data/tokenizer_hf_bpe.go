@@ -20,6 +20,7 @@ type bpeModel struct {
 	ignoreMerges bool                // a pre-token that is in vocab is one id
 	unk          int32               // -1: none
 	fuseUnk      bool
+	drop         map[int32]bool // ids the ignore_merges lookup must not give (see withoutIDs)
 
 	mu    sync.RWMutex
 	cache map[string][]int32
@@ -119,6 +120,43 @@ func parseBPE(raw json.RawMessage, byteLevel bool) (*bpeModel, error) {
 	return m, nil
 }
 
+// withoutIDs returns the model as if the ids in drop were not in its vocabulary:
+// merges that make one are never applied, and the ignore_merges lookup skips them,
+// so the word is merged from its parts instead. It returns m itself when neither
+// can reach an id in drop. The byte symbols stay as they are even when in drop:
+// they are the only spelling of their byte.
+func (m *bpeModel) withoutIDs(drop map[int32]bool) *bpeModel {
+	reach := false
+	for _, mg := range m.merges {
+		if drop[mg.id] {
+			reach = true
+			break
+		}
+	}
+	if m.ignoreMerges {
+		for id := range drop {
+			// The lookup spells words in the ByteLevel alphabet, so only entries
+			// spelled in it can be found.
+			if int(id) < len(m.idToToken) && m.hasID[id] && isByteLevelSpelling(m.idToToken[id]) {
+				reach = true
+				break
+			}
+		}
+	}
+	if !reach {
+		return m
+	}
+	out := &bpeModel{vocab: m.vocab, idToToken: m.idToToken, hasID: m.hasID,
+		merges: make(map[uint64]bpeMerge, len(m.merges)), byteIDs: m.byteIDs, ignoreMerges: m.ignoreMerges,
+		unk: m.unk, fuseUnk: m.fuseUnk, drop: drop, cache: make(map[string][]int32)}
+	for k, mg := range m.merges {
+		if !drop[mg.id] {
+			out.merges[k] = mg
+		}
+	}
+	return out
+}
+
 // parseMerge reads a merge in either form: "a b" or ["a", "b"].
 func parseMerge(raw json.RawMessage) (string, string, error) {
 	var s string
@@ -169,7 +207,7 @@ func (m *bpeModel) encodeWord(ids []int32, word string) []int32 {
 
 func (m *bpeModel) encodeUncached(ids []int32, word string) []int32 {
 	if m.ignoreMerges {
-		if id, ok := m.vocab[byteLevelString(word)]; ok {
+		if id, ok := m.vocab[byteLevelString(word)]; ok && !m.drop[id] {
 			return append(ids, id)
 		}
 	}

@@ -47,3 +47,14 @@ func byteLevelTokenBytes(dst []byte, tok string) []byte {
 	}
 	return dst
 }
+
+// isByteLevelSpelling reports whether every character of tok is a ByteLevel symbol,
+// so that some bytes spell it.
+func isByteLevelSpelling(tok string) bool {
+	for _, r := range tok {
+		if _, ok := runeToByte[r]; !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/text/unicode/norm"
 )
 
 var updateTokenizers = flag.Bool("update-tokenizers", false, "rewrite testdata/tokenizers/bytes/tokenizer.json")
@@ -249,7 +250,9 @@ func specialIDs(t *testing.T, name string) map[int32]string {
 	return out
 }
 
-func TestEncodePlainIsInjectionSafe(t *testing.T) {
+// TestEncodePlainNeverGivesSpecialID checks that EncodePlain keeps special tokens
+// out (non-special added tokens are TestEncodeTextNoAddedToken's business).
+func TestEncodePlainNeverGivesSpecialID(t *testing.T) {
 	for _, name := range append([]string{"bytes"}, hfNames...) {
 		t.Run(name, func(t *testing.T) {
 			tok := testTokenizer(t, name)
@@ -484,5 +487,168 @@ func TestSplitBehaviors(t *testing.T) {
 		var got []string
 		p.steps[0].split("ab123c45", func(s string) { got = append(got, s) })
 		require.Equal(t, tc.want, got)
+	}
+}
+
+// addedTokens returns the added_tokens of testdata/tokenizers/<name>/tokenizer.json
+// and the set of their ids.
+func addedTokens(t testing.TB, name string) ([]addedTokenJSON, map[int32]bool) {
+	t.Helper()
+	var doc tokenizerJSON
+	require.NoError(t, json.Unmarshal(rawTokenizerJSON(t, name), &doc))
+	require.NotEmpty(t, doc.AddedTokens)
+	ids := make(map[int32]bool, len(doc.AddedTokens))
+	for _, a := range doc.AddedTokens {
+		ids[a.ID] = true
+	}
+	return doc.AddedTokens, ids
+}
+
+// decodedText is what Decode(EncodePlain(s)) gives on tokenizer name: s with
+// ill-formed UTF-8 replaced, and NFC for Qwen's normalizer.
+func decodedText(name, s string) string {
+	s = validUTF8(s)
+	if name == "qwen3" {
+		s = norm.NFC.String(s)
+	}
+	return s
+}
+
+// TestEncodeTextNoAddedToken checks, for every added token of every tokenizer,
+// special or not, that EncodeText of its content alone, embedded in text, glued to
+// itself and wrapped in brackets yields no added-token id and decodes back to the
+// text, while Encode matches it and EncodePlain matches the non-special ones.
+func TestEncodeTextNoAddedToken(t *testing.T) {
+	for _, name := range append([]string{"bytes"}, hfNames...) {
+		t.Run(name, func(t *testing.T) {
+			tok := testTokenizer(t, name)
+			added, addedIDs := addedTokens(t, name)
+			check := func(text string) {
+				t.Helper()
+				ids := tok.EncodeText(text)
+				for _, id := range ids {
+					if addedIDs[id] {
+						t.Fatalf("EncodeText(%q) = %v holds added-token id %d", text, ids, id)
+					}
+				}
+				got, err := tok.Decode(ids)
+				require.NoError(t, err)
+				require.Equal(t, decodedText(name, text), got, "Decode(EncodeText(%q))", text)
+			}
+			nonSpecial := 0
+			var all strings.Builder
+			for _, a := range added {
+				c := a.Content
+				all.WriteString(c)
+				for _, text := range []string{c, "a " + c + " b", c + c, "<" + c + ">", "x" + c + "y", "\n" + c + "\n\nHint: " + c} {
+					check(text)
+				}
+				require.Equal(t, []int32{a.ID}, tok.Encode(c), "Encode(%q)", c)
+				if !a.Special {
+					nonSpecial++
+					require.Equal(t, []int32{a.ID}, tok.EncodePlain(c), "EncodePlain(%q) matches a non-special added token", c)
+				}
+			}
+			check(all.String())
+			if name == "qwen3" || name == "deepseek_v3" {
+				require.Positive(t, nonSpecial, "%s has non-special added tokens", name)
+			}
+		})
+	}
+}
+
+// TestEncodeTextEqualsPlain checks that EncodeText equals EncodePlain (and the Rust
+// crate's ids_plain) on every fixture text that holds no added-token string.
+func TestEncodeTextEqualsPlain(t *testing.T) {
+	for _, name := range append([]string{"bytes"}, hfNames...) {
+		t.Run(name, func(t *testing.T) {
+			tok := testTokenizer(t, name)
+			added, _ := addedTokens(t, name)
+			cases := readFixtures(t, name)
+			compared := 0
+			for _, c := range cases {
+				in := c.input()
+				if slices.ContainsFunc(added, func(a addedTokenJSON) bool {
+					return strings.Contains(in, a.Content) || strings.Contains(decodedText(name, in), a.Content)
+				}) {
+					continue
+				}
+				compared++
+				if d := idsDiff(c.IDsPlain, tok.EncodeText(in)); d != "" {
+					t.Errorf("EncodeText(%q): %s", in, d)
+				}
+			}
+			require.Greater(t, compared, len(cases)/2, "most fixture texts hold no added-token string")
+		})
+	}
+}
+
+// TestEncodeTextModelNeverGivesAddedID checks a tokenizer whose BPE merges reach
+// added-token ids: "ab" (id 300) is both a merge result and a non-special added
+// token, and id 303 is the merge result "ef" in the model but the added token
+// "<x>". EncodeText must spell both from smaller pieces, with and without
+// ignore_merges.
+func TestEncodeTextModelNeverGivesAddedID(t *testing.T) {
+	for _, ignoreMerges := range []bool{false, true} {
+		var doc map[string]any
+		require.NoError(t, json.Unmarshal(BytesTokenizerJSON(), &doc))
+		model := doc["model"].(map[string]any)
+		vocab := model["vocab"].(map[string]any)
+		for tok, id := range map[string]int{"ab": 300, "cd": 301, "abcd": 302, "ef": 303} {
+			vocab[tok] = id
+		}
+		model["merges"] = []string{"a b", "c d", "ab cd", "e f"}
+		model["ignore_merges"] = ignoreMerges
+		doc["added_tokens"] = append(doc["added_tokens"].([]any),
+			map[string]any{"id": 300, "content": "ab", "special": false},
+			map[string]any{"id": 303, "content": "<x>", "special": true})
+		raw, err := json.Marshal(doc)
+		require.NoError(t, err)
+		tok, err := parseHF(raw)
+		require.NoError(t, err)
+
+		require.Equal(t, []int32{300}, tok.Encode("ab"))
+		require.Equal(t, []int32{300}, tok.EncodePlain("ab"), "Hugging Face matches the non-special added token")
+		require.Equal(t, []int32{'a', 'b'}, tok.EncodeText("ab"))
+		wantABCD := []int32{'a', 'b', 301} // no merge through the added id
+		if ignoreMerges {
+			wantABCD = []int32{302} // the word is a vocabulary entry that is not added
+		}
+		require.Equal(t, wantABCD, tok.EncodeText("abcd"))
+		require.Equal(t, []int32{'e', 'f'}, tok.EncodeText("ef"), "id 303 would decode as <x>")
+		require.Equal(t, []int32{'<', 'x', '>'}, tok.EncodeText("<x>"))
+		require.Equal(t, []int32{301}, tok.EncodeText("cd"))
+		require.Equal(t, tok.model.encodeWord(nil, "cd"), tok.textModel.encodeWord(nil, "cd"))
+		for _, s := range []string{"ab", "abcd", "ef", "<x>", "xxabcdefab<x>"} {
+			got, err := tok.Decode(tok.EncodeText(s))
+			require.NoError(t, err)
+			require.Equal(t, s, got)
+		}
+	}
+}
+
+// TestAddedIDsInModelVocab records how the fixture tokenizers' added tokens overlap
+// their BPE models: only DeepSeek V3's ids 0–2 are in both, spelled outside the
+// ByteLevel alphabet, and no merge yields an added id, so EncodeText uses the model
+// itself.
+func TestAddedIDsInModelVocab(t *testing.T) {
+	for _, name := range hfNames {
+		tok := testTokenizer(t, name).(*hfTokenizer)
+		added, _ := addedTokens(t, name)
+		var both []int32
+		for _, a := range added {
+			if int(a.ID) < len(tok.model.idToToken) && tok.model.hasID[a.ID] {
+				both = append(both, a.ID)
+				require.False(t, isByteLevelSpelling(tok.model.idToToken[a.ID]), "%s: id %d", name, a.ID)
+			}
+			_, inVocab := tok.model.vocab[byteLevelString(a.Content)]
+			require.False(t, inVocab, "%s: added %q is a byte-level vocabulary entry", name, a.Content)
+		}
+		if name == "deepseek_v3" {
+			require.Equal(t, []int32{0, 1, 2}, both)
+		} else {
+			require.Empty(t, both, name)
+		}
+		require.True(t, tok.model == tok.textModel, "%s: a merge yields an added id", name)
 	}
 }

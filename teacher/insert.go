@@ -15,8 +15,8 @@ import (
 // front of the policy turn, so the assistant turn that follows begins exactly as
 // sampled. The turn is Prefix, then Label and the hint text, then Suffix. Prefix and
 // Suffix are harness text: their special-token strings ("<|im_start|>") become special
-// ids. Label and the hint text are encoded injection-safe: special-token strings in
-// them stay plain text.
+// ids. Label and the hint text are encoded injection-safe (data.Tokenizer.EncodeText):
+// added-token strings in them, special or not, stay plain text.
 type Template struct {
 	// Preset fills Prefix and Suffix where they are empty: chatml (Qwen and other
 	// ChatML models), llama3, deepseek_v3, bytes (the byte tokenizer's own specials).
@@ -106,14 +106,15 @@ func NewInserter(tmpl Template, tok data.Tokenizer, maxHintTokens int) (*Inserte
 	}, nil
 }
 
-// Wrap returns the template tokens of hint text: prefix ids, the injection-safe ids of
-// Label+text, suffix ids. The hint text can never produce a special or added-token id
-// (see appendPlain). It returns
-// ErrHintTooLong when text alone is over the cap.
+// Wrap returns the template tokens of hint text: prefix ids, the EncodeText ids of
+// Label+text, suffix ids. The hint text can never produce a special or other
+// added-token id (not even Qwen's <think> or DeepSeek V3's <｜Assistant｜>, which are
+// added tokens not marked special). It returns ErrHintTooLong when text alone is over
+// the cap.
 func (in *Inserter) Wrap(text string) ([]int32, error) {
 	text = strings.TrimSpace(text)
 	if in.maxTokens > 0 {
-		if n := len(in.tok.EncodePlain(text)); n > in.maxTokens {
+		if n := len(in.tok.EncodeText(text)); n > in.maxTokens {
 			return nil, fmt.Errorf("%w: %d tokens, cap %d", ErrHintTooLong, n, in.maxTokens)
 		}
 	}
@@ -125,32 +126,8 @@ func (in *Inserter) Empty() []int32 { return in.wrap("") }
 
 func (in *Inserter) wrap(text string) []int32 {
 	out := append([]int32(nil), in.prefix...)
-	out = in.appendPlain(out, in.label+text)
+	out = append(out, in.tok.EncodeText(in.label+text)...)
 	return append(out, in.suffix...)
-}
-
-// tagRE finds the strings that added tokens of the supported families look like:
-// <|im_end|>, <think>, </tool_call>, <｜Assistant｜>.
-var tagRE = regexp.MustCompile(`<[^<>\s]{1,64}>`)
-
-// appendPlain appends the ids of text, which never include an added token. EncodePlain
-// alone keeps special tokens out, but, as Hugging Face does, still matches added
-// tokens that are not marked special, and some families mark role markers that way
-// (DeepSeek V3's <｜Assistant｜>, Qwen's <tool_call>). So each tag-like string that is
-// an added token is encoded in two pieces, "<" and the rest, that cannot match it; the
-// ids still decode to the same text.
-func (in *Inserter) appendPlain(out []int32, text string) []int32 {
-	last := 0
-	for _, m := range tagRE.FindAllStringIndex(text, -1) {
-		if _, ok := in.tok.SpecialID(text[m[0]:m[1]]); !ok {
-			continue
-		}
-		out = append(out, in.tok.EncodePlain(text[last:m[0]])...)
-		out = append(out, in.tok.EncodePlain(text[m[0]:m[0]+1])...)
-		out = append(out, in.tok.EncodePlain(text[m[0]+1:m[1]])...)
-		last = m[1]
-	}
-	return append(out, in.tok.EncodePlain(text[last:])...)
 }
 
 // Inserted is a rollout prefix with a hint spliced in: Tokens = y[0:InsertAt], the

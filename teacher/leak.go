@@ -69,7 +69,7 @@ func NewLeakGuard(cfg LeakConfig, tok data.Tokenizer) *LeakGuard {
 
 // Check returns the first leak of hint text for sel in r, or nil.
 func (g *LeakGuard) Check(r *rollout.Rollout, sel Selection, text string) *Leak {
-	hintIDs := g.tok.EncodePlain(text)
+	hintIDs := g.tok.EncodeText(text)
 	hintText := normalize(text)
 	refs := []struct {
 		from       string

@@ -149,7 +149,7 @@ func (t *OpenAITeacher) check(cc *openai.ChatCompletion) (string, *Failure) {
 	if ch.FinishReason == "length" {
 		return "", &Failure{Kind: FailTooLong, Err: fmt.Errorf("completion cut at max_tokens %d", t.cfg.MaxHintTokens)}
 	}
-	if n := len(t.tok.EncodePlain(text)); n > t.cfg.MaxHintTokens {
+	if n := len(t.tok.EncodeText(text)); n > t.cfg.MaxHintTokens {
 		return "", &Failure{Kind: FailTooLong, Err: fmt.Errorf("hint is %d tokens, cap %d", n, t.cfg.MaxHintTokens)}
 	}
 	return text, nil

@@ -21,9 +21,10 @@ func tokenizeCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	spec := fs.String("tokenizer", "", "`bytes`, or a tokenizer.json file or a directory holding one")
 	decode := fs.Bool("decode", false, "read a JSON array of ids from stdin and print their text")
-	plain := fs.Bool("plain", false, "injection-safe encoding: special-token strings are ordinary text")
+	plain := fs.Bool("plain", false, "special-token strings are ordinary text; added tokens not marked special (Qwen's <think>) still match, as Hugging Face's split_special_tokens=True")
+	text := fs.Bool("text", false, "injection-safe encoding, as the teacher's for hints: no added-token string, special or not, is matched")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hindsight tokenize -tokenizer PATH|bytes [-plain] [-decode] < INPUT\n\n"+
+		fmt.Fprintf(stderr, "usage: hindsight tokenize -tokenizer PATH|bytes [-plain|-text|-decode] < INPUT\n\n"+
 			"Encodes stdin (UTF-8 text, taken exactly, final newline included) to a JSON array of ids,\n"+
 			"or with -decode prints the text of a JSON array of ids. No BOS/EOS is added.\n\n")
 		fs.PrintDefaults()
@@ -31,7 +32,7 @@ func tokenizeCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *spec == "" || fs.NArg() > 0 || *decode && *plain {
+	if modes := btoi(*decode) + btoi(*plain) + btoi(*text); *spec == "" || fs.NArg() > 0 || modes > 1 {
 		fs.Usage()
 		return 2
 	}
@@ -63,9 +64,12 @@ func tokenizeCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	}
 	var ids []int32
-	if *plain {
+	switch {
+	case *plain:
 		ids = tok.EncodePlain(string(in))
-	} else {
+	case *text:
+		ids = tok.EncodeText(string(in))
+	default:
 		ids = tok.Encode(string(in))
 	}
 	w := bufio.NewWriter(stdout)
@@ -79,6 +83,13 @@ func tokenizeCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	w.WriteString("]\n")
 	if err := w.Flush(); err != nil {
 		fmt.Fprintf(stderr, "hindsight tokenize: write ids: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func btoi(b bool) int {
+	if b {
 		return 1
 	}
 	return 0

@@ -20,9 +20,12 @@ func runTokenize(t *testing.T, stdin string, args ...string) (code int, stdout, 
 }
 
 // llama3Dir writes the test Llama 3 tokenizer.json into a temp directory.
-func llama3Dir(t *testing.T) string {
+func llama3Dir(t *testing.T) string { return fixtureDir(t, "llama3") }
+
+// fixtureDir writes data/testdata's tokenizer.json of name into a temp directory.
+func fixtureDir(t *testing.T, name string) string {
 	t.Helper()
-	f, err := os.Open("../../data/testdata/tokenizers/llama3/tokenizer.json.gz")
+	f, err := os.Open(filepath.Join("..", "..", "data", "testdata", "tokenizers", name, "tokenizer.json.gz"))
 	require.NoError(t, err)
 	defer f.Close()
 	zr, err := gzip.NewReader(f)
@@ -70,6 +73,27 @@ func TestTokenizeHF(t *testing.T) {
 	}
 }
 
+// TestTokenizeText: -plain still matches Qwen's <think> (an added token not marked
+// special), -text matches no added token; both decode back to the input.
+func TestTokenizeText(t *testing.T) {
+	dir := fixtureDir(t, "qwen3")
+	in := "<think>x</think> <|im_end|>"
+	code, plain, errs := runTokenize(t, in, "-tokenizer", dir, "-plain")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, plain, "151667", "-plain matches <think>")
+	require.NotContains(t, plain, "151645", "-plain never yields <|im_end|>")
+	code, text, errs := runTokenize(t, in, "-tokenizer", dir, "-text")
+	require.Equal(t, 0, code, errs)
+	for _, id := range []string{"151667", "151668", "151645"} {
+		require.NotContains(t, text, id)
+	}
+	for _, enc := range []string{plain, text} {
+		code, out, errs := runTokenize(t, enc, "-tokenizer", dir, "-decode")
+		require.Equal(t, 0, code, errs)
+		require.Equal(t, in, out)
+	}
+}
+
 func TestTokenizeErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -81,6 +105,7 @@ func TestTokenizeErrors(t *testing.T) {
 		{"no tokenizer", "x", nil, 2, "usage: hindsight tokenize"},
 		{"extra argument", "x", []string{"-tokenizer", "bytes", "file"}, 2, "usage"},
 		{"plain with decode", "[]", []string{"-tokenizer", "bytes", "-decode", "-plain"}, 2, "usage"},
+		{"plain with text", "x", []string{"-tokenizer", "bytes", "-text", "-plain"}, 2, "usage"},
 		{"bad flag", "x", []string{"-nope"}, 2, "flag provided but not defined"},
 		{"missing file", "x", []string{"-tokenizer", filepath.Join(t.TempDir(), "none.json")}, 1, "load tokenizer"},
 		{"not json ids", "hello", []string{"-tokenizer", "bytes", "-decode"}, 1, "parse ids"},
