@@ -117,6 +117,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 			d.log.Error().Err(err).Msg("close journal")
 		}
 	}()
+	d.logCompaction()
 
 	reg := prometheus.NewRegistry()
 	d.stats = newStats(d, opts.Version)

@@ -14,7 +14,10 @@ import (
 )
 
 // Journal operations. The journal is a file of JSON lines, one Entry each, appended and
-// fsynced before the action it records is taken as done.
+// fsynced before the action it records is taken as done. A compacted journal (see
+// Compact) starts with one OpSnapshot line that stands for every file finished before
+// it, followed by the claim and decide lines of the files still unfinished, as they were
+// written; new entries are appended after them as usual.
 const (
 	// OpClaim: a file was claimed from incoming/ under sequence Seq. Written before
 	// the rename, so a crash between the two is redone from the journal.
@@ -24,6 +27,10 @@ const (
 	OpDecide = "decide"
 	// OpFinish: claimed file Seq left processing/ for done/ or failed/ (Outcome).
 	OpFinish = "finish"
+	// OpSnapshot: the state left by the entries that a compaction replaced: the totals,
+	// the rollout_ids accepted by finished files, and the sequences of the unfinished
+	// claims whose lines follow. Valid only as the first line.
+	OpSnapshot = "snapshot"
 )
 
 // File outcomes recorded by OpFinish.
@@ -37,13 +44,19 @@ const (
 // Entry is one line of the journal.
 type Entry struct {
 	Op      string        `json:"op"`
-	Seq     uint64        `json:"seq"`
+	Seq     uint64        `json:"seq,omitempty"` // the claim's sequence; none in OpSnapshot
 	At      time.Time     `json:"at"`
 	Name    string        `json:"name,omitempty"`    // OpClaim: the file's name in incoming/
 	Rows    []RowDecision `json:"rows,omitempty"`    // OpDecide
 	Outcome string        `json:"outcome,omitempty"` // OpFinish
 	Code    Code          `json:"code,omitempty"`    // OpFinish of a quarantined file
 	Reason  string        `json:"reason,omitempty"`  // OpFinish of a quarantined file
+
+	// OpSnapshot: Totals are the totals less what the claim and decide lines of the
+	// Open claims, which follow the snapshot, add back when they are replayed.
+	Totals   *Totals       `json:"totals,omitempty"`
+	Open     []uint64      `json:"open,omitempty"`
+	Accepted []AcceptedIDs `json:"accepted,omitempty"`
 }
 
 // RowDecision is the fate of one row of a claimed file.
@@ -71,19 +84,20 @@ func (c *ClaimState) ClaimedName() string { return fmt.Sprintf("%08d-%s", c.Seq,
 
 // Totals counts what the journal holds over the spool's whole life.
 type Totals struct {
-	FilesClaimed     int64
-	FilesDone        int64
-	FilesFailed      int64
-	FilesQuarantined int64
-	RolloutsAccepted int64
-	RolloutsRejected int64
-	TokensAccepted   int64
-	LastSeq          uint64
+	FilesClaimed     int64  `json:"files_claimed"`
+	FilesDone        int64  `json:"files_done"`
+	FilesFailed      int64  `json:"files_failed"`
+	FilesQuarantined int64  `json:"files_quarantined"`
+	RolloutsAccepted int64  `json:"rollouts_accepted"`
+	RolloutsRejected int64  `json:"rollouts_rejected"`
+	TokensAccepted   int64  `json:"tokens_accepted"`
+	LastSeq          uint64 `json:"last_seq"`
 }
 
 // Journal is the spool's append-only, fsynced record of claims and decisions. It is
 // the source of truth for which rollout_ids were ever accepted, so ingestion is
-// exactly-once per rollout_id across all files. Safe for concurrent use.
+// exactly-once per rollout_id across all files. Compaction (Compact, and OpenJournal by
+// itself) keeps its size to about the accepted rollout_ids. Safe for concurrent use.
 type Journal struct {
 	path string
 
@@ -92,17 +106,37 @@ type Journal struct {
 	claims   map[uint64]*ClaimState // unfinished claims
 	accepted map[string]uint64      // rollout_id → seq of the file that holds it
 	totals   Totals
+
+	// For compaction.
+	lines     map[uint64][]byte // unfinished claims: their claim and decide lines as written
+	pending   map[uint64]bool   // replay: open claims of the snapshot whose claim line is to come
+	size      int64             // bytes in the file
+	idBytes   int64             // Σ len(rollout_id) over accepted
+	finished  int               // finish entries since the last snapshot (or the start)
+	compacted *CompactStats     // the last compaction run or tried, or nil
 }
 
 // OpenJournal opens (creating if absent) the journal at path and replays it. A torn
 // last line, left by a crash during an append, is cut off; a corrupt line anywhere
 // else is an error naming the line, since the journal can no longer be trusted.
-func OpenJournal(path string) (*Journal, error) {
+//
+// Temp files left by a compaction that a crash interrupted are removed (the journal
+// itself is always complete, old or new). When the journal is worth compacting (see
+// CompactMinFinished) it is compacted before OpenJournal returns; a failed compaction
+// does not fail the open, which goes on with the journal as it was: LastCompaction
+// reports it.
+func OpenJournal(path string) (*Journal, error) { return openJournal(path, true) }
+
+// openJournal is OpenJournal; autoCompact false leaves the journal as it is.
+func openJournal(path string, autoCompact bool) (*Journal, error) {
+	if err := removeCompactTemps(path); err != nil {
+		return nil, fmt.Errorf("open journal: %w", err)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	j := &Journal{path: path, f: f, claims: map[uint64]*ClaimState{}, accepted: map[string]uint64{}}
+	j := &Journal{path: path, f: f, claims: map[uint64]*ClaimState{}, accepted: map[string]uint64{}, lines: map[uint64][]byte{}}
 	good, err := j.replay(f)
 	if err != nil {
 		f.Close()
@@ -127,8 +161,15 @@ func OpenJournal(path string) (*Journal, error) {
 		f.Close()
 		return nil, fmt.Errorf("seek journal %s: %w", path, err)
 	}
+	j.size = good
+	if autoCompact {
+		j.MaybeCompact() // a failure is in LastCompaction; the journal is usable as it was
+	}
 	return j, nil
 }
+
+// snapshotPrefix is how every snapshot line starts (json.Marshal keeps field order).
+var snapshotPrefix = []byte(`{"op":"` + OpSnapshot + `"`)
 
 // replay applies every complete line of r and returns the byte length of the good prefix.
 func (j *Journal) replay(r io.Reader) (int64, error) {
@@ -136,39 +177,57 @@ func (j *Journal) replay(r io.Reader) (int64, error) {
 	var good int64
 	for line := 1; ; line++ {
 		b, err := br.ReadBytes('\n')
-		if errors.Is(err, io.EOF) {
-			// No newline: a torn append (or nothing). Dropped; the action it would
-			// have recorded is redone.
-			return good, nil
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, io.EOF) {
 			return 0, fmt.Errorf("read journal %s: %w", j.path, err)
 		}
 		var e Entry
-		if uerr := json.Unmarshal(bytes.TrimSpace(b), &e); uerr != nil {
-			if _, perr := br.Peek(1); errors.Is(perr, io.EOF) {
-				return good, nil // last line garbled by a crash mid-write
+		complete := err == nil // no newline: a torn append (or nothing)
+		if complete {
+			if uerr := json.Unmarshal(bytes.TrimSpace(b), &e); uerr != nil {
+				if _, perr := br.Peek(1); !errors.Is(perr, io.EOF) {
+					return 0, fmt.Errorf("read journal %s: line %d is corrupt: %v", j.path, line, uerr)
+				}
+				complete = false // last line garbled by a crash mid-write
 			}
-			return 0, fmt.Errorf("read journal %s: line %d is corrupt: %v", j.path, line, uerr)
+		}
+		if !complete {
+			return good, j.endReplay(line, b)
+		}
+		if e.Op == OpSnapshot && line != 1 {
+			return 0, fmt.Errorf("read journal %s: line %d: a snapshot is valid only as the first line", j.path, line)
 		}
 		if err := j.apply(&e); err != nil {
 			return 0, fmt.Errorf("read journal %s: line %d: %w", j.path, line, err)
 		}
+		j.keepLine(&e, b)
 		good += int64(len(b))
 	}
 }
 
-// apply updates the in-memory state with one entry. Called with mu held (or before
-// the journal is shared).
-func (j *Journal) apply(e *Entry) error {
+// endReplay checks the end of the journal: line, torn (or empty), is dropped, and the
+// action it would have recorded is redone. A snapshot is never torn, since Compact
+// renames it into place whole, and dropping one would forget which rollouts were
+// accepted; nor can the claim lines that follow it be missing.
+func (j *Journal) endReplay(line int, torn []byte) error {
+	if line == 1 && bytes.HasPrefix(bytes.TrimSpace(torn), snapshotPrefix) {
+		return fmt.Errorf("read journal %s: line 1 is a damaged snapshot", j.path)
+	}
+	if len(j.pending) > 0 {
+		return fmt.Errorf("read journal %s: the snapshot's open claims %v have no claim line", j.path, sortedSeqs(j.pending))
+	}
+	j.pending = nil
+	return nil
+}
+
+// check returns why claim, decide or finish entry e cannot follow the state, or nil.
+// append checks before it writes, so a wrong call never puts a line in the journal
+// that would make every later replay fail.
+func (j *Journal) check(e *Entry) error {
 	switch e.Op {
 	case OpClaim:
-		if e.Seq <= j.totals.LastSeq {
+		if !j.pending[e.Seq] && e.Seq <= j.totals.LastSeq {
 			return fmt.Errorf("claim seq %d after seq %d", e.Seq, j.totals.LastSeq)
 		}
-		j.claims[e.Seq] = &ClaimState{Seq: e.Seq, Name: e.Name}
-		j.totals.LastSeq = e.Seq
-		j.totals.FilesClaimed++
 	case OpDecide:
 		c, ok := j.claims[e.Seq]
 		if !ok {
@@ -177,9 +236,40 @@ func (j *Journal) apply(e *Entry) error {
 		if c.Decided {
 			return fmt.Errorf("claim %d decided twice", e.Seq)
 		}
+	case OpFinish:
+		if _, ok := j.claims[e.Seq]; !ok {
+			return fmt.Errorf("finish for unknown or finished claim %d", e.Seq)
+		}
+	case OpSnapshot:
+	default:
+		return fmt.Errorf("unknown op %q", e.Op)
+	}
+	return nil
+}
+
+// apply updates the in-memory state with one entry. Called with mu held (or before
+// the journal is shared).
+func (j *Journal) apply(e *Entry) error {
+	if err := j.check(e); err != nil {
+		return err
+	}
+	switch e.Op {
+	case OpClaim:
+		if j.pending[e.Seq] { // an open claim of the snapshot
+			delete(j.pending, e.Seq)
+		} else {
+			j.totals.LastSeq = e.Seq
+		}
+		j.claims[e.Seq] = &ClaimState{Seq: e.Seq, Name: e.Name}
+		j.totals.FilesClaimed++
+	case OpDecide:
+		c := j.claims[e.Seq]
 		c.Decided, c.Decisions = true, e.Rows
 		for _, d := range e.Rows {
 			if d.Accepted {
+				if _, had := j.accepted[d.ID]; !had {
+					j.idBytes += int64(len(d.ID))
+				}
 				j.accepted[d.ID] = e.Seq
 				j.totals.RolloutsAccepted++
 				j.totals.TokensAccepted += d.Tokens
@@ -188,10 +278,8 @@ func (j *Journal) apply(e *Entry) error {
 			}
 		}
 	case OpFinish:
-		if _, ok := j.claims[e.Seq]; !ok {
-			return fmt.Errorf("finish for unknown or finished claim %d", e.Seq)
-		}
 		delete(j.claims, e.Seq)
+		j.finished++
 		switch e.Outcome {
 		case OutcomeDone:
 			j.totals.FilesDone++
@@ -200,8 +288,8 @@ func (j *Journal) apply(e *Entry) error {
 		case OutcomeQuarantined:
 			j.totals.FilesQuarantined++
 		}
-	default:
-		return fmt.Errorf("unknown op %q", e.Op)
+	case OpSnapshot:
+		return j.applySnapshot(e)
 	}
 	return nil
 }
@@ -213,6 +301,12 @@ func (j *Journal) append(e Entry) error {
 	defer j.mu.Unlock()
 	if j.f == nil {
 		return fmt.Errorf("append journal %s: closed", j.path)
+	}
+	if e.Op == OpSnapshot {
+		return fmt.Errorf("append journal %s: a snapshot is written only by Compact", j.path)
+	}
+	if err := j.check(&e); err != nil {
+		return fmt.Errorf("append journal %s: %w", j.path, err)
 	}
 	if e.At.IsZero() {
 		e.At = time.Now().UTC()
@@ -232,7 +326,25 @@ func (j *Journal) append(e Entry) error {
 	if err := j.f.Sync(); err != nil {
 		return j.undo(off, fmt.Errorf("sync journal %s: %w", j.path, err))
 	}
-	return j.apply(&e)
+	j.size = off + int64(len(b))
+	if err := j.apply(&e); err != nil {
+		return err
+	}
+	j.keepLine(&e, b)
+	return nil
+}
+
+// keepLine keeps the claim and decide lines of unfinished claims, which Compact copies
+// as they are. Called with mu held, after e was applied.
+func (j *Journal) keepLine(e *Entry, b []byte) {
+	switch e.Op {
+	case OpClaim:
+		j.lines[e.Seq] = b
+	case OpDecide:
+		j.lines[e.Seq] = append(j.lines[e.Seq], b...)
+	case OpFinish:
+		delete(j.lines, e.Seq)
+	}
 }
 
 // undo cuts a failed append off (a full disk can leave part of the line written), so
