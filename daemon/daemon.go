@@ -18,6 +18,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // Options are the parts of a run that are not configuration.
@@ -63,10 +64,10 @@ type daemon struct {
 	beat      atomic.Int64 // unix nanos of the device loop's last progress
 	doneIDs   map[string]bool
 	pipeDone  <-chan struct{}
-	// onStep, when set (-demo), is told about each optimizer step: trained counts the
-	// tokens through the gradient passes so far in this process.
-	onStep        func(step int64, loss, tokensPerSecond float64, trained int64)
-	trainedTokens int64
+	// onStep, when set (-demo), is told about each step: stepped counts the tokens of
+	// the rollouts stepped so far in this process.
+	onStep        func(met xla.Metrics, stepped int64)
+	steppedTokens int64
 }
 
 // training reports whether this run trains.

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // DemoConfig adjusts the embedded defaults for -demo: small steps so the tiny model
@@ -92,14 +93,20 @@ func (d *daemon) trainDemo(ctx context.Context, start time.Time, tokensBefore in
 	g, gctx := errgroup.WithContext(pctx)
 	d.startPipeline(g, gctx, gctx)
 	fmt.Fprintf(d.out, "training on the accepted rollouts as they come (a step every %d trainable tokens):\n", d.cfg.Train.TokenBudget)
-	d.onStep = func(step int64, loss float64, tps float64, trained int64) {
+	d.onStep = func(met xla.Metrics, stepped int64) {
 		total := d.spool.Journal().Totals().TokensAccepted - tokensBefore
 		eta := "?"
-		if trained > 0 && total > 0 {
+		if stepped > 0 && total > 0 {
 			el := time.Since(start)
-			eta = (time.Duration(float64(el) * float64(max(total-trained, 0)) / float64(trained))).Round(time.Second).String()
+			eta = (time.Duration(float64(el) * float64(max(total-stepped, 0)) / float64(stepped))).Round(time.Second).String()
 		}
-		fmt.Fprintf(d.out, "  step %3d  loss %+.5f  %6.0f tokens/s  %5d/%d tokens  ETA %s\n", step, loss, tps, trained, total, eta)
+		if !met.Updated {
+			fmt.Fprintf(d.out, "  step %3d  no signal (no hint credit, no outcome advantage): weights unchanged  %5d/%d tokens  ETA %s\n",
+				met.Step, stepped, total, eta)
+			return
+		}
+		tps := float64(met.Tokens) / max(met.Took.Seconds(), 1e-9)
+		fmt.Fprintf(d.out, "  step %3d  loss %+.5f  %6.0f tokens/s  %5d/%d tokens  ETA %s\n", met.Step, met.Loss, tps, stepped, total, eta)
 	}
 	g.Go(func() error {
 		defer close(d.q.files)

@@ -325,9 +325,11 @@ func (dv *device) step(ctx context.Context) error {
 			Msg("step without update: no hint credit, outcome advantage or KL term in the batch; weights unchanged")
 	}
 	dv.d.heartbeat()
-	dv.d.trainedTokens += int64(met.Tokens)
+	for _, it := range batch {
+		dv.d.steppedTokens += int64(len(it.r.Tokens))
+	}
 	if dv.d.onStep != nil {
-		dv.d.onStep(met.Step, met.Loss, float64(met.Tokens)/max(met.Took.Seconds(), 1e-9), dv.d.trainedTokens)
+		dv.d.onStep(met, dv.d.steppedTokens)
 	}
 	return nil
 }
