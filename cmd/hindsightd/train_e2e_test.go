@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -278,4 +279,47 @@ func TestBatchBounds(t *testing.T) {
 			require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
 		})
 	}
+}
+
+// TestPolicyLagSkips: rollouts whose policy_version lags the step by more than
+// max_policy_lag are skipped, counted and logged durably in state/skipped.txt; once
+// their files are finished, the next start drops them from the log.
+func TestPolicyLagSkips(t *testing.T) {
+	dataDir := t.TempDir()
+	incoming := filepath.Join(dataDir, "spool", "incoming")
+	require.NoError(t, os.MkdirAll(incoming, 0o755))
+	synthInto(t, incoming, 12, 2)
+	path := filepath.Join(t.TempDir(), "train.yaml")
+	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\ntrain:\n  token_budget: 1000000\n  max_batch_rollouts: 1\n  max_policy_lag: 1\n  idle_flush: 0s\n  checkpoint:\n    every_steps: 1\n", dataDir)
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+	skipLog := filepath.Join(dataDir, "state", "skipped.txt")
+
+	p := startDaemon(t, "-config", path)
+	addr := p.waitReady(t)
+	var st *hindsightv1.Status
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		st = statusOf(t, addr)
+		tr := st.GetTraining()
+		if tr.GetRolloutsTrained()+tr.GetRolloutsSkipped() == 12 && st.GetSpool().GetProcessing() == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "rollouts not trained or skipped in time:\n%s", p.log())
+		time.Sleep(200 * time.Millisecond)
+	}
+	skipped := st.GetTraining().GetRolloutsSkipped()
+	require.Positive(t, skipped, "with a step per rollout, some policy_version must lag by more than 1")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	b, err := os.ReadFile(skipLog)
+	require.NoError(t, err)
+	require.Len(t, strings.Fields(string(b)), int(skipped))
+
+	p = startDaemon(t, "-config", path)
+	p.waitReady(t)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	b, err = os.ReadFile(skipLog)
+	require.NoError(t, err)
+	require.Empty(t, string(b), "every file is finished: no skip is needed again")
 }
