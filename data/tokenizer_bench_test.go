@@ -49,22 +49,17 @@ func mixedText(n int) string {
 // BenchmarkEncode measures EncodePlain throughput on 1 MB of mixed text per
 // tokenizer. The BPE cache is warm after the first iteration, as in a daemon.
 func BenchmarkEncode(b *testing.B) {
-	text := mixedText(1 << 20)
-	for _, name := range append([]string{"bytes"}, hfNames...) {
-		b.Run(name, func(b *testing.B) {
-			tok := testTokenizer(b, name)
-			b.SetBytes(int64(len(text)))
-			b.ResetTimer()
-			for b.Loop() {
-				tok.EncodePlain(text)
-			}
-		})
-	}
+	benchEncode(b, func(tok Tokenizer, text string) { tok.EncodePlain(text) })
 }
 
 // BenchmarkEncodeText measures EncodeText throughput, the teacher's encoding, on the
 // same text as BenchmarkEncode.
 func BenchmarkEncodeText(b *testing.B) {
+	benchEncode(b, func(tok Tokenizer, text string) { tok.EncodeText(text) })
+}
+
+// benchEncode runs encode on 1 MB of mixed text with each tokenizer.
+func benchEncode(b *testing.B, encode func(Tokenizer, string)) {
 	text := mixedText(1 << 20)
 	for _, name := range append([]string{"bytes"}, hfNames...) {
 		b.Run(name, func(b *testing.B) {
@@ -72,7 +67,7 @@ func BenchmarkEncodeText(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			b.ResetTimer()
 			for b.Loop() {
-				tok.EncodeText(text)
+				encode(tok, text)
 			}
 		})
 	}
