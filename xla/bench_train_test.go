@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/internal/benchutil"
+
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/hindsight-ai/hindsight/credit"
@@ -87,24 +89,7 @@ func BenchmarkTrainLongRollout(b *testing.B) {
 				r.Trainable[t], r.Sampler[t] = t > 0, -2
 			}
 			runtime.GC()
-			var base runtime.MemStats
-			runtime.ReadMemStats(&base)
-			peak := base.HeapAlloc
-			done := make(chan struct{})
-			sampled := make(chan struct{})
-			go func() {
-				defer close(sampled)
-				var ms runtime.MemStats
-				for {
-					select {
-					case <-done:
-						return
-					case <-time.After(20 * time.Millisecond):
-						runtime.ReadMemStats(&ms)
-						peak = max(peak, ms.HeapAlloc)
-					}
-				}
-			}()
+			heap := benchutil.StartHeapSampler(20 * time.Millisecond)
 			b.ResetTimer()
 			for b.Loop() {
 				if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil {
@@ -112,10 +97,9 @@ func BenchmarkTrainLongRollout(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			close(done)
-			<-sampled
+			peak, _ := heap.Stop()
 			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
-			b.ReportMetric(float64(peak-base.HeapAlloc)/(1<<20), "step-heap-MiB")
+			b.ReportMetric(float64(peak-heap.Base.HeapAlloc)/(1<<20), "step-heap-MiB")
 			b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
 	}
@@ -157,23 +141,7 @@ func BenchmarkTrainChunkPeak32k(b *testing.B) {
 			}
 			acc := p.zeroGrads()
 			runtime.GC()
-			var base runtime.MemStats
-			runtime.ReadMemStats(&base)
-			peak := base.HeapAlloc
-			done, sampled := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(sampled)
-				var ms runtime.MemStats
-				for {
-					select {
-					case <-done:
-						return
-					case <-time.After(5 * time.Millisecond):
-						runtime.ReadMemStats(&ms)
-						peak = max(peak, ms.HeapAlloc)
-					}
-				}
-			}()
+			heap := benchutil.StartHeapSampler(5 * time.Millisecond)
 			b.ResetTimer()
 			for b.Loop() {
 				args := []any{
@@ -199,10 +167,9 @@ func BenchmarkTrainChunkPeak32k(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			close(done)
-			<-sampled
+			peak, _ := heap.Stop()
 			b.ReportMetric(float64(cache.Bytes())/(1<<20), "kv-MiB")
-			b.ReportMetric(float64(peak-base.HeapAlloc)/(1<<20), "chunk-peak-MiB")
+			b.ReportMetric(float64(peak-heap.Base.HeapAlloc)/(1<<20), "chunk-peak-MiB")
 		})
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/internal/benchutil"
+
 	"github.com/hindsight-ai/hindsight/data"
 )
 
@@ -131,14 +133,7 @@ func testModel(t testing.TB, fields map[string]any, seed uint64) *Model {
 }
 
 // testTokens is a deterministic token sequence.
-func testTokens(n, vocab int, seed uint64) []int32 {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	out := make([]int32, n)
-	for i := range out {
-		out[i] = int32(rng.IntN(vocab))
-	}
-	return out
-}
+func testTokens(n, vocab int, seed uint64) []int32 { return benchutil.Tokens(n, vocab, seed, 7) }
 
 func dataInitModel(dir, dtype string) (*data.ModelConfig, error) {
 	return data.InitModel(dir, data.InitOptions{Preset: "tiny", Tokenizer: "bytes", Seed: 1, Dtype: dtype})

@@ -38,7 +38,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +46,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hindsight-ai/hindsight/internal/benchutil"
 
 	"github.com/gomlx/gomlx/backends"
 
@@ -202,7 +203,7 @@ func run(o options) error {
 			if err != nil || T < 256 {
 				return fmt.Errorf("length %q: want an integer ≥ 256", ls)
 			}
-			tokens := randomTokens(T, mc.VocabSize, uint64(T))
+			tokens := benchutil.Tokens(T, mc.VocabSize, uint64(T), 2)
 			cell := Cell{Preset: preset, Tokens: T}
 			var torchRes, blasRes *Result
 			var torchLP []float64
@@ -252,7 +253,7 @@ func run(o options) error {
 	}
 	out := o.out
 	if out == "" {
-		out = filepath.Join(sourceDir(), "results-"+rep.Date+".json")
+		out = filepath.Join(benchutil.CallerDir("bench/backends"), "results-"+rep.Date+".json")
 	}
 	js, err := json.MarshalIndent(&rep, "", "  ")
 	if err != nil {
@@ -325,7 +326,7 @@ func trainRollout(tokens []int32, vocab int) xla.Rollout {
 	T := len(tokens)
 	r := xla.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float32, T),
 		Trainable: make([]bool, T), Reward: 1, HasReward: true,
-		Hints: []xla.HintedSegment{{Segment: xla.Segment{Start: T / 2, End: T/2 + 64, Hint: randomTokens(16, vocab, 99)}}}}
+		Hints: []xla.HintedSegment{{Segment: xla.Segment{Start: T / 2, End: T/2 + 64, Hint: benchutil.Tokens(16, vocab, 99, 2)}}}}
 	for t := range T {
 		r.Sampler[t] = float32(math.NaN())
 		if t >= 16 {
@@ -372,7 +373,7 @@ func runTorch(o options, dir string, tokens []int32, blasDir string) (*Result, [
 	if err := os.WriteFile(filepath.Join(dir, "tokens.json"), tokJSON, 0o644); err != nil {
 		return nil, nil, "", err
 	}
-	cmd := exec.Command(o.python, filepath.Join(sourceDir(), "torch_bench.py"), dir,
+	cmd := exec.Command(o.python, filepath.Join(benchutil.CallerDir("bench/backends"), "torch_bench.py"), dir,
 		strconv.Itoa(o.threads), strconv.Itoa(o.reps), strconv.FormatFloat(o.maxSeconds, 'g', -1, 64))
 	cmd.Stderr = os.Stderr
 	name, spec := "pytorch", "Debian's default libblas3 (reference BLAS)"
@@ -473,22 +474,4 @@ func moduleVersion(path string) string {
 		}
 	}
 	return "?"
-}
-
-func randomTokens(n, vocab int, seed uint64) []int32 {
-	rng := rand.New(rand.NewPCG(seed, 2))
-	out := make([]int32, n)
-	for i := range out {
-		out[i] = int32(rng.IntN(vocab))
-	}
-	return out
-}
-
-// sourceDir is this program's directory (torch_bench.py lies beside it).
-func sourceDir() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "bench/backends"
-	}
-	return filepath.Dir(file)
 }

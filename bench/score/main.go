@@ -14,15 +14,15 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
+
+	"github.com/hindsight-ai/hindsight/internal/benchutil"
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -63,7 +63,7 @@ func run(preset string, n, chunk int, backendSpec, python string, threads int, m
 	if err != nil {
 		return err
 	}
-	tokens := randomTokens(n, mc.VocabSize)
+	tokens := benchutil.Tokens(n, mc.VocabSize, 1, 2)
 	m, err := xla.OpenModel(dir)
 	if err != nil {
 		return err
@@ -98,7 +98,7 @@ func run(preset string, n, chunk int, backendSpec, python string, threads int, m
 	if err := os.WriteFile(filepath.Join(dir, "tokens.json"), tokJSON, 0o644); err != nil {
 		return err
 	}
-	script := filepath.Join(sourceDir(), "torch_score.py")
+	script := filepath.Join(benchutil.CallerDir("bench/score"), "torch_score.py")
 	cmd := exec.Command(python, script, dir, strconv.Itoa(threads))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
@@ -166,34 +166,17 @@ func memoryRun(ctx context.Context, backendSpec string, chunk int, lengths strin
 		if err != nil {
 			return err
 		}
-		tokens := randomTokens(n, mc.VocabSize)
+		tokens := benchutil.Tokens(n, mc.VocabSize, 1, 2)
 		runtime.GC()
-		var base runtime.MemStats
-		runtime.ReadMemStats(&base)
-		var peak atomic.Uint64
-		done := make(chan struct{})
-		go func() {
-			var ms runtime.MemStats
-			for {
-				select {
-				case <-done:
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-				runtime.ReadMemStats(&ms)
-				if ms.HeapInuse > peak.Load() {
-					peak.Store(ms.HeapInuse)
-				}
-			}
-		}()
+		heap := benchutil.StartHeapSampler(5 * time.Millisecond)
 		t0 := time.Now()
 		_, c, err := s.Score(ctx, tokens)
 		took := time.Since(t0)
-		close(done)
+		_, peak := heap.Stop()
 		if err != nil {
 			return err
 		}
-		p := int64(peak.Load()) - int64(base.HeapInuse)
+		p := int64(peak) - int64(heap.Base.HeapInuse)
 		kv := c.Bytes()
 		fmt.Printf("%8d %10.1f MB %10.1f MB %12.1f MB %10.0f\n", n, mb(p), mb(kv), mb(p-2*kv), float64(n)/took.Seconds())
 		c.Close()
@@ -202,21 +185,3 @@ func memoryRun(ctx context.Context, backendSpec string, chunk int, lengths strin
 }
 
 func mb(b int64) float64 { return float64(b) / 1e6 }
-
-func randomTokens(n, vocab int) []int32 {
-	rng := rand.New(rand.NewPCG(1, 2))
-	out := make([]int32, n)
-	for i := range out {
-		out[i] = int32(rng.IntN(vocab))
-	}
-	return out
-}
-
-// sourceDir is this program's directory (torch_score.py lies beside it).
-func sourceDir() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "bench/score"
-	}
-	return filepath.Dir(file)
-}

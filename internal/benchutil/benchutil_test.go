@@ -1,0 +1,40 @@
+package benchutil
+
+import (
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestTokens(t *testing.T) {
+	a := Tokens(1000, 17, 3, 2)
+	require.Equal(t, a, Tokens(1000, 17, 3, 2), "deterministic")
+	require.NotEqual(t, a, Tokens(1000, 17, 4, 2))
+	seen := map[int32]bool{}
+	for _, id := range a {
+		require.True(t, id >= 0 && id < 17, "id %d", id)
+		seen[id] = true
+	}
+	require.Len(t, seen, 17)
+}
+
+var sink [][]byte
+
+func TestHeapSamplerSeesAnAllocation(t *testing.T) {
+	runtime.GC()
+	h := StartHeapSampler(time.Millisecond)
+	sink = append(sink, make([]byte, 64<<20))
+	time.Sleep(20 * time.Millisecond)
+	sink = nil
+	alloc, inuse := h.Stop()
+	require.GreaterOrEqual(t, alloc, h.Base.HeapAlloc+60<<20)
+	require.GreaterOrEqual(t, inuse, h.Base.HeapInuse+60<<20)
+}
+
+func TestCallerDir(t *testing.T) {
+	dir := CallerDir("x")
+	require.Equal(t, "benchutil", filepath.Base(dir))
+}
