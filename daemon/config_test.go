@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/xla"
 	"github.com/stretchr/testify/require"
 )
 
@@ -40,6 +41,10 @@ func TestParseConfig(t *testing.T) {
 			require.Equal(t, 0, c.Train.MaxBatchRollouts)
 			require.Equal(t, 32768, c.Train.MaxBatchTokens)
 		}},
+		{name: "exact backprop", yaml: "train:\n  backprop: exact\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, xla.BackpropExact, c.Train.Backprop)
+		}},
+		{name: "bad backprop", yaml: "train:\n  backprop: sideways\n", err: `train.backprop: "sideways", want truncated, exact or full`},
 		{name: "negative batch rollouts", yaml: "train:\n  max_batch_rollouts: -1\n", err: "train.max_batch_rollouts: -1"},
 		{name: "negative batch tokens", yaml: "train:\n  max_batch_tokens: -5\n", err: "train.max_batch_tokens: -5"},
 	}

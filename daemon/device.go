@@ -92,7 +92,7 @@ func (d *daemon) openDevice() (*device, map[string]bool, error) {
 		return nil, nil, fmt.Errorf("open policy %s: %w", src, err)
 	}
 	tc := d.cfg.Train
-	dv.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk,
+	dv.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
 		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: d.cfg.Credit, Optimizer: tc.Optimizer,
 		Teacher: tc.TeacherModel, Seed: tc.Seed})
 	if err != nil {
@@ -124,7 +124,7 @@ func (d *daemon) openDevice() (*device, map[string]bool, error) {
 	d.stats.setBackend(name+" ("+spec+")", dev, int64(m.NumParameters()), dv.modelDir)
 	d.stats.trainedTotal(dv.tr.TrainedTotal(), dv.tr.StepCount(), dv.tr.UpdateCount(), tc.TokenBudget)
 	dv.log.Info().Str("backend", spec).Str("device", dev).Int("parameters", m.NumParameters()).
-		Int64("step", dv.tr.StepCount()).Msg("policy loaded")
+		Int64("step", dv.tr.StepCount()).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
 	return dv, done, nil
 }
 

@@ -27,6 +27,10 @@ type TrainConfig struct {
 	MaxBatchTokens int `yaml:"max_batch_tokens"`
 	// Chunk is the gradient pass's chunk in tokens (xla.TrainerOptions.Chunk).
 	Chunk int `yaml:"chunk"`
+	// Backprop is how the gradient reaches across chunks: truncated (earlier chunks'
+	// K/V constant), exact (reverse-order chunks carrying K/V cotangents; cotangent
+	// buffers the size of the KV cache) or full (one pass, memory grows with T).
+	Backprop xla.Backprop `yaml:"backprop"`
 	// ScoreChunk is the scoring passes' chunk in tokens (0: the scorer's default).
 	ScoreChunk int `yaml:"score_chunk"`
 	// Optimizer is AdamW with its learning-rate schedule (warm-up, cosine).
@@ -75,6 +79,7 @@ func DefaultTrainConfig() TrainConfig {
 		MaxBatchRollouts:   64,
 		MaxBatchTokens:     1 << 20,
 		Chunk:              xla.DefaultChunkTrain,
+		Backprop:           xla.BackpropTruncated,
 		Optimizer:          xla.DefaultAdamW(),
 		TeacherModel:       xla.DefaultTeacher(),
 		TeacherConcurrency: 4,
@@ -110,6 +115,9 @@ func (c TrainConfig) Validate(prefix string) error {
 		return fmt.Errorf("%scheckpoint.keep: %d, want ≥ 1", prefix, c.Checkpoint.Keep)
 	case len(c.Checkpoint.Command) > 0 && c.Checkpoint.CommandTimeout <= 0:
 		return fmt.Errorf("%scheckpoint.command_timeout: %s, want > 0", prefix, c.Checkpoint.CommandTimeout)
+	}
+	if err := c.Backprop.Validate(); err != nil {
+		return fmt.Errorf("%sbackprop: %w", prefix, err)
 	}
 	if err := c.Optimizer.Validate(); err != nil {
 		return fmt.Errorf("%soptimizer.%w", prefix, err)

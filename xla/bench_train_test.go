@@ -9,12 +9,54 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hindsight-ai/hindsight/internal/benchutil"
-
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/internal/benchutil"
 )
+
+// BenchmarkTrainBackprop compares the three Backprop modes on one step of the tiny
+// model over a $HINDSIGHT_BENCH_BACKPROP_T-token rollout (default 2048) at chunk 64:
+// tokens/s, the three in one process so that their ratios are fair on a noisy
+// machine. (Memory is not reported: after the compiling step the pure-Go backend
+// serves the step from its buffer pools, so the Go heap barely moves.)
+//
+//	go test -run '^$' -bench TrainBackprop -benchtime 2x ./xla/
+func BenchmarkTrainBackprop(b *testing.B) {
+	backend := newTestBackend(b)
+	T := 2048
+	if s := os.Getenv("HINDSIGHT_BENCH_BACKPROP_T"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		T = n
+	}
+	for _, mode := range []Backprop{BackpropTruncated, BackpropExact, BackpropFull} {
+		b.Run(fmt.Sprintf("T=%d/%s", T, mode), func(b *testing.B) {
+			m := testModel(b, tinyFields(map[string]any{"max_position_embeddings": 131072}), 71)
+			tr, err := NewTrainer(backend, m, TrainerOptions{Chunk: 64, Scorer: ScorerOptions{Chunk: 64}, Backprop: mode})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := Rollout{ID: "r", Tokens: testTokens(T, m.Config.VocabSize, 72), Sampler: make([]float32, T),
+				Trainable: make([]bool, T), Reward: 1, HasReward: true}
+			for t := range T {
+				r.Trainable[t], r.Sampler[t] = t > 0, -2
+			}
+			if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil { // compile
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
 
 // BenchmarkTrainStep times whole optimizer steps (student pass, live-teacher hinted
 // pass, credit, chunked gradient, AdamW) of the tiny model (d = 64, 2 layers, byte

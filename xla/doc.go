@@ -1,6 +1,7 @@
 // Package xla is the policy model on GoMLX: the Llama-family decoder, the scoring
 // passes of the data flow, and the training step (Trainer: loss with credit weights
-// held constant, chunked truncated backprop, AdamW, teacher modes, checkpoints).
+// held constant, chunked backprop (truncated, or exact in reverse chunk order),
+// AdamW, teacher modes, checkpoints).
 //
 // In the data flow of DESIGN.md it sits between teacher/ (which turns hints into
 // tokens) and credit/ (which turns log-probs into advantages):

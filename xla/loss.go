@@ -6,7 +6,9 @@ import (
 	"math"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
@@ -28,6 +30,7 @@ type gradPass struct {
 	backend  backends.Backend
 	params   []*mlctx.Variable // the model's variables, in context order
 	cached   *mlctx.Exec       // one chunk against a KV cache (earlier K/V constant)
+	exact    *mlctx.Exec       // one chunk against a KV cache, with the cache's cotangents
 	uncached *mlctx.Exec       // a whole sequence in one causal pass, no cache
 	shrink   *Exec             // the first c positions of every cache tensor
 }
@@ -40,32 +43,54 @@ func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
 	cfg := m.Config
 	nl := cfg.NumHiddenLayers
 	np := len(p.params)
-	build := func(withCache bool) (*mlctx.Exec, error) {
+	// mode: 0 no cache, 1 truncated (cache constant), 2 exact (cache cotangents).
+	build := func(mode int) (*mlctx.Exec, error) {
 		e, err := mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
 			tokens, targets, start, w, c, r := in[0], in[1], in[2], in[3], in[4], in[5]
 			rest := in[6:]
-			var kc, vc []*Node
-			if withCache {
+			var kc, vc, gk, gv []*Node
+			if mode > 0 {
 				kc, vc, rest = rest[:nl], rest[nl:2*nl], rest[2*nl:]
+			}
+			if mode == 1 {
 				// The scoring pass's K/V are constants: truncated backprop.
 				for i := range kc {
 					kc[i], vc[i] = StopGradient(kc[i]), StopGradient(vc[i])
 				}
 			}
+			if mode == 2 {
+				gk, gv, rest = rest[:nl], rest[nl:2*nl], rest[2*nl:]
+			}
 			acc := rest[:np]
-			hidden, _, _ := decoder(ctx, cfg, tokens, start, kc, vc)
+			hidden, kOut, vOut := decoder(ctx, cfg, tokens, start, kc, vc)
 			logp := tokenLogProbs(ctx, cfg, hidden, targets) // [1, n]
 			tokLoss := chunkLoss(logp, w, c, r)
 			loss := ReduceAllSum(tokLoss)
 			g := tokens.Graph()
-			nodes := make([]*Node, np)
+			nodes := make([]*Node, np, np+2*nl)
 			for i, v := range p.params {
 				nodes[i] = v.ValueGraph(g)
 			}
-			grads := Gradient(loss, nodes...)
+			total := loss
+			if mode == 2 {
+				// Later chunks' dependence on this chunk's keys and values, summed up
+				// in gk, gv, enters as <g, K>: its gradient carries it back into the
+				// weights and into the earlier positions' K/V (vector-Jacobian chain).
+				total = Add(loss, cacheCotangentTerm(gk, gv, kOut, vOut, start, tokens.Shape().Dimensions[1]))
+				nodes = append(append(nodes, kc...), vc...)
+			}
+			grads := Gradient(total, nodes...)
 			out := []*Node{loss, tokLoss, logp}
-			for i := range grads {
+			for i := range np {
 				out = append(out, Add(acc[i], grads[i]))
+			}
+			if mode == 2 {
+				for i := range nl {
+					out = append(out, Add(gk[i], grads[np+i]))
+				}
+				for i := range nl {
+					out = append(out, Add(gv[i], grads[np+nl+i]))
+				}
 			}
 			return out
 		})
@@ -89,13 +114,42 @@ func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
 		return nil, fmt.Errorf("new gradient pass: %w", err)
 	}
 	p.shrink.SetMaxCache(-1)
-	if p.cached, err = build(true); err != nil {
+	if p.cached, err = build(1); err != nil {
 		return nil, fmt.Errorf("new gradient pass: %w", err)
 	}
-	if p.uncached, err = build(false); err != nil {
+	if p.exact, err = build(2); err != nil {
+		return nil, fmt.Errorf("new gradient pass: %w", err)
+	}
+	if p.uncached, err = build(0); err != nil {
 		return nil, fmt.Errorf("new gradient pass: %w", err)
 	}
 	return p, nil
+}
+
+// cacheCotangentTerm is Σ_layers <gk, kOut> + <gv, vOut> over the chunk's own
+// positions start…start+n-1 (the keys and values it wrote; elsewhere kOut is the
+// cache it was given, whose cotangent is not this chunk's to pass on).
+//
+//	gk, gv, kOut, vOut: layers × [capacity, batch, kv, hd]; start: scalar int32 → scalar
+func cacheCotangentTerm(gk, gv, kOut, vOut []*Node, start *Node, n int) *Node {
+	g := start.Graph()
+	dims := kOut[0].Shape().Dimensions
+	rel := Sub(Iota(g, shapes.Make(dtypes.Int32, dims[0]), 0), start)
+	own := LogicalAnd(GreaterOrEqual(rel, ScalarZero(g, dtypes.Int32)), LessThan(rel, Const(g, int32(n))))
+	own = BroadcastToDims(Reshape(own, dims[0], 1, 1, 1), dims...)
+	zero := ScalarZero(g, kOut[0].DType())
+	var sum *Node
+	for i := range kOut {
+		for _, pair := range [][2]*Node{{gk[i], kOut[i]}, {gv[i], vOut[i]}} {
+			t := ReduceAllSum(Mul(Where(own, pair[0], zero), pair[1]))
+			if sum == nil {
+				sum = t
+			} else {
+				sum = Add(sum, t)
+			}
+		}
+	}
+	return sum
 }
 
 // chunkLoss is the per-position loss −w·l + c·k3(r − l); k3 is evaluated only where
@@ -161,50 +215,10 @@ type passResult struct {
 // memory grows with the length).
 func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, cache *KVCache, terms chunkTerms, chunk, scores int, acc []*tensors.Tensor) (passResult, error) {
 	T := len(tokens)
-	res := passResult{TokLoss: make([]float32, T), LogProb: make([]float32, T)}
-	res.LogProb[0] = float32(math.NaN())
+	res := newPassResult(T)
 	run := func(e *mlctx.Exec, off, n int, caches []*tensors.Tensor) error {
-		tok := make([]int32, n)
-		tgt := make([]int32, n)
-		copy(tok, tokens[off:])
-		if off+1 < T {
-			copy(tgt, tokens[off+1:])
-		}
-		w, c, r := terms.at(off, n)
-		args := []any{
-			tensors.FromFlatDataAndDimensions(tok, 1, n),
-			tensors.FromFlatDataAndDimensions(tgt, 1, n),
-			tensors.FromScalar(int32(off)),
-			tensors.FromFlatDataAndDimensions(w, 1, n),
-			tensors.FromFlatDataAndDimensions(c, 1, n),
-			tensors.FromFlatDataAndDimensions(r, 1, n),
-		}
-		for _, t := range caches {
-			args = append(args, t)
-		}
-		for _, t := range acc {
-			args = append(args, donated(t, p.backend))
-		}
-		out, err := e.Exec(args...)
-		if err != nil {
-			return fmt.Errorf("gradient of chunk at %d: %w", off, err)
-		}
-		loss := tensors.ToScalar[float32](out[0])
-		tl := tensors.MustCopyFlatData[float32](out[1])
-		lp := tensors.MustCopyFlatData[float32](out[2])
-		out[0].FinalizeAll()
-		out[1].FinalizeAll()
-		out[2].FinalizeAll()
-		for i, t := range acc {
-			t.FinalizeAll() // what donation left of it
-			acc[i] = out[3+i]
-		}
-		res.Loss += float64(loss)
-		for i := 0; i < n && off+i+1 < T; i++ {
-			res.TokLoss[off+i+1] = tl[i]
-			res.LogProb[off+i+1] = lp[i]
-		}
-		return nil
+		_, err := p.runChunk(e, tokens, terms, off, n, caches, nil, acc, &res)
+		return err
 	}
 	if cache == nil {
 		return res, run(p.uncached, 0, T, nil)
@@ -256,6 +270,125 @@ func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, ca
 			return res, err
 		}
 		off += n
+	}
+	return res, nil
+}
+
+// newPassResult is an empty passResult for T tokens.
+func newPassResult(T int) passResult {
+	res := passResult{TokLoss: make([]float32, T), LogProb: make([]float32, T)}
+	res.LogProb[0] = float32(math.NaN())
+	return res
+}
+
+// runChunk runs executable e on the chunk of n positions at off against caches (nil
+// without a cache), with carried (the exact pass's cotangents, donated) after them;
+// it replaces acc's tensors with the new sums, adds the chunk's loss, token losses
+// and log-probs to res, and returns the new carried tensors.
+func (p *gradPass) runChunk(e *mlctx.Exec, tokens []int32, terms chunkTerms, off, n int, caches, carried, acc []*tensors.Tensor, res *passResult) ([]*tensors.Tensor, error) {
+	T := len(tokens)
+	tok := make([]int32, n)
+	tgt := make([]int32, n)
+	copy(tok, tokens[off:])
+	if off+1 < T {
+		copy(tgt, tokens[off+1:])
+	}
+	w, c, r := terms.at(off, n)
+	args := []any{
+		tensors.FromFlatDataAndDimensions(tok, 1, n),
+		tensors.FromFlatDataAndDimensions(tgt, 1, n),
+		tensors.FromScalar(int32(off)),
+		tensors.FromFlatDataAndDimensions(w, 1, n),
+		tensors.FromFlatDataAndDimensions(c, 1, n),
+		tensors.FromFlatDataAndDimensions(r, 1, n),
+	}
+	for _, t := range caches {
+		args = append(args, t)
+	}
+	for _, t := range carried {
+		args = append(args, donated(t, p.backend))
+	}
+	for _, t := range acc {
+		args = append(args, donated(t, p.backend))
+	}
+	out, err := e.Exec(args...)
+	if err != nil {
+		return nil, fmt.Errorf("gradient of chunk at %d: %w", off, err)
+	}
+	loss := tensors.ToScalar[float32](out[0])
+	tl := tensors.MustCopyFlatData[float32](out[1])
+	lp := tensors.MustCopyFlatData[float32](out[2])
+	out[0].FinalizeAll()
+	out[1].FinalizeAll()
+	out[2].FinalizeAll()
+	for i, t := range acc {
+		t.FinalizeAll() // what donation left of it
+		acc[i] = out[3+i]
+	}
+	for _, t := range carried {
+		t.FinalizeAll()
+	}
+	res.Loss += float64(loss)
+	for i := 0; i < n && off+i+1 < T; i++ {
+		res.TokLoss[off+i+1] = tl[i]
+		res.LogProb[off+i+1] = lp[i]
+	}
+	return out[3+len(acc):], nil
+}
+
+// accumulateExact is accumulate with the exact gradient through the cache: the
+// chunks run last to first, each against the whole cache, and each passes the
+// cotangent of the earlier positions' keys and values (what its loss and the later
+// chunks' losses owe them) on to the chunks before it, so the sum over chunks is
+// the gradient of one causal pass over the rollout, with activation memory bounded
+// by the chunk. The cotangents take as much device memory as the cache, and every
+// chunk attends over the whole cache's capacity.
+func (p *gradPass) accumulateExact(ctx context.Context, s *Scorer, tokens []int32, cache *KVCache, terms chunkTerms, chunk, scores int, acc []*tensors.Tensor) (passResult, error) {
+	T := len(tokens)
+	res := newPassResult(T)
+	if cache == nil || cache.model != p.model || cache.k == nil || cache.Len < T {
+		return res, fmt.Errorf("gradient pass: the KV cache is not this model's cache of the %d tokens", T)
+	}
+	// The chunks, planned against the capacity they will run with: a larger
+	// capacity only shrinks chunks, so this settles in a step or two.
+	heads := p.model.Config.NumAttentionHeads
+	var offs, ns []int
+	for {
+		offs, ns = offs[:0], ns[:0]
+		end := 0
+		for off := 0; off < T; {
+			n := trainChunkFor(chunk, T-off, cache.Capacity, heads, scores)
+			offs, ns = append(offs, off), append(ns, n)
+			off += n
+			end = off
+		}
+		if end <= cache.Capacity {
+			break
+		}
+		if err := s.ensure(cache, end, true); err != nil {
+			return res, err
+		}
+	}
+	caches := append(append([]*tensors.Tensor{}, cache.k...), cache.v...)
+	carried := make([]*tensors.Tensor, len(caches))
+	for i, t := range caches {
+		carried[i] = tensors.FromShape(t.Shape())
+	}
+	defer func() {
+		for _, t := range carried {
+			t.FinalizeAll()
+		}
+	}()
+	for i := len(offs) - 1; i >= 0; i-- {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		next, err := p.runChunk(p.exact, tokens, terms, offs[i], ns[i], caches, carried, acc, &res)
+		if err != nil {
+			carried = nil // donated or finalized by runChunk
+			return res, err
+		}
+		carried = next
 	}
 	return res, nil
 }

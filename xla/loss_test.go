@@ -227,3 +227,62 @@ func TestTrainChunkFor(t *testing.T) {
 	require.Equal(t, 128, trainChunkFor(1024, 5000, 32768, 4, 1<<24))
 	require.Equal(t, 16, trainChunkFor(1024, 5000, 1<<20, 4, 1<<20))
 }
+
+// TestExactChunkedGradient: the reverse-order chunked pass, which carries the
+// cotangents of earlier positions' K/V back through the cache, equals the gradient
+// of one causal pass over the whole rollout, for every chunk size; with a KL term
+// too. Its log-probs and loss equal the truncated pass's (the forward is the same).
+func TestExactChunkedGradient(t *testing.T) {
+	backend := newTestBackend(t)
+	m := testModel(t, smallFields(), 23)
+	s, err := NewScorer(backend, m, ScorerOptions{Chunk: 64})
+	require.NoError(t, err)
+	p, err := newGradPass(backend, m)
+	require.NoError(t, err)
+	const T = 200
+	tokens := testTokens(T, m.Config.VocabSize, 9)
+	_, cache, err := s.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	defer cache.Close()
+	terms := randomTerms(T, 2)
+	terms.KLCoef, terms.Ref = make([]float32, T), make([]float32, T)
+	for i := 1; i < T; i += 3 {
+		terms.KLCoef[i], terms.Ref[i] = 0.01, -5
+	}
+	grad := func(f func(acc []*tensors.Tensor) (passResult, error)) ([]float64, passResult) {
+		acc := p.zeroGrads()
+		res, err := f(acc)
+		require.NoError(t, err)
+		var out []float64
+		for _, a := range acc {
+			out = append(out, f64s(tensors.MustCopyFlatData[float32](a))...)
+			a.FinalizeAll()
+		}
+		return out, res
+	}
+	full, fullRes := grad(func(acc []*tensors.Tensor) (passResult, error) {
+		return p.accumulate(t.Context(), s, tokens, nil, terms, T, 0, acc)
+	})
+	var scale float64
+	for _, g := range full {
+		scale = math.Max(scale, math.Abs(g))
+	}
+	for _, chunk := range []int{16, 32, 64} {
+		exact, res := grad(func(acc []*tensors.Tensor) (passResult, error) {
+			return p.accumulateExact(t.Context(), s, tokens, cache, terms, chunk, 0, acc)
+		})
+		truncated, _ := grad(func(acc []*tensors.Tensor) (passResult, error) {
+			return p.accumulate(t.Context(), s, tokens, cache, terms, chunk, 0, acc)
+		})
+		t.Logf("chunk %d: cosine(exact, full) = %.7f, cosine(truncated, full) = %.4f", chunk, cosine(full, exact), cosine(full, truncated))
+		for i := range full {
+			require.InDelta(t, full[i], exact[i], 2e-5*math.Max(1, scale), "chunk %d: parameter element %d", chunk, i)
+		}
+		require.Greater(t, cosine(full, exact), 1-1e-6)
+		require.Less(t, cosine(full, truncated), 1-1e-4, "truncation must make a difference here, or this test shows nothing")
+		require.InDelta(t, fullRes.Loss, res.Loss, 1e-6*math.Abs(fullRes.Loss))
+		for i := 1; i < T; i++ {
+			require.InDelta(t, fullRes.LogProb[i], res.LogProb[i], 1e-4, "log-prob %d", i)
+		}
+	}
+}

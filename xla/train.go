@@ -22,16 +22,16 @@ type TrainerOptions struct {
 	Budget int
 	// Chunk is the number of positions one gradient pass holds activations for
 	// (rounded up to a power of two ≥ 16; default 256). Earlier positions' K/V come
-	// from the scoring pass as constants (truncated backprop).
+	// from the scoring pass's cache (see Backprop).
 	Chunk int
 	// AttentionScores caps the elements of one training chunk's attention scores
 	// (chunk × heads × KV-cache capacity; default DefaultTrainAttentionScores): the
 	// chunk halves (down to 16) as the cache grows. The backward pass keeps a few
 	// tensors of that size, so this bounds activation memory on long rollouts.
 	AttentionScores int
-	// FullBackprop runs each rollout's gradient as one causal pass without a cache:
-	// the exact gradient, with activation memory that grows with the rollout.
-	FullBackprop bool
+	// Backprop chooses how the gradient pass treats earlier chunks' keys and values:
+	// truncated (the default), exact or full.
+	Backprop Backprop
 	// Scorer configures the student and teacher scoring passes.
 	Scorer    ScorerOptions
 	Credit    credit.Config
@@ -42,6 +42,35 @@ type TrainerOptions struct {
 	Ref *Model
 	// Seed seeds the trainer's random stream (Rand), saved in checkpoints.
 	Seed uint64
+}
+
+// Backprop is how a rollout's gradient reaches across chunks (DESIGN.md "Long
+// rollouts").
+type Backprop string
+
+const (
+	// BackpropTruncated: earlier chunks' K/V come from the scoring pass as constants.
+	// The cheapest; the gradient misses how a chunk's tokens shape later chunks'
+	// attention (cosine with the exact gradient ~0.86–0.96, README "Training").
+	BackpropTruncated Backprop = "truncated"
+	// BackpropExact: the chunks run last to first against the whole cache, each
+	// passing the cotangent of the earlier positions' K/V back: the exact gradient,
+	// with activation memory bounded by the chunk, plus cotangent buffers the size of
+	// the KV cache, and every chunk attends over the cache's whole capacity.
+	BackpropExact Backprop = "exact"
+	// BackpropFull: one causal pass over the rollout without a cache: the exact
+	// gradient, with activation memory that grows with the rollout (tests, short
+	// rollouts).
+	BackpropFull Backprop = "full"
+)
+
+// Validate names a mode that is none of the three ("" is truncated).
+func (b Backprop) Validate() error {
+	switch b {
+	case "", BackpropTruncated, BackpropExact, BackpropFull:
+		return nil
+	}
+	return fmt.Errorf("%q, want truncated, exact or full", string(b))
 }
 
 // DefaultChunkTrain is the default TrainerOptions.Chunk.
@@ -140,6 +169,9 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	}
 	if opts.Budget < 0 {
 		return nil, fmt.Errorf("new trainer: budget %d must be ≥ 0", opts.Budget)
+	}
+	if err := opts.Backprop.Validate(); err != nil {
+		return nil, fmt.Errorf("new trainer: backprop: %w", err)
 	}
 	if opts.Chunk <= 0 {
 		opts.Chunk = DefaultChunkTrain
@@ -296,11 +328,15 @@ func (tr *Trainer) Step(ctx context.Context, batch []Rollout) (Metrics, error) {
 			continue
 		}
 		signal = true
+		pass := tr.grad.accumulate
 		cache := sc[i].cache
-		if tr.opts.FullBackprop {
+		switch tr.opts.Backprop {
+		case BackpropExact:
+			pass = tr.grad.accumulateExact
+		case BackpropFull:
 			cache = nil
 		}
-		pr, err := tr.grad.accumulate(ctx, tr.scorer, batch[i].Tokens, cache, terms, tr.opts.Chunk, tr.opts.AttentionScores, acc)
+		pr, err := pass(ctx, tr.scorer, batch[i].Tokens, cache, terms, tr.opts.Chunk, tr.opts.AttentionScores, acc)
 		if err != nil {
 			for _, a := range acc {
 				a.FinalizeAll()

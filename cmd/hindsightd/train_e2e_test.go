@@ -323,3 +323,21 @@ func TestPolicyLagSkips(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, string(b), "every file is finished: no skip is needed again")
 }
+
+// TestTrainExactBackprop: the daemon trains with train.backprop: exact.
+func TestTrainExactBackprop(t *testing.T) {
+	dataDir := t.TempDir()
+	incoming := filepath.Join(dataDir, "spool", "incoming")
+	require.NoError(t, os.MkdirAll(incoming, 0o755))
+	synthInto(t, incoming, 4, 2)
+	path := filepath.Join(t.TempDir(), "train.yaml")
+	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\ntrain:\n  token_budget: 256\n  chunk: 64\n  backprop: exact\n  idle_flush: 500ms\n", dataDir)
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+	p := startDaemon(t, "-config", path)
+	addr := p.waitReady(t)
+	st := waitTrained(t, p, addr, 4)
+	require.Positive(t, st.GetTraining().GetUpdates())
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	require.Contains(t, p.log(), `"backprop":"exact"`)
+}
