@@ -76,7 +76,7 @@ func (d *daemon) runDemo(ctx context.Context) error {
 	fmt.Fprintf(d.out, "  done files   %s\n", d.spool.Dir(rollout.DirDone))
 	fmt.Fprintf(d.out, "  failed files %s  (*.error says why; *.rejected.arrow holds rejected rows)\n", d.spool.Dir(rollout.DirFailed))
 	if st := d.stats.snapshot(); st.GetLastCheckpoint() != nil {
-		fmt.Fprintf(d.out, "  checkpoint   %s  (a Hugging Face model directory; trainer_state.json lists the trained rollout_ids)\n", st.LastCheckpoint.Path)
+		fmt.Fprintf(d.out, "  checkpoint   %s  (a Hugging Face model directory; trainer_state.json counts the trained rollouts)\n", st.LastCheckpoint.Path)
 		fmt.Fprintf(d.out, "  credit files %s  (one <file>.credit.arrow per input file: per-token student/teacher log-probs, advantages, hints)\n", d.cfg.OutputPath())
 		fmt.Fprintf(d.out, "\nlook at them:\n")
 		fmt.Fprintf(d.out, "  python3 -c 'import glob, pyarrow as pa; t = pa.ipc.open_file(sorted(glob.glob(\"%s/*.credit.arrow\"))[0]).read_all(); print(t.schema); print(t.slice(0, 1).to_pylist()[0][\"hints\"])'\n", d.cfg.OutputPath())
