@@ -13,7 +13,7 @@ import (
 // roundTripNames are the tokenizers without a normalizer, for which
 // Decode(EncodePlain(s)) is exactly s (Qwen's NFC normalizer makes it NFC(s):
 // TestRoundTripCorpus checks that one).
-var roundTripNames = []string{"bytes", "llama3", "deepseek_v3"}
+var roundTripNames = []string{"bytes", "llama3", "deepseek_v3", "mistral_nemo"}
 
 // FuzzTokenizerRoundTrip checks, on any bytes, that encoding never panics, that
 // Decode of Encode, EncodePlain and EncodeText gives back s (after ill-formed UTF-8

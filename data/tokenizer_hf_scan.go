@@ -24,6 +24,8 @@ const (
 	patternDeepSeekDigits = `\p{N}{1,3}`
 	patternDeepSeekCJK    = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
 	patternDeepSeek       = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
+	// Mistral-Nemo (Tekken): words split at case changes, single digits.
+	patternTekken = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 // knownScanner returns the hand-written matcher for pattern, or nil.
@@ -41,6 +43,8 @@ func knownScanner(pattern string) matcher {
 		return newRunMatcher(isDeepSeekCJK, 0)
 	case patternDeepSeek:
 		return scanFunc(scanDeepSeek)
+	case patternTekken:
+		return scanFunc(scanTekken)
 	}
 	return nil
 }
@@ -330,6 +334,77 @@ func scanDeepSeek(s string, i int) int {
 	if r, _ := peek(s, j); isPS(r) {
 		j = scanRun(s, j, 0, isPS)
 		return scanRun(s, j, 0, isNL)
+	}
+	if isS(r0) {
+		return scanSpaces(s, i, true)
+	}
+	return i
+}
+
+// isUpperish is [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and isLowerish [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
+// the two overlap in Lm, Lo and M.
+func isUpperish(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'A' <= r && r <= 'Z'
+	}
+	return unicode.In(r, unicode.Lu, unicode.Lt, unicode.Lm, unicode.Lo, unicode.M)
+}
+
+func isLowerish(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'a' <= r && r <= 'z'
+	}
+	return unicode.In(r, unicode.Ll, unicode.Lm, unicode.Lo, unicode.M)
+}
+
+// scanTekken is patternTekken. Its first two alternatives are
+//
+//	P?[U]*[W]+ | P?[U]+[W]*    (P = [^\r\n\p{L}\p{N}], U upper-ish, W lower-ish)
+//
+// tried in that order, each first with P and then without (a mark is both a P and a
+// U/W), and U* giving back runes from its longest run until W+ matches, as a
+// backtracking engine does.
+func scanTekken(s string, i int) int {
+	r0, n0 := decodeAt(s, i)
+	starts := []int{i}
+	if !isNL(r0) && !isL(r0) && !isN(r0) {
+		starts = []int{i + n0, i}
+	}
+	// P?[U]*[W]+
+	for _, j := range starts {
+		ends := []int{j} // rune boundaries of the longest U run from j
+		for k := j; ; {
+			r, n := peek(s, k)
+			if !isUpperish(r) {
+				break
+			}
+			k += n
+			ends = append(ends, k)
+		}
+		for u := len(ends) - 1; u >= 0; u-- {
+			if e := scanRun(s, ends[u], 0, isLowerish); e > ends[u] {
+				return e
+			}
+		}
+	}
+	// P?[U]+[W]*
+	for _, j := range starts {
+		if e := scanRun(s, j, 0, isUpperish); e > j {
+			return scanRun(s, e, 0, isLowerish)
+		}
+	}
+	// \p{N}
+	if isN(r0) {
+		return i + n0
+	}
+	// ␠?[^\s\p{L}\p{N}]+[\r\n/]*
+	j := i
+	if r0 == ' ' {
+		j++
+	}
+	if r, _ := peek(s, j); isOther(r) {
+		j = scanRun(s, j, 0, isOther)
+		return scanRun(s, j, 0, func(r rune) bool { return isNL(r) || r == '/' })
 	}
 	if isS(r0) {
 		return scanSpaces(s, i, true)

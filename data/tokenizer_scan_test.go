@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var knownPatterns = []string{patternQwen, patternLlama3, gpt2Pattern, patternDeepSeekDigits, patternDeepSeekCJK, patternDeepSeek}
+var knownPatterns = []string{patternQwen, patternLlama3, gpt2Pattern, patternDeepSeekDigits, patternDeepSeekCJK, patternDeepSeek, patternTekken}
 
 func allMatches(m matcher, s string) [][2]int {
 	var out [][2]int
@@ -33,7 +33,7 @@ func scanTexts(t *testing.T) []string {
 
 var trickyRunes = []rune(" \t\n\r\v\f\u0085\u00a0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000\u200b\x1c\x00" +
 	"aAsStTdDmMlLrReEvVſK'''\"0123456789٣४①½.,;:!?-_()[]{}<>|/\\`~@#$%^&*+=€£©®" +
-	"éüßñçØÆ\u0301\u0308\u0323你好世界日本カタひらー한مرحباשלום😀👍🏽\u200d🇩")
+	"éüßñçØÆǅʰ\u0301\u0308\u0323你好世界日本カタひらー한مرحباשלום😀👍🏽\u200d🇩")
 
 func randomTrickyText(rng *rand.Rand, n int) string {
 	var b strings.Builder

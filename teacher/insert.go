@@ -19,7 +19,8 @@ import (
 // added-token strings in them, special or not, stay plain text.
 type Template struct {
 	// Preset fills Prefix and Suffix where they are empty: chatml (Qwen and other
-	// ChatML models), llama3, deepseek_v3, bytes (the byte tokenizer's own specials).
+	// ChatML models), llama3, deepseek_v3, mistral ([INST]…[/INST]), bytes (the byte
+	// tokenizer's own specials).
 	Preset string `yaml:"preset"`
 	Prefix string `yaml:"prefix"`
 	Label  string `yaml:"label"`
@@ -30,7 +31,8 @@ type Template struct {
 var templatePresets = map[string][2]string{
 	"chatml":      {"<|im_start|>user\n", "<|im_end|>\n"},
 	"llama3":      {"<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>"},
-	"deepseek_v3": {"<｜User｜>", ""}, // DeepSeek's user turn ends where <｜Assistant｜> begins
+	"deepseek_v3": {"<｜User｜>", ""},      // DeepSeek's user turn ends where <｜Assistant｜> begins
+	"mistral":     {"[INST]", "[/INST]"}, // Mistral's instruction turn (v3/Tekken: no spaces)
 	"bytes":       {"<|user|>", "<|end|>"},
 }
 

