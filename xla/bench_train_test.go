@@ -44,17 +44,22 @@ func BenchmarkTrainBackprop(b *testing.B) {
 			for t := range T {
 				r.Trainable[t], r.Sampler[t] = t > 0, -2
 			}
-			if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil { // compile
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for b.Loop() {
-				if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchSteps(b, tr, r)
 			b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
+	}
+}
+
+// benchSteps runs one step on r to compile, then times b.N steps on it.
+func benchSteps(b *testing.B, tr *Trainer, r Rollout) {
+	if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -85,15 +90,7 @@ func BenchmarkTrainStep(b *testing.B) {
 					trainable++
 				}
 			}
-			if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil { // compile
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for b.Loop() {
-				if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchSteps(b, tr, r)
 			b.ReportMetric(float64(trainable*b.N)/b.Elapsed().Seconds(), "tokens/s")
 			b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "positions/s")
 		})

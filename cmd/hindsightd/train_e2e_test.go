@@ -80,6 +80,21 @@ func synthInto(t *testing.T, dir string, n, perFile int) {
 	require.Equal(t, 0, code, stderr)
 }
 
+// spoolWithRollouts makes a data directory whose incoming/ holds n synthetic
+// rollouts, perFile to a file, and a config for it with the given train: lines
+// (indented by two spaces); it returns the data directory and the config's path.
+func spoolWithRollouts(t *testing.T, n, perFile int, train string) (dataDir, cfgPath string) {
+	t.Helper()
+	dataDir = t.TempDir()
+	incoming := filepath.Join(dataDir, "spool", "incoming")
+	require.NoError(t, os.MkdirAll(incoming, 0o755))
+	synthInto(t, incoming, n, perFile)
+	cfgPath = filepath.Join(t.TempDir(), "train.yaml")
+	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\ntrain:\n%s", dataDir, train)
+	require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
+	return dataDir, cfgPath
+}
+
 func TestTrainEndToEnd(t *testing.T) {
 	dataDir := t.TempDir()
 	incoming := filepath.Join(dataDir, "spool", "incoming")
@@ -264,13 +279,7 @@ func TestBatchBounds(t *testing.T) {
 		{"max_batch_tokens: 200", 8},
 	} {
 		t.Run(tc.bound, func(t *testing.T) {
-			dataDir := t.TempDir()
-			incoming := filepath.Join(dataDir, "spool", "incoming")
-			require.NoError(t, os.MkdirAll(incoming, 0o755))
-			synthInto(t, incoming, 8, 2)
-			path := filepath.Join(t.TempDir(), "train.yaml")
-			cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\ntrain:\n  token_budget: 1000000\n  idle_flush: 0s\n  %s\n  checkpoint:\n    every_steps: 1\n", dataDir, tc.bound)
-			require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+			_, path := spoolWithRollouts(t, 8, 2, "  token_budget: 1000000\n  idle_flush: 0s\n  "+tc.bound+"\n  checkpoint:\n    every_steps: 1\n")
 			p := startDaemon(t, "-config", path)
 			addr := p.waitReady(t)
 			st := waitTrained(t, p, addr, 8)
@@ -285,13 +294,8 @@ func TestBatchBounds(t *testing.T) {
 // max_policy_lag are skipped, counted and logged durably in state/skipped.txt; once
 // their files are finished, the next start drops them from the log.
 func TestPolicyLagSkips(t *testing.T) {
-	dataDir := t.TempDir()
-	incoming := filepath.Join(dataDir, "spool", "incoming")
-	require.NoError(t, os.MkdirAll(incoming, 0o755))
-	synthInto(t, incoming, 12, 2)
-	path := filepath.Join(t.TempDir(), "train.yaml")
-	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\ntrain:\n  token_budget: 1000000\n  max_batch_rollouts: 1\n  max_policy_lag: 1\n  idle_flush: 0s\n  checkpoint:\n    every_steps: 1\n", dataDir)
-	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+	dataDir, path := spoolWithRollouts(t, 12, 2,
+		"  token_budget: 1000000\n  max_batch_rollouts: 1\n  max_policy_lag: 1\n  idle_flush: 0s\n  checkpoint:\n    every_steps: 1\n")
 	skipLog := filepath.Join(dataDir, "state", "skipped.txt")
 
 	p := startDaemon(t, "-config", path)
@@ -326,13 +330,7 @@ func TestPolicyLagSkips(t *testing.T) {
 
 // TestTrainExactBackprop: the daemon trains with train.backprop: exact.
 func TestTrainExactBackprop(t *testing.T) {
-	dataDir := t.TempDir()
-	incoming := filepath.Join(dataDir, "spool", "incoming")
-	require.NoError(t, os.MkdirAll(incoming, 0o755))
-	synthInto(t, incoming, 4, 2)
-	path := filepath.Join(t.TempDir(), "train.yaml")
-	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\ntrain:\n  token_budget: 256\n  chunk: 64\n  backprop: exact\n  idle_flush: 500ms\n", dataDir)
-	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+	_, path := spoolWithRollouts(t, 4, 2, "  token_budget: 256\n  chunk: 64\n  backprop: exact\n  idle_flush: 500ms\n")
 	p := startDaemon(t, "-config", path)
 	addr := p.waitReady(t)
 	st := waitTrained(t, p, addr, 4)
