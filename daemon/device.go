@@ -222,7 +222,7 @@ func (dv *device) take(ctx context.Context, it *item) error {
 	for _, h := range it.res.Hints {
 		all += len(h.Tokens) + int(h.End-h.InsertAt)
 	}
-	if max := d.cfg.Train.MaxBatchTokens; max > 0 && len(dv.batch) > 0 && dv.batchAll+all > max {
+	if bound := d.cfg.Train.MaxBatchTokens; bound > 0 && len(dv.batch) > 0 && dv.batchAll+all > bound {
 		// The batch without it is as large as it may be: it goes first.
 		if err := dv.step(ctx); err != nil {
 			return err
