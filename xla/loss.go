@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -58,8 +59,15 @@ func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
 					kc[i], vc[i] = StopGradient(kc[i]), StopGradient(vc[i])
 				}
 			}
+			var gkView, gvView []*Node
 			if mode == 2 {
+				// The cotangents cover the whole cache; the chunk sees a view of
+				// its first positions (kc, vc may be cut shorter).
 				gk, gv, rest = rest[:nl], rest[nl:2*nl], rest[2*nl:]
+				gkView, gvView = make([]*Node, nl), make([]*Node, nl)
+				for i := range nl {
+					gkView[i], gvView[i] = prefixOf(gk[i], kc[i]), prefixOf(gv[i], vc[i])
+				}
 			}
 			acc := rest[:np]
 			hidden, kOut, vOut := decoder(ctx, cfg, tokens, start, kc, vc)
@@ -76,7 +84,7 @@ func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
 				// Later chunks' dependence on this chunk's keys and values, summed up
 				// in gk, gv, enters as <g, K>: its gradient carries it back into the
 				// weights and into the earlier positions' K/V (vector-Jacobian chain).
-				total = Add(loss, cacheCotangentTerm(gk, gv, kOut, vOut, start, tokens.Shape().Dimensions[1]))
+				total = Add(loss, cacheCotangentTerm(gkView, gvView, kOut, vOut, start, tokens.Shape().Dimensions[1]))
 				nodes = append(append(nodes, kc...), vc...)
 			}
 			grads := Gradient(total, nodes...)
@@ -86,10 +94,10 @@ func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
 			}
 			if mode == 2 {
 				for i := range nl {
-					out = append(out, Add(gk[i], grads[np+i]))
+					out = append(out, addPrefix(gk[i], grads[np+i]))
 				}
 				for i := range nl {
-					out = append(out, Add(gv[i], grads[np+nl+i]))
+					out = append(out, addPrefix(gv[i], grads[np+nl+i]))
 				}
 			}
 			return out
@@ -124,6 +132,28 @@ func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
 		return nil, fmt.Errorf("new gradient pass: %w", err)
 	}
 	return p, nil
+}
+
+// prefixOf returns the first positions of full, as many as like has: [capacity, …]
+// → like's shape.
+func prefixOf(full, like *Node) *Node {
+	c := like.Shape().Dimensions[0]
+	if c == full.Shape().Dimensions[0] {
+		return full
+	}
+	return Slice(full, AxisRange(0, c))
+}
+
+// addPrefix returns full with part added to its first positions (part's length):
+// part is padded with zeros by concatenation, which every backend has.
+func addPrefix(full, part *Node) *Node {
+	c, capacity := part.Shape().Dimensions[0], full.Shape().Dimensions[0]
+	if c == capacity {
+		return Add(full, part)
+	}
+	dims := slices.Clone(full.Shape().Dimensions)
+	dims[0] = capacity - c
+	return Add(full, Concatenate([]*Node{part, Zeros(full.Graph(), shapes.Make(part.DType(), dims...))}, 0))
 }
 
 // cacheCotangentTerm is Σ_layers <gk, kOut> + <gv, vOut> over the chunk's own
@@ -229,15 +259,8 @@ func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, ca
 	// A chunk at off sees positions < off+n only, so it gets the cache cut to the
 	// smallest capacity bucket holding them (attention cost grows with the capacity);
 	// the cut copy is shared by the chunks of one bucket.
-	var view []*tensors.Tensor
-	viewCap := 0
-	dropView := func() {
-		for _, t := range view {
-			t.FinalizeAll()
-		}
-		view, viewCap = nil, 0
-	}
-	defer dropView()
+	views := cacheViews{shrink: p.shrink}
+	defer views.drop()
 	heads := p.model.Config.NumAttentionHeads
 	for off := 0; off < T; {
 		if err := ctx.Err(); err != nil {
@@ -250,21 +273,9 @@ func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, ca
 				return res, err
 			}
 		}
-		caches := append(append([]*tensors.Tensor{}, cache.k...), cache.v...)
-		if c := s.capacityFor(off + n); c < cache.Capacity {
-			if c != viewCap {
-				dropView()
-				args := []any{make([]float32, c)}
-				for _, t := range caches {
-					args = append(args, t)
-				}
-				out, err := p.shrink.Exec(args...)
-				if err != nil {
-					return res, fmt.Errorf("cut kv cache to %d: %w", c, err)
-				}
-				view, viewCap = out, c
-			}
-			caches = view
+		caches, err := views.of(append(append([]*tensors.Tensor{}, cache.k...), cache.v...), s.capacityFor(off+n))
+		if err != nil {
+			return res, err
 		}
 		if err := run(p.cached, off, n, caches); err != nil {
 			return res, err
@@ -336,42 +347,72 @@ func (p *gradPass) runChunk(e *mlctx.Exec, tokens []int32, terms chunkTerms, off
 	return out[3+len(acc):], nil
 }
 
+// cacheViews hands out a cache's tensors cut to a capacity bucket, keeping the last
+// cut for the chunks of the same bucket.
+type cacheViews struct {
+	shrink   *Exec
+	view     []*tensors.Tensor
+	capacity int
+}
+
+// of returns caches (every layer's K then V, at full capacity) cut to their first c
+// positions, or caches itself when c covers them all. The cut belongs to v.
+func (v *cacheViews) of(caches []*tensors.Tensor, c int) ([]*tensors.Tensor, error) {
+	if c >= caches[0].Shape().Dimensions[0] {
+		return caches, nil
+	}
+	if c != v.capacity {
+		v.drop()
+		args := []any{make([]float32, c)}
+		for _, t := range caches {
+			args = append(args, t)
+		}
+		out, err := v.shrink.Exec(args...)
+		if err != nil {
+			return nil, fmt.Errorf("cut kv cache to %d: %w", c, err)
+		}
+		v.view, v.capacity = out, c
+	}
+	return v.view, nil
+}
+
+// drop frees the cut.
+func (v *cacheViews) drop() {
+	for _, t := range v.view {
+		t.FinalizeAll()
+	}
+	v.view, v.capacity = nil, 0
+}
+
 // accumulateExact is accumulate with the exact gradient through the cache: the
-// chunks run last to first, each against the whole cache, and each passes the
-// cotangent of the earlier positions' keys and values (what its loss and the later
-// chunks' losses owe them) on to the chunks before it, so the sum over chunks is
-// the gradient of one causal pass over the rollout, with activation memory bounded
-// by the chunk. The cotangents take as much device memory as the cache, and every
-// chunk attends over the whole cache's capacity.
+// chunks run last to first, and each passes the cotangent of the earlier
+// positions' keys and values (what its loss and the later chunks' losses owe them)
+// on to the chunks before it, so the sum over chunks is the gradient of one causal
+// pass over the rollout, with activation memory bounded by the chunk. The chunks
+// are those of accumulate, against the same cache cuts; the cotangents take as much
+// device memory as the cache.
 func (p *gradPass) accumulateExact(ctx context.Context, s *Scorer, tokens []int32, cache *KVCache, terms chunkTerms, chunk, scores int, acc []*tensors.Tensor) (passResult, error) {
 	T := len(tokens)
 	res := newPassResult(T)
 	if cache == nil || cache.model != p.model || cache.k == nil || cache.Len < T {
 		return res, fmt.Errorf("gradient pass: the KV cache is not this model's cache of the %d tokens", T)
 	}
-	// The chunks, planned against the capacity they will run with: a larger
-	// capacity only shrinks chunks, so this settles in a step or two.
 	heads := p.model.Config.NumAttentionHeads
 	var offs, ns []int
-	for {
-		offs, ns = offs[:0], ns[:0]
-		end := 0
-		for off := 0; off < T; {
-			n := trainChunkFor(chunk, T-off, cache.Capacity, heads, scores)
-			offs, ns = append(offs, off), append(ns, n)
-			off += n
-			end = off
-		}
-		if end <= cache.Capacity {
-			break
-		}
+	for off := 0; off < T; {
+		rem := T - off
+		n := trainChunkFor(chunk, rem, s.capacityFor(off+min(rem, chunk)), heads, scores)
+		offs, ns = append(offs, off), append(ns, n)
+		off += n
+	}
+	if end := offs[len(offs)-1] + ns[len(ns)-1]; end > cache.Capacity {
 		if err := s.ensure(cache, end, true); err != nil {
 			return res, err
 		}
 	}
-	caches := append(append([]*tensors.Tensor{}, cache.k...), cache.v...)
-	carried := make([]*tensors.Tensor, len(caches))
-	for i, t := range caches {
+	full := append(append([]*tensors.Tensor{}, cache.k...), cache.v...)
+	carried := make([]*tensors.Tensor, len(full))
+	for i, t := range full {
 		carried[i] = tensors.FromShape(t.Shape())
 	}
 	defer func() {
@@ -379,8 +420,14 @@ func (p *gradPass) accumulateExact(ctx context.Context, s *Scorer, tokens []int3
 			t.FinalizeAll()
 		}
 	}()
+	views := cacheViews{shrink: p.shrink}
+	defer views.drop()
 	for i := len(offs) - 1; i >= 0; i-- {
 		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		caches, err := views.of(full, s.capacityFor(offs[i]+ns[i]))
+		if err != nil {
 			return res, err
 		}
 		next, err := p.runChunk(p.exact, tokens, terms, offs[i], ns[i], caches, carried, acc, &res)
