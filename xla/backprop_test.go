@@ -2,7 +2,6 @@ package xla
 
 import (
 	"math"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,9 +12,7 @@ import (
 // a truncated step does not; an unknown mode is refused.
 func TestTrainerBackpropModes(t *testing.T) {
 	backend := newTestBackend(t)
-	dir := filepath.Join(t.TempDir(), "model")
-	_, err := dataInitModel(dir, "float32")
-	require.NoError(t, err)
+	dir := tinyModelDir(t)
 	pool := rolloutPool(2, 31)
 	step := func(mode Backprop) [][]float32 {
 		m, err := OpenModel(dir)

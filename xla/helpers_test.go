@@ -7,10 +7,12 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hindsight-ai/hindsight/internal/benchutil"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
 )
@@ -134,6 +136,16 @@ func testModel(t testing.TB, fields map[string]any, seed uint64) *Model {
 
 // testTokens is a deterministic token sequence.
 func testTokens(n, vocab int, seed uint64) []int32 { return benchutil.Tokens(n, vocab, seed, 7) }
+
+// tinyModelDir writes the tiny float32 model directory (byte tokenizer) and
+// returns it.
+func tinyModelDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model")
+	_, err := dataInitModel(dir, "float32")
+	require.NoError(t, err)
+	return dir
+}
 
 func dataInitModel(dir, dtype string) (*data.ModelConfig, error) {
 	return data.InitModel(dir, data.InitOptions{Preset: "tiny", Tokenizer: "bytes", Seed: 1, Dtype: dtype})

@@ -1,7 +1,6 @@
 package xla
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,9 +15,7 @@ import (
 // counts apart.
 func TestStepWithoutSignal(t *testing.T) {
 	backend := newTestBackend(t)
-	dir := filepath.Join(t.TempDir(), "model")
-	_, err := dataInitModel(dir, "float32")
-	require.NoError(t, err)
+	dir := tinyModelDir(t)
 	opts := resumeOptions(nil)
 	opts.Credit.KLBeta = 0
 	newTrainer := func(src string) *Trainer {
