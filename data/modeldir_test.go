@@ -18,8 +18,8 @@ func tinyModel(t *testing.T) string {
 	return dir
 }
 
-// rewriteWeights replaces dir's model.safetensors with edit applied to its tensors.
-func rewriteWeights(t *testing.T, dir string, edit func([]NamedTensor) []NamedTensor) {
+// readWeights returns a copy of every tensor of dir's model.safetensors.
+func readWeights(t *testing.T, dir string) []NamedTensor {
 	t.Helper()
 	f, err := OpenSafetensors(filepath.Join(dir, SafetensorsFileName))
 	require.NoError(t, err)
@@ -30,6 +30,13 @@ func rewriteWeights(t *testing.T, dir string, edit func([]NamedTensor) []NamedTe
 		tensors = append(tensors, NamedTensor{Name: n, Dtype: v.Dtype, Shape: v.Shape, Raw: append([]byte(nil), v.Data...)})
 	}
 	require.NoError(t, f.Close())
+	return tensors
+}
+
+// rewriteWeights replaces dir's model.safetensors with edit applied to its tensors.
+func rewriteWeights(t *testing.T, dir string, edit func([]NamedTensor) []NamedTensor) {
+	t.Helper()
+	tensors := readWeights(t, dir)
 	require.NoError(t, WriteSafetensors(filepath.Join(dir, SafetensorsFileName), edit(tensors), map[string]string{"format": "pt"}))
 }
 
@@ -142,15 +149,7 @@ func TestOpenModelDirErrors(t *testing.T) {
 
 func TestOpenModelDirSharded(t *testing.T) {
 	dir := tinyModel(t)
-	f, err := OpenSafetensors(filepath.Join(dir, SafetensorsFileName))
-	require.NoError(t, err)
-	var tensors []NamedTensor
-	for _, n := range f.Names() {
-		v, err := f.Tensor(n)
-		require.NoError(t, err)
-		tensors = append(tensors, NamedTensor{Name: n, Dtype: v.Dtype, Shape: v.Shape, Raw: append([]byte(nil), v.Data...)})
-	}
-	require.NoError(t, f.Close())
+	tensors := readWeights(t, dir)
 	require.NoError(t, os.Remove(filepath.Join(dir, SafetensorsFileName)))
 	idx, err := WriteSafetensorsSharded(dir, tensors, map[string]string{"format": "pt"}, 100_000)
 	require.NoError(t, err)
