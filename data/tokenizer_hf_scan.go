@@ -257,14 +257,19 @@ func scanGPT4(s string, i, digits int, fold bool) int {
 	if isN(r0) {
 		return scanRun(s, i, digits, isN)
 	}
-	// ␠?[^\s\p{L}\p{N}]+[\r\n]*
+	// ␠?[^\s\p{L}\p{N}]+[\r\n]*, then the whitespace alternatives
+	return scanPunctOrSpaces(s, i, r0, isOther, isNL)
+}
+
+// scanPunctOrSpaces resolves the alternatives that end the GPT-4-style patterns at
+// s[i] (rune r0): ␠?[in]+[tail]*, then \s*[\r\n]+ | \s+(?!\S) | \s+.
+func scanPunctOrSpaces(s string, i int, r0 rune, in, tail func(rune) bool) int {
 	j := i
 	if r0 == ' ' {
 		j++
 	}
-	if r, _ := peek(s, j); isOther(r) {
-		j = scanRun(s, j, 0, isOther)
-		return scanRun(s, j, 0, isNL)
+	if r, _ := peek(s, j); in(r) {
+		return scanRun(s, scanRun(s, j, 0, in), 0, tail)
 	}
 	if isS(r0) {
 		return scanSpaces(s, i, true)
@@ -326,19 +331,8 @@ func scanDeepSeek(s string, i int) int {
 	if isLM(r0) {
 		return scanRun(s, i+n0, 0, isLM)
 	}
-	// ␠?[\p{P}\p{S}]+[\r\n]*
-	j := i
-	if r0 == ' ' {
-		j++
-	}
-	if r, _ := peek(s, j); isPS(r) {
-		j = scanRun(s, j, 0, isPS)
-		return scanRun(s, j, 0, isNL)
-	}
-	if isS(r0) {
-		return scanSpaces(s, i, true)
-	}
-	return i
+	// ␠?[\p{P}\p{S}]+[\r\n]*, then the whitespace alternatives
+	return scanPunctOrSpaces(s, i, r0, isPS, isNL)
 }
 
 // isUpperish is [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and isLowerish [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
@@ -397,17 +391,8 @@ func scanTekken(s string, i int) int {
 	if isN(r0) {
 		return i + n0
 	}
-	// ␠?[^\s\p{L}\p{N}]+[\r\n/]*
-	j := i
-	if r0 == ' ' {
-		j++
-	}
-	if r, _ := peek(s, j); isOther(r) {
-		j = scanRun(s, j, 0, isOther)
-		return scanRun(s, j, 0, func(r rune) bool { return isNL(r) || r == '/' })
-	}
-	if isS(r0) {
-		return scanSpaces(s, i, true)
-	}
-	return i
+	// ␠?[^\s\p{L}\p{N}]+[\r\n/]*, then the whitespace alternatives
+	return scanPunctOrSpaces(s, i, r0, isOther, isNLOrSlash)
 }
+
+func isNLOrSlash(r rune) bool { return isNL(r) || r == '/' }
