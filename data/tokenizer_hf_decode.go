@@ -145,26 +145,14 @@ func parseDecoder(raw json.RawMessage, path string) (decoder, error) {
 		}
 		return replaceDecoder{*v.Pattern.String, v.Content}, nil
 	case "Sequence":
-		var v struct {
-			Decoders []json.RawMessage `json:"decoders"`
-		}
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("parse %s: %w", path, err)
-		}
-		var seq sequenceDecoder
-		for i, r := range v.Decoders {
-			d, err := parseDecoder(r, fmt.Sprintf("%s.decoders[%d]", path, i))
-			if err != nil {
-				return nil, err
-			}
-			if d != nil {
-				seq = append(seq, d)
-			}
+		seq, err := parseSequence(raw, path, "decoders", parseDecoder)
+		if err != nil {
+			return nil, err
 		}
 		if len(seq) == 1 {
 			return seq[0], nil
 		}
-		return seq, nil
+		return sequenceDecoder(seq), nil
 	}
 	return nil, unsupported(path, fmt.Sprintf("decoder type %q (supported: ByteLevel, Sequence, Replace, ByteFallback, Fuse, Strip)", typ))
 }

@@ -52,21 +52,9 @@ func parseNormalizer(raw json.RawMessage, path string) (normalizer, error) {
 	case "Lowercase":
 		return lowercaseNormalizer{}, nil
 	case "Sequence":
-		var v struct {
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("parse %s: %w", path, err)
-		}
-		var seq sequenceNormalizer
-		for i, r := range v.Normalizers {
-			n, err := parseNormalizer(r, fmt.Sprintf("%s.normalizers[%d]", path, i))
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
+		seq, err := parseSequence(raw, path, "normalizers", parseNormalizer)
+		if err != nil {
+			return nil, err
 		}
 		switch len(seq) {
 		case 0:
@@ -74,7 +62,35 @@ func parseNormalizer(raw json.RawMessage, path string) (normalizer, error) {
 		case 1:
 			return seq[0], nil
 		}
-		return seq, nil
+		return sequenceNormalizer(seq), nil
 	}
 	return nil, unsupported(path, fmt.Sprintf("normalizer type %q (supported: NFC, NFD, NFKC, NFKD, Lowercase, Sequence)", typ))
+}
+
+// parseSequence parses the elements listed under key in the "Sequence" element raw
+// at path, each with parse at path.key[i], and drops those parse returns as nil
+// (elements that do nothing).
+func parseSequence[T comparable](raw json.RawMessage, path, key string, parse func(json.RawMessage, string) (T, error)) ([]T, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	var items []json.RawMessage
+	if list, ok := fields[key]; ok {
+		if err := json.Unmarshal(list, &items); err != nil {
+			return nil, fmt.Errorf("parse %s.%s: %w", path, key, err)
+		}
+	}
+	var zero T
+	var seq []T
+	for i, r := range items {
+		x, err := parse(r, fmt.Sprintf("%s.%s[%d]", path, key, i))
+		if err != nil {
+			return nil, err
+		}
+		if x != zero {
+			seq = append(seq, x)
+		}
+	}
+	return seq, nil
 }
