@@ -80,9 +80,7 @@ func (dv *device) tryFinish(f *fileProgress) error {
 	}
 	delete(dv.open, f.job.claim.Seq)
 	ids := map[string]bool{}
-	for _, r := range f.job.claim.Decisions {
-		ids[r.ID] = r.Accepted
-	}
+	addAccepted(ids, f.job.claim)
 	dv.tr.ForgetTrained(func(id string) bool { return ids[id] })
 	d.fileFinished(rep, len(rows), out)
 	return nil
@@ -126,13 +124,18 @@ func removeStaleStaging(dir string, unfinished []*rollout.ClaimState) error {
 func unfinishedIDs(j *rollout.Journal) map[string]bool {
 	ids := map[string]bool{}
 	for _, c := range j.Unfinished() {
-		for _, r := range c.Decisions {
-			if r.Accepted {
-				ids[r.ID] = true
-			}
-		}
+		addAccepted(ids, c)
 	}
 	return ids
+}
+
+// addAccepted adds to ids the rollout_ids that claim c accepted.
+func addAccepted(ids map[string]bool, c *rollout.ClaimState) {
+	for _, r := range c.Decisions {
+		if r.Accepted {
+			ids[r.ID] = true
+		}
+	}
 }
 
 // skipLog is the durable list of rollouts skipped for policy lag: an fsynced line
