@@ -253,8 +253,8 @@ func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, ca
 	if cache == nil {
 		return res, run(p.uncached, 0, T, nil)
 	}
-	if cache.model != p.model || cache.k == nil || cache.Len < T {
-		return res, fmt.Errorf("gradient pass: the KV cache is not this model's cache of the %d tokens", T)
+	if err := p.checkCache(cache, T); err != nil {
+		return res, err
 	}
 	// A chunk at off sees positions < off+n only, so it gets the cache cut to the
 	// smallest capacity bucket holding them (attention cost grows with the capacity);
@@ -283,6 +283,15 @@ func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, ca
 		off += n
 	}
 	return res, nil
+}
+
+// checkCache returns an error unless cache is this model's cache of (at least) the
+// T tokens being trained.
+func (p *gradPass) checkCache(cache *KVCache, T int) error {
+	if cache == nil || cache.model != p.model || cache.k == nil || cache.Len < T {
+		return fmt.Errorf("gradient pass: the KV cache is not this model's cache of the %d tokens", T)
+	}
+	return nil
 }
 
 // newPassResult is an empty passResult for T tokens.
@@ -394,8 +403,8 @@ func (v *cacheViews) drop() {
 func (p *gradPass) accumulateExact(ctx context.Context, s *Scorer, tokens []int32, cache *KVCache, terms chunkTerms, chunk, scores int, acc []*tensors.Tensor) (passResult, error) {
 	T := len(tokens)
 	res := newPassResult(T)
-	if cache == nil || cache.model != p.model || cache.k == nil || cache.Len < T {
-		return res, fmt.Errorf("gradient pass: the KV cache is not this model's cache of the %d tokens", T)
+	if err := p.checkCache(cache, T); err != nil {
+		return res, err
 	}
 	heads := p.model.Config.NumAttentionHeads
 	var offs, ns []int
