@@ -1,0 +1,63 @@
+package eval
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRecorderLatestBestAndReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "evals.jsonl")
+	rec, err := OpenRecorder(path)
+	require.NoError(t, err)
+	at := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	results := []Result{
+		{Time: at, Step: 1, Suite: "heldout", Kind: KindToolworld, Primary: "success", Metrics: map[string]float64{"success": 0.2}, Complete: true},
+		{Time: at, Step: 1, Suite: "ll", Kind: KindLikelihood, Primary: "mean_logprob", Metrics: map[string]float64{"mean_logprob": -3}, Complete: true},
+		{Time: at, Step: 2, Suite: "heldout", Kind: KindToolworld, Primary: "success", Metrics: map[string]float64{"success": 0.5}, Complete: true},
+		{Time: at, Step: 3, Suite: "heldout", Kind: KindToolworld, Primary: "success", Error: "boom"},
+		{Time: at, Step: 3, Suite: "ll", Kind: KindLikelihood, Primary: "mean_logprob", Metrics: map[string]float64{"mean_logprob": -3.5}, Complete: true},
+	}
+	for _, r := range results {
+		require.NoError(t, rec.Record(r))
+	}
+	check := func(rec *Recorder) {
+		latest, best := rec.Latest(), rec.Best()
+		require.Len(t, latest, 2)
+		require.Equal(t, "heldout", latest[0].Suite)
+		require.Equal(t, int64(3), latest[0].Step, "a failed eval is still the latest")
+		require.Equal(t, "boom", latest[0].Error)
+		require.Equal(t, int64(2), best[0].Step, "best heldout: step 2's success 0.5")
+		require.Equal(t, int64(1), best[1].Step, "best likelihood: the higher log-prob")
+		require.Equal(t, 5, rec.Count())
+	}
+	check(rec)
+	require.NoError(t, rec.Close())
+
+	// A crash mid-write leaves a torn last line: reopening cuts it and appends after.
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(`{"time":"2026-12-03T00:00:00Z","step":4,"suite":"heldo`)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	rec, err = OpenRecorder(path)
+	require.NoError(t, err)
+	check(rec)
+	require.NoError(t, rec.Record(Result{Time: at, Step: 4, Suite: "heldout", Primary: "success", Metrics: map[string]float64{"success": 0.9}}))
+	require.NoError(t, rec.Close())
+	rec, err = OpenRecorder(path)
+	require.NoError(t, err)
+	defer rec.Close()
+	require.Equal(t, int64(4), rec.Best()[0].Step)
+	require.Equal(t, 6, rec.Count())
+}
+
+func TestRecorderRejectsCorruptLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "evals.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte("{\"step\":1}\nnot json\n{\"step\":2}\n"), 0o644))
+	_, err := OpenRecorder(path)
+	require.ErrorContains(t, err, "line 2")
+}
