@@ -18,6 +18,19 @@ const (
 	BaseEmptyHint Base = "empty_hint"
 )
 
+// Baseline is what the outcome advantage subtracts from the reward.
+type Baseline string
+
+// The outcome baselines.
+const (
+	// BaselineGroup: leave-one-out mean of the task group in the step, else the running
+	// mean (DESIGN.md's default).
+	BaselineGroup Baseline = "group"
+	// BaselineNone: A_out = R. With λ_hint = 0, rewards of 1 and allow_no_sampler this
+	// is supervised fine-tuning on demonstrations (advantage 1 on their policy tokens).
+	BaselineNone Baseline = "none"
+)
+
 // Gate bounds Δ_t into the hint advantage.
 type Gate string
 
@@ -41,6 +54,8 @@ type Config struct {
 	RhoMax float64 `yaml:"rho_max"`
 	// KLBeta weighs the optional KL(π_θ‖π_ref) penalty; 0 turns it off.
 	KLBeta float64 `yaml:"kl_beta"`
+	// Baseline is the outcome baseline: group (default) or none.
+	Baseline Baseline `yaml:"baseline"`
 	// BaselineRate is the rate of the running mean reward used for a rollout that is
 	// alone in its task group within a step: mean ← mean + rate·(R − mean).
 	BaselineRate float64 `yaml:"baseline_rate"`
@@ -53,7 +68,7 @@ type Config struct {
 // (a clipped hint advantage spans ±1, the same order as a 0/1 reward's advantage),
 // ρ_max = 2, no KL, baseline rate 0.1.
 func DefaultConfig() Config {
-	return Config{Base: BaseStudent, Gate: GateClip, Clip: 2, LambdaOut: 1, LambdaHint: 0.5, RhoMax: 2, BaselineRate: 0.1}
+	return Config{Base: BaseStudent, Gate: GateClip, Clip: 2, LambdaOut: 1, LambdaHint: 0.5, RhoMax: 2, Baseline: BaselineGroup, BaselineRate: 0.1}
 }
 
 // Validate names the first bad field.
@@ -62,6 +77,13 @@ func (c *Config) Validate() error {
 	case BaseStudent, BaseEmptyHint:
 	default:
 		return fmt.Errorf("base: %q is not student or empty_hint", c.Base)
+	}
+	switch c.Baseline {
+	case BaselineGroup, BaselineNone:
+	case "":
+		c.Baseline = BaselineGroup // configs and checkpoints written before the field
+	default:
+		return fmt.Errorf("baseline: %q is not group or none", c.Baseline)
 	}
 	switch c.Gate {
 	case GateClip, GateTanh:

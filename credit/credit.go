@@ -60,6 +60,14 @@ func Step(cfg Config, rs []Rollout, b *Baselines, budget int) ([]Result, Stats, 
 		}
 	}
 	aout := outcomeAdvantages(rs, b)
+	if cfg.Baseline == BaselineNone {
+		for i := range rs {
+			aout[i] = 0
+			if rs[i].HasReward {
+				aout[i] = rs[i].Reward
+			}
+		}
+	}
 	out := make([]Result, len(rs))
 	for i := range rs {
 		out[i] = rolloutCredit(cfg, &rs[i], aout[i], float64(budget))

@@ -265,3 +265,31 @@ func FuzzStep(f *testing.F) {
 		require.False(t, math.IsNaN(st.DeltaAbsMean))
 	})
 }
+
+func TestBaselineNoneIsSFT(t *testing.T) {
+	// Two demonstrations of one task, no sampler log-probs: with the group baseline
+	// their advantages cancel; with none, each policy token gets advantage R = 1 and
+	// weight 1/N (ρ = 1 without a sampler).
+	demo := func(id string) Rollout {
+		return Rollout{ID: id, TaskID: "t", Student: []float64{-1, -2, -3}, Sampler: []float64{nan, nan, nan},
+			Trainable: []bool{false, true, true}, Reward: 1, HasReward: true}
+	}
+	cfg := DefaultConfig()
+	cfg.LambdaHint, cfg.AllowNoSampler = 0, true
+	res, _, err := Step(cfg, []Rollout{demo("a"), demo("b")}, &Baselines{}, 4)
+	require.NoError(t, err)
+	require.Equal(t, []float64{0, 0, 0}, res[0].Weight, "group baseline: equal rewards cancel")
+
+	cfg.Baseline = BaselineNone
+	res, _, err = Step(cfg, []Rollout{demo("a"), demo("b")}, &Baselines{}, 4)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.Equal(t, 1.0, r.AOut)
+		require.Equal(t, []float64{0, 0.25, 0.25}, r.Weight)
+	}
+	cfg.Baseline = "mean"
+	require.ErrorContains(t, cfg.Validate(), `baseline: "mean"`)
+	cfg.Baseline = ""
+	require.NoError(t, cfg.Validate())
+	require.Equal(t, BaselineGroup, cfg.Baseline)
+}
