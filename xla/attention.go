@@ -18,9 +18,12 @@ import (
 // attention is grouped-query self-attention with RoPE, the optional qwen2 biases and
 // qwen3 q/k norms. With a cache (kCache, vCache non-nil), the chunk's keys and values
 // are written at positions start… and the queries attend to every cached position
-// ≤ their own; without, they attend within the chunk (causally).
+// ≤ their own; without, they attend within the chunk (causally). A start of shape
+// [batch] gives every row its own position (decoding: seq = 1, with a cache), so
+// rows of different lengths advance together.
 //
-//	x: [batch, seq, hidden]; start: scalar int32; cos, sin: [seq, head_dim/2];
+//	x: [batch, seq, hidden]; start: scalar int32, or [batch] int32 with seq = 1;
+//	cos, sin: [seq, head_dim/2], or [batch, 1, head_dim/2] for a [batch] start;
 //	kCache, vCache: [capacity, batch, kv_heads, head_dim] or nil
 //	→ [batch, seq, hidden], and the updated caches (nil without)
 func attention(ctx *context.Context, c Config, x, start, cos, sin, kCache, vCache *Node) (out, kOut, vOut *Node) {
@@ -40,25 +43,38 @@ func attention(ctx *context.Context, c Config, x, start, cos, sin, kCache, vCach
 	k = TransposeAllAxes(k, 1, 0, 2, 3) // [seq, batch, kv, hd]
 	v = TransposeAllAxes(v, 1, 0, 2, 3)
 
-	qPos := Add(Iota(g, shapes.Make(dtypes.Int32, t), 0), start) // [seq]
+	perRow := start.Rank() == 1
+	var qPos *Node
+	if perRow {
+		qPos = Reshape(start, b, 1) // [batch, 1]
+	} else {
+		qPos = Reshape(Add(Iota(g, shapes.Make(dtypes.Int32, t), 0), start), 1, t) // [1, seq]
+	}
 	var kPos *Node
-	if kCache != nil {
+	switch {
+	case kCache != nil && perRow:
+		kOut = writeRows(kCache, k, start)
+		vOut = writeRows(vCache, v, start)
+	case kCache != nil:
 		kOut = writeCache(kCache, k, start)
 		vOut = writeCache(vCache, v, start)
+	default:
+		kPos = Reshape(qPos, t)
+	}
+	if kCache != nil {
 		k, v = kOut, vOut
 		kPos = Iota(g, shapes.Make(dtypes.Int32, k.Shape().Dimensions[0]), 0)
-	} else {
-		kPos = qPos
 	}
 	s := k.Shape().Dimensions[0]
+	qb := qPos.Shape().Dimensions[0] // 1, or batch with per-row positions
 
 	// Query head j uses KV head j / groups (transformers' repeat_kv), so the heads
 	// axis splits as [kv, groups].
 	q5 := Reshape(q, b, t, kv, grp, hd)
 	scores := dot(q5, []int{4}, []int{0, 2}, k, []int{3}, []int{1, 2}) // [b, kv, t, grp, s]
 	scores = MulScalar(scores, 1/math.Sqrt(float64(hd)))
-	visible := LessOrEqual(Reshape(kPos, 1, s), Reshape(qPos, t, 1)) // [t, s]
-	visible = BroadcastToDims(Reshape(visible, 1, 1, t, 1, s), b, kv, t, grp, s)
+	visible := LessOrEqual(Reshape(kPos, 1, 1, s), Reshape(qPos, qb, t, 1)) // [qb, t, s]
+	visible = BroadcastToDims(Reshape(visible, qb, 1, t, 1, s), b, kv, t, grp, s)
 	scores = Where(visible, scores, Const(g, float32(math.Inf(-1))))
 	probs := softmax(scores)
 	o := dot(probs, []int{4}, []int{0, 1}, v, []int{0}, []int{1, 2}) // [b, kv, t, grp, hd]
@@ -91,4 +107,18 @@ func writeCache(cache, update, start *Node) *Node {
 	inside := LogicalAnd(GreaterOrEqual(rel, ScalarZero(g, dtypes.Int32)), LessThan(rel, Const(g, int32(seq))))
 	idx := Reshape(ClipScalar(rel, 0, float64(seq-1)), capacity, 1)
 	return Where(inside, Gather(update, idx), cache)
+}
+
+// writeRows returns cache with row r of update written at position pos[r]: each row
+// of a decoding batch has its own position. A Where on a [capacity, batch]
+// condition, on every backend (one token per row; the whole cache is read by the
+// attention that follows anyway).
+//
+//	cache: [capacity, batch, kv, hd]; update: [1, batch, kv, hd]; pos: [batch] int32
+func writeRows(cache, update, pos *Node) *Node {
+	g := cache.Graph()
+	dims := cache.Shape().Dimensions
+	capacity, b := dims[0], dims[1]
+	at := Equal(Iota(g, shapes.Make(dtypes.Int32, capacity, b), 0), BroadcastToDims(Reshape(pos, 1, b), capacity, b))
+	return Where(at, BroadcastToDims(update, dims...), cache)
 }

@@ -69,7 +69,8 @@ func mlp(ctx *context.Context, c Config, x *Node) *Node {
 // writes its keys and values there and attends to the cache; with nil caches the
 // chunk attends only to itself.
 //
-//	tokens: [batch, seq] int32; start: scalar int32; kCache, vCache: layers × [capacity, batch, kv, hd] or nil
+//	tokens: [batch, seq] int32; start: scalar int32, or [batch] int32 per-row positions with seq = 1 (decoding);
+//	kCache, vCache: layers × [capacity, batch, kv, hd] or nil
 //	→ hidden [batch, seq, hidden], updated caches
 func decoder(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache []*Node) (hidden *Node, kOut, vOut []*Node) {
 	g := tokens.Graph()
@@ -106,12 +107,7 @@ func decoder(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache
 //	hidden: [batch, seq, hidden]; targets: [batch, seq] int32 → [batch, seq] float32
 func tokenLogProbs(ctx *context.Context, c Config, hidden, targets *Node) *Node {
 	g := hidden.Graph()
-	head := "/lm_head"
-	if c.TieWordEmbeddings {
-		head = "/model/embed_tokens"
-	}
-	w := weight(ctx.InAbsPath(head), g, "weight")          // [vocab, hidden]
-	logits := dot(hidden, []int{2}, nil, w, []int{1}, nil) // [batch, seq, vocab]
+	logits := headLogits(ctx, c, hidden) // [batch, seq, vocab]
 	m := StopGradient(ReduceAndKeep(logits, ReduceMax, 2))
 	lse := Add(Log(ReduceSum(Exp(Sub(logits, m)), 2)), Squeeze(m, 2)) // [batch, seq]
 	dims := logits.Shape().Dimensions
@@ -119,4 +115,16 @@ func tokenLogProbs(ctx *context.Context, c Config, hidden, targets *Node) *Node 
 	hit := Equal(vocab, BroadcastToDims(ExpandAxes(targets, -1), dims...))
 	target := ReduceSum(Where(hit, logits, ScalarZero(g, logits.DType())), 2)
 	return Sub(target, lse)
+}
+
+// headLogits applies the output head (lm_head, or the embedding when tied).
+//
+//	hidden: [batch, seq, hidden] → [batch, seq, vocab]
+func headLogits(ctx *context.Context, c Config, hidden *Node) *Node {
+	head := "/lm_head"
+	if c.TieWordEmbeddings {
+		head = "/model/embed_tokens"
+	}
+	w := weight(ctx.InAbsPath(head), hidden.Graph(), "weight") // [vocab, hidden]
+	return dot(hidden, []int{2}, nil, w, []int{1}, nil)
 }

@@ -39,14 +39,21 @@ func (c Config) invFreq() []float32 {
 
 // ropeTables returns cos and sin of the rotation angles of positions
 // start … start+seq-1, as float32 like transformers (position × inverse frequency
-// in float32).
+// in float32). A [batch] start (per-row positions, seq = 1) gives per-row tables.
 //
 //	start: scalar int32 → cos, sin: [seq, head_dim/2] float32
+//	start: [batch] int32, seq = 1 → cos, sin: [batch, 1, head_dim/2] float32
 func ropeTables(c Config, start *Node, seq int) (cos, sin *Node) {
 	g := start.Graph()
-	pos := Add(Iota(g, shapes.Make(dtypes.Int32, seq, 1), 0), start) // [seq, 1]
-	inv := Const(g, [][]float32{c.invFreq()})                        // [1, half]
-	angles := Mul(ConvertDType(pos, dtypes.Float32), inv)            // [seq, half]
+	inv := Const(g, [][]float32{c.invFreq()}) // [1, half]
+	var pos *Node
+	if start.Rank() == 1 {
+		pos = Reshape(start, start.Shape().Dimensions[0], 1, 1) // [batch, 1, 1]
+		inv = Reshape(inv, 1, 1, c.HeadDim/2)
+	} else {
+		pos = Add(Iota(g, shapes.Make(dtypes.Int32, seq, 1), 0), start) // [seq, 1]
+	}
+	angles := Mul(ConvertDType(pos, dtypes.Float32), inv) // [seq, half] or [batch, 1, half]
 	return Cos(angles), Sin(angles)
 }
 
@@ -55,7 +62,8 @@ func ropeTables(c Config, start *Node, seq int) (cos, sin *Node) {
 // the pure-Go backend lacks: the halves are split by a masked reduce over a
 // reshape and joined by Concatenate (whose gradient is a forward Slice).
 //
-//	x: [batch, seq, heads, head_dim]; cos, sin: [seq, head_dim/2] → [batch, seq, heads, head_dim]
+//	x: [batch, seq, heads, head_dim]; cos, sin: [seq, head_dim/2] or [batch, seq, head_dim/2]
+//	→ [batch, seq, heads, head_dim]
 func applyRoPE(x, cos, sin *Node) *Node {
 	dims := x.Shape().Dimensions
 	b, t, h, d := dims[0], dims[1], dims[2], dims[3]
@@ -65,8 +73,12 @@ func applyRoPE(x, cos, sin *Node) *Node {
 	second := Reshape(Const(g, []float32{0, 1}), 1, 1, 1, 2, 1)
 	x1 := ReduceSum(Mul(halves, first), 3) // [b, t, h, d/2]
 	x2 := ReduceSum(Mul(halves, second), 3)
-	cos = Reshape(cos, 1, t, 1, d/2)
-	sin = Reshape(sin, 1, t, 1, d/2)
+	lead := 1
+	if cos.Rank() == 3 { // per-row positions
+		lead = b
+	}
+	cos = Reshape(cos, lead, t, 1, d/2)
+	sin = Reshape(sin, lead, t, 1, d/2)
 	return Concatenate([]*Node{
 		Sub(Mul(x1, cos), Mul(x2, sin)),
 		Add(Mul(x2, cos), Mul(x1, sin)),

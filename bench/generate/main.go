@@ -1,0 +1,177 @@
+// Command generate benchmarks xla.Sampler: prefill and decode tokens/s of greedy
+// generation against the same KV-cached loop in PyTorch (Debian's python3-torch) on
+// the same weights, in one run, at each batch size, with the ratios and how many
+// rows' tokens agree.
+//
+//	go run ./bench/generate                          # small preset, batch 1 and 16
+//	go run ./bench/generate -backend xla-cpu -batches 1,16,64
+//
+// Prefill time is Generate with MaxNew 1 (the prompt but its last token, then one
+// decode step); decode time is the rest of generating -new+1 tokens, so decode
+// tokens/s = batch × new / (T(new+1) − T(1)). PyTorch is timed the same way. It is
+// a benchmark, not a test: nothing asserts on the numbers.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/internal/benchutil"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+func main() {
+	preset := flag.String("preset", "small", "init-model preset: tiny or small")
+	promptLen := flag.Int("prompt", 128, "prompt length (tokens)")
+	newTokens := flag.Int("new", 128, "decoded tokens per row")
+	batches := flag.String("batches", "1,16", "comma-separated batch sizes")
+	backendSpec := flag.String("backend", "", "GoMLX backend (default as hindsight: $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
+	python := flag.String("python", "/usr/bin/python3", "python with torch and numpy; empty to skip PyTorch")
+	threads := flag.Int("threads", runtime.NumCPU(), "PyTorch threads")
+	flag.Parse()
+	if err := run(*preset, *promptLen, *newTokens, *batches, *backendSpec, *python, *threads); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/generate:", err)
+		os.Exit(1)
+	}
+}
+
+// timing is one batch size's result on one side.
+type timing struct {
+	Batch          int       `json:"batch"`
+	PrefillSeconds float64   `json:"prefill_seconds"`
+	DecodeSeconds  float64   `json:"decode_seconds"`
+	Tokens         [][]int32 `json:"tokens"`
+}
+
+func run(preset string, promptLen, newTokens int, batchList, backendSpec, python string, threads int) error {
+	ctx := context.Background()
+	backend, err := xla.NewBackend(xla.ResolveBackend(backendSpec, ""))
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "bench-generate-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "model")
+	mc, err := data.InitModel(dir, data.InitOptions{Preset: preset, Tokenizer: "bytes", Seed: 1})
+	if err != nil {
+		return err
+	}
+	m, err := xla.OpenModel(dir)
+	if err != nil {
+		return err
+	}
+	s, err := xla.NewSampler(backend, m, 0)
+	if err != nil {
+		return err
+	}
+	var all [][][]int32
+	for _, f := range strings.Split(batchList, ",") {
+		b, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || b < 1 {
+			return fmt.Errorf("-batches: %q is not a batch size", f)
+		}
+		var prompts [][]int32
+		for r := range b {
+			prompts = append(prompts, benchutil.Tokens(promptLen, mc.VocabSize, 1, uint64(r)))
+		}
+		all = append(all, prompts)
+	}
+	fmt.Printf("model: %s preset, %d parameters; prompt %d tokens, %d decoded per row, greedy; %d CPUs\n",
+		preset, m.NumParameters(), promptLen, newTokens, runtime.NumCPU())
+	var goRuns []timing
+	for _, prompts := range all {
+		r, err := goTiming(ctx, s, prompts, newTokens)
+		if err != nil {
+			return err
+		}
+		goRuns = append(goRuns, r)
+		fmt.Printf("go (%s) batch %3d: prefill %9.0f tokens/s, decode %8.0f tokens/s\n", xla.ResolveBackend(backendSpec, ""),
+			r.Batch, prefillTPS(r, promptLen), decodeTPS(r, newTokens))
+	}
+	if python == "" {
+		return nil
+	}
+	raw, _ := json.Marshal(map[string]any{"batches": all})
+	if err := os.WriteFile(filepath.Join(dir, "prompts.json"), raw, 0o644); err != nil {
+		return err
+	}
+	script := filepath.Join(benchutil.CallerDir("bench/generate"), "torch_generate.py")
+	cmd := exec.Command(python, script, dir, strconv.Itoa(threads), strconv.Itoa(newTokens))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("pytorch: %w", err)
+	}
+	var ref struct {
+		Torch string   `json:"torch"`
+		Runs  []timing `json:"runs"`
+	}
+	if err := json.Unmarshal(out, &ref); err != nil {
+		return fmt.Errorf("pytorch output: %w", err)
+	}
+	fmt.Printf("pytorch %s, %d threads, eager no_grad KV-cached loop:\n", ref.Torch, threads)
+	for i, r := range ref.Runs {
+		g := goRuns[i]
+		same := 0
+		for j := range r.Tokens {
+			if slices.Equal(r.Tokens[j], g.Tokens[j]) {
+				same++
+			}
+		}
+		fmt.Printf("pytorch batch %3d: prefill %9.0f tokens/s, decode %8.0f tokens/s | go/pytorch: prefill %.2f, decode %.2f | rows with identical tokens %d/%d\n",
+			r.Batch, prefillTPS(r, promptLen), decodeTPS(r, newTokens),
+			prefillTPS(g, promptLen)/prefillTPS(r, promptLen), decodeTPS(g, newTokens)/decodeTPS(r, newTokens), same, len(r.Tokens))
+	}
+	return nil
+}
+
+// goTiming times Generate with MaxNew 1 and newTokens+1, best of 3 after a
+// warm-up that compiles the executables.
+func goTiming(ctx context.Context, s *xla.Sampler, prompts [][]int32, newTokens int) (timing, error) {
+	r := timing{Batch: len(prompts)}
+	var out []xla.Sample
+	for _, n := range []int{1, newTokens + 1} {
+		best := math.Inf(1)
+		for range 4 {
+			t0 := time.Now()
+			o, err := s.Generate(ctx, prompts, xla.SampleOptions{MaxNew: n})
+			if err != nil {
+				return r, err
+			}
+			best = min(best, time.Since(t0).Seconds())
+			out = o
+		}
+		if n == 1 {
+			r.PrefillSeconds = best
+		} else {
+			r.DecodeSeconds = best - r.PrefillSeconds
+		}
+	}
+	for _, o := range out {
+		r.Tokens = append(r.Tokens, o.Tokens)
+	}
+	return r, nil
+}
+
+func prefillTPS(r timing, promptLen int) float64 {
+	return float64(r.Batch*promptLen) / r.PrefillSeconds
+}
+
+func decodeTPS(r timing, newTokens int) float64 {
+	return float64(r.Batch*newTokens) / r.DecodeSeconds
+}

@@ -1,0 +1,163 @@
+package xla
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/stretchr/testify/require"
+)
+
+// samplerPrompts are ragged prompts: lengths 9, 1, 30 (longer than one prefill
+// chunk of 16) and 4.
+func samplerPrompts(vocab int) [][]int32 {
+	return [][]int32{testTokens(9, vocab, 1), {5}, testTokens(30, vocab, 2), testTokens(4, vocab, 3)}
+}
+
+func newTestSampler(t *testing.T, seed uint64) *Sampler {
+	t.Helper()
+	m := testModel(t, tinyFields(nil), seed)
+	s, err := NewSampler(newTestBackend(t), m, 16)
+	require.NoError(t, err)
+	return s
+}
+
+// TestGenerateLogProbsEqualScorer: at temperature 1 without truncation the
+// sampler's log-probs are the scorer's on the same full sequence (the trainer and
+// the sampler must agree), within 1e-5, for every row of a ragged batch.
+func TestGenerateLogProbsEqualScorer(t *testing.T) {
+	s := newTestSampler(t, 21)
+	prompts := samplerPrompts(s.Model().Config.VocabSize)
+	out, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 40, Temperature: 1, Seed: 3})
+	require.NoError(t, err)
+	scorer, err := NewScorer(newTestBackend(t), s.Model(), ScorerOptions{Chunk: 16})
+	require.NoError(t, err)
+	for r, p := range prompts {
+		o := out[r]
+		require.Len(t, o.Tokens, 40, "row %d", r)
+		require.Equal(t, StopLength, o.Reason)
+		full := append(slices.Clone(p), o.Tokens...)
+		lp, c, err := scorer.Score(t.Context(), full)
+		require.NoError(t, err)
+		c.Close()
+		var worst float64
+		for i := range o.Tokens {
+			want := float64(lp[len(p)+i])
+			worst = max(worst, math.Abs(float64(o.LogProbs[i])-want), math.Abs(float64(o.PolicyLogProbs[i])-want))
+		}
+		require.Less(t, worst, 1e-5, "row %d", r)
+		t.Logf("row %d (prompt %d): max |sampler − scorer| = %.2g", r, len(p), worst)
+	}
+}
+
+// TestGenerateDeterministic: the same seed gives the same tokens; another seed
+// other tokens.
+func TestGenerateDeterministic(t *testing.T) {
+	s := newTestSampler(t, 22)
+	prompts := samplerPrompts(s.Model().Config.VocabSize)
+	opts := SampleOptions{MaxNew: 20, Temperature: 1.3, TopK: 50, TopP: 0.95, Seed: 9}
+	a, err := s.Generate(t.Context(), prompts, opts)
+	require.NoError(t, err)
+	b, err := s.Generate(t.Context(), prompts, opts)
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	opts.Seed = 10
+	c, err := s.Generate(t.Context(), prompts, opts)
+	require.NoError(t, err)
+	require.NotEqual(t, a, c)
+}
+
+// lastLogits returns the logits after tokens from a plain causal forward without
+// a cache.
+func lastLogits(t *testing.T, m *Model, tokens []int32) []float32 {
+	t.Helper()
+	cfg := m.Config
+	e, err := mlctx.NewExec(newTestBackend(t), m.ctx, func(ctx *mlctx.Context, tok *Node) *Node {
+		h, _, _ := decoder(ctx, cfg, tok, ScalarZero(tok.Graph(), tok.DType()), nil, nil)
+		return headLogits(ctx, cfg, h)
+	})
+	require.NoError(t, err)
+	out, err := e.Exec(tensors.FromFlatDataAndDimensions(tokens, 1, len(tokens)))
+	require.NoError(t, err)
+	l := tensors.MustCopyFlatData[float32](out[0])
+	return l[(len(tokens)-1)*cfg.VocabSize:]
+}
+
+// TestGenerateGreedy: temperature 0 and top-k 1 (at any temperature and seed) are
+// the argmax of an uncached forward at every step, with log-prob 0; stop ids and
+// MaxNew cut the same sequence.
+func TestGenerateGreedy(t *testing.T) {
+	s := newTestSampler(t, 23)
+	prompt := testTokens(7, s.Model().Config.VocabSize, 4)
+	g, err := s.Generate(t.Context(), [][]int32{prompt}, SampleOptions{MaxNew: 8})
+	require.NoError(t, err)
+	k1, err := s.Generate(t.Context(), [][]int32{prompt}, SampleOptions{MaxNew: 8, Temperature: 2, TopK: 1, Seed: 77})
+	require.NoError(t, err)
+	require.Equal(t, g, k1)
+	seq := slices.Clone(prompt)
+	for i, tok := range g[0].Tokens {
+		l := lastLogits(t, s.Model(), seq)
+		require.Equal(t, int32(slices.Index(l, slices.Max(l))), tok, "step %d", i)
+		require.Zero(t, g[0].LogProbs[i])
+		seq = append(seq, tok)
+	}
+
+	short, err := s.Generate(t.Context(), [][]int32{prompt}, SampleOptions{MaxNew: 3})
+	require.NoError(t, err)
+	require.Equal(t, g[0].Tokens[:3], short[0].Tokens)
+	require.Equal(t, StopLength, short[0].Reason)
+
+	stop := g[0].Tokens[4]
+	n := slices.Index(g[0].Tokens, stop) + 1
+	st, err := s.Generate(t.Context(), [][]int32{prompt}, SampleOptions{MaxNew: 8, Stop: []int32{-1, stop}})
+	require.NoError(t, err)
+	require.Equal(t, g[0].Tokens[:n], st[0].Tokens)
+	require.Equal(t, StopToken, st[0].Reason)
+}
+
+// TestGenerateBatchEqualsAlone: each row of a ragged batch equals the prompt
+// generated alone (greedy; and sampled for row 0, whose stream is the same).
+func TestGenerateBatchEqualsAlone(t *testing.T) {
+	s := newTestSampler(t, 24)
+	prompts := samplerPrompts(s.Model().Config.VocabSize)
+	for _, opts := range []SampleOptions{{MaxNew: 12}, {MaxNew: 12, Temperature: 1, Seed: 5}} {
+		batch, err := s.Generate(t.Context(), prompts, opts)
+		require.NoError(t, err)
+		for r, p := range prompts {
+			if opts.Temperature > 0 && r > 0 {
+				break
+			}
+			alone, err := s.Generate(t.Context(), [][]int32{p}, opts)
+			require.NoError(t, err)
+			require.Equal(t, alone[0].Tokens, batch[r].Tokens, "row %d", r)
+			require.InDeltaSlice(t, alone[0].PolicyLogProbs, batch[r].PolicyLogProbs, 1e-5, "row %d", r)
+		}
+	}
+}
+
+// TestGenerateContextAndErrors: a row stops at max_position_embeddings; bad
+// prompts and options are errors naming them.
+func TestGenerateContextAndErrors(t *testing.T) {
+	m := testModel(t, tinyFields(map[string]any{"max_position_embeddings": 24}), 25)
+	s, err := NewSampler(newTestBackend(t), m, 16)
+	require.NoError(t, err)
+	out, err := s.Generate(t.Context(), [][]int32{testTokens(20, 265, 1), {1}}, SampleOptions{MaxNew: 100, Temperature: 1})
+	require.NoError(t, err)
+	require.Len(t, out[0].Tokens, 4)
+	require.Equal(t, StopContext, out[0].Reason)
+	require.Len(t, out[1].Tokens, 23)
+
+	_, err = s.Generate(t.Context(), [][]int32{testTokens(24, 265, 1)}, SampleOptions{MaxNew: 1})
+	require.ErrorIs(t, err, ErrTooLong)
+	_, err = s.Generate(t.Context(), [][]int32{{1}, {}}, SampleOptions{MaxNew: 1})
+	require.ErrorContains(t, err, "prompt 1 is empty")
+	_, err = s.Generate(t.Context(), [][]int32{{1, 265}}, SampleOptions{MaxNew: 1})
+	require.ErrorContains(t, err, "token 265 at position 1")
+	_, err = s.Generate(t.Context(), [][]int32{{1}}, SampleOptions{})
+	require.ErrorContains(t, err, "max_new 0")
+	_, err = s.Generate(t.Context(), [][]int32{{1}}, SampleOptions{MaxNew: 1, TopP: 1.5})
+	require.ErrorContains(t, err, "top_p 1.5")
+}
