@@ -15,12 +15,14 @@ type Agent interface {
 
 // Play runs an episode of env with agent until it ends or maxTurns turns have passed,
 // each turn encoded injection-safe and closed with the stop token, with null sampler
-// log-probs (scripted text is not sampled). It returns the reward.
+// log-probs (scripted text is not sampled). Like a sampler, it cuts a turn at the
+// env's Budget. It returns the reward.
 func Play(env *Env, agent Agent, maxTurns int) (float32, error) {
 	for turn := 0; !env.Done() && turn < maxTurns; turn++ {
 		out, failed := env.Last()
 		line := agent.Act(env.Task(), out, failed)
 		gen := append(env.r.tok.EncodeText(line), env.StopID())
+		gen = gen[:min(len(gen), env.Budget())]
 		if _, _, err := env.Step(gen, nil); err != nil {
 			return 0, fmt.Errorf("play %s: %w", env.Task().ID, err)
 		}
