@@ -27,6 +27,8 @@ commands:
   init-model -out DIR write a randomly initialised model directory (config, safetensors, tokenizer)
   score -model DIR -in ROLLOUTS.arrow -out SCORES.arrow
                       per-token log-probs of each rollout under the model
+  toolworld (-list | -show | -play)
+                      the bundled tool-use task world: list or show tasks, play one by typing calls
   fetch-xla-cpu       fetch the pinned XLA CPU plugin (PJRT) into the cache for -backend xla-cpu
   version             print the version
 
@@ -62,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return initModelCmd(args[1:], stdout, stderr)
 	case "score":
 		return scoreCmd(ctx, args[1:], stdout, stderr)
+	case "toolworld":
+		return toolworldCmd(args[1:], os.Stdin, stdout, stderr)
 	case "fetch-xla-cpu":
 		return fetchXLACPUCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
