@@ -167,7 +167,11 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 		cfg.EOSTokenID = []int{eos.id}
 	}
 	if tokConfig == nil {
-		tokConfig = minimalTokenizerConfig(cfg, bos, eos)
+		chatTemplate := ""
+		if tok.Fingerprint() == BytesFingerprint {
+			chatTemplate = BytesChatTemplate
+		}
+		tokConfig = minimalTokenizerConfig(cfg, bos, eos, chatTemplate)
 	}
 	weights, err := InitWeights(cfg, opts.Seed)
 	if err != nil {
@@ -275,8 +279,9 @@ func tokenContent(raw json.RawMessage) string {
 }
 
 // minimalTokenizerConfig is a tokenizer_config.json with which transformers'
-// AutoTokenizer loads tokenizer.json as a PreTrainedTokenizerFast.
-func minimalTokenizerConfig(cfg *ModelConfig, bos, eos specialToken) []byte {
+// AutoTokenizer loads tokenizer.json as a PreTrainedTokenizerFast, with chatTemplate
+// as its chat_template when not empty.
+func minimalTokenizerConfig(cfg *ModelConfig, bos, eos specialToken, chatTemplate string) []byte {
 	m := map[string]any{
 		"tokenizer_class":              "PreTrainedTokenizerFast",
 		"model_max_length":             cfg.MaxPositionEmbeddings,
@@ -289,6 +294,9 @@ func minimalTokenizerConfig(cfg *ModelConfig, bos, eos specialToken) []byte {
 	}
 	if eos.content != "" {
 		m["eos_token"] = eos.content
+	}
+	if chatTemplate != "" {
+		m["chat_template"] = chatTemplate
 	}
 	raw, _ := json.MarshalIndent(m, "", "  ") // strings, numbers, bools: cannot fail
 	return append(raw, '\n')

@@ -47,6 +47,7 @@ func TestInitModel(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &tc))
 	require.Equal(t, "PreTrainedTokenizerFast", tc["tokenizer_class"])
 	require.Equal(t, "<|eos|>", tc["eos_token"])
+	require.Equal(t, BytesChatTemplate, tc["chat_template"], "the byte tokenizer's chat format")
 	var gc map[string]any
 	raw, err = os.ReadFile(filepath.Join(dir, GenerationConfigFileName))
 	require.NoError(t, err)
@@ -131,7 +132,30 @@ func TestInitModelTokenizerPath(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(dir, TokenizerConfigFileName))
 	require.NoError(t, err)
 	require.Contains(t, string(raw), `"<|end|>"`, "tokenizer_config.json is copied")
+	require.NotContains(t, string(raw), "chat_template", "a given tokenizer_config.json is copied as is")
 	m, err := OpenModelDir(dir)
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
+}
+
+func TestInitModelChatTemplateOnlyForBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		tokJSON  []byte
+		template any
+	}{
+		{"bytes tokenizer.json", BytesTokenizerJSON(), BytesChatTemplate},
+		{"qwen3 tokenizer.json", rawTokenizerJSON(t, "qwen3"), nil},
+	} {
+		src := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerFileName), tc.tokJSON, 0o644))
+		dir := filepath.Join(t.TempDir(), "m")
+		_, err := InitModel(dir, InitOptions{Preset: "tiny", Tokenizer: src})
+		require.NoError(t, err, tc.name)
+		raw, err := os.ReadFile(filepath.Join(dir, TokenizerConfigFileName))
+		require.NoError(t, err)
+		var cfg map[string]any
+		require.NoError(t, json.Unmarshal(raw, &cfg))
+		require.Equal(t, tc.template, cfg["chat_template"], tc.name)
+	}
 }

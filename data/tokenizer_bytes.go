@@ -26,6 +26,19 @@ const (
 // BytesFingerprint is the fingerprint of the byte tokenizer in rollout files.
 const BytesFingerprint = "bytes-v1"
 
+// BytesChatTemplate is the byte tokenizer's chat format as a Jinja chat_template (the
+// tokenizer_config.json field transformers' apply_chat_template reads): each message
+// is its role's special token, the content, and <|end|>; roles are system, user,
+// assistant and tool; the generation prompt is <|assistant|>. No separator, no BOS:
+//
+//	<|system|>…<|end|><|user|>…<|end|><|assistant|>…<|end|><|tool|>…<|end|><|assistant|>
+const BytesChatTemplate = "{% for message in messages %}" +
+	"{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}" +
+	"{{ raise_exception('role ' + message['role'] + ' is not one of system, user, assistant, tool') }}{% endif %}" +
+	"{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}" +
+	"{% endfor %}" +
+	"{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+
 // bytesSpecials are the special tokens' contents, index i is id 256+i.
 var bytesSpecials = [...]string{
 	"<|bos|>", "<|eos|>", "<|hint|>", "<|/hint|>",

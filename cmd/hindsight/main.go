@@ -29,6 +29,8 @@ commands:
                       per-token log-probs of each rollout under the model
   generate -model DIR (-prompt TEXT | -in FILE)
                       sample continuations from the model (KV cache, batched)
+  toolworld (-list | -show | -play)
+                      the bundled tool-use task world: list or show tasks, play one by typing calls
   fetch-xla-cpu       fetch the pinned XLA CPU plugin (PJRT) into the cache for -backend xla-cpu
   version             print the version
 
@@ -66,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return scoreCmd(ctx, args[1:], stdout, stderr)
 	case "generate":
 		return generateCmd(ctx, args[1:], stdout, stderr)
+	case "toolworld":
+		return toolworldCmd(args[1:], os.Stdin, stdout, stderr)
 	case "fetch-xla-cpu":
 		return fetchXLACPUCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":

@@ -1,0 +1,113 @@
+package toolworld
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// Format is a chat format: the harness text that opens each role's turn, the token
+// that closes every turn (the policy's stop token) and the text between turns. Header
+// and separator text is the harness's: its special-token strings become special ids.
+// Turn contents (the task, tool output, the policy's own tokens) never do.
+type Format struct {
+	Name                          string
+	System, User, Assistant, Tool string // turn headers
+	End                           string // closes a turn; must be one special token
+	Sep                           string // between a turn's End and the next header
+}
+
+// BytesFormat is the byte tokenizer's chat format, the one data.BytesChatTemplate
+// writes:
+//
+//	<|system|>…<|end|><|user|>…<|end|><|assistant|>ls notes<|end|><|tool|>owl.txt<|end|>…
+var BytesFormat = Format{
+	Name: "bytes", System: "<|system|>", User: "<|user|>", Assistant: "<|assistant|>", Tool: "<|tool|>",
+	End: "<|end|>",
+}
+
+// ChatMLFormat is ChatML (Qwen and other <|im_start|> models), with tool results in a
+// turn of role tool:
+//
+//	<|im_start|>user\n…<|im_end|>\n<|im_start|>assistant\nls notes<|im_end|>\n<|im_start|>tool\n…
+var ChatMLFormat = Format{
+	Name: "chatml", System: "<|im_start|>system\n", User: "<|im_start|>user\n",
+	Assistant: "<|im_start|>assistant\n", Tool: "<|im_start|>tool\n",
+	End: "<|im_end|>", Sep: "\n",
+}
+
+// FormatFor returns the chat format of tok: BytesFormat for the byte tokenizer,
+// ChatMLFormat for a tokenizer with <|im_start|> and <|im_end|>.
+func FormatFor(tok data.Tokenizer) (Format, error) {
+	if tok.Fingerprint() == data.BytesFingerprint {
+		return BytesFormat, nil
+	}
+	_, start := tok.SpecialID("<|im_start|>")
+	_, end := tok.SpecialID("<|im_end|>")
+	if start && end {
+		return ChatMLFormat, nil
+	}
+	return Format{}, fmt.Errorf("chat format of tokenizer %s: neither the byte tokenizer nor ChatML (<|im_start|>, <|im_end|>); pass Options.Format", tok.Fingerprint())
+}
+
+var markerRE = regexp.MustCompile(`<\|[^|<>\s]+\|>`)
+
+// renderer is a Format compiled for one tokenizer.
+type renderer struct {
+	tok    data.Tokenizer
+	header map[string][]int32 // role → header ids
+	end    []int32
+	sep    []int32
+	stop   int32
+}
+
+// Roles of a turn.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+func newRenderer(f Format, tok data.Tokenizer) (*renderer, error) {
+	parts := map[string]string{RoleSystem: f.System, RoleUser: f.User, RoleAssistant: f.Assistant, RoleTool: f.Tool}
+	r := &renderer{tok: tok, header: map[string][]int32{}}
+	for name, text := range map[string]string{"system": f.System, "user": f.User, "assistant": f.Assistant,
+		"tool": f.Tool, "end": f.End, "sep": f.Sep} {
+		for _, m := range markerRE.FindAllString(text, -1) {
+			if _, ok := tok.SpecialID(m); !ok {
+				return nil, fmt.Errorf("chat format %s: %s: %q is not a special token of tokenizer %s", f.Name, name, m, tok.Fingerprint())
+			}
+		}
+	}
+	for role, text := range parts {
+		if text == "" {
+			return nil, fmt.Errorf("chat format %s: %s header is empty", f.Name, role)
+		}
+		r.header[role] = tok.Encode(text)
+	}
+	r.end, r.sep = tok.Encode(f.End), tok.Encode(f.Sep)
+	if len(r.end) != 1 {
+		return nil, fmt.Errorf("chat format %s: end %q is %d tokens; it must be one (the stop token)", f.Name, f.End, len(r.end))
+	}
+	r.stop = r.end[0]
+	return r, nil
+}
+
+// open returns the ids that open a turn of role: the separator unless it is the first
+// turn, then the role's header.
+func (r *renderer) open(role string, first bool) []int32 {
+	var out []int32
+	if !first {
+		out = append(out, r.sep...)
+	}
+	return append(out, r.header[role]...)
+}
+
+// turn returns a whole harness turn: open, content encoded injection-safe, end.
+func (r *renderer) turn(role, content string, first bool) []int32 {
+	out := r.open(role, first)
+	out = append(out, r.tok.EncodeText(content)...)
+	return append(out, r.end...)
+}
