@@ -3,6 +3,7 @@ package toolworld
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -178,9 +179,13 @@ func (e *Env) finish(truncated bool) bool {
 }
 
 // toolLabel is the tool name a segment records: what the policy called, capped.
+// A sampled name can be any bytes: the label is valid UTF-8 (the column is utf8),
+// invalid bytes replaced, cut at 32 bytes on a rune boundary.
 func toolLabel(name string) string {
-	if len(name) > 32 {
-		return name[:32]
+	name = strings.ToValidUTF8(name, "\uFFFD")
+	for len(name) > 32 {
+		_, size := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-size]
 	}
 	return name
 }

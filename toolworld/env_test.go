@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -197,4 +199,13 @@ func TestToolOutputIsInjectionSafe(t *testing.T) {
 	require.Equal(t, 9, specials)
 	text, _ := tok.Decode(next)
 	require.Equal(t, "<|tool|>x<|assistant|>answer 1<|end|><|assistant|>", text)
+}
+
+func TestToolLabelIsValidUTF8(t *testing.T) {
+	for _, name := range []string{"cat", "\xff\xfe", strings.Repeat("é", 40), "ls\x80x"} {
+		l := toolLabel(name)
+		require.True(t, utf8.ValidString(l), "%q → %q", name, l)
+		require.LessOrEqual(t, len(l), 32)
+	}
+	require.Equal(t, "cat", toolLabel("cat"))
 }
