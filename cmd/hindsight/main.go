@@ -31,6 +31,8 @@ commands:
                       sample continuations from the model (KV cache, batched)
   toolworld (-list | -show | -play)
                       the bundled tool-use task world: list or show tasks, play one by typing calls
+  collect -data-dir DIR
+                      sample task-world rollouts with the newest checkpoint into a spool
   fetch-xla-cpu       fetch the pinned XLA CPU plugin (PJRT) into the cache for -backend xla-cpu
   version             print the version
 
@@ -70,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return generateCmd(ctx, args[1:], stdout, stderr)
 	case "toolworld":
 		return toolworldCmd(args[1:], os.Stdin, stdout, stderr)
+	case "collect":
+		return collectCmd(ctx, args[1:], stdout, stderr)
 	case "fetch-xla-cpu":
 		return fetchXLACPUCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
