@@ -3,6 +3,8 @@ package eval
 import (
 	"fmt"
 	"time"
+
+	"github.com/hindsight-ai/hindsight/toolworld"
 )
 
 // Suite kinds.
@@ -39,12 +41,15 @@ type SuiteConfig struct {
 	Command []string      `yaml:"command"`
 	Timeout time.Duration `yaml:"timeout"`
 
-	// toolworld: which split, how many tasks (0: all), decoding.
-	Split        string  `yaml:"split"`
-	Tasks        int     `yaml:"tasks"`
-	Temperature  float64 `yaml:"temperature"`
-	MaxNewTokens int     `yaml:"max_new_tokens"`
-	Seed         int64   `yaml:"seed"`
+	// toolworld: which split (default heldout), how many of its tasks (0: all), one
+	// episode each, decoded at Temperature (0: greedy) with at most MaxTurnTokens per
+	// policy turn (default 48) and MaxTokens per rollout (default 256).
+	Split         string  `yaml:"split"`
+	Tasks         int     `yaml:"tasks"`
+	Temperature   float64 `yaml:"temperature"`
+	MaxTurnTokens int     `yaml:"max_turn_tokens"`
+	MaxTokens     int     `yaml:"max_tokens"`
+	Seed          uint64  `yaml:"seed"`
 
 	// Primary names the metric that ranks checkpoints (higher is better); empty takes
 	// the kind's own (toolworld: success, likelihood: mean_logprob, command: score).
@@ -112,8 +117,13 @@ func (c Config) Validate(prefix string) error {
 			if s.Temperature < 0 {
 				return fmt.Errorf("%stemperature: %g is negative (0 = greedy)", p, s.Temperature)
 			}
-			if s.MaxNewTokens < 0 {
-				return fmt.Errorf("%smax_new_tokens: %d is negative", p, s.MaxNewTokens)
+			if s.MaxTurnTokens < 0 || s.MaxTokens < 0 {
+				return fmt.Errorf("%smax_turn_tokens/max_tokens: %d/%d: negative", p, s.MaxTurnTokens, s.MaxTokens)
+			}
+			if s.Split != "" {
+				if _, err := toolworld.Generate(s.Split, 0); err != nil {
+					return fmt.Errorf("%ssplit: %w", p, err)
+				}
 			}
 		default:
 			return fmt.Errorf("%skind: %q is not one of toolworld, likelihood, command", p, s.Kind)

@@ -2,12 +2,12 @@ package eval
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -16,8 +16,10 @@ import (
 // only on the goroutine that owns the device, during Runner.Run.
 type Policy struct {
 	Step       int64
-	Checkpoint string      // the checkpoint directory (an HF model directory)
-	Scorer     *xla.Scorer // the policy's scorer, with the checkpoint's weights
+	Checkpoint string       // the checkpoint directory (an HF model directory)
+	Scorer     *xla.Scorer  // the policy's scorer, with the checkpoint's weights
+	Sampler    *xla.Sampler // the policy's sampler, with the same weights
+	Tokenizer  data.Tokenizer
 }
 
 // DeviceFunc runs one device suite: its metrics, and complete = false when ctx ended
@@ -29,7 +31,7 @@ type RunnerOptions struct {
 	Log zerolog.Logger
 	// ReadOptions check the likelihood suites' rollouts as the spool checks its own.
 	ReadOptions rollout.ReadOptions
-	// Toolworld runs toolworld suites; nil records them as failed ("not available").
+	// Toolworld runs toolworld suites; nil: RunToolworld.
 	Toolworld DeviceFunc
 	// OnResult, if set, sees each result after it is recorded (status, metrics).
 	OnResult func(Result)
@@ -112,11 +114,11 @@ func (r *Runner) Run(ctx context.Context, p Policy) []Result {
 		case KindLikelihood:
 			m, complete, err = runLikelihood(dctx, s.File, p.Scorer, r.opts.ReadOptions)
 		case KindToolworld:
-			if r.opts.Toolworld == nil {
-				err = fmt.Errorf("toolworld suites are not available in this process")
-			} else {
-				m, complete, err = r.opts.Toolworld(dctx, s, p)
+			run := r.opts.Toolworld
+			if run == nil {
+				run = RunToolworld
 			}
+			m, complete, err = run(dctx, s, p)
 		}
 		out = append(out, r.record(s, p, t0, m, complete, err))
 	}

@@ -113,7 +113,7 @@ func TestRunnerLikelihoodAndBudget(t *testing.T) {
 	require.InDelta(t, sum/float64(n), ll.Metrics["mean_logprob"], 1e-9)
 	require.InDelta(t, math.Exp(-sum/float64(n)), ll.Metrics["perplexity"], 1e-6)
 	require.Contains(t, out[1].Error, "nope.arrow")
-	require.Contains(t, out[2].Error, "not available")
+	require.Contains(t, out[2].Error, "no sampler")
 
 	// A budget already spent: the suite stops before its first rollout, incomplete.
 	ctx, cancel := context.WithCancel(t.Context())
