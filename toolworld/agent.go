@@ -1,6 +1,7 @@
 package toolworld
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -13,6 +14,14 @@ type Agent interface {
 	Act(t Task, lastOutput string, lastFailed bool) string
 }
 
+// Hinter is what an Agent may also be: after a failed call, Play asks it for a hint
+// (it may read the episode so far, say through env.Rollout and a teacher) and inserts
+// a non-empty one as a hint turn (Env.Hint) before the agent's next turn; a hint that
+// does not fit is skipped.
+type Hinter interface {
+	Hint(env *Env) string
+}
+
 // Play runs an episode of env with agent until it ends or maxTurns turns have passed,
 // each turn encoded injection-safe and closed with the stop token, with null sampler
 // log-probs (scripted text is not sampled). Like a sampler, it cuts a turn at the
@@ -20,6 +29,13 @@ type Agent interface {
 func Play(env *Env, agent Agent, maxTurns int) (float32, error) {
 	for turn := 0; !env.Done() && turn < maxTurns; turn++ {
 		out, failed := env.Last()
+		if h, ok := agent.(Hinter); ok && failed {
+			if text := h.Hint(env); text != "" {
+				if _, err := env.Hint(text); err != nil && !errors.Is(err, ErrNoRoom) {
+					return 0, fmt.Errorf("play %s: %w", env.Task().ID, err)
+				}
+			}
+		}
 		line := agent.Act(env.Task(), out, failed)
 		gen := append(env.r.tok.EncodeText(line), env.StopID())
 		gen = gen[:min(len(gen), env.Budget())]

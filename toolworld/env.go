@@ -1,6 +1,7 @@
 package toolworld
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -72,8 +73,8 @@ func New(task Task, tok data.Tokenizer, opts Options) (*Env, error) {
 		return nil, fmt.Errorf("new episode of %s: %w", task.ID, err)
 	}
 	e := &Env{task: task, opts: opts, r: r, m: newMachine(task)}
-	e.push(r.turn(RoleSystem, SystemPrompt, true), nil, rollout.KindSystem, "", rollout.StatusNone)
-	e.push(r.turn(RoleUser, task.Prompt, false), nil, rollout.KindUser, "", rollout.StatusNone)
+	e.push(r.turn(RoleSystem, SystemPrompt), nil, rollout.KindSystem, "", rollout.StatusNone)
+	e.push(r.turn(RoleUser, task.Prompt), nil, rollout.KindUser, "", rollout.StatusNone)
 	e.openPolicyTurn()
 	return e, nil
 }
@@ -92,7 +93,7 @@ func (e *Env) Tokens() []int32 { return append([]int32(nil), e.tokens...) }
 func (e *Env) StopID() int32 { return e.r.stop }
 
 // Budget returns how many tokens the next policy turn may hold within MaxTokens.
-func (e *Env) Budget() int { return max(e.opts.MaxTokens-len(e.tokens), 0) }
+func (e *Env) Budget() int { return max(e.opts.MaxTokens-len(e.tokens)-len(e.r.sep), 0) }
 
 // Done reports whether the episode is over.
 func (e *Env) Done() bool { return e.done }
@@ -114,7 +115,9 @@ func (e *Env) Truncated() bool { return e.truncated }
 // Step takes one policy turn: generated are the sampled tokens (normally ending with
 // StopID), logprobs their sampler log-probs (nil: none, the tokens are recorded with
 // null log-probs). It runs the call the turn holds and returns the tokens the harness
-// appends: the tool turn and the next assistant header, none when the episode is over.
+// appends after the generated ones, so that the sampler's context stays equal to
+// Tokens: the turn's separator, the tool turn and the next assistant header (when the
+// episode is over, at most a separator).
 func (e *Env) Step(generated []int32, logprobs []float32) (next []int32, done bool, err error) {
 	if e.done {
 		return nil, true, fmt.Errorf("step %s: the episode is over", e.task.ID)
@@ -132,6 +135,7 @@ func (e *Env) Step(generated []int32, logprobs []float32) (next []int32, done bo
 		return nil, false, fmt.Errorf("step %s: %w", e.task.ID, err)
 	}
 	e.append(generated, logprobs)
+	harness := len(e.tokens) // what the harness appends from here on is returned
 	if !stopped {
 		if len(e.tokens) >= e.opts.MaxTokens {
 			e.closePolicyTurn(rollout.KindAssistant, "")
@@ -139,12 +143,13 @@ func (e *Env) Step(generated []int32, logprobs []float32) (next []int32, done bo
 		}
 		e.append(e.r.end, nil) // the harness closes a turn cut short, as context
 	}
+	e.append(e.r.sep, nil)
 	call := ParseCall(text)
 	if call.Name == AnswerCommand {
 		e.closePolicyTurn(rollout.KindAssistant, "")
 		e.answer = strings.Join(call.Args, " ")
 		e.reward = e.task.Check(e.answer, e.m.kv)
-		return nil, e.finish(false), nil
+		return e.since(harness), e.finish(false), nil
 	}
 	e.closePolicyTurn(rollout.KindToolCall, toolLabel(call.Name))
 	out, failed := e.m.run(call)
@@ -153,22 +158,50 @@ func (e *Env) Step(generated []int32, logprobs []float32) (next []int32, done bo
 		e.toolErrors++
 	}
 	e.last, e.lastFailed = out, failed
-	result := e.r.turn(RoleTool, out, false)
-	if len(e.tokens)+len(result)+len(e.r.open(RoleAssistant, false))+minTurn > e.opts.MaxTokens {
-		return nil, e.finish(true), nil
+	result := e.r.turn(RoleTool, out)
+	if len(e.tokens)+len(result)+len(e.r.header[RoleAssistant])+minTurn > e.opts.MaxTokens {
+		return e.since(harness), e.finish(true), nil
 	}
 	status := rollout.StatusOK
 	if failed {
 		status = rollout.StatusError
 	}
-	from := len(e.tokens)
 	e.push(result, nil, rollout.KindToolResult, toolLabel(call.Name), status)
 	if e.calls >= e.opts.MaxCalls {
-		return e.tokens[from:], e.finish(true), nil
+		return e.since(harness), e.finish(true), nil
 	}
 	e.openPolicyTurn()
-	return append([]int32(nil), e.tokens[from:]...), false, nil
+	return e.since(harness), false, nil
 }
+
+// since returns a copy of the tokens from position i on.
+func (e *Env) since(i int) []int32 { return append([]int32(nil), e.tokens[i:]...) }
+
+// HintLabel starts the text of a hint turn, as teacher.DefaultTemplate's Label does.
+const HintLabel = "Hint: "
+
+// Hint inserts a user turn "Hint: text" in front of the pending policy turn, where the
+// teacher inserts a hint (teacher.Inserter with the user-turn preset of the chat format
+// and HintLabel gives the same tokens): for demonstrations in which a hint precedes a
+// corrected action. The turn is context (null log-probs, a user segment). It returns
+// the new context to generate from. A hint that leaves no room for a turn ends the
+// episode (ErrNoRoom).
+func (e *Env) Hint(text string) ([]int32, error) {
+	if e.done {
+		return nil, fmt.Errorf("hint %s: the episode is over", e.task.ID)
+	}
+	turn := e.r.turn(RoleUser, HintLabel+strings.TrimSpace(text))
+	if e.start+len(turn)+len(e.r.header[RoleAssistant])+minTurn > e.opts.MaxTokens {
+		return nil, fmt.Errorf("hint %s: %w", e.task.ID, ErrNoRoom)
+	}
+	e.tokens, e.lps, e.valid = e.tokens[:e.start], e.lps[:e.start], e.valid[:e.start]
+	e.push(turn, nil, rollout.KindUser, "", rollout.StatusNone)
+	e.openPolicyTurn()
+	return e.Tokens(), nil
+}
+
+// ErrNoRoom is the error of Hint when the hint would not leave room for a policy turn.
+var ErrNoRoom = errors.New("no room left in the episode")
 
 func (e *Env) finish(truncated bool) bool {
 	e.done, e.truncated = true, truncated
@@ -193,7 +226,7 @@ func toolLabel(name string) string {
 // openPolicyTurn appends the assistant header (context) and marks where the turn starts.
 func (e *Env) openPolicyTurn() {
 	e.start = len(e.tokens)
-	e.append(e.r.open(RoleAssistant, false), nil)
+	e.append(e.r.header[RoleAssistant], nil)
 }
 
 // closePolicyTurn records the pending policy turn, header included, as one segment.

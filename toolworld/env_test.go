@@ -62,7 +62,7 @@ func playOracle(t *testing.T, env *Env, tok data.Tokenizer) []string {
 		ctx = append(append(ctx, gen...), next...)
 		require.Equal(t, env.Tokens(), ctx, "the sampler's context is the env's tokens")
 		turns = append(turns, line)
-		require.Equal(t, done, len(next) == 0)
+		require.Equal(t, done, env.Done())
 	}
 	require.True(t, env.Done())
 	return turns
@@ -148,7 +148,7 @@ func TestTranscriptText(t *testing.T) {
 			"<|assistant|>ls tmp<|end|><|tool|>fox.txt<|end|><|assistant|>cat tmp/fox.txt<|end|><|tool|>10<|end|><|assistant|>answer 10<|end|>"},
 		{"chatml", qwen3(t), "<|im_start|>system\n" + SystemPrompt + "<|im_end|>\n<|im_start|>user\nGive the number in the only file in tmp/.<|im_end|>\n" +
 			"<|im_start|>assistant\nls tmp<|im_end|>\n<|im_start|>tool\nfox.txt<|im_end|>\n<|im_start|>assistant\ncat tmp/fox.txt<|im_end|>\n" +
-			"<|im_start|>tool\n10<|im_end|>\n<|im_start|>assistant\nanswer 10<|im_end|>"},
+			"<|im_start|>tool\n10<|im_end|>\n<|im_start|>assistant\nanswer 10<|im_end|>\n"},
 	} {
 		task, err := Generate(SplitHeldout, 3)
 		require.NoError(t, err)

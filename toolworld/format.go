@@ -8,14 +8,19 @@ import (
 )
 
 // Format is a chat format: the harness text that opens each role's turn, the token
-// that closes every turn (the policy's stop token) and the text between turns. Header
-// and separator text is the harness's: its special-token strings become special ids.
-// Turn contents (the task, tool output, the policy's own tokens) never do.
+// that closes every turn (the policy's stop token) and the harness text after it.
+// Header and separator text is the harness's: its special-token strings become
+// special ids. Turn contents (the task, tool output, the policy's own tokens) never do.
+//
+// Sep belongs to the turn it follows, as in Hugging Face ChatML templates
+// ("<|im_end|>\n"), so a turn starts at its header: the teacher's hint template
+// (teacher.Template, a whole user turn with its own trailing separator) inserted at a
+// turn's start renders exactly as Env.Hint does.
 type Format struct {
 	Name                          string
 	System, User, Assistant, Tool string // turn headers
 	End                           string // closes a turn; must be one special token
-	Sep                           string // between a turn's End and the next header
+	Sep                           string // after a turn's End: harness context
 }
 
 // BytesFormat is the byte tokenizer's chat format, the one data.BytesChatTemplate
@@ -73,8 +78,11 @@ const (
 func newRenderer(f Format, tok data.Tokenizer) (*renderer, error) {
 	parts := map[string]string{RoleSystem: f.System, RoleUser: f.User, RoleAssistant: f.Assistant, RoleTool: f.Tool}
 	r := &renderer{tok: tok, header: map[string][]int32{}}
-	for name, text := range map[string]string{"system": f.System, "user": f.User, "assistant": f.Assistant,
-		"tool": f.Tool, "end": f.End, "sep": f.Sep} {
+	for _, name := range []string{RoleSystem, RoleUser, RoleAssistant, RoleTool, "end", "sep"} {
+		text := map[string]string{"end": f.End, "sep": f.Sep}[name]
+		if t, ok := parts[name]; ok {
+			text = t
+		}
 		for _, m := range markerRE.FindAllString(text, -1) {
 			if _, ok := tok.SpecialID(m); !ok {
 				return nil, fmt.Errorf("chat format %s: %s: %q is not a special token of tokenizer %s", f.Name, name, m, tok.Fingerprint())
@@ -95,19 +103,11 @@ func newRenderer(f Format, tok data.Tokenizer) (*renderer, error) {
 	return r, nil
 }
 
-// open returns the ids that open a turn of role: the separator unless it is the first
-// turn, then the role's header.
-func (r *renderer) open(role string, first bool) []int32 {
-	var out []int32
-	if !first {
-		out = append(out, r.sep...)
-	}
-	return append(out, r.header[role]...)
-}
-
-// turn returns a whole harness turn: open, content encoded injection-safe, end.
-func (r *renderer) turn(role, content string, first bool) []int32 {
-	out := r.open(role, first)
+// turn returns a whole harness turn: header, content encoded injection-safe, end,
+// separator.
+func (r *renderer) turn(role, content string) []int32 {
+	out := append([]int32(nil), r.header[role]...)
 	out = append(out, r.tok.EncodeText(content)...)
-	return append(out, r.end...)
+	out = append(out, r.end...)
+	return append(out, r.sep...)
 }

@@ -1,0 +1,108 @@
+package toolworld
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/teacher"
+)
+
+// TestHintMatchesTeacherInsertion plays a failed call and the right one twice, once
+// with a hint before the corrected call: the hinted rollout must equal the plain one
+// with the teacher's template inserted at that policy turn's start, so that hint
+// demonstrations look to the model exactly like the teacher pass's input.
+func TestHintMatchesTeacherInsertion(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tok    data.Tokenizer
+		preset string
+	}{
+		{"bytes", data.NewBytesTokenizer(), "bytes"},
+		{"chatml", qwen3(t), "chatml"},
+	} {
+		task := heldoutTask(t, "read")
+		const hint = "list the directory first."
+		play := func(withHint bool) *rollout.Rollout {
+			env, err := New(task, tc.tok, Options{MaxTokens: 512})
+			require.NoError(t, err)
+			for i, line := range append([]string{"cat tmp/owl.txt"}, task.Solution...) {
+				if i == 1 && withHint {
+					ctx, err := env.Hint(hint)
+					require.NoError(t, err)
+					require.Equal(t, env.Tokens(), ctx)
+				}
+				_, _, err := env.Step(append(tc.tok.EncodeText(line), env.StopID()), nil)
+				require.NoError(t, err)
+			}
+			require.Equal(t, float32(1), env.Reward())
+			return env.Rollout("r")
+		}
+		plain, hinted := play(false), play(true)
+		require.Empty(t, rollout.Validate(hinted, rollout.ReadOptions{VocabSize: tc.tok.VocabSize()}))
+
+		in, err := teacher.NewInserter(teacher.Template{Preset: tc.preset, Label: HintLabel}, tc.tok, 0)
+		require.NoError(t, err)
+		wrapped, err := in.Wrap(hint)
+		require.NoError(t, err)
+		turn := plain.Segments[4] // system, user, failed call, its result, the corrected call
+		require.Equal(t, rollout.KindToolCall, turn.Kind)
+		ins := teacher.Insert(plain.Tokens, teacher.Selection{InsertAt: turn.Start, End: int32(len(plain.Tokens))}, wrapped)
+		require.Equal(t, hinted.Tokens, ins.Tokens, tc.name)
+		require.Equal(t, "user", hinted.Segments[4].KindName)
+		require.Equal(t, turn.Start, hinted.Segments[4].Start)
+	}
+}
+
+func TestHintErrors(t *testing.T) {
+	tok := data.NewBytesTokenizer()
+	env, err := New(heldoutTask(t, "read"), tok, Options{MaxTokens: 120})
+	require.NoError(t, err)
+	_, err = env.Hint(string(make([]byte, 100)))
+	require.ErrorIs(t, err, ErrNoRoom)
+	require.Len(t, env.Rollout("r").Segments, 2, "a refused hint leaves nothing behind")
+	_, _, err = env.Step(append(tok.EncodeText("answer 1"), env.StopID()), nil)
+	require.NoError(t, err)
+	_, err = env.Hint("x")
+	require.ErrorContains(t, err, "the episode is over")
+}
+
+// hintingNoisy is a Noisy agent whose hints name the failed output's first word.
+type hintingNoisy struct{ *Noisy }
+
+func (h hintingNoisy) Hint(env *Env) string {
+	out, _ := env.Last()
+	return "fix " + ParseCall(out).Name
+}
+
+func TestPlayInsertsHintsAfterFailedCalls(t *testing.T) {
+	tok := data.NewBytesTokenizer()
+	hinted := 0
+	for i, task := range mustTasks(t, SplitTrain, 40) {
+		env, err := New(task, tok, Options{MaxTokens: 512})
+		require.NoError(t, err)
+		_, err = Play(env, hintingNoisy{NewNoisy(0.4, uint64(i))}, 50)
+		require.NoError(t, err)
+		r := env.Rollout("r")
+		require.Empty(t, rollout.Validate(r, rollout.ReadOptions{VocabSize: tok.VocabSize()}))
+		for k, s := range r.Segments {
+			if s.Kind == rollout.KindToolResult && s.Status == rollout.StatusError && k+1 < len(r.Segments) {
+				next := r.Segments[k+1]
+				require.Equal(t, rollout.KindUser, next.Kind, "%s: a hint follows the failed call", task.ID)
+				text, _ := tok.Decode(r.Tokens[next.Start:next.End])
+				require.Contains(t, text, "<|user|>"+HintLabel+"fix ")
+				hinted++
+			}
+		}
+	}
+	require.Greater(t, hinted, 5)
+}
+
+func mustTasks(t *testing.T, split string, n int) []Task {
+	t.Helper()
+	tasks, err := Tasks(split, n)
+	require.NoError(t, err)
+	return tasks
+}
