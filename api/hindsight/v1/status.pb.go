@@ -497,6 +497,10 @@ type Status struct {
 	// Why the daemon is paused, one line: "operator: <reason>" (hindsight pause),
 	// "disk full: <path>", or both joined by "; ".
 	PauseReason string `protobuf:"bytes,20,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// Checkpoint evals (config eval:): the newest result of each suite, and per suite
+	// the result with the best primary metric so far. Empty without eval suites.
+	Evals     []*EvalResult `protobuf:"bytes,21,rep,name=evals,proto3" json:"evals,omitempty"`
+	BestEvals []*EvalResult `protobuf:"bytes,22,rep,name=best_evals,json=bestEvals,proto3" json:"best_evals,omitempty"`
 	// Who paused the daemon, why and since when, and the disk-full state; unset while
 	// the daemon runs normally.
 	Pause         *PauseState `protobuf:"bytes,30,opt,name=pause,proto3" json:"pause,omitempty"`
@@ -674,11 +678,151 @@ func (x *Status) GetPauseReason() string {
 	return ""
 }
 
+func (x *Status) GetEvals() []*EvalResult {
+	if x != nil {
+		return x.Evals
+	}
+	return nil
+}
+
+func (x *Status) GetBestEvals() []*EvalResult {
+	if x != nil {
+		return x.BestEvals
+	}
+	return nil
+}
+
 func (x *Status) GetPause() *PauseState {
 	if x != nil {
 		return x.Pause
 	}
 	return nil
+}
+
+// EvalResult is one eval suite's result for one checkpoint, as evals.jsonl records it.
+type EvalResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The suite's name from the config, and its kind: toolworld, likelihood or command.
+	Suite string `protobuf:"bytes,1,opt,name=suite,proto3" json:"suite,omitempty"`
+	Kind  string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Optimizer step of the checkpoint evaluated, and its directory.
+	Step       int64  `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	Checkpoint string `protobuf:"bytes,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// When the result was recorded.
+	At *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=at,proto3" json:"at,omitempty"`
+	// Metrics by name (e.g. success, mean_reward, tool_error_rate, tokens_per_task,
+	// mean_logprob, or a command's own numeric fields).
+	Metrics map[string]float64 `protobuf:"bytes,6,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// The metric that ranks checkpoints for this suite (higher is better).
+	Primary string `protobuf:"bytes,7,opt,name=primary,proto3" json:"primary,omitempty"`
+	// False when the eval budget ran out first: the metrics cover the part done.
+	Complete bool `protobuf:"varint,8,opt,name=complete,proto3" json:"complete,omitempty"`
+	// Seconds the suite took.
+	TookSeconds float64 `protobuf:"fixed64,9,opt,name=took_seconds,json=tookSeconds,proto3" json:"took_seconds,omitempty"`
+	// Why the suite failed; empty on success. A failing eval never stops training.
+	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvalResult) Reset() {
+	*x = EvalResult{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvalResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvalResult) ProtoMessage() {}
+
+func (x *EvalResult) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvalResult.ProtoReflect.Descriptor instead.
+func (*EvalResult) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *EvalResult) GetSuite() string {
+	if x != nil {
+		return x.Suite
+	}
+	return ""
+}
+
+func (x *EvalResult) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *EvalResult) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *EvalResult) GetCheckpoint() string {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return ""
+}
+
+func (x *EvalResult) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *EvalResult) GetMetrics() map[string]float64 {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+func (x *EvalResult) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *EvalResult) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *EvalResult) GetTookSeconds() float64 {
+	if x != nil {
+		return x.TookSeconds
+	}
+	return 0
+}
+
+func (x *EvalResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // PauseState holds the two independent reasons to pause: an operator's pause, which
@@ -709,7 +853,7 @@ type PauseState struct {
 
 func (x *PauseState) Reset() {
 	*x = PauseState{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +865,7 @@ func (x *PauseState) String() string {
 func (*PauseState) ProtoMessage() {}
 
 func (x *PauseState) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +878,7 @@ func (x *PauseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseState.ProtoReflect.Descriptor instead.
 func (*PauseState) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PauseState) GetOperator() bool {
@@ -845,7 +989,7 @@ type TrainingStats struct {
 
 func (x *TrainingStats) Reset() {
 	*x = TrainingStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1001,7 @@ func (x *TrainingStats) String() string {
 func (*TrainingStats) ProtoMessage() {}
 
 func (x *TrainingStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1014,7 @@ func (x *TrainingStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainingStats.ProtoReflect.Descriptor instead.
 func (*TrainingStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TrainingStats) GetStep() int64 {
@@ -1012,7 +1156,7 @@ type CheckpointInfo struct {
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1168,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1181,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckpointInfo) GetStep() int64 {
@@ -1084,7 +1228,7 @@ type TeacherStats struct {
 
 func (x *TeacherStats) Reset() {
 	*x = TeacherStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1240,7 @@ func (x *TeacherStats) String() string {
 func (*TeacherStats) ProtoMessage() {}
 
 func (x *TeacherStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1253,7 @@ func (x *TeacherStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeacherStats.ProtoReflect.Descriptor instead.
 func (*TeacherStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TeacherStats) GetHintsBySource() map[string]int64 {
@@ -1190,7 +1334,7 @@ type CreditStats struct {
 
 func (x *CreditStats) Reset() {
 	*x = CreditStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1346,7 @@ func (x *CreditStats) String() string {
 func (*CreditStats) ProtoMessage() {}
 
 func (x *CreditStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1359,7 @@ func (x *CreditStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreditStats.ProtoReflect.Descriptor instead.
 func (*CreditStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{13}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreditStats) GetDeltaAbsMean() float64 {
@@ -1289,7 +1433,7 @@ type QueueDepths struct {
 
 func (x *QueueDepths) Reset() {
 	*x = QueueDepths{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1445,7 @@ func (x *QueueDepths) String() string {
 func (*QueueDepths) ProtoMessage() {}
 
 func (x *QueueDepths) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1458,7 @@ func (x *QueueDepths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepths.ProtoReflect.Descriptor instead.
 func (*QueueDepths) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{14}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueueDepths) GetFiles() int64 {
@@ -1362,7 +1506,7 @@ type BackendInfo struct {
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1518,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1531,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BackendInfo) GetName() string {
@@ -1449,7 +1593,7 @@ type SpoolCounts struct {
 
 func (x *SpoolCounts) Reset() {
 	*x = SpoolCounts{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1605,7 @@ func (x *SpoolCounts) String() string {
 func (*SpoolCounts) ProtoMessage() {}
 
 func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1618,7 @@ func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpoolCounts.ProtoReflect.Descriptor instead.
 func (*SpoolCounts) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SpoolCounts) GetIncoming() int64 {
@@ -1536,7 +1680,7 @@ type IngestStats struct {
 
 func (x *IngestStats) Reset() {
 	*x = IngestStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1692,7 @@ func (x *IngestStats) String() string {
 func (*IngestStats) ProtoMessage() {}
 
 func (x *IngestStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1705,7 @@ func (x *IngestStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestStats.ProtoReflect.Descriptor instead.
 func (*IngestStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *IngestStats) GetFilesClaimed() int64 {
@@ -1654,7 +1798,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x12WatchStatusRequest\x125\n" +
 	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"C\n" +
 	"\x13WatchStatusResponse\x12,\n" +
-	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\xd1\a\n" +
+	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\xba\b\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.hindsight.v1.StateR\x05state\x129\n" +
@@ -1680,7 +1824,28 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\abackend\x18\x12 \x01(\v2\x19.hindsight.v1.BackendInfoR\abackend\x12\x16\n" +
 	"\x06paused\x18\x13 \x01(\bR\x06paused\x12!\n" +
 	"\fpause_reason\x18\x14 \x01(\tR\vpauseReason\x12.\n" +
-	"\x05pause\x18\x1e \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\"\xeb\x02\n" +
+	"\x05evals\x18\x15 \x03(\v2\x18.hindsight.v1.EvalResultR\x05evals\x127\n" +
+	"\n" +
+	"best_evals\x18\x16 \x03(\v2\x18.hindsight.v1.EvalResultR\tbestEvals\x12.\n" +
+	"\x05pause\x18\x1e \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\"\x82\x03\n" +
+	"\n" +
+	"EvalResult\x12\x14\n" +
+	"\x05suite\x18\x01 \x01(\tR\x05suite\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x03R\x04step\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x04 \x01(\tR\n" +
+	"checkpoint\x12*\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12?\n" +
+	"\ametrics\x18\x06 \x03(\v2%.hindsight.v1.EvalResult.MetricsEntryR\ametrics\x12\x18\n" +
+	"\aprimary\x18\a \x01(\tR\aprimary\x12\x1a\n" +
+	"\bcomplete\x18\b \x01(\bR\bcomplete\x12!\n" +
+	"\ftook_seconds\x18\t \x01(\x01R\vtookSeconds\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\x1a:\n" +
+	"\fMetricsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xeb\x02\n" +
 	"\n" +
 	"PauseState\x12\x1a\n" +
 	"\boperator\x18\x01 \x01(\bR\boperator\x12\x0e\n" +
@@ -1808,7 +1973,7 @@ func file_hindsight_v1_status_proto_rawDescGZIP() []byte {
 }
 
 var file_hindsight_v1_status_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_hindsight_v1_status_proto_goTypes = []any{
 	(State)(0),                    // 0: hindsight.v1.State
 	(*PauseRequest)(nil),          // 1: hindsight.v1.PauseRequest
@@ -1820,62 +1985,68 @@ var file_hindsight_v1_status_proto_goTypes = []any{
 	(*WatchStatusRequest)(nil),    // 7: hindsight.v1.WatchStatusRequest
 	(*WatchStatusResponse)(nil),   // 8: hindsight.v1.WatchStatusResponse
 	(*Status)(nil),                // 9: hindsight.v1.Status
-	(*PauseState)(nil),            // 10: hindsight.v1.PauseState
-	(*TrainingStats)(nil),         // 11: hindsight.v1.TrainingStats
-	(*CheckpointInfo)(nil),        // 12: hindsight.v1.CheckpointInfo
-	(*TeacherStats)(nil),          // 13: hindsight.v1.TeacherStats
-	(*CreditStats)(nil),           // 14: hindsight.v1.CreditStats
-	(*QueueDepths)(nil),           // 15: hindsight.v1.QueueDepths
-	(*BackendInfo)(nil),           // 16: hindsight.v1.BackendInfo
-	(*SpoolCounts)(nil),           // 17: hindsight.v1.SpoolCounts
-	(*IngestStats)(nil),           // 18: hindsight.v1.IngestStats
-	nil,                           // 19: hindsight.v1.TeacherStats.HintsBySourceEntry
-	nil,                           // 20: hindsight.v1.TeacherStats.FailuresByKindEntry
-	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*EvalResult)(nil),            // 10: hindsight.v1.EvalResult
+	(*PauseState)(nil),            // 11: hindsight.v1.PauseState
+	(*TrainingStats)(nil),         // 12: hindsight.v1.TrainingStats
+	(*CheckpointInfo)(nil),        // 13: hindsight.v1.CheckpointInfo
+	(*TeacherStats)(nil),          // 14: hindsight.v1.TeacherStats
+	(*CreditStats)(nil),           // 15: hindsight.v1.CreditStats
+	(*QueueDepths)(nil),           // 16: hindsight.v1.QueueDepths
+	(*BackendInfo)(nil),           // 17: hindsight.v1.BackendInfo
+	(*SpoolCounts)(nil),           // 18: hindsight.v1.SpoolCounts
+	(*IngestStats)(nil),           // 19: hindsight.v1.IngestStats
+	nil,                           // 20: hindsight.v1.EvalResult.MetricsEntry
+	nil,                           // 21: hindsight.v1.TeacherStats.HintsBySourceEntry
+	nil,                           // 22: hindsight.v1.TeacherStats.FailuresByKindEntry
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_hindsight_v1_status_proto_depIdxs = []int32{
-	10, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
-	10, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
+	11, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
+	11, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
 	9,  // 2: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
-	21, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	23, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	9,  // 4: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
 	0,  // 5: hindsight.v1.Status.state:type_name -> hindsight.v1.State
-	22, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	21, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
-	17, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
-	18, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
-	18, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
-	22, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
-	11, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
-	12, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
-	13, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
-	14, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
-	15, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
-	16, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
-	10, // 18: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
-	22, // 19: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
-	22, // 20: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
-	22, // 21: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
-	22, // 22: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
-	21, // 23: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
-	22, // 24: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
-	19, // 25: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
-	20, // 26: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
-	21, // 27: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
-	5,  // 28: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	7,  // 29: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	1,  // 30: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
-	3,  // 31: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
-	6,  // 32: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	8,  // 33: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	2,  // 34: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
-	4,  // 35: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
-	32, // [32:36] is the sub-list for method output_type
-	28, // [28:32] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	24, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	23, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
+	18, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
+	19, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
+	19, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
+	24, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
+	12, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
+	13, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
+	14, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
+	15, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
+	16, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
+	17, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
+	10, // 18: hindsight.v1.Status.evals:type_name -> hindsight.v1.EvalResult
+	10, // 19: hindsight.v1.Status.best_evals:type_name -> hindsight.v1.EvalResult
+	11, // 20: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
+	24, // 21: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
+	20, // 22: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
+	24, // 23: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
+	24, // 24: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
+	24, // 25: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
+	24, // 26: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
+	23, // 27: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
+	24, // 28: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
+	21, // 29: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
+	22, // 30: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
+	23, // 31: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
+	5,  // 32: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	7,  // 33: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	1,  // 34: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	3,  // 35: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	6,  // 36: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	8,  // 37: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	2,  // 38: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	4,  // 39: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	36, // [36:40] is the sub-list for method output_type
+	32, // [32:36] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
@@ -1889,7 +2060,7 @@ func file_hindsight_v1_status_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hindsight_v1_status_proto_rawDesc), len(file_hindsight_v1_status_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
