@@ -137,7 +137,7 @@ func (e *Env) Step(generated []int32, logprobs []float32) (next []int32, done bo
 	e.append(generated, logprobs)
 	harness := len(e.tokens) // what the harness appends from here on is returned
 	if !stopped {
-		if len(e.tokens) >= e.opts.MaxTokens {
+		if len(e.tokens)+len(e.r.end)+len(e.r.sep) > e.opts.MaxTokens { // no room to close the turn
 			e.closePolicyTurn(rollout.KindAssistant, "")
 			return nil, e.finish(true), nil
 		}

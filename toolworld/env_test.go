@@ -179,6 +179,12 @@ func TestFormatFor(t *testing.T) {
 	bad.End = "<|end|><|end|>"
 	_, err = New(Task{ID: "x"}, data.NewBytesTokenizer(), Options{Format: &bad})
 	require.ErrorContains(t, err, "is 2 tokens; it must be one (the stop token)")
+	bad = BytesFormat
+	bad.Tool = ""
+	_, err = New(Task{ID: "x"}, data.NewBytesTokenizer(), Options{Format: &bad})
+	require.ErrorContains(t, err, "chat format bytes: tool header is empty")
+	_, err = New(Task{ID: "x"}, qwen3(t), Options{Format: &BytesFormat})
+	require.ErrorContains(t, err, `"<|system|>" is not a special token`)
 }
 
 func TestToolOutputIsInjectionSafe(t *testing.T) {

@@ -76,24 +76,21 @@ const (
 )
 
 func newRenderer(f Format, tok data.Tokenizer) (*renderer, error) {
-	parts := map[string]string{RoleSystem: f.System, RoleUser: f.User, RoleAssistant: f.Assistant, RoleTool: f.Tool}
 	r := &renderer{tok: tok, header: map[string][]int32{}}
-	for _, name := range []string{RoleSystem, RoleUser, RoleAssistant, RoleTool, "end", "sep"} {
-		text := map[string]string{"end": f.End, "sep": f.Sep}[name]
-		if t, ok := parts[name]; ok {
-			text = t
-		}
-		for _, m := range markerRE.FindAllString(text, -1) {
+	parts := []struct{ name, text string }{{RoleSystem, f.System}, {RoleUser, f.User},
+		{RoleAssistant, f.Assistant}, {RoleTool, f.Tool}, {"end", f.End}, {"sep", f.Sep}}
+	for i, p := range parts {
+		for _, m := range markerRE.FindAllString(p.text, -1) {
 			if _, ok := tok.SpecialID(m); !ok {
-				return nil, fmt.Errorf("chat format %s: %s: %q is not a special token of tokenizer %s", f.Name, name, m, tok.Fingerprint())
+				return nil, fmt.Errorf("chat format %s: %s: %q is not a special token of tokenizer %s", f.Name, p.name, m, tok.Fingerprint())
 			}
 		}
-	}
-	for role, text := range parts {
-		if text == "" {
-			return nil, fmt.Errorf("chat format %s: %s header is empty", f.Name, role)
+		if i < 4 { // the four role headers
+			if p.text == "" {
+				return nil, fmt.Errorf("chat format %s: %s header is empty", f.Name, p.name)
+			}
+			r.header[p.name] = tok.Encode(p.text)
 		}
-		r.header[role] = tok.Encode(text)
 	}
 	r.end, r.sep = tok.Encode(f.End), tok.Encode(f.Sep)
 	if len(r.end) != 1 {

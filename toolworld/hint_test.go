@@ -106,3 +106,32 @@ func mustTasks(t *testing.T, split string, n int) []Task {
 	require.NoError(t, err)
 	return tasks
 }
+
+// TestRulesTeacherReadsTheWorld checks that the rules teacher understands the world's
+// failed calls: their error texts and the system prompt's tool list.
+func TestRulesTeacherReadsTheWorld(t *testing.T) {
+	tok := data.NewBytesTokenizer()
+	rules := teacher.NewRulesTeacher(teacher.DefaultRulesConfig(), tok)
+	for _, tc := range []struct {
+		call, advice string
+	}{
+		{"cta tmp/fox.txt", "that tool does not exist"},
+		{"cat tmp/owl.txt", "does not exist. Find the right one first (for example with `grep`)"},
+		{"get owl", "does not exist. Find the right one first"},
+		{"ls -l tmp", "its arguments are malformed"},
+		{"calc fox+1", "its arguments are malformed"},
+		{"set owl ten", "its arguments are malformed"},
+	} {
+		env, err := New(heldoutTask(t, "read"), tok, Options{})
+		require.NoError(t, err)
+		_, _, err = env.Step(append(tok.EncodeText(tc.call), env.StopID()), nil)
+		require.NoError(t, err)
+		r := env.Rollout("r")
+		seg := r.Segments[2]
+		require.Equal(t, rollout.KindToolCall, seg.Kind)
+		hints, err := rules.Hints(t.Context(), r, []teacher.Selection{{Segment: 2, InsertAt: seg.Start, End: seg.End, Source: 3}})
+		require.NoError(t, err)
+		require.Contains(t, hints[0].Text, tc.advice, tc.call)
+		require.Contains(t, hints[0].Text, "never", "%s: the unused tools of the system prompt are named", tc.call)
+	}
+}

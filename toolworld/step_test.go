@@ -124,6 +124,16 @@ func TestTurnWithoutStopToken(t *testing.T) {
 	require.True(t, done)
 	require.True(t, env.Truncated())
 	require.Equal(t, 0, env.Budget())
+
+	// ChatML: the turn's end and separator count against MaxTokens too.
+	q := qwen3(t)
+	env, err = New(heldoutTask(t, "read"), q, Options{MaxTokens: 100})
+	require.NoError(t, err)
+	gen := q.EncodeText(strings.Repeat("x", 400))[:env.Budget()]
+	_, done, err = env.Step(gen, nil)
+	require.NoError(t, err)
+	require.True(t, done && env.Truncated())
+	require.LessOrEqual(t, len(env.Tokens()), 100)
 }
 
 func TestStepRejectsBadInput(t *testing.T) {
