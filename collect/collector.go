@@ -96,7 +96,12 @@ func Run(ctx context.Context, opts Options) (Totals, error) {
 	var successSum float64
 	next := opts.StartTask
 	for file := 0; opts.Files == 0 || file < opts.Files; file++ {
-		if err := waitForRoom(ctx, opts.Out, opts.MaxPending); err != nil {
+		if err := waitForRoom(ctx, opts.Out, opts.MaxPending, func(n int) {
+			log.Info().Int("pending", n).Msg("waiting for the daemon to claim rollout files")
+			if opts.Progress != nil {
+				fmt.Fprintf(opts.Progress, "  waiting: %d unclaimed files in %s (-max-pending %d); is hindsightd running?\n", n, opts.Out, opts.MaxPending)
+			}
+		}); err != nil {
 			return tot, nil
 		}
 		reloaded, err := p.refresh()
@@ -154,15 +159,19 @@ func Run(ctx context.Context, opts Options) (Totals, error) {
 	return tot, nil
 }
 
-// waitForRoom waits while dir holds max or more complete rollout files.
-func waitForRoom(ctx context.Context, dir string, max int) error {
-	for {
+// waitForRoom waits while dir holds max or more complete rollout files, calling
+// waiting once when it starts to wait.
+func waitForRoom(ctx context.Context, dir string, max int, waiting func(n int)) error {
+	for said := false; ; said = true {
 		n, err := pending(dir)
 		if err != nil {
 			return err
 		}
 		if n < max {
 			return ctx.Err()
+		}
+		if !said {
+			waiting(n)
 		}
 		select {
 		case <-ctx.Done():

@@ -101,9 +101,11 @@ func TestCollectorWaitsForTheSpool(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(out, "waiting.arrow"), nil, 0o644))
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	tot, err := Run(ctx, Options{ModelDir: modelDir, Out: out, MaxPending: 1, Files: 1, Log: zerolog.Nop()})
+	var progress bytes.Buffer
+	tot, err := Run(ctx, Options{ModelDir: modelDir, Out: out, MaxPending: 1, Files: 1, Log: zerolog.Nop(), Progress: &progress})
 	require.NoError(t, err)
 	require.Zero(t, tot.Files)
+	require.Contains(t, progress.String(), "waiting: 1 unclaimed files")
 	_, err = Run(t.Context(), Options{Out: out, MaxPending: 5, Log: zerolog.Nop()})
 	require.ErrorContains(t, err, "no model directory")
 }
