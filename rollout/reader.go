@@ -93,8 +93,9 @@ type Reader struct {
 	batch arrow.RecordBatch // current batch, owned (one reference)
 	nb    int               // batches loaded so far
 	bc    batchCols
-	brow  int // current row within batch
-	base  int // file row of the batch's first row
+	conv  convBuffers // token ids and log-probs converted to int32, float32
+	brow  int         // current row within batch
+	base  int         // file row of the batch's first row
 
 	cur      *Rollout
 	problems []*Problem
@@ -333,7 +334,7 @@ func (r *Reader) nextBatch() bool {
 	rec.Retain()
 	r.nb++
 	r.batch = rec
-	bc, err := checkBatch(rec, &r.cols)
+	bc, err := checkBatch(rec, &r.cols, &r.conv)
 	if err != nil {
 		r.fail(&Problem{Code: ETruncated, Reason: fmt.Sprintf("batch %d is corrupt: %v", r.nb-1, err)})
 		return false
