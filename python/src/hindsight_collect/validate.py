@@ -56,6 +56,7 @@ class _Row:
     reward: float | None
     feedback: int | None
     bad_tokens: list[tuple[int, int]] | None = None  # (position, id) of ids outside int32
+    decode_problems: list[Problem] | None = None  # what reading the Arrow data found (segment bounds beyond int32)
 
 
 def _tokens_array(tokens: Sequence[int] | None) -> tuple[pa.Array[Any] | None, list[tuple[int, int]] | None]:
@@ -163,6 +164,7 @@ def _check(r: _Row, vocab_size: int, tokenizer: str) -> list[Problem]:
         nulls = pc.fill_null(pc.is_null(r.tokens), False)
         first = pc.index(nulls, True).as_py()
         pre.append(Problem(E_TOKEN_RANGE, "tokens", f"tokens[{first}] is null ({r.tokens.null_count} null token ids)"))
+    pre.extend(r.decode_problems or ())
     for k, s in enumerate(r.segments or ()):
         if s.status == -1:
             pre.append(Problem(E_SEG_STATUS, "segments",
@@ -208,10 +210,10 @@ def _check_tokens(v: _Problems, r: _Row, vocab_size: int) -> None:
         count += 1
         if first < 0 or i < first:
             first, t = i, big
-    if t < 0:
-        reason = f"tokens[{first}] = {t} is negative"
-    elif t > _INT32_MAX:
+    if t > _INT32_MAX or t < -_INT32_MAX - 1:
         reason = f"tokens[{first}] = {t} does not fit in int32"
+    elif t < 0:
+        reason = f"tokens[{first}] = {t} is negative"
     else:
         reason = f"tokens[{first}] = {t} is not below the vocabulary size {vocab_size}"
     if count > 1:
