@@ -122,6 +122,10 @@ func checkBatch(rec arrow.RecordBatch, c *columns, conv *convBuffers) (b batchCo
 // nil Tokens.
 var emptyTokens = []int32{}
 
+// emptyLogProbs is the LogProbs of a non-null empty list, for the same reason: a batch
+// whose log-prob lists are all null or empty has no values buffer to slice.
+var emptyLogProbs = []float32{}
+
 // decode returns row i as a Rollout (strings copied, token and log-prob slices pointing
 // into the batch or its conversion) and the problems that only the Arrow data can
 // show: null token ids, ids or segment bounds that do not fit int32, a status of −1
@@ -176,6 +180,9 @@ func (b *batchCols) decode(i int) (*Rollout, []*Problem) {
 	if b.logprobs.a.IsValid(i) {
 		s, e := b.logprobs.span(i)
 		ro.LogProbs = b.lpVals[s:e:e]
+		if len(ro.LogProbs) == 0 {
+			ro.LogProbs = emptyLogProbs
+		}
 		if b.lpValid != nil {
 			ro.SetLogProbValidity(b.lpValid, b.lpBit+s)
 		}

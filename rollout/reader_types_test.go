@@ -77,7 +77,11 @@ func fxValue(r *Rollout, name string) any {
 		out := make([]any, len(r.Segments))
 		for i, s := range r.Segments {
 			status := fxNullIf(s.Status == StatusNone, int64(s.Status))
-			out[i] = map[string]any{SegStart: int64(s.Start), SegEnd: int64(s.End), SegKind: s.Kind.String(),
+			kind := s.KindName
+			if kind == "" {
+				kind = s.Kind.String()
+			}
+			out[i] = map[string]any{SegStart: int64(s.Start), SegEnd: int64(s.End), SegKind: kind,
 				SegTool: fxNullIf(s.Tool == "", s.Tool), SegStatus: status, SegFeedback: fxNullIf(s.Feedback == "", s.Feedback)}
 		}
 		return out
