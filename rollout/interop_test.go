@@ -35,7 +35,7 @@ type interopSpec struct {
 // interopWriters are the writers the suite must hold, with the files that a writer
 // cannot make and why (README, "Interop").
 var interopWriters = map[string]map[string]string{
-	"pyarrow":  nil,
+	"pyarrow": nil,
 	"js": {
 		"valid.file.lz4.arrow": jsCompression, "valid.file.zstd.arrow": jsCompression,
 		"valid.stream.lz4.arrow": jsCompression, "valid.stream.zstd.arrow": jsCompression,
@@ -43,6 +43,7 @@ var interopWriters = map[string]map[string]string{
 	"arrow-go": nil,
 	"polars":   nil,
 	"duckdb":   nil,
+	"java":     nil,
 }
 
 // jsCompression is why apache-arrow JS has no compressed fixtures.
