@@ -36,10 +36,23 @@ func TestInteropWriteArrowGo(t *testing.T) {
 	dir := filepath.Join(interopDir, "arrow-go")
 	require.NoError(t, os.RemoveAll(dir))
 	require.NoError(t, os.MkdirAll(dir, 0o755))
+	// A Rollout reads a null policy_version as 0: write the spec's nulls as nulls.
+	nullPolicy := map[int]any{}
+	for i, m := range spec.Rollouts {
+		if m["policy_version"] == nil {
+			nullPolicy[i] = nil
+		}
+	}
 	write := func(name string, rs []*Rollout, format, codec string, opts ...ipc.Option) {
 		var recs []arrow.RecordBatch
 		for i := 0; i < len(rs); i += spec.BatchRows {
-			recs = append(recs, fxTyped(t, rs[i:min(i+spec.BatchRows, len(rs))], interopArrowGoTypes(), nil))
+			over := map[string]map[int]any{ColPolicyVersion: {}}
+			for k := range nullPolicy {
+				if k >= i && k < i+spec.BatchRows {
+					over[ColPolicyVersion][k-i] = nil
+				}
+			}
+			recs = append(recs, fxTyped(t, rs[i:min(i+spec.BatchRows, len(rs))], interopArrowGoTypes(), over))
 		}
 		f, err := os.Create(filepath.Join(dir, name+"."+format+codec+".arrow"))
 		require.NoError(t, err)
