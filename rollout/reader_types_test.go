@@ -320,3 +320,21 @@ func TestReaderDictionaryBatches(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 }
+
+// TestReaderEmptyLogProbsBatch reads a batch whose log-prob lists are all null or
+// empty, so that its values buffer is empty: an empty list must still read as empty,
+// not as null.
+func TestReaderEmptyLogProbsBatch(t *testing.T) {
+	rs := []*Rollout{{ID: "null", Tokens: []int32{1}}, {ID: "empty", Tokens: []int32{}, LogProbs: []float32{}}}
+	for _, format := range formats {
+		t.Run(format.String(), func(t *testing.T) {
+			rows, open, err := fxReadAll(t, fxWrite(t, rs, WriteOptions{Format: format}), ReadOptions{})
+			require.NoError(t, open)
+			require.NoError(t, err)
+			require.Len(t, rows, 2)
+			require.Nil(t, rows[0].r.LogProbs)
+			require.NotNil(t, rows[1].r.LogProbs)
+			require.Empty(t, rows[1].r.LogProbs)
+		})
+	}
+}
