@@ -1,6 +1,8 @@
 package rollout
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
@@ -302,4 +304,31 @@ func TestReaderLeadingSchemaMismatch(t *testing.T) {
 	p := fxProblem(t, err, ETruncated)
 	require.Contains(t, p.Reason, "the schema after the file magic differs from the footer's")
 	require.Contains(t, p.Reason, "rollout_iX utf8")
+}
+
+// TestReaderFooterBlockOutside patches the footer's last record batch block to claim a
+// 1 TiB body: the reader refuses the file before reading anything.
+func TestReaderFooterBlockOutside(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(interopDir, "js", "valid.file.arrow"))
+	require.NoError(t, err)
+	n := int(binary.LittleEndian.Uint32(data[len(data)-10:]))
+	footerStart := len(data) - 10 - n
+	ft, err := parseFooter(data[footerStart:len(data)-10], int64(footerStart))
+	require.NoError(t, err)
+	require.Equal(t, 3, ft.batches)
+	b := ft.blocks[len(ft.blocks)-1]
+	pattern := make([]byte, 24)
+	binary.LittleEndian.PutUint64(pattern, uint64(b.offset))
+	binary.LittleEndian.PutUint32(pattern[8:], uint32(b.metaLen))
+	binary.LittleEndian.PutUint64(pattern[16:], uint64(b.bodyLen))
+	at := bytes.Index(data[footerStart:], pattern)
+	require.GreaterOrEqual(t, at, 0, "block not found in the footer")
+	bad := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint64(bad[footerStart+at+16:], 1<<40)
+	path := filepath.Join(t.TempDir(), "bad.arrow")
+	require.NoError(t, os.WriteFile(path, bad, 0o644))
+	_, err = OpenReader(path, ReadOptions{})
+	p := fxProblem(t, err, ETruncated)
+	require.Contains(t, p.Reason, "record batch block 2")
+	require.Contains(t, p.Reason, "is outside the file's")
 }
