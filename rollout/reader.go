@@ -70,9 +70,11 @@ const metadataSizeLimit = 64 << 20
 //	}
 //	if err := r.Err(); err != nil { … } // a file-level *Problem
 //
-// One buffer holds each batch's body and is reused for the next batch, so a Rollout's
-// Tokens and LogProbs (and RawRow's data) are overwritten once the Reader moves to the
-// next batch: Clone a rollout to keep it. A stream that ends between two
+// One buffer holds each batch's body and is reused for the next batch (as are the
+// buffers that int64 token ids and float64 log-probs are converted into, once per
+// batch), so a Rollout's Tokens and LogProbs (and RawRow's data) are overwritten once
+// the Reader moves to the next batch: Clone a rollout to keep it. Dictionaries get
+// buffers of their own: later batches refer to them. A stream that ends between two
 // messages without the end-of-stream marker is read as complete (the Arrow spec
 // allows it; collectors rename finished files into place). A rollout_id seen twice is
 // E_DUP_ID on its second and later rows, whether or not the first row was valid.

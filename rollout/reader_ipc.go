@@ -21,13 +21,12 @@ import (
 // read through its footer (newFileMsgSource): first the Schema message built from the
 // footer's schema, then each block the footer lists, each a section of its own.
 type msgSource struct {
-	r       io.Reader
-	remain  int64 // bytes of the section not read yet
-	mem     memory.Allocator
-	msg     *ipc.Message // the last message, released when the next is read
-	batches int          // record batch messages read
-	hdr     [4]byte
-	spare   []byte // the body buffer of record batches, reused for each message
+	r      io.Reader
+	remain int64 // bytes of the section not read yet
+	mem    memory.Allocator
+	msg    *ipc.Message // the last message, released when the next is read
+	hdr    [4]byte
+	spare  []byte // the body buffer of record batches, reused for each message
 
 	// The file format: the footer's schema message, sent first, and the blocks.
 	file       io.ReaderAt
@@ -159,9 +158,6 @@ func (s *msgSource) readMessage(metaLen int64) (*ipc.Message, msgInfo, error) {
 	body := memory.NewBufferBytes(bodyBytes)
 	defer body.Release()
 	s.msg = ipc.NewMessage(memory.NewBufferBytes(meta), body)
-	if info.kind == fbRecordBatch {
-		s.batches++
-	}
 	return s.msg, info, nil
 }
 
