@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -335,6 +336,55 @@ func TestReaderEmptyLogProbsBatch(t *testing.T) {
 			require.Nil(t, rows[0].r.LogProbs)
 			require.NotNil(t, rows[1].r.LogProbs)
 			require.Empty(t, rows[1].r.LogProbs)
+		})
+	}
+}
+
+// BenchmarkReadTypes100k reads 8 rollouts of 100k tokens written with the canonical
+// types and with pyarrow's defaults (list<int64> ids and list<double> log-probs,
+// converted once per batch), file format: the conversion's cost against the
+// zero-copy path in the same run.
+func BenchmarkReadTypes100k(b *testing.B) {
+	const n, tokens = 8, 100_000
+	rs := make([]*Rollout, n)
+	for i := range rs {
+		rs[i] = fxRollout(fmt.Sprintf("r%d", i), tokens)
+	}
+	i64, f64 := arrow.PrimitiveTypes.Int64, arrow.PrimitiveTypes.Float64
+	for _, c := range []struct {
+		name  string
+		types map[string]arrow.DataType
+	}{
+		{"canonical", nil},
+		{"pyarrow_defaults", map[string]arrow.DataType{ColTokens: arrow.ListOf(i64), ColLogProbs: arrow.ListOf(f64)}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			rec := fxTyped(b, rs, c.types, nil)
+			path := fxWriteRecords(b, FormatFile, rec.Schema(), rec)
+			b.SetBytes(fileSize(b, path))
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				rd, err := OpenReader(path, ReadOptions{VocabSize: 1000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				got := 0
+				for rd.Next() {
+					if rd.Problems() != nil {
+						b.Fatal(rd.Problems())
+					}
+					got += len(rd.Rollout().Tokens)
+				}
+				if err := rd.Err(); err != nil {
+					b.Fatal(err)
+				}
+				rd.Close()
+				if got != n*tokens {
+					b.Fatalf("read %d tokens, want %d", got, n*tokens)
+				}
+			}
+			reportThroughput(b, path, n*tokens, time.Since(start))
 		})
 	}
 }
