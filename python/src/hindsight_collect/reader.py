@@ -10,15 +10,11 @@ from typing import Any
 
 import pyarrow as pa
 
-import pyarrow.compute
-
 from ._gofmt import f32
 from .problem import E_IO, E_NOT_ARROW, E_SEG_RANGE, E_TRUNCATED, Problem, RolloutFileError
 from .rollout import Rollout, Segment
 from .schema import check_schema
-from .validate import _check, _dup_problem, _Row
-
-pc: Any = pyarrow.compute  # the stubs' overloads do not cover array-vs-int comparisons
+from .validate import _check, _dup_problem, _Row, _tokens_int32
 
 _FILE_MAGIC = b"ARROW1"
 _STREAM_CONTINUATION = b"\xff\xff\xff\xff"
@@ -96,19 +92,6 @@ def read_rollouts(path: str | os.PathLike[str], *, vocab_size: int = 0,
 
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-
-
-def _tokens_int32(t: pa.Array[Any]) -> tuple[pa.Array[Any], list[tuple[int, int]] | None]:
-    """_tokens_int32 returns a row's token ids as int32, as the Go reader converts them:
-    int32 as it is; int64 range-checked, with the ids that do not fit int32 returned
-    apart (E_TOKEN_RANGE) and read as 0."""
-    if pa.types.is_int32(t.type):
-        return t, None
-    mask = pc.fill_null(pc.or_(pc.less(t, _INT32_MIN), pc.greater(t, _INT32_MAX)), False)
-    if not pc.any(mask).as_py():
-        return t.cast(pa.int32()), None
-    bad = [(i, int(t[i].as_py())) for i, m in enumerate(mask.to_pylist()) if m]
-    return pc.if_else(mask, 0, t).cast(pa.int32()), bad
 
 
 def _segment(s: dict[str, Any] | None, k: int, pre: list[Problem]) -> Segment:

@@ -65,7 +65,7 @@ def _tokens_array(tokens: Sequence[int] | None) -> tuple[pa.Array[Any] | None, l
     if tokens is None:
         return None, None
     if isinstance(tokens, pa.Array):
-        return (tokens if tokens.type == pa.int32() else tokens.cast(pa.int32())), None
+        return _tokens_int32(tokens if pa.types.is_int32(tokens.type) else tokens.cast(pa.int64()))
     try:
         return pa.array(tokens, pa.int32()), None
     except (pa.ArrowInvalid, OverflowError):
@@ -79,6 +79,19 @@ def _tokens_array(tokens: Sequence[int] | None) -> tuple[pa.Array[Any] | None, l
         else:
             fixed.append(t)
     return pa.array(fixed, pa.int32()), bad
+
+
+def _tokens_int32(t: pa.Array[Any]) -> tuple[pa.Array[Any], list[tuple[int, int]] | None]:
+    """_tokens_int32 returns int32 or int64 token ids as int32, as the Go reader converts
+    them: int32 as it is; int64 range-checked, with the ids that do not fit int32
+    returned apart (E_TOKEN_RANGE) and read as 0."""
+    if pa.types.is_int32(t.type):
+        return t, None
+    mask = pc.fill_null(pc.or_(pc.less(t, -_INT32_MAX - 1), pc.greater(t, _INT32_MAX)), False)
+    if not pc.any(mask).as_py():
+        return t.cast(pa.int32()), None
+    bad = [(i, int(t[i].as_py())) for i, m in enumerate(mask.to_pylist()) if m]
+    return pc.if_else(mask, 0, t).cast(pa.int32()), bad
 
 
 def _logprobs_array(logprobs: Sequence[float | None] | None) -> pa.Array[Any] | None:
