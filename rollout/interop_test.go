@@ -46,6 +46,7 @@ var interopWriters = map[string]map[string]string{
 	"polars":   nil,
 	"duckdb":   nil,
 	"java":     nil,
+	"arrow-rs": nil,
 }
 
 // jsCompression is why apache-arrow JS has no compressed fixtures.

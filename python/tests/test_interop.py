@@ -25,7 +25,7 @@ PYARROW_CANNOT["java/valid.stream.lz4.arrow"] = PYARROW_CANNOT["java/valid.file.
 
 def test_suite_is_there() -> None:
     writers = {p.parent.name for p in FILES}
-    assert {"pyarrow", "js", "arrow-go", "polars", "duckdb", "java"} <= writers
+    assert {"pyarrow", "js", "arrow-go", "polars", "duckdb", "java", "arrow-rs"} <= writers
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.name}" for p in FILES])
