@@ -3,7 +3,6 @@ package rollout
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -71,9 +70,11 @@ const metadataSizeLimit = 64 << 20
 //	}
 //	if err := r.Err(); err != nil { … } // a file-level *Problem
 //
-// One buffer holds each batch's body and is reused for the next batch, so a Rollout's
-// Tokens and LogProbs (and RawRow's data) are overwritten once the Reader moves to the
-// next batch: Clone a rollout to keep it. A stream that ends between two
+// One buffer holds each batch's body and is reused for the next batch (as are the
+// buffers that int64 token ids and float64 log-probs are converted into, once per
+// batch), so a Rollout's Tokens and LogProbs (and RawRow's data) are overwritten once
+// the Reader moves to the next batch: Clone a rollout to keep it. Dictionaries get
+// buffers of their own: later batches refer to them. A stream that ends between two
 // messages without the end-of-stream marker is read as complete (the Arrow spec
 // allows it; collectors rename finished files into place). A rollout_id seen twice is
 // E_DUP_ID on its second and later rows, whether or not the first row was valid.
@@ -88,15 +89,15 @@ type Reader struct {
 	schema *arrow.Schema
 	cols   columns
 
-	msgs          *msgSource
-	stream        *ipc.Reader
-	footerBatches int // record batches the footer lists (FormatFile)
+	msgs   *msgSource
+	stream *ipc.Reader
 
 	batch arrow.RecordBatch // current batch, owned (one reference)
 	nb    int               // batches loaded so far
 	bc    batchCols
-	brow  int // current row within batch
-	base  int // file row of the batch's first row
+	conv  convBuffers // token ids and log-probs converted to int32, float32
+	brow  int         // current row within batch
+	base  int         // file row of the batch's first row
 
 	cur      *Rollout
 	problems []*Problem
@@ -123,10 +124,10 @@ func OpenReader(path string, opts ReadOptions) (*Reader, error) {
 //
 // Both formats are read as a stream of messages through msgSource, which checks each
 // message's flatbuffer metadata before arrow decodes it: arrow-go trusts the vector
-// lengths in it and would try to allocate whatever a corrupt file claims. A file-format
-// file is the stream format between its magic and its footer; the footer is only
-// checked (it is there, so the file is complete, and it lists as many record batches
-// as the stream holds), not used to seek.
+// lengths in it and would try to allocate whatever a corrupt file claims. A stream is
+// read from its first byte; a file-format file through its footer (reader_file.go):
+// the footer's schema first, then the dictionaries and record batches its blocks
+// locate, each block checked to lie inside the file.
 func (r *Reader) open() (p *Problem) {
 	f, err := os.Open(r.path)
 	if err != nil {
@@ -159,20 +160,18 @@ func (r *Reader) open() (p *Problem) {
 			Reason: fmt.Sprintf("leading bytes %q are neither the Arrow file magic nor a stream message", head)}
 	}
 
-	var section io.Reader
+	var footerStart int64
 	switch r.format {
 	case FormatFile:
-		footerStart, batches, p := r.readFooter(size)
-		if p != nil {
+		var ft fileFooter
+		var p *Problem
+		if footerStart, ft, p = r.readFooter(size); p != nil {
 			return p
 		}
-		r.footerBatches = batches
-		section = io.NewSectionReader(r.src, int64(len(fileMagic)), footerStart-int64(len(fileMagic)))
-		size = footerStart - int64(len(fileMagic))
+		r.msgs = newFileMsgSource(r.src, ft)
 	case FormatStream:
-		section = io.NewSectionReader(r.src, 0, size)
+		r.msgs = &msgSource{r: bufio.NewReaderSize(io.NewSectionReader(r.src, 0, size), 64<<10), remain: size, mem: memory.DefaultAllocator}
 	}
-	r.msgs = &msgSource{r: bufio.NewReaderSize(section, 64<<10), remain: size, mem: memory.DefaultAllocator}
 
 	defer func() {
 		if v := recover(); v != nil {
@@ -195,42 +194,17 @@ func (r *Reader) open() (p *Problem) {
 		}
 	}
 	r.stream, r.schema = sr, sr.Schema()
+	if r.format == FormatFile {
+		if p := r.checkLeadingSchema(footerStart); p != nil {
+			return p
+		}
+	}
 	cols, sp := checkSchema(r.schema)
 	if sp != nil {
 		return sp
 	}
 	r.cols = cols
 	return nil
-}
-
-// readFooter checks the end of a file-format file: footer, its length, magic. It
-// returns where the footer starts and how many record batches it lists.
-func (r *Reader) readFooter(size int64) (footerStart int64, batches int, p *Problem) {
-	const tail = 4 + 6 // int32 footer length, "ARROW1"
-	if size < int64(len(fileMagic))+tail {
-		return 0, 0, &Problem{Code: ETruncated, Reason: fmt.Sprintf("arrow file of %d bytes has no footer (cut short?)", size)}
-	}
-	buf := make([]byte, tail)
-	if _, err := r.src.ReadAt(buf, size-tail); err != nil {
-		return 0, 0, &Problem{Code: EIO, Reason: fmt.Sprintf("read footer: %v", err)}
-	}
-	if !bytes.Equal(buf[4:], fileMagic[:6]) {
-		return 0, 0, &Problem{Code: ETruncated, Reason: "arrow file does not end with its footer and magic (cut short?)"}
-	}
-	n := int64(int32(binary.LittleEndian.Uint32(buf)))
-	footerStart = size - tail - n
-	if n <= 0 || footerStart < int64(len(fileMagic)) || n > metadataSizeLimit {
-		return 0, 0, &Problem{Code: ETruncated, Reason: fmt.Sprintf("arrow file footer length %d does not fit the file (%d bytes)", n, size)}
-	}
-	footer := make([]byte, n)
-	if _, err := r.src.ReadAt(footer, footerStart); err != nil {
-		return 0, 0, &Problem{Code: EIO, Reason: fmt.Sprintf("read footer: %v", err)}
-	}
-	batches, err := footerBatches(footer)
-	if err != nil {
-		return 0, 0, &Problem{Code: ETruncated, Reason: fmt.Sprintf("corrupt arrow file footer: %v", err)}
-	}
-	return footerStart, batches, nil
 }
 
 // Format returns the IPC format of the file.
@@ -348,8 +322,6 @@ func (r *Reader) nextBatch() bool {
 	if !r.stream.Next() {
 		err := r.stream.Err()
 		switch {
-		case err == nil && r.format == FormatFile && r.msgs.batches != r.footerBatches:
-			r.fail(&Problem{Code: ETruncated, Reason: fmt.Sprintf("the footer lists %d record batches, the file holds %d", r.footerBatches, r.msgs.batches)})
 		case err == nil:
 		case r.ioProblem() != nil:
 			r.fail(r.ioProblem())
@@ -364,7 +336,7 @@ func (r *Reader) nextBatch() bool {
 	rec.Retain()
 	r.nb++
 	r.batch = rec
-	bc, err := checkBatch(rec, &r.cols)
+	bc, err := checkBatch(rec, &r.cols, &r.conv)
 	if err != nil {
 		r.fail(&Problem{Code: ETruncated, Reason: fmt.Sprintf("batch %d is corrupt: %v", r.nb-1, err)})
 		return false

@@ -16,14 +16,28 @@ import (
 // section of the file and checks each one's flatbuffer metadata (checkMessage) before
 // arrow decodes it. Lengths are checked against what is left of the section, so a
 // corrupt length field can make it allocate no more than the file holds.
+//
+// A stream is read from one section, message after message. A file-format file is
+// read through its footer (newFileMsgSource): first the Schema message built from the
+// footer's schema, then each block the footer lists, each a section of its own.
 type msgSource struct {
-	r       io.Reader
-	remain  int64 // bytes of the section not read yet
-	mem     memory.Allocator
-	msg     *ipc.Message // the last message, released when the next is read
-	batches int          // record batch messages read
-	hdr     [4]byte
-	spare   []byte // the body buffer, reused for each message
+	r      io.Reader
+	remain int64 // bytes of the section not read yet
+	mem    memory.Allocator
+	msg    *ipc.Message // the last message, released when the next is read
+	hdr    [4]byte
+	spare  []byte // the body buffer of record batches, reused for each message
+
+	// The file format: the footer's schema message, sent first, and the blocks.
+	file       io.ReaderAt
+	schemaMeta []byte
+	blocks     []fileBlock
+	next       int // the next block to read; -1 before the schema message
+}
+
+// newFileMsgSource returns a msgSource that reads the messages a footer lists.
+func newFileMsgSource(file io.ReaderAt, ft fileFooter) *msgSource {
+	return &msgSource{file: file, schemaMeta: ft.schemaMeta, blocks: ft.blocks, next: -1, mem: memory.DefaultAllocator}
 }
 
 // read fills p, or fails wrapping io.ErrUnexpectedEOF when the section ends first.
@@ -42,52 +56,120 @@ func (s *msgSource) read(p []byte, what string) error {
 	return nil
 }
 
-// Message returns the next message, io.EOF at the end-of-stream marker or at the end
-// of the section between two messages.
+// Message returns the next message; io.EOF at the end-of-stream marker or at the end
+// of the section between two messages (a stream), after the last block (a file).
 func (s *msgSource) Message() (*ipc.Message, error) {
 	if s.msg != nil {
 		s.msg.Release()
 		s.msg = nil
 	}
+	if s.file != nil {
+		return s.blockMessage()
+	}
 	if s.remain == 0 {
 		return nil, io.EOF
 	}
+	msg, _, err := s.readMessage(-1)
+	return msg, err
+}
+
+// blockMessage returns the footer's schema message, then the message of each block.
+func (s *msgSource) blockMessage() (*ipc.Message, error) {
+	if s.next < 0 {
+		s.next = 0
+		s.msg = ipc.NewMessage(memory.NewBufferBytes(s.schemaMeta), memory.NewBufferBytes(nil))
+		return s.msg, nil
+	}
+	if s.next == len(s.blocks) {
+		return nil, io.EOF
+	}
+	i, b := s.next, s.blocks[s.next]
+	s.next++
+	s.r = io.NewSectionReader(s.file, b.offset, b.metaLen+b.bodyLen)
+	s.remain = b.metaLen + b.bodyLen
+	msg, info, err := s.readMessage(b.metaLen)
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("block %d at offset %d holds no message: %w", i, b.offset, io.ErrUnexpectedEOF)
+	case err != nil:
+		return nil, fmt.Errorf("block %d at offset %d: %w", i, b.offset, err)
+	case info.kind != b.kind:
+		return nil, fmt.Errorf("block %d at offset %d: the footer lists message type %d, the message is of type %d", i, b.offset, b.kind, info.kind)
+	case info.bodyLen != b.bodyLen:
+		return nil, fmt.Errorf("block %d at offset %d: the footer gives a %d-byte body, the message %d bytes", i, b.offset, b.bodyLen, info.bodyLen)
+	}
+	return msg, nil
+}
+
+// readMessage reads one message from s.r. metaLen, when ≥ 0, is the length that a
+// file footer gives its marker, length and metadata: padding up to it is skipped.
+func (s *msgSource) readMessage(metaLen int64) (*ipc.Message, msgInfo, error) {
+	var info msgInfo
+	start := s.remain
 	if err := s.read(s.hdr[:], "message marker"); err != nil {
-		return nil, err
+		return nil, info, err
 	}
 	if !bytes.Equal(s.hdr[:], streamContinuation) {
 		if binary.LittleEndian.Uint32(s.hdr[:]) == 0 { // pre-0.15 end-of-stream marker
-			return nil, io.EOF
+			return nil, info, io.EOF
 		}
-		return nil, fmt.Errorf("read message: bytes %x are not a message marker", s.hdr)
+		return nil, info, fmt.Errorf("read message: bytes %x are not a message marker", s.hdr)
 	}
 	if err := s.read(s.hdr[:], "message length"); err != nil {
-		return nil, err
+		return nil, info, err
 	}
 	n := int32(binary.LittleEndian.Uint32(s.hdr[:]))
 	if n == 0 {
-		return nil, io.EOF // end-of-stream marker
+		return nil, info, io.EOF // end-of-stream marker
 	}
 	if n < 0 || n > metadataSizeLimit {
-		return nil, fmt.Errorf("read message: metadata length %d out of range", n)
+		return nil, info, fmt.Errorf("read message: metadata length %d out of range", n)
 	}
 	if int64(n) > s.remain {
-		return nil, fmt.Errorf("read message metadata: needs %d bytes, %d left: %w", n, s.remain, io.ErrUnexpectedEOF)
+		return nil, info, fmt.Errorf("read message metadata: needs %d bytes, %d left: %w", n, s.remain, io.ErrUnexpectedEOF)
 	}
 	meta := make([]byte, n)
 	if err := s.read(meta, "message metadata"); err != nil {
-		return nil, err
+		return nil, info, err
 	}
 	info, err := checkMessage(meta)
 	if err != nil {
-		return nil, fmt.Errorf("read message: %w", err)
+		return nil, info, fmt.Errorf("read message: %w", err)
+	}
+	if metaLen >= 0 {
+		if pad := metaLen - (start - s.remain); pad < 0 {
+			return nil, info, fmt.Errorf("read message: metadata of %d bytes overruns the %d the footer gives", start-s.remain, metaLen)
+		} else if pad > 0 {
+			if err := s.read(make([]byte, pad), "metadata padding"); err != nil {
+				return nil, info, err
+			}
+		}
 	}
 	if info.bodyLen > s.remain {
-		return nil, fmt.Errorf("read message body: needs %d bytes, %d left: %w", info.bodyLen, s.remain, io.ErrUnexpectedEOF)
+		return nil, info, fmt.Errorf("read message body: needs %d bytes, %d left: %w", info.bodyLen, s.remain, io.ErrUnexpectedEOF)
 	}
-	// The body buffer is reused from one message to the next: the Reader releases a
-	// batch before it reads the next one, and Go would otherwise zero a fresh buffer
-	// as large as the batch each time.
+	bodyBytes := s.bodyBuffer(info)
+	if err := s.read(bodyBytes, "message body"); err != nil {
+		return nil, info, err
+	}
+	if err := info.checkBody(bodyBytes); err != nil {
+		return nil, info, fmt.Errorf("read message: %w", err)
+	}
+	body := memory.NewBufferBytes(bodyBytes)
+	defer body.Release()
+	s.msg = ipc.NewMessage(memory.NewBufferBytes(meta), body)
+	return s.msg, info, nil
+}
+
+// bodyBuffer returns a buffer for the body of the message info describes. A record
+// batch's is reused from one message to the next: the Reader releases a batch before
+// it reads the next one, and Go would otherwise zero a fresh buffer as large as the
+// batch each time. A dictionary gets its own, since arrow keeps it for the batches
+// that follow.
+func (s *msgSource) bodyBuffer(info msgInfo) []byte {
+	if info.kind != fbRecordBatch {
+		return make([]byte, info.bodyLen)
+	}
 	if s.spare == nil {
 		if b, ok := bodyPool.Get().(*[]byte); ok {
 			s.spare = *b
@@ -96,20 +178,7 @@ func (s *msgSource) Message() (*ipc.Message, error) {
 	if int64(cap(s.spare)) < info.bodyLen {
 		s.spare = make([]byte, info.bodyLen)
 	}
-	bodyBytes := s.spare[:info.bodyLen]
-	if err := s.read(bodyBytes, "message body"); err != nil {
-		return nil, err
-	}
-	if err := info.checkBody(bodyBytes); err != nil {
-		return nil, fmt.Errorf("read message: %w", err)
-	}
-	body := memory.NewBufferBytes(bodyBytes)
-	defer body.Release()
-	s.msg = ipc.NewMessage(memory.NewBufferBytes(meta), body)
-	if info.kind == fbRecordBatch {
-		s.batches++
-	}
-	return s.msg, nil
+	return s.spare[:info.bodyLen]
 }
 
 // bodyPool keeps body buffers between Readers, so a daemon reading file after file
@@ -321,19 +390,6 @@ func (t fbTable) fields(slot, depth int, count, kv *int) error {
 	return nil
 }
 
-// footerBatches checks a file footer and returns how many record batches it lists.
-func footerBatches(b []byte) (int, error) {
-	root, err := fbRoot(b)
-	if err != nil {
-		return 0, err
-	}
-	if _, _, err := root.vector(2, 24); err != nil { // dictionaries
-		return 0, err
-	}
-	_, n, err := root.vector(3, 24) // record batches
-	return n, err
-}
-
 // fbTable is a flatbuffer table whose vtable has been checked to lie inside b. Its
 // accessors check every offset before following it; offsets only point forward, so a
 // corrupt buffer cannot make them loop.
@@ -390,6 +446,14 @@ func (t fbTable) u8(slot int) (byte, error) {
 		return 0, err
 	}
 	return t.b[p], nil
+}
+
+func (t fbTable) i16(slot int) (int16, error) {
+	p, err := t.field(slot, 2)
+	if p == 0 || err != nil {
+		return 0, err
+	}
+	return int16(binary.LittleEndian.Uint16(t.b[p:])), nil
 }
 
 func (t fbTable) i64(slot int) (int64, error) {

@@ -57,15 +57,109 @@ type columns struct {
 }
 
 // CheckSchema checks that a file's schema can be read as a rollout file: every column
-// of Schema is present (looked up by name, in any order) with its type, extra columns
-// are ignored, and the schema version is SchemaVersion (missing means "1"). It returns
-// the first problem found, with Row −1 and File empty, or nil.
+// of Schema is present (looked up by name, in any order) with a type that carries its
+// meaning (below), extra columns are ignored, and the schema version is SchemaVersion
+// (missing means "1"). It returns the first problem found, with Row −1 and File empty,
+// or nil.
 //
-// Types must match exactly (utf8 is not large_utf8, large_list is not list); the
-// nullability flags and the names of list element fields are not checked.
+// Besides Schema's own types, each column accepts the equivalent types other Arrow
+// writers produce (pyarrow's defaults, polars, DuckDB, apache-arrow JS), converted
+// once per batch by the reader (reader_batch.go):
+//
+//   - strings: utf8, large_utf8, utf8_view, or a dictionary of one of these;
+//   - tokens: list, large_list, list_view or large_list_view of int32 or int64;
+//   - logprobs: the same lists of float32 or float64;
+//   - reward: float32 or float64;
+//   - policy_version: any integer type but uint64 (which int64 cannot hold);
+//   - feedback and the segment ints start, end, status: int8, int16, int32 or int64;
+//   - segments: one of the lists above of a struct whose fields are found by name.
+//
+// The nullability flags and the names of list element fields are not checked.
 func CheckSchema(s *arrow.Schema) *Problem {
 	_, p := checkSchema(s)
 	return p
+}
+
+// typeClass is a family of Arrow types that can carry one column's meaning.
+type typeClass int
+
+const (
+	classString    typeClass = iota // utf8, large_utf8, utf8_view, dictionary of these
+	classAnyInt                     // int8…int64, uint8…uint32
+	classSignedInt                  // int8…int64
+	classFloat                      // float32, float64
+	classTokens                     // a list of int32 or int64
+	classLogProbs                   // a list of float32 or float64
+)
+
+// accepted lists the types of a class, for E_COLUMN_TYPE reasons and the README.
+var accepted = map[typeClass]string{
+	classString:    "utf8, large_utf8, utf8_view or a dictionary of these",
+	classAnyInt:    "an integer type other than uint64",
+	classSignedInt: "int8, int16, int32 or int64",
+	classFloat:     "float32 or float64",
+	classTokens:    "list, large_list, list_view or large_list_view of int32 or int64",
+	classLogProbs:  "list, large_list, list_view or large_list_view of float32 or float64",
+}
+
+// columnClass is the class of each column but segments, and of the segment fields
+// (as segments.start, …).
+var columnClass = map[string]typeClass{
+	ColRolloutID: classString, ColTaskID: classString, ColPolicyVersion: classAnyInt,
+	ColTokenizer: classString, ColTokens: classTokens, ColLogProbs: classLogProbs,
+	ColReward: classFloat, ColFeedback: classSignedInt,
+	"segments.start": classSignedInt, "segments.end": classSignedInt, "segments.kind": classString,
+	"segments.tool": classString, "segments.status": classSignedInt, "segments.feedback": classString,
+}
+
+// accepts reports whether t belongs to class c.
+func (c typeClass) accepts(t arrow.DataType) bool {
+	switch c {
+	case classString:
+		if d, ok := t.(*arrow.DictionaryType); ok {
+			t = d.ValueType
+		}
+		switch t.ID() {
+		case arrow.STRING, arrow.LARGE_STRING, arrow.STRING_VIEW:
+			return true
+		}
+	case classAnyInt:
+		switch t.ID() {
+		case arrow.UINT8, arrow.UINT16, arrow.UINT32:
+			return true
+		}
+		return classSignedInt.accepts(t)
+	case classSignedInt:
+		switch t.ID() {
+		case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64:
+			return true
+		}
+	case classFloat:
+		return t.ID() == arrow.FLOAT32 || t.ID() == arrow.FLOAT64
+	case classTokens:
+		elem := listElem(t)
+		return elem != nil && (elem.ID() == arrow.INT32 || elem.ID() == arrow.INT64)
+	case classLogProbs:
+		elem := listElem(t)
+		return elem != nil && classFloat.accepts(elem)
+	}
+	return false
+}
+
+// listElem returns the element type of a list, large_list, list_view or
+// large_list_view, or nil for any other type.
+func listElem(t arrow.DataType) arrow.DataType {
+	switch t := t.(type) {
+	case *arrow.ListType:
+		return t.Elem()
+	case *arrow.LargeListType:
+		return t.Elem()
+	case *arrow.ListViewType:
+		return t.Elem()
+	case *arrow.LargeListViewType:
+		return t.Elem()
+	}
+	return nil
 }
 
 // checkSchema is CheckSchema that also returns where each column is.
@@ -97,23 +191,23 @@ func checkSchema(s *arrow.Schema) (columns, *Problem) {
 			}
 			continue
 		}
-		if !sameType(w.f.Type, got) {
-			return c, typeProblem(w.f.Name, w.f.Type, got)
+		if cl := columnClass[w.f.Name]; !cl.accepts(got) {
+			return c, typeProblem(w.f.Name, w.f.Type, cl, got)
 		}
 	}
 	return c, nil
 }
 
-// checkSegmentsType checks list<struct{…}>, finding the struct's fields by name.
+// segmentsAccepted describes the accepted types of the segments column.
+const segmentsAccepted = "list, large_list, list_view or large_list_view of a struct with these fields"
+
+// checkSegmentsType checks a list of struct{…}, finding the struct's fields by name.
 func checkSegmentsType(c *columns, got arrow.DataType) *Problem {
 	want := schemaFields[6].Type
-	lt, ok := got.(*arrow.ListType)
+	st, ok := listElem(got).(*arrow.StructType)
 	if !ok {
-		return typeProblem(ColSegments, want, got)
-	}
-	st, ok := lt.Elem().(*arrow.StructType)
-	if !ok {
-		return typeProblem(ColSegments, want, got)
+		return &Problem{Code: EColumnType, Row: -1, Column: ColSegments,
+			Reason: fmt.Sprintf("column %s: expected %s (or %s), found %s", ColSegments, typeString(want), segmentsAccepted, typeString(got))}
 	}
 	fields := []struct {
 		idx *int
@@ -131,40 +225,32 @@ func checkSegmentsType(c *columns, got arrow.DataType) *Problem {
 				Reason: fmt.Sprintf("segments struct has no field %s (%s); found %s", w.f.Name, typeString(w.f.Type), typeString(got))}
 		}
 		*w.idx = i
-		if ft := st.Field(i).Type; !arrow.TypeEqual(w.f.Type, ft) {
-			return typeProblem(name, w.f.Type, ft)
+		if ft := st.Field(i).Type; !columnClass[name].accepts(ft) {
+			return typeProblem(name, w.f.Type, columnClass[name], ft)
 		}
 	}
 	return nil
 }
 
-func typeProblem(col string, want, got arrow.DataType) *Problem {
+func typeProblem(col string, want arrow.DataType, cl typeClass, got arrow.DataType) *Problem {
 	return &Problem{Code: EColumnType, Row: -1, Column: col,
-		Reason: fmt.Sprintf("column %s: expected %s, found %s", col, typeString(want), typeString(got))}
-}
-
-// sameType compares types ignoring field names and nullability inside lists.
-func sameType(want, got arrow.DataType) bool {
-	switch w := want.(type) {
-	case *arrow.LargeListType:
-		g, ok := got.(*arrow.LargeListType)
-		return ok && arrow.TypeEqual(w.Elem(), g.Elem())
-	case *arrow.ListType:
-		g, ok := got.(*arrow.ListType)
-		return ok && sameType(w.Elem(), g.Elem())
-	default:
-		return arrow.TypeEqual(want, got)
-	}
+		Reason: fmt.Sprintf("column %s: expected %s (or %s), found %s", col, typeString(want), accepted[cl], typeString(got))}
 }
 
 // typeString writes a type the way DESIGN.md does: large_list<int32>,
-// list<struct{start int32, …}>.
+// list<struct{start int32, …}>, dictionary<int32, utf8>.
 func typeString(t arrow.DataType) string {
 	switch t := t.(type) {
 	case *arrow.LargeListType:
 		return "large_list<" + typeString(t.Elem()) + ">"
 	case *arrow.ListType:
 		return "list<" + typeString(t.Elem()) + ">"
+	case *arrow.ListViewType:
+		return "list_view<" + typeString(t.Elem()) + ">"
+	case *arrow.LargeListViewType:
+		return "large_list_view<" + typeString(t.Elem()) + ">"
+	case *arrow.DictionaryType:
+		return "dictionary<" + typeString(t.IndexType) + ", " + typeString(t.ValueType) + ">"
 	case *arrow.StructType:
 		var b strings.Builder
 		b.WriteString("struct{")
@@ -178,7 +264,12 @@ func typeString(t arrow.DataType) string {
 		return b.String()
 	case nil:
 		return "null"
-	default:
-		return t.String()
 	}
+	switch t.ID() {
+	case arrow.STRING_VIEW:
+		return "utf8_view"
+	case arrow.NULL:
+		return "null"
+	}
+	return t.String()
 }

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -91,17 +92,34 @@ func TestCheckSchema(t *testing.T) {
 		{"version 2", fxSchemaWith("", nil, &v2), ESchemaVersion, "", `is "2"`},
 		{"missing rollout_id", fxSchemaWith(ColRolloutID, nil, nil), EMissingColumn, ColRolloutID, "column rollout_id (utf8) is missing"},
 		{"missing feedback", fxSchemaWith(ColFeedback, nil, nil), EMissingColumn, ColFeedback, ""},
-		{"tokens as list", fxSchemaWith(ColTokens, &arrow.Field{Name: ColTokens, Type: arrow.ListOf(i32)}, nil), EColumnType, ColTokens,
-			"column tokens: expected large_list<int32>, found list<int32>"},
-		{"tokens of int64", fxSchemaWith(ColTokens, &arrow.Field{Name: ColTokens, Type: arrow.LargeListOf(i64)}, nil), EColumnType, ColTokens,
-			"expected large_list<int32>, found large_list<int64>"},
-		{"rollout_id as large_utf8", fxSchemaWith(ColRolloutID, &arrow.Field{Name: ColRolloutID, Type: arrow.BinaryTypes.LargeString}, nil), EColumnType, ColRolloutID, "found large_utf8"},
-		{"reward as float64", fxSchemaWith(ColReward, &arrow.Field{Name: ColReward, Type: arrow.PrimitiveTypes.Float64}, nil), EColumnType, ColReward, "expected float32, found float64"},
+		{"tokens as list", fxSchemaWith(ColTokens, &arrow.Field{Name: ColTokens, Type: arrow.ListOf(i32)}, nil), "", "", ""},
+		{"tokens of int64", fxSchemaWith(ColTokens, &arrow.Field{Name: ColTokens, Type: arrow.LargeListOf(i64)}, nil), "", "", ""},
+		{"tokens as list_view", fxSchemaWith(ColTokens, &arrow.Field{Name: ColTokens, Type: arrow.ListViewOf(i64)}, nil), "", "", ""},
+		{"logprobs of float64", fxSchemaWith(ColLogProbs, &arrow.Field{Name: ColLogProbs, Type: arrow.ListOf(arrow.PrimitiveTypes.Float64)}, nil), "", "", ""},
+		{"rollout_id as large_utf8", fxSchemaWith(ColRolloutID, &arrow.Field{Name: ColRolloutID, Type: arrow.BinaryTypes.LargeString}, nil), "", "", ""},
+		{"rollout_id as utf8_view", fxSchemaWith(ColRolloutID, &arrow.Field{Name: ColRolloutID, Type: arrow.BinaryTypes.StringView}, nil), "", "", ""},
+		{"rollout_id as dictionary", fxSchemaWith(ColRolloutID, &arrow.Field{Name: ColRolloutID, Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.LargeString}}, nil), "", "", ""},
+		{"reward as float64", fxSchemaWith(ColReward, &arrow.Field{Name: ColReward, Type: arrow.PrimitiveTypes.Float64}, nil), "", "", ""},
+		{"policy_version as uint32", fxSchemaWith(ColPolicyVersion, &arrow.Field{Name: ColPolicyVersion, Type: arrow.PrimitiveTypes.Uint32}, nil), "", "", ""},
+		{"segments as large_list", fxSchemaWith(ColSegments, &arrow.Field{Name: ColSegments, Type: arrow.LargeListOf(segmentType)}, nil), "", "", ""},
+		{"segment status int32", fxSchemaWith(ColSegments, segWith(segFields[0], segFields[1], segFields[2], segFields[3], arrow.Field{Name: SegStatus, Type: i32}, segFields[5]), nil), "", "", ""},
+		{"tokens of float32", fxSchemaWith(ColTokens, &arrow.Field{Name: ColTokens, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)}, nil), EColumnType, ColTokens,
+			"column tokens: expected large_list<int32> (or list, large_list, list_view or large_list_view of int32 or int64), found large_list<float32>"},
+		{"tokens of int16", fxSchemaWith(ColTokens, &arrow.Field{Name: ColTokens, Type: arrow.ListOf(arrow.PrimitiveTypes.Int16)}, nil), EColumnType, ColTokens, "found list<int16>"},
+		{"tokens as a string", fxSchemaWith(ColTokens, &arrow.Field{Name: ColTokens, Type: str}, nil), EColumnType, ColTokens, "found utf8"},
+		{"logprobs of int32", fxSchemaWith(ColLogProbs, &arrow.Field{Name: ColLogProbs, Type: arrow.LargeListOf(i32)}, nil), EColumnType, ColLogProbs, "found large_list<int32>"},
+		{"rollout_id as binary", fxSchemaWith(ColRolloutID, &arrow.Field{Name: ColRolloutID, Type: arrow.BinaryTypes.Binary}, nil), EColumnType, ColRolloutID,
+			"expected utf8 (or utf8, large_utf8, utf8_view or a dictionary of these), found binary"},
+		{"rollout_id as dictionary of ints", fxSchemaWith(ColRolloutID, &arrow.Field{Name: ColRolloutID, Type: &arrow.DictionaryType{IndexType: i32, ValueType: i64}}, nil), EColumnType, ColRolloutID, "found dictionary<int32, int64>"},
+		{"reward as a string", fxSchemaWith(ColReward, &arrow.Field{Name: ColReward, Type: str}, nil), EColumnType, ColReward, "expected float32 (or float32 or float64), found utf8"},
+		{"policy_version as uint64", fxSchemaWith(ColPolicyVersion, &arrow.Field{Name: ColPolicyVersion, Type: arrow.PrimitiveTypes.Uint64}, nil), EColumnType, ColPolicyVersion, "found uint64"},
+		{"policy_version as float", fxSchemaWith(ColPolicyVersion, &arrow.Field{Name: ColPolicyVersion, Type: arrow.PrimitiveTypes.Float64}, nil), EColumnType, ColPolicyVersion, "found float64"},
+		{"feedback as uint8", fxSchemaWith(ColFeedback, &arrow.Field{Name: ColFeedback, Type: arrow.PrimitiveTypes.Uint8}, nil), EColumnType, ColFeedback, "found uint8"},
 		{"segments not a list", fxSchemaWith(ColSegments, &arrow.Field{Name: ColSegments, Type: str}, nil), EColumnType, ColSegments, "found utf8"},
 		{"segments of ints", fxSchemaWith(ColSegments, &arrow.Field{Name: ColSegments, Type: arrow.ListOf(i32)}, nil), EColumnType, ColSegments, "found list<int32>"},
 		{"segment without kind", fxSchemaWith(ColSegments, segWith(segFields[0], segFields[1], segFields[3], segFields[4], segFields[5]), nil), EMissingColumn, "segments.kind", "no field kind"},
-		{"segment status int32", fxSchemaWith(ColSegments, segWith(segFields[0], segFields[1], segFields[2], segFields[3], arrow.Field{Name: SegStatus, Type: i32}, segFields[5]), nil), EColumnType, "segments.status",
-			"expected int8, found int32"},
+		{"segment status float", fxSchemaWith(ColSegments, segWith(segFields[0], segFields[1], segFields[2], segFields[3], arrow.Field{Name: SegStatus, Type: arrow.PrimitiveTypes.Float32}, segFields[5]), nil), EColumnType, "segments.status",
+			"expected int8 (or int8, int16, int32 or int64), found float32"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,14 +144,13 @@ func TestReaderSchemaProblems(t *testing.T) {
 	rs := []*Rollout{fxRollout("a", 8), fxRollout("b", 12)}
 	base := fxRecord(t, rs)
 
-	listToks := array.NewListBuilder(mem, arrow.PrimitiveTypes.Int32)
-	longToks := array.NewLargeListBuilder(mem, arrow.PrimitiveTypes.Int64)
+	floatToks := array.NewListBuilder(mem, arrow.PrimitiveTypes.Float32)
+	strToks := array.NewStringBuilder(mem)
 	for _, r := range rs {
-		listToks.Append(true)
-		longToks.Append(true)
+		floatToks.Append(true)
+		strToks.Append(fmt.Sprint(r.Tokens))
 		for _, tok := range r.Tokens {
-			listToks.ValueBuilder().(*array.Int32Builder).Append(tok)
-			longToks.ValueBuilder().(*array.Int64Builder).Append(int64(tok))
+			floatToks.ValueBuilder().(*array.Float32Builder).Append(float32(tok))
 		}
 	}
 	drop := func(name string) arrow.RecordBatch {
@@ -154,8 +171,8 @@ func TestReaderSchemaProblems(t *testing.T) {
 	}{
 		{"missing tokens", drop(ColTokens), EMissingColumn, ColTokens},
 		{"missing segments", drop(ColSegments), EMissingColumn, ColSegments},
-		{"tokens as list<int32>", fxReplace(t, base, ColTokens, listToks.NewArray()), EColumnType, ColTokens},
-		{"tokens as large_list<int64>", fxReplace(t, base, ColTokens, longToks.NewArray()), EColumnType, ColTokens},
+		{"tokens as list<float32>", fxReplace(t, base, ColTokens, floatToks.NewArray()), EColumnType, ColTokens},
+		{"tokens as utf8", fxReplace(t, base, ColTokens, strToks.NewArray()), EColumnType, ColTokens},
 		{"schema version 2", withMD(arrow.NewMetadata([]string{SchemaVersionKey}, []string{"2"})), ESchemaVersion, ""},
 	}
 	for _, format := range formats {

@@ -70,9 +70,17 @@ def file_cases(tmp_path: Path) -> list[tuple[Path, str, str]]:
     write_table(p, good.drop_columns(["logprobs"]))
     cases.append((p, "E_MISSING_COLUMN", "column logprobs (large_list<float32>) is missing"))
     p = tmp_path / "type.arrow"
-    t = good.set_column(4, pa.field("tokens", pa.list_(pa.int32())), pa.array([[1]], pa.list_(pa.int32())))
+    t = good.set_column(4, pa.field("tokens", pa.list_(pa.float32())), pa.array([[1]], pa.list_(pa.float32())))
     write_table(p, t)
-    cases.append((p, "E_COLUMN_TYPE", "column tokens: expected large_list<int32>, found list<int32>"))
+    cases.append((p, "E_COLUMN_TYPE", "column tokens: expected large_list<int32> (or list, large_list, list_view or "
+                  "large_list_view of int32 or int64), found list<float32>"))
+    p = tmp_path / "idtype.arrow"
+    write_table(p, good.set_column(0, pa.field("rollout_id", pa.binary()), pa.array([b"a"], pa.binary())))
+    cases.append((p, "E_COLUMN_TYPE", "column rollout_id: expected utf8 (or utf8, large_utf8, utf8_view or a "
+                  "dictionary of these), found binary"))
+    p = tmp_path / "equivalent.arrow"
+    write_table(p, good.set_column(4, pa.field("tokens", pa.list_(pa.int64())), pa.array([[1]], pa.list_(pa.int64()))))
+    cases.append((p, "", ""))  # list<int64> tokens are read as large_list<int32>
     p = tmp_path / "version.arrow"
     write_table(p, good.replace_schema_metadata({"hindsight.schema_version": "2"}))
     cases.append((p, "E_SCHEMA_VERSION", 'schema metadata hindsight.schema_version is "2", this reader reads "1"'))

@@ -10,10 +10,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from .problem import E_IO, E_NOT_ARROW, E_TRUNCATED, Problem, RolloutFileError
+from ._gofmt import f32
+from .problem import E_IO, E_NOT_ARROW, E_SEG_RANGE, E_TRUNCATED, Problem, RolloutFileError
 from .rollout import Rollout, Segment
 from .schema import check_schema
-from .validate import _check, _dup_problem, _Row
+from .validate import _check, _dup_problem, _Row, _tokens_int32
 
 _FILE_MAGIC = b"ARROW1"
 _STREAM_CONTINUATION = b"\xff\xff\xff\xff"
@@ -90,9 +91,30 @@ def read_rollouts(path: str | os.PathLike[str], *, vocab_size: int = 0,
             base += batch.num_rows
 
 
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _segment(s: dict[str, Any] | None, k: int, pre: list[Problem]) -> Segment:
+    """_segment returns one segment struct as a Segment; a start or end beyond int32 is
+    E_SEG_RANGE (in pre) and reads as -1, as the Go reader has it."""
+    if s is None:
+        return Segment(-1, -1, "")
+    bounds = []
+    for name in ("start", "end"):
+        v = s[name]
+        if v is not None and not _INT32_MIN <= v <= _INT32_MAX:
+            pre.append(Problem(E_SEG_RANGE, "segments", f"segment {k}: {name} {v} does not fit in int32"))
+            v = None
+        bounds.append(-1 if v is None else v)
+    return Segment(start=bounds[0], end=bounds[1], kind=s["kind"] or "", tool=s["tool"], status=s["status"],
+                   feedback=s["feedback"])
+
+
 def _decode(batch: pa.RecordBatch) -> Iterator[tuple[Rollout, _Row]]:
-    """_decode yields each row of batch as a Rollout and as validation's _Row, whose
-    token and log-prob arrays are zero-copy slices of the batch."""
+    """_decode yields each row of batch as a Rollout and as validation's _Row. Columns
+    of any type check_schema accepts are read as the canonical ones: token ids as
+    int32 (zero-copy slices of the batch when they are int32), log-probs as float32,
+    reward rounded to float32."""
     col = batch.column
     ids, tasks, policy, toks = col("rollout_id"), col("task_id"), col("policy_version"), col("tokenizer")
     tokens, logprobs, segs = col("tokens"), col("logprobs"), col("segments")
@@ -100,16 +122,18 @@ def _decode(batch: pa.RecordBatch) -> Iterator[tuple[Rollout, _Row]]:
     for i in range(batch.num_rows):
         t = tokens[i].values if tokens[i].is_valid else None
         lp = logprobs[i].values if logprobs[i].is_valid else None
+        t32, bad = (None, None) if t is None else _tokens_int32(t)
+        if lp is not None and not pa.types.is_float32(lp.type):
+            lp = lp.cast(pa.float32(), safe=False)
         seg_list = segs[i].as_py()
-        segments = None if seg_list is None else [
-            Segment(-1, -1, "") if s is None else
-            Segment(start=-1 if s["start"] is None else s["start"], end=-1 if s["end"] is None else s["end"],
-                    kind=s["kind"] or "", tool=s["tool"], status=s["status"], feedback=s["feedback"])
-            for s in seg_list]
+        pre: list[Problem] = []
+        segments = None if seg_list is None else [_segment(s, k, pre) for k, s in enumerate(seg_list)]
+        rw = reward[i].as_py()
         ro = Rollout(
             rollout_id=ids[i].as_py() or "", task_id=tasks[i].as_py(), policy_version=policy[i].as_py(),
             tokenizer=toks[i].as_py(), tokens=None if t is None else t.to_pylist(),
             logprobs=None if lp is None else lp.to_pylist(), segments=segments,
-            reward=reward[i].as_py(), feedback=feedback[i].as_py())
-        yield ro, _Row(rollout_id=ro.rollout_id, tokenizer=ro.tokenizer, tokens=t, logprobs=lp,
-                       segments=segments, reward=ro.reward, feedback=ro.feedback)
+            reward=None if rw is None else f32(rw), feedback=feedback[i].as_py())
+        yield ro, _Row(rollout_id=ro.rollout_id, tokenizer=ro.tokenizer, tokens=t32, logprobs=lp,
+                       segments=segments, reward=ro.reward, feedback=ro.feedback, bad_tokens=bad,
+                       decode_problems=pre)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 import pyarrow as pa
 
@@ -38,32 +39,91 @@ def schema() -> pa.Schema:
     return pa.schema(_FIELDS, metadata={SCHEMA_VERSION_KEY: SCHEMA_VERSION})
 
 
+_LIST_NAMES: Final = (("list_view", pa.types.is_list_view), ("large_list_view", pa.types.is_large_list_view),
+                      ("large_list", pa.types.is_large_list), ("list", pa.types.is_list))
+
+
 def _type_string(t: pa.DataType) -> str:
     """_type_string writes a type the way DESIGN.md and the Go reader do."""
-    if pa.types.is_large_list(t):
-        return "large_list<" + _type_string(t.value_type) + ">"
-    if pa.types.is_list(t):
-        return "list<" + _type_string(t.value_type) + ">"
+    for name, is_list in _LIST_NAMES:
+        if is_list(t):
+            lt: Any = t  # one of four list types; the stubs narrow each apart
+            return f"{name}<{_type_string(lt.value_type)}>"
     if pa.types.is_struct(t):
         return "struct{" + ", ".join(f"{t.field(i).name} {_type_string(t.field(i).type)}"
                                      for i in range(t.num_fields)) + "}"
-    return {"string": "utf8", "large_string": "large_utf8", "float": "float32", "double": "float64",
-            "halffloat": "float16"}.get(str(t), str(t))
+    if pa.types.is_dictionary(t):
+        return f"dictionary<{_type_string(t.index_type)}, {_type_string(t.value_type)}>"
+    return {"string": "utf8", "large_string": "large_utf8", "string_view": "utf8_view", "float": "float32",
+            "double": "float64", "halffloat": "float16"}.get(str(t), str(t))
 
 
-def _same_type(want: pa.DataType, got: pa.DataType) -> bool:
-    """_same_type compares types ignoring list element names and nullability."""
-    if pa.types.is_large_list(want):
-        return pa.types.is_large_list(got) and bool(want.value_type.equals(got.value_type))
-    if pa.types.is_list(want):
-        return pa.types.is_list(got) and _same_type(want.value_type, got.value_type)
-    return bool(want.equals(got))
+def _list_elem(t: pa.DataType) -> pa.DataType | None:
+    """_list_elem returns the element type of a list, large_list, list_view or
+    large_list_view, or None for any other type."""
+    if any(is_list(t) for _, is_list in _LIST_NAMES):
+        lt: Any = t
+        elem: pa.DataType = lt.value_type
+        return elem
+    return None
+
+
+def _is_string(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
+
+def _is_signed_int(t: pa.DataType) -> bool:
+    return bool(pa.types.is_signed_integer(t))
+
+
+def _is_any_int(t: pa.DataType) -> bool:
+    return bool(pa.types.is_signed_integer(t) or (pa.types.is_unsigned_integer(t) and not pa.types.is_uint64(t)))
+
+
+def _is_float(t: pa.DataType) -> bool:
+    return bool(pa.types.is_float32(t) or pa.types.is_float64(t))
+
+
+def _is_tokens(t: pa.DataType) -> bool:
+    e = _list_elem(t)
+    return e is not None and bool(pa.types.is_int32(e) or pa.types.is_int64(e))
+
+
+def _is_logprobs(t: pa.DataType) -> bool:
+    e = _list_elem(t)
+    return e is not None and _is_float(e)
+
+
+_Class = tuple[Callable[[pa.DataType], bool], str]
+_STRING: Final[_Class] = (_is_string, "utf8, large_utf8, utf8_view or a dictionary of these")
+_SIGNED: Final[_Class] = (_is_signed_int, "int8, int16, int32 or int64")
+_CLASSES: Final[dict[str, _Class]] = {
+    "rollout_id": _STRING, "task_id": _STRING, "tokenizer": _STRING,
+    "policy_version": (_is_any_int, "an integer type other than uint64"),
+    "tokens": (_is_tokens, "list, large_list, list_view or large_list_view of int32 or int64"),
+    "logprobs": (_is_logprobs, "list, large_list, list_view or large_list_view of float32 or float64"),
+    "reward": (_is_float, "float32 or float64"), "feedback": _SIGNED,
+    "segments.start": _SIGNED, "segments.end": _SIGNED, "segments.status": _SIGNED,
+    "segments.kind": _STRING, "segments.tool": _STRING, "segments.feedback": _STRING,
+}
+"""_CLASSES holds, per column (and segment field), the test of an accepted type and
+its description: the same classes as Go's CheckSchema."""
+
+_SEGMENTS_ACCEPTED: Final = "list, large_list, list_view or large_list_view of a struct with these fields"
+
+
+def _type_problem(name: str, want: pa.DataType, got: pa.DataType) -> Problem:
+    return Problem(E_COLUMN_TYPE, name, f"column {name}: expected {_type_string(want)} "
+                   f"(or {_CLASSES[name][1]}), found {_type_string(got)}")
 
 
 def check_schema(s: pa.Schema) -> Problem | None:
     """check_schema returns the first file-level problem of a file's schema, as the Go
     reader's CheckSchema finds it (columns by name, any order, extra columns ignored,
-    types exact, a missing schema version read as "1"), or None."""
+    the equivalent types of the README accepted, a missing schema version read as
+    "1"), or None."""
     md = s.metadata or {}
     v = md.get(SCHEMA_VERSION_KEY.encode())
     if v is not None and v.decode() != SCHEMA_VERSION:
@@ -75,20 +135,21 @@ def check_schema(s: pa.Schema) -> Problem | None:
             return Problem(E_MISSING_COLUMN, want.name,
                            f"column {want.name} ({_type_string(want.type)}) is missing")
         got = s.field(idx).type
-        if want.name == "segments" and pa.types.is_list(got) and pa.types.is_struct(got.value_type):
-            st = got.value_type
-            for i in range(SEGMENT_TYPE.num_fields):
-                f = SEGMENT_TYPE.field(i)
-                j = st.get_field_index(f.name)
-                name = "segments." + f.name
-                if j < 0:
-                    return Problem(E_MISSING_COLUMN, name, f"segments struct has no field {f.name} "
-                                   f"({_type_string(f.type)}); found {_type_string(got)}")
-                if not st.field(j).type.equals(f.type):
-                    return Problem(E_COLUMN_TYPE, name, f"column {name}: expected {_type_string(f.type)}, "
-                                   f"found {_type_string(st.field(j).type)}")
+        if want.name != "segments":
+            if not _CLASSES[want.name][0](got):
+                return _type_problem(want.name, want.type, got)
             continue
-        if not _same_type(want.type, got):
-            return Problem(E_COLUMN_TYPE, want.name, f"column {want.name}: expected {_type_string(want.type)}, "
-                           f"found {_type_string(got)}")
+        st = _list_elem(got)
+        if st is None or not pa.types.is_struct(st):
+            return Problem(E_COLUMN_TYPE, "segments", f"column segments: expected {_type_string(want.type)} "
+                           f"(or {_SEGMENTS_ACCEPTED}), found {_type_string(got)}")
+        for i in range(SEGMENT_TYPE.num_fields):
+            f = SEGMENT_TYPE.field(i)
+            j = st.get_field_index(f.name)
+            name = "segments." + f.name
+            if j < 0:
+                return Problem(E_MISSING_COLUMN, name, f"segments struct has no field {f.name} "
+                               f"({_type_string(f.type)}); found {_type_string(got)}")
+            if not _CLASSES[name][0](st.field(j).type):
+                return _type_problem(name, f.type, st.field(j).type)
     return None

@@ -56,6 +56,7 @@ class _Row:
     reward: float | None
     feedback: int | None
     bad_tokens: list[tuple[int, int]] | None = None  # (position, id) of ids outside int32
+    decode_problems: list[Problem] | None = None  # what reading the Arrow data found (segment bounds beyond int32)
 
 
 def _tokens_array(tokens: Sequence[int] | None) -> tuple[pa.Array[Any] | None, list[tuple[int, int]] | None]:
@@ -64,7 +65,7 @@ def _tokens_array(tokens: Sequence[int] | None) -> tuple[pa.Array[Any] | None, l
     if tokens is None:
         return None, None
     if isinstance(tokens, pa.Array):
-        return (tokens if tokens.type == pa.int32() else tokens.cast(pa.int32())), None
+        return _tokens_int32(tokens if pa.types.is_int32(tokens.type) else tokens.cast(pa.int64()))
     try:
         return pa.array(tokens, pa.int32()), None
     except (pa.ArrowInvalid, OverflowError):
@@ -78,6 +79,19 @@ def _tokens_array(tokens: Sequence[int] | None) -> tuple[pa.Array[Any] | None, l
         else:
             fixed.append(t)
     return pa.array(fixed, pa.int32()), bad
+
+
+def _tokens_int32(t: pa.Array[Any]) -> tuple[pa.Array[Any], list[tuple[int, int]] | None]:
+    """_tokens_int32 returns int32 or int64 token ids as int32, as the Go reader converts
+    them: int32 as it is; int64 range-checked, with the ids that do not fit int32
+    returned apart (E_TOKEN_RANGE) and read as 0."""
+    if pa.types.is_int32(t.type):
+        return t, None
+    mask = pc.fill_null(pc.or_(pc.less(t, -_INT32_MAX - 1), pc.greater(t, _INT32_MAX)), False)
+    if not pc.any(mask).as_py():
+        return t.cast(pa.int32()), None
+    bad = [(i, int(t[i].as_py())) for i, m in enumerate(mask.to_pylist()) if m]
+    return pc.if_else(mask, 0, t).cast(pa.int32()), bad
 
 
 def _logprobs_array(logprobs: Sequence[float | None] | None) -> pa.Array[Any] | None:
@@ -163,6 +177,7 @@ def _check(r: _Row, vocab_size: int, tokenizer: str) -> list[Problem]:
         nulls = pc.fill_null(pc.is_null(r.tokens), False)
         first = pc.index(nulls, True).as_py()
         pre.append(Problem(E_TOKEN_RANGE, "tokens", f"tokens[{first}] is null ({r.tokens.null_count} null token ids)"))
+    pre.extend(r.decode_problems or ())
     for k, s in enumerate(r.segments or ()):
         if s.status == -1:
             pre.append(Problem(E_SEG_STATUS, "segments",
@@ -208,10 +223,10 @@ def _check_tokens(v: _Problems, r: _Row, vocab_size: int) -> None:
         count += 1
         if first < 0 or i < first:
             first, t = i, big
-    if t < 0:
-        reason = f"tokens[{first}] = {t} is negative"
-    elif t > _INT32_MAX:
+    if t > _INT32_MAX or t < -_INT32_MAX - 1:
         reason = f"tokens[{first}] = {t} does not fit in int32"
+    elif t < 0:
+        reason = f"tokens[{first}] = {t} is negative"
     else:
         reason = f"tokens[{first}] = {t} is not below the vocabulary size {vocab_size}"
     if count > 1:
