@@ -13,7 +13,7 @@ import (
 // observer is the device loop's train.Observer: it records what the loop does in
 // the status and metrics, and passes steps and trained files on to Events.
 type observer struct {
-	d         *stats
+	stats     *stats
 	metrics   *metrics
 	heartbeat func()
 	events    Events
@@ -23,33 +23,33 @@ type observer struct {
 }
 
 func (o *observer) Heartbeat()                    { o.heartbeat() }
-func (o *observer) Batch(rollouts, tokens int)    { o.d.setBatch(rollouts, tokens) }
-func (o *observer) Hints(hs []teacher.Hint)       { o.d.hintsTrained(hs) }
-func (o *observer) Skipped()                      { o.d.skipped() }
-func (o *observer) Failed(err error, file string) { o.d.failed(err, file) }
+func (o *observer) Batch(rollouts, tokens int)    { o.stats.setBatch(rollouts, tokens) }
+func (o *observer) Hints(hs []teacher.Hint)       { o.stats.hintsTrained(hs) }
+func (o *observer) Skipped()                      { o.stats.skipped() }
+func (o *observer) Failed(err error, file string) { o.stats.failed(err, file) }
 
 func (o *observer) Stepped(met xla.Metrics, stepped int64) {
-	o.d.stepDone(met, met.ScoredTokens, met.ScoreTook)
+	o.stats.stepDone(met, met.ScoredTokens, met.ScoreTook)
 	o.events.Stepped(met, stepped)
 }
 
 func (o *observer) Checkpointed(step int64, dir string, at time.Time, trained, updates int64) {
-	o.d.setCheckpoint(step, dir, at)
-	o.d.trainedTotal(trained, step, updates, o.budget)
+	o.stats.setCheckpoint(step, dir, at)
+	o.stats.trainedTotal(trained, step, updates, o.budget)
 }
 
 func (o *observer) Awaiting(n int64) {
-	o.d.setQueues(int64(len(o.q.files)), int64(len(o.q.ordered))+o.q.inTeach.Load(), n)
+	o.stats.setQueues(int64(len(o.q.files)), int64(len(o.q.ordered))+o.q.inTeach.Load(), n)
 }
 
 // FileDone records a file that left processing/ after training.
 func (o *observer) FileDone(f ledger.Finished) {
 	rep := f.Report
-	o.d.fileDone(rep, 0)
+	o.stats.fileDone(rep, 0)
 	o.metrics.fileDone(rep)
-	o.d.creditFile()
+	o.stats.creditFile()
 	o.log.Info().Uint64("seq", rep.Seq).Str("file", rep.Claimed).Int("rollouts", f.Rows).Str("credit_file", f.CreditFile).
 		Str("outcome", rep.Outcome).Msg("file trained")
 	o.events.FileTrained(rep, f.Rows, f.CreditFile)
-	o.d.publish()
+	o.stats.publish()
 }

@@ -48,7 +48,7 @@ func (d *daemon) pipeline(work context.Context) []stage {
 		s = append(s, stage{"teacher", func(ctx context.Context) error { return d.teachRollouts(ctx, d.q, d.log) }})
 	}
 	return append(s, stage{"device", func(ctx context.Context) error {
-		return d.loop.Run(ctx, work, d.q.ordered, &observer{d: d.stats, heartbeat: d.heartbeat, events: d.events,
+		return d.loop.Run(ctx, work, d.q.ordered, &observer{stats: d.stats, heartbeat: d.heartbeat, events: d.events,
 			metrics: d.metrics, log: d.log, q: d.q, budget: d.cfg.Train.TokenBudget})
 	}})
 }
