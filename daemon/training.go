@@ -143,6 +143,11 @@ func (d *daemon) watchdogAlive(every time.Duration) bool {
 // blocks while the pipeline is full (the spool is the backlog). ctx is the ingest
 // stage's (it ends when the pipeline stops), work the file's.
 func (d *daemon) handToTrainer(ctx, work context.Context, c *rollout.ClaimState, rep *rollout.FileReport) error {
+	if c.Decisions == nil {
+		if o := d.spool.Journal().Open(c.Seq); o != nil {
+			c = o // the journal's copy holds the decisions the ledger reads
+		}
+	}
 	select {
 	case d.q.files <- &ledger.File{Claim: c, Report: rep}:
 		return nil
