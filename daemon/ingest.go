@@ -3,8 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -16,10 +14,10 @@ import (
 // watch wakes the ingest loop when a file lands in incoming/: on fsnotify events for
 // *.arrow names, and every spool.rescan_interval regardless, since events can be
 // missed (overflow, network file systems).
-func (d *daemon) watch(ctx context.Context, wake chan<- struct{}) error {
+func (d *daemon) watch(ctx context.Context) error {
 	poke := func() {
 		select {
-		case wake <- struct{}{}:
+		case d.wake <- struct{}{}:
 		default:
 		}
 	}
@@ -57,7 +55,7 @@ func (d *daemon) watch(ctx context.Context, wake chan<- struct{}) error {
 
 // ingestLoop claims and processes incoming files, oldest first, until ctx ends. A
 // file in hand is finished under work, which outlives ctx by the shutdown timeout.
-func (d *daemon) ingestLoop(ctx, work context.Context, wake <-chan struct{}) error {
+func (d *daemon) ingestLoop(ctx, work context.Context) error {
 	for {
 		if err := d.drainIncoming(ctx, work); err != nil {
 			return err
@@ -65,7 +63,7 @@ func (d *daemon) ingestLoop(ctx, work context.Context, wake <-chan struct{}) err
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
+		case <-d.wake:
 		}
 	}
 }
@@ -113,7 +111,7 @@ func (d *daemon) drainIncoming(ctx, work context.Context) error {
 				return err
 			}
 			d.stats.claimed()
-			if err := d.processClaim(work, c); err != nil {
+			if err := d.processClaim(ctx, work, c); err != nil {
 				if errors.Is(err, errStopped) {
 					return nil
 				}
@@ -126,8 +124,9 @@ func (d *daemon) drainIncoming(ctx, work context.Context) error {
 
 // processClaim decides one claimed file's rows. Without training the file is
 // finished at once; with training a file with accepted rollouts goes to the
-// pipeline, which finishes it once a durable checkpoint lists them all.
-func (d *daemon) processClaim(work context.Context, c *rollout.ClaimState) error {
+// pipeline (ctx is the ingest stage's), whose ledger finishes it once all of them
+// are trained.
+func (d *daemon) processClaim(ctx, work context.Context, c *rollout.ClaimState) error {
 	start := time.Now()
 	var rep *rollout.FileReport
 	err := d.retryDiskFull(work, "decide", filepath.Join(d.spool.Dir(rollout.DirProcessing), c.ClaimedName()), func() error {
@@ -166,35 +165,20 @@ func (d *daemon) processClaim(work context.Context, c *rollout.ClaimState) error
 	log.Uint64("seq", rep.Seq).Str("file", rep.Claimed).Int("rows", rep.Rows).Int("accepted", rep.Accepted).
 		Int("rejected", rep.Rejected).Int64("tokens", rep.Tokens).Str("outcome", outcome).
 		Dur("took", took).Msg("file processed")
-	d.reportProgress(rep, toTrain)
+	d.events.FileDecided(rep, toTrain)
 	d.stats.publish()
 	if toTrain {
-		return d.handToTrainer(work, c, rep)
+		return d.handToTrainer(ctx, work, c, rep)
 	}
 	return nil
 }
 
-// finish moves a processed file out of processing/ and journals it, retrying on a
-// full disk. Spool.Finish renames first and journals second; when an attempt failed
-// after the rename, the retry only journals.
+// finish finishes a processed file in the spool (Spool.Finish, idempotent), retrying
+// on a full disk, and compacts the journal when due. The ledger finishes trained
+// files through it.
 func (d *daemon) finish(ctx context.Context, c *rollout.ClaimState, rep *rollout.FileReport) error {
 	src := filepath.Join(d.spool.Dir(rollout.DirProcessing), rep.Claimed)
-	tried := false
-	err := d.retryDiskFull(ctx, "finish", src, func() error {
-		if _, err := os.Stat(src); tried && rep.Quarantine == nil && errors.Is(err, fs.ErrNotExist) {
-			dir, outcome := rollout.DirDone, rollout.OutcomeDone
-			if rep.Accepted == 0 {
-				dir, outcome = rollout.DirFailed, rollout.OutcomeFailed
-			}
-			if err := d.spool.Journal().Finish(c.Seq, outcome, "", ""); err != nil {
-				return err
-			}
-			rep.Outcome, rep.Dest = outcome, filepath.Join(d.spool.Dir(dir), rep.Claimed)
-			return nil
-		}
-		tried = true
-		return d.spool.Finish(c, rep)
-	})
+	err := d.retryDiskFull(ctx, "finish", src, func() error { return d.spool.Finish(c, rep) })
 	if err == nil {
 		d.maybeCompact()
 	}

@@ -106,6 +106,12 @@ func (p *pauser) state() (paused bool, changed <-chan struct{}) {
 	return p.operator || p.diskFull, p.changed
 }
 
+// Paused is state, for train.Pauser.
+func (p *pauser) Paused() (bool, <-chan struct{}) { return p.state() }
+
+// DiskFull is diskIsFull, for train.Pauser.
+func (p *pauser) DiskFull() bool { return p.diskIsFull() }
+
 // wait blocks while the daemon is paused; it returns ctx's error if ctx ends first.
 func (p *pauser) wait(ctx context.Context) error {
 	for {

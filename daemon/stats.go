@@ -13,6 +13,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/teacher"
 )
 
 const (
@@ -27,9 +28,14 @@ const rateWindow = time.Minute
 // stats owns the daemon's counters and publishes immutable status snapshots through
 // an atomic pointer: readers (the status server, metrics) never lock the pipeline.
 type stats struct {
-	d       *daemon
 	version string
 	dataDir string
+	started time.Time
+	spool   *rollout.Spool
+	// pause and teacher read the pause state and the teacher's counters; set before
+	// the first publish (teacher stays nil without training).
+	pause   func() *hindsightv1.PauseState
+	teacher func() *teacher.Stats
 
 	mu         sync.Mutex
 	state      hindsightv1.State
@@ -50,12 +56,12 @@ type rateSample struct {
 	rollouts, tokens int64
 }
 
-func newStats(d *daemon, version string) *stats {
-	dir, err := filepath.Abs(d.cfg.DataDir)
+func newStats(version, dataDir string, started time.Time, sp *rollout.Spool, pause func() *hindsightv1.PauseState) *stats {
+	dir, err := filepath.Abs(dataDir)
 	if err != nil {
-		dir = d.cfg.DataDir
+		dir = dataDir
 	}
-	return &stats{d: d, version: version, dataDir: dir, state: stateStarting}
+	return &stats{version: version, dataDir: dir, started: started, spool: sp, pause: pause, state: stateStarting}
 }
 
 // snapshot returns the latest published status; never mutate it.
@@ -101,8 +107,8 @@ func (s *stats) setError(err error, file string) {
 // publish builds a fresh snapshot from the journal, the spool folders and the session
 // counters, and swaps it in.
 func (s *stats) publish() {
-	counts, err := s.d.spool.Counts()
-	total := s.d.spool.Journal().Totals()
+	counts, err := s.spool.Counts()
+	total := s.spool.Journal().Totals()
 	now := time.Now()
 
 	s.mu.Lock()
@@ -123,8 +129,8 @@ func (s *stats) publish() {
 	st := &hindsightv1.Status{
 		Version:    s.version,
 		State:      s.state,
-		StartedAt:  timestamppb.New(s.d.started),
-		Uptime:     durationpb.New(time.Since(s.d.started)),
+		StartedAt:  timestamppb.New(s.started),
+		Uptime:     durationpb.New(time.Since(s.started)),
 		DataDir:    s.dataDir,
 		ListenAddr: s.listenAddr,
 		Spool: &hindsightv1.SpoolCounts{Incoming: s.counts.Incoming, Processing: s.counts.Processing,

@@ -133,7 +133,7 @@ func (s *stats) stepDone(m xla.Metrics, scored int, scoreTook time.Duration) {
 
 // fillTraining adds the training fields to st; s.mu is held.
 func (s *stats) fillTraining(st *hindsightv1.Status) {
-	if ps := s.d.pauser.proto(); ps != nil {
+	if ps := s.pause(); ps != nil {
 		st.Paused, st.PauseReason, st.Pause = true, reasonLine(ps), ps
 	}
 	if !s.train.on {
@@ -160,8 +160,8 @@ func (s *stats) fillTraining(st *hindsightv1.Status) {
 	for k, v := range s.train.hints {
 		ts.HintsBySource[k] = v
 	}
-	if h := s.d.hinter.Load(); h != nil {
-		snap := h.Stats().Snapshot()
+	if s.teacher != nil {
+		snap := s.teacher().Snapshot()
 		for k, v := range snap.Failed {
 			ts.FailuresByKind[k] = v
 		}

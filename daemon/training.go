@@ -7,11 +7,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/train"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // ensureModel creates the default model directory (<data_dir>/model) on first start.
@@ -33,22 +34,49 @@ func (d *daemon) ensureModel() error {
 	return nil
 }
 
-// openTraining loads the policy and the teacher, and cleans staging folders of
-// finished files.
+// openTraining opens the teacher, the ledger (which cleans the staging folders of
+// finished files) and the policy.
 func (d *daemon) openTraining() error {
 	h, err := d.newHinter(d.cfg.Teacher)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	d.hinter.Store(h)
-	dv, done, err := d.openDevice()
+	d.stats.teacher = func() *teacher.Stats { return d.hinter.Load().Stats() }
+	d.ledger, err = ledger.Open(ledger.Options{
+		SkipLog:    filepath.Join(d.cfg.DataDir, "state", "skipped.txt"),
+		StagingDir: d.cfg.StagingDir(),
+		OutputDir:  d.cfg.OutputPath(),
+		Unfinished: d.spool.Journal().Unfinished(),
+		Retry:      d.retryDiskFull,
+		Finish:     d.finish,
+		Log:        d.opts.Log,
+	})
 	if err != nil {
 		return err
 	}
-	d.dev = dv
-	d.doneIDs = done
+	modelDir, _ := d.cfg.ModelDir()
+	cfgYAML, _ := d.cfg.YAML()
+	d.loop, err = train.Open(train.Options{
+		Config: d.cfg.Train, Credit: d.cfg.Credit, Backend: xla.ResolveBackend(d.opts.Backend, d.cfg.Backend),
+		ModelDir: modelDir, Tokenizer: d.tokenizer, CheckpointDir: d.cfg.CheckpointDir(), ResumeFrom: d.opts.ResumeFrom,
+		Version: d.opts.Version, ConfigYAML: cfgYAML,
+		Ledger: d.ledger, Retry: d.retryDiskFull, Pause: d.pauser,
+		Busy: func() bool { return d.ingesting.Load() || d.q.busy() },
+		Log:  d.opts.Log,
+	})
+	if err != nil {
+		d.ledger.Close()
+		return err
+	}
+	info := d.loop.Info()
+	if info.Checkpoint != "" {
+		d.stats.setCheckpoint(info.Step, info.Checkpoint, info.CheckpointAt)
+	}
+	d.stats.setBackend(info.BackendName, info.Device, info.Parameters, info.ModelDir)
+	d.stats.trainedTotal(info.Trained, info.Step, info.Updates, d.cfg.Train.TokenBudget)
 	d.q = newQueues(d.cfg.Train.TeacherConcurrency)
-	return removeStaleStaging(d.cfg.StagingDir(), d.spool.Journal().Unfinished())
+	return nil
 }
 
 // newHinter builds the teacher from cfg, caching LLM hints under the data directory.
@@ -66,8 +94,8 @@ func (d *daemon) newHinter(cfg teacher.Config) (*teacher.Hinter, error) {
 	return teacher.New(cfg, teacher.Deps{Tokenizer: d.tokenizer, Logger: d.opts.Log, Stats: st})
 }
 
-// ReloadTeacher replaces the teacher settings (SIGHUP); rollouts already with the
-// teacher finish with the old ones.
+// reloadTeacher replaces the teacher settings (SIGHUP); rollouts already with the
+// teacher finish with the old ones, and each hint keeps its own template.
 func (d *daemon) reloadTeacher(cfg teacher.Config) error {
 	h, err := d.newHinter(cfg)
 	if err != nil {
@@ -76,63 +104,6 @@ func (d *daemon) reloadTeacher(cfg teacher.Config) error {
 	d.hinter.Store(h)
 	d.log.Info().Strs("chain", cfg.Chain).Msg("teacher reloaded")
 	return nil
-}
-
-// startPipeline starts feed, the teacher workers and the device loop under g.
-func (d *daemon) startPipeline(g *errgroup.Group, ctx, work context.Context) {
-	done := d.doneIDs
-	d.doneIDs = nil
-	d.pipeDone = ctx.Done()
-	g.Go(func() error { return d.feed(ctx, d.q, done) })
-	for range d.cfg.Train.TeacherConcurrency {
-		g.Go(func() error { return d.teachRollouts(ctx, d.q, d.log) })
-	}
-	g.Go(func() error {
-		err := d.dev.run(ctx, work, d.q)
-		if err != nil {
-			d.stats.setError(err, "")
-		}
-		return err
-	})
-}
-
-// watchdogAlive reports whether the device loop made progress recently enough for a
-// systemd watchdog ping: a hung step stops the pings, so systemd restarts us.
-func (d *daemon) watchdogAlive(every time.Duration) bool {
-	if !d.training() {
-		return true
-	}
-	last := d.beat.Load()
-	return last == 0 || time.Since(time.Unix(0, last)) < 2*every
-}
-
-// handToTrainer sends a decided file with accepted rollouts to the pipeline; it
-// blocks while the pipeline is full (the spool is the backlog).
-func (d *daemon) handToTrainer(ctx context.Context, c *rollout.ClaimState, rep *rollout.FileReport) error {
-	if c.Decisions == nil {
-		if o := d.spool.Journal().Open(c.Seq); o != nil {
-			c = o
-		}
-	}
-	select {
-	case d.q.files <- &fileJob{claim: c, rep: rep}:
-		return nil
-	case <-ctx.Done():
-		return errStopped
-	case <-d.pipeDone:
-		return errStopped
-	}
-}
-
-// fileFinished records a file that left processing/ after training.
-func (d *daemon) fileFinished(rep *rollout.FileReport, rows int, creditFile string) {
-	d.stats.fileDone(rep, 0)
-	d.metrics.fileDone(rep)
-	d.stats.creditFile()
-	d.log.Info().Uint64("seq", rep.Seq).Str("file", rep.Claimed).Int("rollouts", rows).Str("credit_file", creditFile).
-		Str("outcome", rep.Outcome).Msg("file trained")
-	d.reportTrained(rep, rows, creditFile)
-	d.stats.publish()
 }
 
 // reloadLoop re-reads the config file on each Reload signal and swaps in its teacher
@@ -155,5 +126,34 @@ func (d *daemon) reloadLoop(ctx context.Context) {
 		if err != nil {
 			d.log.Error().Err(err).Msg("SIGHUP: teacher settings not reloaded; the running ones stay")
 		}
+	}
+}
+
+// watchdogAlive reports whether the device loop made progress recently enough for a
+// systemd watchdog ping: a hung step stops the pings, so systemd restarts us.
+func (d *daemon) watchdogAlive(every time.Duration) bool {
+	if !d.training() {
+		return true
+	}
+	last := d.beat.Load()
+	return last == 0 || time.Since(time.Unix(0, last)) < 2*every
+}
+
+// handToTrainer sends a decided file with accepted rollouts to the pipeline; it
+// blocks while the pipeline is full (the spool is the backlog). ctx is the ingest
+// stage's (it ends when the pipeline stops), work the file's.
+func (d *daemon) handToTrainer(ctx, work context.Context, c *rollout.ClaimState, rep *rollout.FileReport) error {
+	if c.Decisions == nil {
+		if o := d.spool.Journal().Open(c.Seq); o != nil {
+			c = o // the journal's copy holds the decisions the ledger reads
+		}
+	}
+	select {
+	case d.q.files <- &ledger.File{Claim: c, Report: rep}:
+		return nil
+	case <-work.Done():
+		return errStopped
+	case <-ctx.Done():
+		return errStopped
 	}
 }

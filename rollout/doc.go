@@ -6,4 +6,8 @@
 // folder, the spool claims them, the reader hands out validated rollouts whose token and
 // log-prob slices point into Arrow buffers, and the journal records, in claim order,
 // whether each rollout was accepted or rejected. It knows nothing about models.
+//
+// The spool owns every read of a claimed file: Spool.Process decides its rows once,
+// Spool.Accepted re-streams the accepted ones for training (one record batch in
+// memory), and Spool.Finish, the one place a file leaves processing/, is idempotent.
 package rollout

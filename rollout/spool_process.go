@@ -150,7 +150,10 @@ func (s *Spool) Process(ctx context.Context, c *ClaimState) (*FileReport, error)
 }
 
 // Finish moves a processed claim's file out of processing/: to done/ when any rollout
-// was accepted, else to failed/; then journals the outcome.
+// was accepted, else to failed/; then journals the outcome. It is the one place a
+// file is finished, and it is idempotent: an attempt that failed after the rename (a
+// full disk while journaling) is completed by the next call, which only journals, and
+// a call for a claim the journal has finished changes nothing.
 func (s *Spool) Finish(c *ClaimState, rep *FileReport) error {
 	if rep.Quarantine != nil {
 		return nil // quarantine already moved and journaled it
@@ -161,13 +164,55 @@ func (s *Spool) Finish(c *ClaimState, rep *FileReport) error {
 	}
 	src := filepath.Join(s.Dir(DirProcessing), rep.Claimed)
 	dst := filepath.Join(s.Dir(dir), rep.Claimed)
-	if err := fsutil.RenameNoReplace(src, dst); err != nil {
+	if s.journal.Open(c.Seq) == nil {
+		rep.Outcome, rep.Dest = outcome, dst // finished by an earlier call
+		return nil
+	}
+	if err := fsutil.RenameNoReplace(src, dst); err != nil && !(errors.Is(err, os.ErrNotExist) && exists(dst)) {
 		return fmt.Errorf("finish %s: %w", rep.Claimed, err)
 	}
 	if err := s.journal.Finish(c.Seq, outcome, "", ""); err != nil {
 		return fmt.Errorf("finish %s: %w", rep.Claimed, err)
 	}
 	rep.Outcome, rep.Dest = outcome, dst
+	return nil
+}
+
+// Accepted streams the accepted rows of decided claim c, in row order, from its file
+// in processing/: the spool owns every read of a claimed file, and training re-reads
+// the rows it accepted through here. Memory is bounded by one record batch of the
+// file (the backlog stays on disk). The rollout yield gets points into that batch and
+// is valid only during the call (Clone it to keep it); yield returning false stops
+// the stream early, with a nil error.
+func (s *Spool) Accepted(c *ClaimState, yield func(row int, r *Rollout) bool) error {
+	decs := c.Decisions
+	if !c.Decided {
+		o := s.journal.Open(c.Seq)
+		if o == nil || !o.Decided {
+			return fmt.Errorf("read accepted rows of %s: the claim is not decided", c.ClaimedName())
+		}
+		decs = o.Decisions
+	}
+	accepted := make(map[int]bool, len(decs))
+	for _, d := range decs {
+		if d.Accepted {
+			accepted[d.Row] = true
+		}
+	}
+	path := filepath.Join(s.Dir(DirProcessing), c.ClaimedName())
+	r, err := OpenReader(path, s.opts)
+	if err != nil {
+		return fmt.Errorf("read accepted rows of %s: %w", c.ClaimedName(), err)
+	}
+	defer r.Close()
+	for r.Next() {
+		if accepted[r.Row()] && !yield(r.Row(), r.Rollout()) {
+			return nil
+		}
+	}
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("read accepted rows of %s: %w", c.ClaimedName(), err)
+	}
 	return nil
 }
 

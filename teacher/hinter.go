@@ -93,7 +93,7 @@ func (h *Hinter) Inserter() *Inserter { return h.inserter }
 type Result struct {
 	Selections []Selection
 	// Hints are the hints to train on, in InsertAt order, each with its template
-	// Tokens. Feed each to Insert.
+	// Tokens and its Empty template.
 	Hints []Hint
 	// Failed are selections whose teachers failed (Hint.Err says how); they get no
 	// hint.
@@ -154,7 +154,7 @@ func (h *Hinter) Run(ctx context.Context, r *rollout.Rollout) (Result, error) {
 			log.Str("outcome", "too_long").Err(err).Msg("hint dropped")
 			continue
 		}
-		hint.Tokens = toks
+		hint.Tokens, hint.Empty = toks, h.inserter.Empty()
 		res.Hints = append(res.Hints, hint)
 		h.stats.hint(hint.Source)
 		log.Str("outcome", "hint").Int("tokens", len(toks)).Bool("cached", hint.Cached).Msg("hint")

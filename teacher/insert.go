@@ -131,32 +131,3 @@ func (in *Inserter) wrap(text string) []int32 {
 	out = append(out, in.tok.EncodeText(in.label+text)...)
 	return append(out, in.suffix...)
 }
-
-// Inserted is a rollout prefix with a hint spliced in: Tokens = y[0:InsertAt], the
-// hint's template tokens, y[InsertAt:End]. The teacher pass scores the original
-// positions [InsertAt, End), which sit at [InsertAt+HintLen, End+HintLen) of Tokens.
-type Inserted struct {
-	Tokens   []int32
-	InsertAt int // a, in original positions
-	End      int // b, exclusive, in original positions
-	HintLen  int // tokens inserted at InsertAt
-}
-
-// Pos maps an original position t < End to its index in Tokens.
-func (x Inserted) Pos(t int) int {
-	if t < x.InsertAt {
-		return t
-	}
-	return t + x.HintLen
-}
-
-// Insert returns tokens[0:sel.End] with hint (template tokens from Wrap or Empty)
-// inserted at sel.InsertAt. tokens is not modified; the result owns its memory.
-func Insert(tokens []int32, sel Selection, hint []int32) Inserted {
-	a, b := int(sel.InsertAt), int(sel.End)
-	out := make([]int32, 0, b+len(hint))
-	out = append(out, tokens[:a]...)
-	out = append(out, hint...)
-	out = append(out, tokens[a:b]...)
-	return Inserted{Tokens: out, InsertAt: a, End: b, HintLen: len(hint)}
-}

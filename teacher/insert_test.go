@@ -3,7 +3,6 @@ package teacher
 import (
 	"encoding/json"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -117,30 +116,21 @@ func TestInserterRefusesForeignTemplate(t *testing.T) {
 	require.ErrorContains(t, err, `template.preset: unknown preset "nope"`)
 }
 
-func TestInsert(t *testing.T) {
+// TestWrap checks the template tokens of a hint: the harness turn around the label
+// and the trimmed text, and the cap on the text's tokens.
+func TestWrap(t *testing.T) {
 	tok := data.NewBytesTokenizer()
 	in, err := NewInserter(Template{Preset: "bytes", Label: "Hint: "}, tok, 20)
 	require.NoError(t, err)
-	r := build(sys(sysTools), user("fix\n"), think("<think>hm</think>"), call("grep", "grep x"), say("done\n"))
-	sel := target(r, 3, ReasonToolError, -1)
 	hint, err := in.Wrap("  use search_code  ")
 	require.NoError(t, err)
-	x := Insert(r.Tokens, sel, hint)
-
-	a, b := int(sel.InsertAt), int(sel.End)
-	require.Equal(t, len(hint), x.HintLen)
-	require.Len(t, x.Tokens, b+len(hint))
-	require.Equal(t, r.Tokens[:a], x.Tokens[:a], "the prefix is untouched")
-	require.Equal(t, hint, x.Tokens[a:a+len(hint)], "the hint sits at insert_at")
-	for p := a; p < b; p++ {
-		require.Equal(t, r.Tokens[p], x.Tokens[x.Pos(p)], "position %d maps", p)
-	}
-	require.Equal(t, 5, x.Pos(5))
-	s, err := tok.Decode(x.Tokens[a : a+len(hint)])
+	s, err := tok.Decode(hint)
 	require.NoError(t, err)
 	require.Equal(t, "<|user|>Hint: use search_code<|end|>", s)
+	s, err = tok.Decode(in.Empty())
+	require.NoError(t, err)
+	require.Equal(t, "<|user|>Hint: <|end|>", s)
 
 	_, err = in.Wrap("a hint far longer than twenty byte tokens")
 	require.ErrorIs(t, err, ErrHintTooLong)
-	require.True(t, slices.Equal(in.Empty(), Insert(r.Tokens, sel, in.Empty()).Tokens[a:a+len(in.Empty())]))
 }

@@ -26,6 +26,11 @@ type Hint struct {
 	// Tokens is Text wrapped in the model's hint template, ready to insert at InsertAt
 	// (set by Hinter.Run).
 	Tokens []int32
+	// Empty is the same template with an empty hint, for credit base empty_hint (the
+	// q(∅) pass); set with Tokens, from the same template, so a reload of the teacher
+	// settings (SIGHUP) between hinting and scoring cannot pair a hint with another
+	// template's empty turn.
+	Empty []int32
 	// Leak is set when the leak guard flagged the hint.
 	Leak *Leak
 }

@@ -60,7 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *demo && *configPath == "" {
-		cfg = daemon.DemoConfig(cfg)
+		cfg = demoConfig(cfg)
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
@@ -95,8 +95,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	err := daemon.Run(ctx, cfg, daemon.Options{Version: buildinfo.Version(), Log: log, Demo: *demo, Out: stdout,
-		Backend: *backend, ResumeFrom: *resumeFrom, ConfigPath: *configPath, Reload: hup})
+	opts := daemon.Options{Version: buildinfo.Version(), Log: log, Backend: *backend, ResumeFrom: *resumeFrom,
+		ConfigPath: *configPath, Reload: hup}
+	var err error
+	if *demo {
+		err = runDemo(ctx, cfg, opts, stdout)
+	} else {
+		err = daemon.Run(ctx, cfg, opts)
+	}
 	if err != nil {
 		log.Error().Err(err).Msg("hindsightd exiting")
 		if *demo {

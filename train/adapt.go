@@ -1,0 +1,104 @@
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// Trainable is the one trainable-token rule: token i of r is trained when it lies in
+// a policy segment and has a sampler log-prob (rollout.Rollout.Trainable), and is
+// not position 0, which has no context to predict it from.
+func Trainable(r *rollout.Rollout, i int) bool { return i > 0 && r.Trainable(i) }
+
+// entry is one rollout of the batch as the trainer sees it. hints are the hints of
+// xr.Hints, in the same order: exactly what is scored, and so what its credit row
+// reports.
+type entry struct {
+	item      *Item
+	xr        xla.Rollout
+	hints     []teacher.Hint
+	trainable int // tokens Trainable
+	all       int // every token a step runs for it: the rollout, each hint and its re-scored span
+}
+
+// adapt converts a rollout and its teacher hints to the trainer's input. Each hint
+// brings its own empty-hint template (teacher.Hint.Empty), built with its tokens, so
+// a teacher reload between hinting and scoring cannot mismatch them.
+func adapt(it *Item) *entry {
+	r := it.Rollout
+	T := len(r.Tokens)
+	e := &entry{item: it, hints: append([]teacher.Hint(nil), it.hints.Hints...), all: T}
+	e.xr = xla.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float32, T),
+		Trainable: make([]bool, T), Reward: float64(r.Reward), HasReward: r.HasReward}
+	for i := range T {
+		if lp, ok := r.LogProb(i); ok {
+			e.xr.Sampler[i] = lp
+		} else {
+			e.xr.Sampler[i] = float32(math.NaN())
+		}
+		e.xr.Trainable[i] = Trainable(r, i)
+		if e.xr.Trainable[i] {
+			e.trainable++
+		}
+	}
+	for _, h := range e.hints {
+		e.xr.Hints = append(e.xr.Hints, xla.HintedSegment{
+			Segment:   xla.Segment{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens},
+			EmptyHint: h.Empty,
+		})
+		e.all += len(h.Tokens) + int(h.End-h.InsertAt)
+	}
+	return e
+}
+
+// fits reports, wrapping xla.ErrTooLong, a rollout or hinted sequence longer than
+// maxPos positions: scoring it would fail the whole step.
+func (e *entry) fits(maxPos int) error {
+	if n := len(e.xr.Tokens); n > maxPos {
+		return fmt.Errorf("rollout %q: %d tokens, max_position_embeddings is %d: %w", e.xr.ID, n, maxPos, xla.ErrTooLong)
+	}
+	for k, h := range e.xr.Hints {
+		if n := h.End + len(h.Hint); n > maxPos {
+			return fmt.Errorf("rollout %q: hinted segment %d: %d positions with the hint, max_position_embeddings is %d: %w",
+				e.xr.ID, e.hints[k].Segment, n, maxPos, xla.ErrTooLong)
+		}
+	}
+	return nil
+}
+
+// creditRow builds the credit output row of e from the credit the trainer computed
+// at the weights before the update: in (the scored log-probs) and res. Its hints
+// are the ones scored, with the positions and tokens the teacher pass used.
+func creditRow(e *entry, in *credit.Rollout, res *credit.Result, step int64) (data.CreditRow, error) {
+	r := e.item.Rollout
+	T := len(r.Tokens)
+	if len(in.Hints) != len(e.xr.Hints) {
+		return data.CreditRow{}, fmt.Errorf("credit row of %q: %d hinted spans scored, %d hints sent", r.ID, len(in.Hints), len(e.xr.Hints))
+	}
+	row := data.CreditRow{RolloutID: r.ID, TaskID: r.TaskID, Tokens: append([]int32(nil), r.Tokens...),
+		Step: step, PolicyVersion: r.PolicyVersion, TeacherVersion: step - 1, Reward: r.Reward, HasReward: r.HasReward,
+		OutcomeAdv: float32(res.AOut), LossMask: make([]bool, T), Student: make([]float32, T),
+		Teacher: make([]float32, T), Advantages: make([]float32, T)}
+	for t := range T {
+		row.LossMask[t] = in.Trainable[t] && !res.Skipped
+		row.Student[t] = float32(in.Student[t])
+		row.Teacher[t] = float32(math.NaN())
+		row.Advantages[t] = float32(res.Adv[t])
+	}
+	for k, span := range in.Hints {
+		for t := span.Start; t < span.End; t++ {
+			row.Teacher[t] = float32(span.Teacher[t-span.Start])
+		}
+		h, sent := e.hints[k], e.xr.Hints[k]
+		row.Hints = append(row.Hints, data.CreditHint{Segment: int32(h.Segment), InsertAt: int32(span.Start),
+			End: int32(span.End), Source: h.Source, Reason: string(h.Reason), Text: h.Text,
+			Tokens: append([]int32(nil), sent.Hint...)})
+	}
+	return row, nil
+}

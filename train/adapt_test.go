@@ -1,0 +1,121 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/ledger"
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/teacher"
+)
+
+// hintedItem returns a synthetic rollout, resolved with the hints of a teacher
+// whose template label is label, and that teacher.
+func hintedItem(t *testing.T, label string) (*Item, *teacher.Hinter) {
+	t.Helper()
+	cfg := teacher.DefaultConfig()
+	cfg.Template = teacher.Template{Preset: "bytes", Label: label}
+	h, err := teacher.New(cfg, teacher.Deps{Tokenizer: data.NewBytesTokenizer(), Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	opts := rollout.SynthOptions{Tokens: 2000, Seed: 3}
+	for i := range 16 {
+		r := rollout.Synthesize(opts, i)
+		res, err := h.Run(t.Context(), r)
+		require.NoError(t, err)
+		if len(res.Hints) >= 2 {
+			it := NewItem(&ledger.File{}, i, r)
+			it.Resolve(res)
+			return it, h
+		}
+	}
+	t.Fatal("no synthetic rollout got two hints")
+	return nil, nil
+}
+
+// TestAdaptKeepsEachHintsEmptyTemplate: the teacher is reloaded (SIGHUP) with
+// another template between hinting and scoring; the q(∅) pass still gets the empty
+// turn of the template that built each hint, not the new one.
+func TestAdaptKeepsEachHintsEmptyTemplate(t *testing.T) {
+	it, old := hintedItem(t, "Hint: ")
+	cfg := teacher.DefaultConfig()
+	cfg.Template = teacher.Template{Preset: "bytes", Label: "Advice from a reviewer: "}
+	reloaded, err := teacher.New(cfg, teacher.Deps{Tokenizer: data.NewBytesTokenizer(), Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	require.NotEqual(t, old.Inserter().Empty(), reloaded.Inserter().Empty())
+
+	e := adapt(it)
+	require.Len(t, e.xr.Hints, len(it.hints.Hints))
+	for k, h := range e.xr.Hints {
+		require.Equal(t, old.Inserter().Empty(), h.EmptyHint, "hint %d", k)
+		require.Equal(t, it.hints.Hints[k].Tokens, h.Hint, "hint %d", k)
+		wrapped, err := old.Inserter().Wrap(it.hints.Hints[k].Text)
+		require.NoError(t, err)
+		require.Equal(t, wrapped, h.Hint, "hint %d is its own template's turn", k)
+	}
+}
+
+// TestCreditRowCarriesTheScoredHints: the credit row reports the hints the trainer
+// scored (positions from the scored spans, tokens as sent), even when the teacher's
+// result is changed after the rollout was adapted; a row whose scored spans do not
+// match the hints sent is an error, not a row with the wrong hints.
+func TestCreditRowCarriesTheScoredHints(t *testing.T) {
+	it, _ := hintedItem(t, "Hint: ")
+	e := adapt(it)
+	sent := append([]teacher.Hint(nil), it.hints.Hints...)
+	T := len(it.Rollout.Tokens)
+	in := credit.Rollout{ID: it.Rollout.ID, Student: make([]float64, T), Trainable: e.xr.Trainable}
+	for _, h := range e.xr.Hints {
+		q := make([]float64, h.End-h.Start)
+		for i := range q {
+			q[i] = -0.5
+		}
+		in.Hints = append(in.Hints, credit.HintSpan{Start: h.Start, End: h.End, Teacher: q})
+	}
+	res := credit.Result{Adv: make([]float64, T)}
+
+	// The teacher's result changes after adaptation (a reused slice, a reload).
+	it.hints.Hints[0].Text, it.hints.Hints[0].Tokens = "something else", []int32{1, 2, 3}
+	it.hints.Hints = it.hints.Hints[:1]
+
+	row, err := creditRow(e, &in, &res, 7)
+	require.NoError(t, err)
+	require.Len(t, row.Hints, len(sent))
+	for k, h := range row.Hints {
+		require.Equal(t, sent[k].Text, h.Text)
+		require.Equal(t, sent[k].Source, h.Source)
+		require.Equal(t, e.xr.Hints[k].Hint, h.Tokens)
+		require.EqualValues(t, in.Hints[k].Start, h.InsertAt)
+		require.EqualValues(t, in.Hints[k].End, h.End)
+		require.EqualValues(t, -0.5, row.Teacher[h.InsertAt])
+	}
+	require.EqualValues(t, 7, row.Step)
+	require.EqualValues(t, 6, row.TeacherVersion)
+	require.True(t, math.IsNaN(float64(row.Teacher[0])))
+
+	in.Hints = in.Hints[:1]
+	_, err = creditRow(e, &in, &res, 7)
+	require.ErrorContains(t, err, fmt.Sprintf("1 hinted spans scored, %d hints sent", len(sent)))
+}
+
+// TestTrainableIsTheOneRule: the trainer's mask and the batch's token count both
+// come from Trainable, which never trains position 0.
+func TestTrainableIsTheOneRule(t *testing.T) {
+	r := rollout.Synthesize(rollout.SynthOptions{Tokens: 600, Seed: 9}, 0)
+	e := adapt(&Item{Rollout: r})
+	n := 0
+	for i := range r.Tokens {
+		require.Equal(t, Trainable(r, i), e.xr.Trainable[i], "token %d", i)
+		if Trainable(r, i) {
+			n++
+		}
+	}
+	require.False(t, e.xr.Trainable[0])
+	require.Equal(t, n, e.trainable)
+	require.Positive(t, n)
+}

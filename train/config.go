@@ -1,0 +1,129 @@
+package train
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// Config is the `train:` section: when the optimizer steps, how the policy and
+// its teacher are updated, and when checkpoints are written.
+type Config struct {
+	// Enabled trains on accepted rollouts. false runs the daemon as a validating
+	// ingester: files are finished as soon as their rows are decided.
+	Enabled bool `yaml:"enabled"`
+	// TokenBudget is N: an optimizer step happens every N trainable tokens, and N is
+	// the denominator of the loss (DESIGN.md "Credit math").
+	TokenBudget int `yaml:"token_budget"`
+	// MaxBatchRollouts steps once the batch holds this many rollouts, even short of
+	// token_budget trainable tokens (the loss is still divided by N), so rollouts with
+	// few trainable tokens do not pile up; 0: no bound.
+	MaxBatchRollouts int `yaml:"max_batch_rollouts"`
+	// MaxBatchTokens steps once the batch's rollouts hold this many tokens in all
+	// (context, trainable and hinted spans), even short of token_budget: the step keeps
+	// every rollout's KV cache on the device, so this bounds its memory. A rollout
+	// longer than the bound is a batch of its own. 0: no bound.
+	MaxBatchTokens int `yaml:"max_batch_tokens"`
+	// Chunk is the gradient pass's chunk in tokens (xla.TrainerOptions.Chunk).
+	Chunk int `yaml:"chunk"`
+	// Backprop is how the gradient reaches across chunks: truncated (earlier chunks'
+	// K/V constant), exact (reverse-order chunks carrying K/V cotangents; cotangent
+	// buffers the size of the KV cache) or full (one pass, memory grows with T).
+	Backprop xla.Backprop `yaml:"backprop"`
+	// ScoreChunk is the scoring passes' chunk in tokens (0: the scorer's default).
+	ScoreChunk int `yaml:"score_chunk"`
+	// Optimizer is AdamW with its learning-rate schedule (warm-up, cosine).
+	Optimizer xla.AdamWConfig `yaml:"optimizer"`
+	// TeacherModel chooses the hinted pass's weights: live, frozen or ema.
+	TeacherModel xla.TeacherConfig `yaml:"teacher_model"`
+	// MaxPolicyLag skips rollouts sampled more than this many optimizer steps before
+	// the current one (policy_version); 0 trains every rollout. Skips are counted.
+	MaxPolicyLag int64 `yaml:"max_policy_lag"`
+	// TeacherConcurrency is how many rollouts are with the teacher at once.
+	TeacherConcurrency int `yaml:"teacher_concurrency"`
+	// IdleFlush trains a partial batch (fewer than token_budget tokens, still divided
+	// by N) once no rollout has arrived for this long, so a quiet spool's last
+	// rollouts are trained and their files finished; 0 waits for a full budget.
+	IdleFlush time.Duration `yaml:"idle_flush"`
+	// Seed seeds the trainer's random stream.
+	Seed       uint64           `yaml:"seed"`
+	Checkpoint CheckpointConfig `yaml:"checkpoint"`
+}
+
+// CheckpointConfig says when checkpoints are written and what runs after one.
+type CheckpointConfig struct {
+	// EverySteps writes a checkpoint every this many optimizer steps (0: off).
+	EverySteps int `yaml:"every_steps"`
+	// Every writes one when this much time has passed since the last and a step has
+	// happened since (0: off).
+	Every time.Duration `yaml:"every"`
+	// Keep is how many step directories are kept.
+	Keep int `yaml:"keep"`
+	// Command runs after each checkpoint (argv, no shell), with HINDSIGHT_CHECKPOINT
+	// set to the new directory and HINDSIGHT_STEP to its step; e.g. to tell inference
+	// servers to load the new weights. Its failure is logged, never fatal.
+	Command []string `yaml:"command"`
+	// CommandTimeout bounds Command.
+	CommandTimeout time.Duration `yaml:"command_timeout"`
+}
+
+// DefaultConfig returns the defaults: a step every 4096 trainable tokens or 64
+// rollouts or 1,048,576 tokens in all, whichever comes first, AdamW
+// at xla.DefaultAdamW, the live teacher, no lag bound, 4 rollouts with the teacher,
+// a partial step after 5s idle, a checkpoint every 10 steps or 10 minutes, 3 kept.
+func DefaultConfig() Config {
+	return Config{
+		Enabled:            true,
+		TokenBudget:        4096,
+		MaxBatchRollouts:   64,
+		MaxBatchTokens:     1 << 20,
+		Chunk:              xla.DefaultChunkTrain,
+		Backprop:           xla.BackpropTruncated,
+		Optimizer:          xla.DefaultAdamW(),
+		TeacherModel:       xla.DefaultTeacher(),
+		TeacherConcurrency: 4,
+		IdleFlush:          5 * time.Second,
+		Checkpoint:         CheckpointConfig{EverySteps: 10, Every: 10 * time.Minute, Keep: 3, Command: []string{}, CommandTimeout: time.Minute},
+	}
+}
+
+// Validate names the first bad field under prefix.
+func (c Config) Validate(prefix string) error {
+	switch {
+	case c.TokenBudget < 1:
+		return fmt.Errorf("%stoken_budget: %d, want ≥ 1", prefix, c.TokenBudget)
+	case c.MaxBatchRollouts < 0:
+		return fmt.Errorf("%smax_batch_rollouts: %d, want ≥ 0 (0: no bound)", prefix, c.MaxBatchRollouts)
+	case c.MaxBatchTokens < 0:
+		return fmt.Errorf("%smax_batch_tokens: %d, want ≥ 0 (0: no bound)", prefix, c.MaxBatchTokens)
+	case c.Chunk < 0:
+		return fmt.Errorf("%schunk: %d, want ≥ 0", prefix, c.Chunk)
+	case c.ScoreChunk < 0:
+		return fmt.Errorf("%sscore_chunk: %d, want ≥ 0", prefix, c.ScoreChunk)
+	case c.MaxPolicyLag < 0:
+		return fmt.Errorf("%smax_policy_lag: %d, want ≥ 0", prefix, c.MaxPolicyLag)
+	case c.TeacherConcurrency < 1:
+		return fmt.Errorf("%steacher_concurrency: %d, want ≥ 1", prefix, c.TeacherConcurrency)
+	case c.IdleFlush < 0:
+		return fmt.Errorf("%sidle_flush: %s, want ≥ 0", prefix, c.IdleFlush)
+	case c.Checkpoint.EverySteps < 0:
+		return fmt.Errorf("%scheckpoint.every_steps: %d, want ≥ 0", prefix, c.Checkpoint.EverySteps)
+	case c.Checkpoint.Every < 0:
+		return fmt.Errorf("%scheckpoint.every: %s, want ≥ 0", prefix, c.Checkpoint.Every)
+	case c.Checkpoint.Keep < 1:
+		return fmt.Errorf("%scheckpoint.keep: %d, want ≥ 1", prefix, c.Checkpoint.Keep)
+	case len(c.Checkpoint.Command) > 0 && c.Checkpoint.CommandTimeout <= 0:
+		return fmt.Errorf("%scheckpoint.command_timeout: %s, want > 0", prefix, c.Checkpoint.CommandTimeout)
+	}
+	if err := c.Backprop.Validate(); err != nil {
+		return fmt.Errorf("%sbackprop: %w", prefix, err)
+	}
+	if err := c.Optimizer.Validate(); err != nil {
+		return fmt.Errorf("%soptimizer.%w", prefix, err)
+	}
+	if err := c.TeacherModel.Validate(); err != nil {
+		return fmt.Errorf("%steacher_model.%w", prefix, err)
+	}
+	return nil
+}

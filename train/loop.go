@@ -1,0 +1,192 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hindsight-ai/hindsight/ledger"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// Run takes items in order from in until it is closed or ctx ends, then finishes:
+// the step in hand completes under work (the shutdown timeout), a partial batch is
+// abandoned (its rollouts are replayed on the next start), and a final checkpoint is
+// written if any step happened since the last one.
+//
+// While paused it takes no item and starts no step; the step in hand (take runs it
+// synchronously) finishes first. Checkpoints of steps already taken are still
+// written, except while the disk is full.
+func (lp *Loop) Run(ctx, work context.Context, in <-chan *Item, obs Observer) error {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		obs.Heartbeat()
+		paused, changed := lp.o.Pause.Paused()
+		next := in
+		if paused {
+			next = nil
+		}
+		select {
+		case <-ctx.Done():
+			return lp.shutdown(work, obs)
+		case <-changed:
+			continue
+		case it, ok := <-next:
+			if !ok {
+				return lp.shutdown(work, obs)
+			}
+			select {
+			case <-it.ready:
+			case <-ctx.Done():
+				return lp.shutdown(work, obs)
+			}
+			lp.lastItemAt = time.Now()
+			if err := lp.take(work, it, obs); err != nil {
+				return fail(ctx, err)
+			}
+		case <-tick.C:
+			idle := lp.o.Config.IdleFlush > 0 && time.Since(lp.lastItemAt) >= lp.o.Config.IdleFlush &&
+				len(in) == 0 && !lp.o.Busy()
+			if idle && len(lp.batch) > 0 && !paused {
+				if err := lp.step(work, obs); err != nil {
+					return fail(ctx, err)
+				}
+			}
+			if err := lp.maybeCheckpoint(work, idle && len(lp.batch) == 0, obs); err != nil {
+				return fail(ctx, err)
+			}
+		}
+		obs.Awaiting(lp.o.Ledger.Awaiting())
+	}
+}
+
+// fail returns err unless it only reports the shutdown.
+func fail(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// finished drops the rollouts of files the ledger finished from the trainer's
+// trained list (no later checkpoint needs them: the journal keeps finished files
+// from being read again) and reports the files.
+func (lp *Loop) finished(obs Observer, fs ...*ledger.Finished) {
+	for _, f := range fs {
+		if f == nil {
+			continue
+		}
+		ids := make(map[string]bool, len(f.IDs))
+		for _, id := range f.IDs {
+			ids[id] = true
+		}
+		lp.tr.ForgetTrained(func(id string) bool { return ids[id] })
+		obs.FileDone(*f)
+	}
+}
+
+// take handles one item: an end marker, a skipped or untrainable rollout, or a
+// rollout for the batch.
+func (lp *Loop) take(ctx context.Context, it *Item, obs Observer) error {
+	l := lp.o.Ledger
+	if it.End {
+		f, err := l.End(ctx, it.File, it.Already)
+		lp.finished(obs, f)
+		return err
+	}
+	obs.Hints(it.hints.Hints)
+	r := it.Rollout
+	if lag := lp.o.Config.MaxPolicyLag; lag > 0 && lp.tr.StepCount()-r.PolicyVersion > lag {
+		f, err := l.Skip(ctx, it.File, r.ID)
+		if err != nil {
+			return err
+		}
+		lp.o.Log.Debug().Str("rollout_id", r.ID).Int64("policy_version", r.PolicyVersion).
+			Int64("step", lp.tr.StepCount()).Msg("rollout skipped: policy lag")
+		obs.Skipped()
+		lp.finished(obs, f)
+		return nil
+	}
+	e := adapt(it)
+	if err := e.fits(lp.tr.Model().Config.MaxPositionEmbeddings); err != nil {
+		// A per-rollout problem, not a device failure: the rollout is counted as failed
+		// and its file goes on without it (it has no credit row).
+		lp.o.Log.Warn().Err(err).Str("rollout_id", r.ID).Str("file", it.File.Report.Claimed).Msg("rollout not trained")
+		obs.Failed(err, it.File.Report.Claimed)
+		f, err := l.Drop(ctx, it.File)
+		lp.finished(obs, f)
+		return err
+	}
+	if bound := lp.o.Config.MaxBatchTokens; bound > 0 && len(lp.batch) > 0 && lp.batchAll+e.all > bound {
+		// The batch without it is as large as it may be: it goes first.
+		if err := lp.step(ctx, obs); err != nil {
+			return err
+		}
+		if err := lp.maybeCheckpoint(ctx, false, obs); err != nil {
+			return err
+		}
+	}
+	lp.batch = append(lp.batch, e)
+	lp.batchTokens += e.trainable
+	lp.batchAll += e.all
+	obs.Batch(len(lp.batch), lp.batchTokens)
+	if !lp.batchFull() {
+		return nil
+	}
+	if err := lp.step(ctx, obs); err != nil {
+		return err
+	}
+	return lp.maybeCheckpoint(ctx, false, obs)
+}
+
+// batchFull reports whether the batch is due for a step: token_budget trainable
+// tokens, or max_batch_rollouts rollouts, or max_batch_tokens tokens in all.
+func (lp *Loop) batchFull() bool {
+	tc := lp.o.Config
+	return lp.batchTokens >= tc.TokenBudget ||
+		(tc.MaxBatchRollouts > 0 && len(lp.batch) >= tc.MaxBatchRollouts) ||
+		(tc.MaxBatchTokens > 0 && lp.batchAll >= tc.MaxBatchTokens)
+}
+
+// step trains the batch: the optimizer step (scoring at the current weights), then
+// the credit rows, staged in the ledger.
+func (lp *Loop) step(ctx context.Context, obs Observer) error {
+	batch := lp.batch
+	xb := make([]xla.Rollout, len(batch))
+	for i, e := range batch {
+		xb[i] = e.xr
+	}
+	met, err := lp.tr.Step(ctx, xb)
+	if err != nil {
+		return fmt.Errorf("device: %w", err)
+	}
+	for i, e := range batch {
+		row, err := creditRow(e, &met.Inputs[i], &met.Results[i], met.Step)
+		if err != nil {
+			return err
+		}
+		if err := lp.o.Ledger.Stage(ctx, e.item.File, e.item.Row, row); err != nil {
+			return err
+		}
+	}
+	lp.batch, lp.batchTokens, lp.batchAll = nil, 0, 0
+	lp.lastItemAt = time.Now()
+	log := lp.o.Log
+	if met.Updated {
+		log.Info().Int64("step", met.Step).Float64("loss", met.Loss).Float64("lr", met.LR).
+			Float64("grad_norm", met.GradNorm).Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).
+			Dur("took", met.Took).Msg("step")
+	} else {
+		log.Info().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took).
+			Msg("step without update: no hint credit, outcome advantage or KL term in the batch; weights unchanged")
+	}
+	for _, e := range batch {
+		lp.stepped += int64(len(e.xr.Tokens))
+	}
+	obs.Batch(0, 0)
+	obs.Stepped(met, lp.stepped)
+	obs.Heartbeat()
+	return nil
+}

@@ -1,0 +1,146 @@
+package train
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/ledger"
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// recorder is an Observer that keeps what it is told.
+type recorder struct {
+	mu    sync.Mutex
+	steps []xla.Metrics
+	done  []ledger.Finished
+	ckpts []int64
+}
+
+func (r *recorder) Heartbeat()           {}
+func (r *recorder) Batch(int, int)       {}
+func (r *recorder) Hints([]teacher.Hint) {}
+func (r *recorder) Skipped()             {}
+func (r *recorder) Failed(error, string) {}
+func (r *recorder) Awaiting(int64)       {}
+func (r *recorder) Stepped(m xla.Metrics, _ int64) {
+	r.mu.Lock()
+	r.steps = append(r.steps, m)
+	r.mu.Unlock()
+}
+func (r *recorder) FileDone(f ledger.Finished) {
+	r.mu.Lock()
+	r.done = append(r.done, f)
+	r.mu.Unlock()
+}
+func (r *recorder) Checkpointed(step int64, _ string, _ time.Time, _, _ int64) {
+	r.mu.Lock()
+	r.ckpts = append(r.ckpts, step)
+	r.mu.Unlock()
+}
+
+func (r *recorder) finished() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.done)
+}
+
+// never is a Pauser that never pauses.
+type never struct{}
+
+func (never) Paused() (bool, <-chan struct{}) { return false, nil }
+func (never) DiskFull() bool                  { return false }
+
+// TestLoopTrainsAFileToDone runs the loop on its own (no daemon) over one file of
+// three rollouts: a partial batch is stepped once the loop is idle, the checkpoint
+// is written, the after-checkpoint hook sees its weights on the device goroutine, and
+// the ledger finishes the file, which the Observer hears as a file-done event.
+func TestLoopTrainsAFileToDone(t *testing.T) {
+	root := t.TempDir()
+	modelDir := filepath.Join(root, "model")
+	_, err := data.InitModel(modelDir, data.InitOptions{Preset: "tiny", Tokenizer: "bytes"})
+	require.NoError(t, err)
+	md, err := data.OpenModelDir(modelDir)
+	require.NoError(t, err)
+	defer md.Close()
+
+	sp, err := rollout.OpenSpool(filepath.Join(root, "spool"), filepath.Join(root, "state", "journal.jsonl"),
+		rollout.ReadOptions{}, zerolog.Nop())
+	require.NoError(t, err)
+	defer sp.Close()
+	_, err = rollout.WriteSynth(sp.Dir(rollout.DirIncoming), rollout.SynthOptions{N: 3, PerFile: 3, Tokens: 256, Seed: 4, IDPrefix: "loop"})
+	require.NoError(t, err)
+	names, err := sp.Pending()
+	require.NoError(t, err)
+	c, err := sp.Claim(names[0])
+	require.NoError(t, err)
+	rep, err := sp.Process(t.Context(), c)
+	require.NoError(t, err)
+	require.Equal(t, 3, rep.Accepted)
+
+	l, err := ledger.Open(ledger.Options{SkipLog: filepath.Join(root, "state", "skipped.txt"),
+		StagingDir: filepath.Join(root, "state", "credit"), OutputDir: filepath.Join(root, "outputs"),
+		Unfinished: sp.Journal().Unfinished(),
+		Finish: func(_ context.Context, c *rollout.ClaimState, rep *rollout.FileReport) error {
+			return sp.Finish(c, rep)
+		}})
+	require.NoError(t, err)
+	defer l.Close()
+
+	cfg := DefaultConfig()
+	cfg.TokenBudget, cfg.IdleFlush, cfg.Checkpoint.EverySteps = 1<<20, 50*time.Millisecond, 0
+	var hooked []Checkpoint
+	lp, err := Open(Options{Config: cfg, Credit: credit.DefaultConfig(), Backend: xla.ResolveBackend("", ""),
+		ModelDir: modelDir, Tokenizer: md.Tokenizer, CheckpointDir: filepath.Join(root, "checkpoints"), ResumeFrom: -1,
+		Ledger: l, Pause: never{}, Log: zerolog.Nop(),
+		AfterCheckpoint: func(_ context.Context, c Checkpoint) error {
+			require.Equal(t, c.Step, c.Trainer.StepCount())
+			hooked = append(hooked, c)
+			return nil
+		}})
+	require.NoError(t, err)
+	require.Zero(t, lp.Info().Step)
+
+	in := make(chan *Item, 8)
+	f := &ledger.File{Claim: c, Report: rep}
+	require.NoError(t, sp.Accepted(c, func(row int, r *rollout.Rollout) bool {
+		it := NewItem(f, row, r.Clone())
+		it.Resolve(teacher.Result{})
+		in <- it
+		return true
+	}))
+	in <- NewEnd(f, 0)
+
+	obs := &recorder{}
+	ran := make(chan error, 1)
+	go func() { ran <- lp.Run(t.Context(), t.Context(), in, obs) }()
+	require.Eventually(t, func() bool { return obs.finished() == 1 }, 2*time.Minute, 20*time.Millisecond)
+	close(in)
+	require.NoError(t, <-ran)
+
+	require.Len(t, obs.steps, 1, "one idle step for the partial batch")
+	require.Equal(t, 3, obs.steps[0].Rollouts)
+	require.Equal(t, []int64{1}, obs.ckpts)
+	require.Len(t, hooked, 1)
+	require.DirExists(t, hooked[0].Dir)
+	done := obs.done[0]
+	require.Equal(t, 3, done.Rows)
+	require.Equal(t, rollout.OutcomeDone, done.Report.Outcome)
+	rows, err := data.ReadCreditFile(done.CreditFile)
+	require.NoError(t, err)
+	require.Len(t, rows, 3)
+	require.EqualValues(t, 1, rows[0].Step)
+	require.Nil(t, sp.Journal().Open(c.Seq), "finished in the journal")
+	require.NoDirExists(t, filepath.Join(root, "state", "credit", strings.TrimSuffix(rep.Claimed, ".arrow")), "staging removed")
+	require.NoFileExists(t, filepath.Join(sp.Dir(rollout.DirProcessing), rep.Claimed))
+}

@@ -1,0 +1,101 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// Loop owns the accelerator: Run takes items in order and runs scoring, credit,
+// the optimizer step and checkpoints on the Trainer. Only Run's goroutine uses it
+// after Open.
+type Loop struct {
+	o     Options
+	tr    *xla.Trainer
+	files map[string][]byte // config.json and tokenizer files copied into checkpoints
+	info  Info
+
+	batch       []*entry
+	batchTokens int // trainable tokens of batch
+	batchAll    int // every token of batch: rollouts, hints and hinted spans
+	stepped     int64
+
+	lastCkptStep int64
+	lastCkptAt   time.Time
+	lastItemAt   time.Time
+}
+
+// Open loads the policy, from the newest checkpoint (or ResumeFrom's) or else the
+// model directory, on the configured backend, and tells the ledger which rollouts
+// the restored checkpoint lists as trained. The trainer's trained list keeps only
+// the rollouts of files still in processing/ (the ledger's Unfinished).
+func Open(o Options) (*Loop, error) {
+	if o.Ledger == nil || o.Pause == nil {
+		return nil, errors.New("open trainer: no ledger or pause state")
+	}
+	if o.Busy == nil {
+		o.Busy = func() bool { return false }
+	}
+	if o.Retry == nil {
+		o.Retry = func(_ context.Context, _, _ string, write func() error) error { return write() }
+	}
+	o.Log = o.Log.With().Str("component", "device").Logger()
+	lp := &Loop{o: o, lastCkptAt: time.Now(), lastItemAt: time.Now()}
+	b, err := xla.NewBackend(o.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("backend: %w", err)
+	}
+	name, dev := xla.BackendInfo(b)
+	if lp.files, err = xla.ModelFiles(o.ModelDir); err != nil {
+		return nil, err
+	}
+
+	var ckdir string
+	if o.ResumeFrom >= 0 {
+		ckdir = filepath.Join(o.CheckpointDir, data.StepDirName(o.ResumeFrom))
+		if _, err := data.VerifyCheckpoint(ckdir); err != nil {
+			return nil, fmt.Errorf("resume from step %d: %w", o.ResumeFrom, err)
+		}
+	} else if ckdir, _, err = data.LatestCheckpoint(o.CheckpointDir, o.Log); err != nil {
+		return nil, fmt.Errorf("find checkpoint: %w", err)
+	}
+	src := o.ModelDir
+	if ckdir != "" {
+		src = ckdir
+	}
+	m, err := xla.OpenModelWith(src, o.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("open policy %s: %w", src, err)
+	}
+	tc := o.Config
+	lp.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
+		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: o.Credit, Optimizer: tc.Optimizer,
+		Teacher: tc.TeacherModel, Seed: tc.Seed})
+	if err != nil {
+		return nil, err
+	}
+	lp.info = Info{BackendName: name + " (" + o.Backend + ")", Device: dev, Parameters: int64(m.NumParameters()), ModelDir: o.ModelDir}
+	if ckdir != "" {
+		st, err := lp.tr.Restore(ckdir)
+		if err != nil {
+			return nil, err
+		}
+		lp.lastCkptStep = st.Step
+		lp.info.Checkpoint, lp.info.CheckpointAt = ckdir, st.CreatedAt
+		o.Log.Info().Int64("step", st.Step).Str("checkpoint", ckdir).Int64("trained", lp.tr.TrainedTotal()).Msg("restored checkpoint")
+	}
+	lp.tr.ForgetTrained(func(id string) bool { return !o.Ledger.Unfinished(id) })
+	o.Ledger.Restore(lp.tr.Trained())
+	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), lp.tr.TrainedTotal()
+	o.Log.Info().Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
+		Int64("step", lp.tr.StepCount()).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
+	return lp, nil
+}
+
+// Info describes the loaded policy.
+func (lp *Loop) Info() Info { return lp.info }
