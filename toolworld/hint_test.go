@@ -49,8 +49,9 @@ func TestHintMatchesTeacherInsertion(t *testing.T) {
 		require.NoError(t, err)
 		turn := plain.Segments[4] // system, user, failed call, its result, the corrected call
 		require.Equal(t, rollout.KindToolCall, turn.Kind)
-		ins := teacher.Insert(plain.Tokens, teacher.Selection{InsertAt: turn.Start, End: int32(len(plain.Tokens))}, wrapped)
-		require.Equal(t, hinted.Tokens, ins.Tokens, tc.name)
+		// The teacher pass scores y_<a, hint, y_a… (xla.ScoreHinted's splice).
+		spliced := append(append(append([]int32(nil), plain.Tokens[:turn.Start]...), wrapped...), plain.Tokens[turn.Start:]...)
+		require.Equal(t, hinted.Tokens, spliced, tc.name)
 		require.Equal(t, "user", hinted.Segments[4].KindName)
 		require.Equal(t, turn.Start, hinted.Segments[4].Start)
 	}
