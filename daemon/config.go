@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/eval"
 	"github.com/hindsight-ai/hindsight/teacher"
 )
 
@@ -38,6 +39,8 @@ type Config struct {
 	Teacher   teacher.Config `yaml:"teacher"`
 	Credit    credit.Config  `yaml:"credit"`
 	Train     TrainConfig    `yaml:"train"`
+	// Eval lists the suites run after each checkpoint (evals.jsonl, status, metrics).
+	Eval eval.Config `yaml:"eval"`
 	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
 	// stopping the servers.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -94,6 +97,7 @@ func DefaultConfig() Config {
 		Teacher:         teacher.DefaultConfig(),
 		Credit:          credit.DefaultConfig(),
 		Train:           DefaultTrainConfig(),
+		Eval:            eval.DefaultConfig(),
 		ShutdownTimeout: 30 * time.Second,
 		DiskFullRetry:   30 * time.Second,
 	}
@@ -189,7 +193,10 @@ func (c *Config) Validate() error {
 	if err := c.Credit.Validate(); err != nil {
 		return fmt.Errorf("credit.%w", err)
 	}
-	return c.Train.Validate("train.")
+	if err := c.Train.Validate("train."); err != nil {
+		return err
+	}
+	return c.Eval.Validate("eval.")
 }
 
 // SpoolDir returns the spool root.

@@ -79,6 +79,7 @@ type daemon struct {
 	readOpts  rollout.ReadOptions
 	hinter    atomic.Pointer[teacher.Hinter]
 	tokenizer data.Tokenizer
+	eval      *evaluator // nil without eval suites
 	q         *queues
 	ledger    *ledger.Ledger
 	loop      *train.Loop
@@ -165,6 +166,11 @@ func (d *daemon) open() (close func(), err error) {
 		return close, err
 	}
 	closers = append(closers, func() { d.ledger.Close() })
+	closeEvals, err := d.openEvals()
+	if err != nil {
+		return close, err
+	}
+	closers = append(closers, closeEvals)
 	d.stats.publish()
 	return close, nil
 }

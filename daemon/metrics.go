@@ -84,6 +84,7 @@ func newMetrics(reg *prometheus.Registry, s *stats, version string) *metrics {
 		trainGauge("hindsight_credit_delta_abs_mean", "Mean |Δ| over hint tokens of the last step, nats.", func(st *hindsightv1.Status) float64 { return st.GetCredit().GetDeltaAbsMean() }),
 		trainGauge("hindsight_credit_clip_fraction", "Share of hint tokens clipped in the last step.", func(st *hindsightv1.Status) float64 { return st.GetCredit().GetClipFraction() }),
 		trainGauge("hindsight_queue_rollouts", "Rollouts with the teacher or waiting for the device.", func(st *hindsightv1.Status) float64 { return float64(st.GetQueues().GetRollouts()) }),
+		evalCollector{s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

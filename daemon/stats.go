@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
+	"github.com/hindsight-ai/hindsight/eval"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 )
@@ -47,6 +48,8 @@ type stats struct {
 	lastErrF   string
 	counts     rollout.Counts
 	train      trainStats
+	// evals reads the eval recorder's latest and best results; nil without suites.
+	evals func() (latest, best []eval.Result)
 
 	snap atomic.Pointer[hindsightv1.Status]
 }
@@ -145,6 +148,10 @@ func (s *stats) publish() {
 		st.LastErrorAt = timestamppb.New(s.lastErrAt)
 	}
 	s.fillTraining(st)
+	if s.evals != nil {
+		latest, best := s.evals()
+		st.Evals, st.BestEvals = evalProtos(latest), evalProtos(best)
+	}
 	s.snap.Store(st)
 }
 

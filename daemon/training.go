@@ -62,8 +62,9 @@ func (d *daemon) openTraining() error {
 		ModelDir: modelDir, Tokenizer: d.tokenizer, CheckpointDir: d.cfg.CheckpointDir(), ResumeFrom: d.opts.ResumeFrom,
 		Version: d.opts.Version, ConfigYAML: cfgYAML,
 		Ledger: d.ledger, Retry: d.retryDiskFull, Pause: d.pauser,
-		Busy: func() bool { return d.ingesting.Load() || d.q.busy() },
-		Log:  d.opts.Log,
+		Busy:            func() bool { return d.ingesting.Load() || d.q.busy() },
+		AfterCheckpoint: d.evalCheckpoint,
+		Log:             d.opts.Log,
 	})
 	if err != nil {
 		d.ledger.Close()

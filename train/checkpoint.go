@@ -29,8 +29,8 @@ func (lp *Loop) maybeCheckpoint(ctx context.Context, force bool, obs Observer) e
 }
 
 // checkpoint makes the staged credit rows durable, writes the checkpoint (its
-// trained list is the truth for "trained"), runs the post-checkpoint command and
-// AfterCheckpoint, and has the ledger finish every file now wholly trained.
+// trained list is the truth for "trained"), runs the post-checkpoint command, has the
+// ledger finish every file now wholly trained, then runs AfterCheckpoint.
 func (lp *Loop) checkpoint(ctx context.Context, obs Observer) error {
 	t0 := time.Now()
 	var dir string
@@ -53,16 +53,19 @@ func (lp *Loop) checkpoint(ctx context.Context, obs Observer) error {
 	obs.Checkpointed(step, dir, time.Now(), lp.tr.TrainedTotal(), lp.tr.UpdateCount())
 	lp.o.Log.Info().Int64("step", step).Str("path", dir).Dur("took", time.Since(t0)).Msg("checkpoint")
 	lp.runCommand(dir, step)
-	if h := lp.o.AfterCheckpoint; h != nil {
-		if err := h(ctx, Checkpoint{Dir: dir, Step: step, Trainer: lp.tr}); err != nil {
-			return fmt.Errorf("after checkpoint %d: %w", step, err)
-		}
-	}
 	done, err := lp.o.Ledger.Checkpointed(ctx)
 	for i := range done {
 		lp.finished(obs, &done[i])
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if h := lp.o.AfterCheckpoint; h != nil { // after the files finish: an eval delays no credit file
+		if err := h(ctx, Checkpoint{Dir: dir, Step: step, Trainer: lp.tr}); err != nil {
+			return fmt.Errorf("after checkpoint %d: %w", step, err)
+		}
+	}
+	return nil
 }
 
 // runCommand runs train.checkpoint.command; a failure is logged, never fatal.

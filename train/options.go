@@ -111,7 +111,7 @@ type Options struct {
 	// read, rollouts with the teacher): the loop is idle only when it is not.
 	Busy func() bool
 	// AfterCheckpoint, when set, runs on the device goroutine after each checkpoint
-	// (before files are finished); an error stops the loop.
+	// (after the files it finished); an error stops the loop.
 	AfterCheckpoint func(ctx context.Context, c Checkpoint) error
 	Log             zerolog.Logger
 }

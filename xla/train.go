@@ -218,6 +218,9 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 // Model is the policy the Trainer updates.
 func (tr *Trainer) Model() *Model { return tr.model }
 
+// Backend returns the backend the trainer runs on.
+func (tr *Trainer) Backend() backends.Backend { return tr.backend }
+
 // Scorer is the Trainer's scorer of the current policy.
 func (tr *Trainer) Scorer() *Scorer { return tr.scorer }
 

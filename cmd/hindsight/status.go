@@ -266,6 +266,10 @@ func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
 		printTraining(line, st)
 		fmt.Fprintln(tw, "\t")
 	}
+	if len(st.GetEvals()) > 0 {
+		printEvals(line, st)
+		fmt.Fprintln(tw, "\t")
+	}
 	if st.GetPaused() {
 		line("paused", "%s", orDash(st.GetPauseReason()))
 		if ps := st.GetPause(); ps.GetOperator() {
@@ -338,6 +342,48 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 			line("device memory", "%.1f MiB (%s)", float64(b.GetMemoryBytes())/(1<<20), b.GetMemoryKind())
 		}
 	}
+}
+
+// printEvals writes one line per eval suite: its latest result and the best so far.
+func printEvals(line func(key, format string, args ...any), st *hindsightv1.Status) {
+	best := map[string]*hindsightv1.EvalResult{}
+	for _, b := range st.GetBestEvals() {
+		best[b.GetSuite()] = b
+	}
+	for _, e := range st.GetEvals() {
+		key := "eval " + e.GetSuite()
+		if e.GetError() != "" {
+			line(key, "step %s failed: %s", count(e.GetStep()), e.GetError())
+		} else {
+			partial := ""
+			if !e.GetComplete() {
+				partial = " (budget ran out: partial)"
+			}
+			line(key, "step %s: %s%s in %.1fs", count(e.GetStep()), formatMetrics(e.GetMetrics(), e.GetPrimary()), partial, e.GetTookSeconds())
+		}
+		if b := best[e.GetSuite()]; b != nil {
+			line("  best", "step %s: %s %.4g (%s)", count(b.GetStep()), b.GetPrimary(), b.GetMetrics()[b.GetPrimary()], orDash(b.GetCheckpoint()))
+		}
+	}
+}
+
+// formatMetrics prints the primary metric first, then the rest sorted by name.
+func formatMetrics(m map[string]float64, primary string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if k != primary {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	if _, ok := m[primary]; ok {
+		keys = append([]string{primary}, keys...)
+	}
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.4g", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // countsByKey prints a map as "a 3, b 1" sorted by key, or "none".

@@ -40,6 +40,15 @@ func statusFixture() *hindsightv1.Status {
 		LastError:     "read rollout x.arrow: bad schema",
 		LastErrorAt:   timestamppb.New(time.Date(2026, 1, 2, 4, 0, 0, 0, time.UTC)),
 		LastErrorFile: "spool/failed/x.arrow",
+		Evals: []*hindsightv1.EvalResult{
+			{Suite: "heldout", Kind: "toolworld", Step: 12, Checkpoint: "/ck/step-000012", Primary: "success", Complete: true,
+				Metrics: map[string]float64{"success": 0.25, "tool_error_rate": 0.5}, TookSeconds: 3.25},
+			{Suite: "unit", Kind: "command", Step: 12, Primary: "score", Error: "command ./eval.sh: exit status 3"},
+		},
+		BestEvals: []*hindsightv1.EvalResult{
+			{Suite: "heldout", Kind: "toolworld", Step: 8, Checkpoint: "/ck/step-000008", Primary: "success",
+				Metrics: map[string]float64{"success": 0.3}},
+		},
 	}
 }
 
@@ -84,6 +93,9 @@ func TestStatusTable(t *testing.T) {
 				`^rollouts/s +2\.50 +0\.00$`,
 				`^last error +read rollout x\.arrow: bad schema$`,
 				`^  file +spool/failed/x\.arrow$`,
+				`^eval heldout +step 12: success 0\.25, tool_error_rate 0\.5 in 3\.2s$`,
+				`^  best +step 8: success 0\.3 \(/ck/step-000008\)$`,
+				`^eval unit +step 12 failed: command \./eval\.sh: exit status 3$`,
 			} {
 				require.Regexp(t, regexp.MustCompile("(?m)"+want), out)
 			}
