@@ -59,7 +59,7 @@ type SuiteConfig struct {
 // DefaultConfig evaluates each checkpoint within 10% of the time since the last eval
 // (at least 5 s), with no suite configured.
 func DefaultConfig() Config {
-	return Config{Budget: 0.1, MinBudget: 5 * time.Second, EveryCheckpoints: 1}
+	return Config{Budget: 0.1, MinBudget: 5 * time.Second, EveryCheckpoints: 1, Suites: []SuiteConfig{}}
 }
 
 // PrimaryMetric returns the metric that ranks checkpoints for this suite.
