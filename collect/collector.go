@@ -99,7 +99,7 @@ func Run(ctx context.Context, opts Options) (Totals, error) {
 		if err := waitForRoom(ctx, opts.Out, opts.MaxPending, func(n int) {
 			log.Info().Int("pending", n).Msg("waiting for the daemon to claim rollout files")
 			if opts.Progress != nil {
-				fmt.Fprintf(opts.Progress, "  waiting: %d unclaimed files in %s (-max-pending %d); is hindsightd running?\n", n, opts.Out, opts.MaxPending)
+				fmt.Fprintf(opts.Progress, "  waiting for the daemon to claim: %d unclaimed files in %s (-max-pending %d)\n", n, opts.Out, opts.MaxPending)
 			}
 		}); err != nil {
 			return tot, nil

@@ -105,7 +105,7 @@ func TestCollectorWaitsForTheSpool(t *testing.T) {
 	tot, err := Run(ctx, Options{ModelDir: modelDir, Out: out, MaxPending: 1, Files: 1, Log: zerolog.Nop(), Progress: &progress})
 	require.NoError(t, err)
 	require.Zero(t, tot.Files)
-	require.Contains(t, progress.String(), "waiting: 1 unclaimed files")
+	require.Contains(t, progress.String(), "waiting for the daemon to claim: 1 unclaimed files")
 	_, err = Run(t.Context(), Options{Out: out, MaxPending: 5, Log: zerolog.Nop()})
 	require.ErrorContains(t, err, "no model directory")
 }

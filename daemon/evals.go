@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -15,6 +16,9 @@ import (
 
 // EvalsPath returns <data_dir>/evals.jsonl, where checkpoint evals are recorded.
 func (c *Config) EvalsPath() string { return filepath.Join(c.DataDir, "evals.jsonl") }
+
+// evalGrace is how long a shutdown waits for command evals still running.
+const evalGrace = 10 * time.Second
 
 // evaluator runs the configured eval suites after each checkpoint, on the device
 // goroutine (train.Options.AfterCheckpoint). It owns evals.jsonl.
@@ -39,7 +43,7 @@ func (d *daemon) openEvals() (close func(), err error) {
 	d.eval = &evaluator{rec: rec, runner: eval.NewRunner(d.cfg.Eval, rec, eval.RunnerOptions{
 		Log: d.opts.Log, ReadOptions: d.readOpts, OnResult: func(eval.Result) { d.stats.publish() }})}
 	return func() {
-		d.eval.runner.Close()
+		d.eval.runner.Close(evalGrace)
 		if err := rec.Close(); err != nil {
 			d.log.Error().Err(err).Msg("close evals.jsonl")
 		}

@@ -148,11 +148,19 @@ func (r *Runner) record(s SuiteConfig, p Policy, t0 time.Time, m map[string]floa
 	return res
 }
 
-// Close stops running command suites (their results are recorded as failed) and waits
-// for them.
-func (r *Runner) Close() {
+// Close gives running command suites up to grace to finish, then stops them (their
+// results are recorded as failed) and waits for them.
+func (r *Runner) Close(grace time.Duration) {
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		r.log.Warn().Dur("grace", grace).Msg("stopping command evals still running")
+		r.stop()
+		<-done
+	}
 	r.stop()
-	r.wg.Wait()
 }
 
 // Wait waits for the command suites started so far to finish.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/daemon"
 	"github.com/hindsight-ai/hindsight/internal/buildinfo"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 func main() {
@@ -28,11 +29,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "status `address` HOST:PORT (overrides listen)")
 	printConfig := fs.Bool("print-config", false, "print the effective config, defaults included, and exit")
 	demo := fs.Bool("demo", false, "synthesize a few rollouts into the spool, process them, print a summary and exit")
+	loopMode := fs.Bool("loop", false, "also sample task-world rollouts with the newest checkpoint into the spool (collector in this process) and evaluate every checkpoint")
+	loopSteps := fs.Int64("loop-steps", 0, "with -loop: stop once the checkpoint of this `step` is evaluated (0: until interrupted)")
+	loopGroup := fs.Int("loop-group", 8, "with -loop: rollouts per task (G)")
+	loopSeed := fs.Uint64("loop-seed", 1, "with -loop: the collector's sampling seed")
 	version := fs.Bool("version", false, "print the version and exit")
 	backend := fs.String("backend", "", "GoMLX backend `spec` (overrides backend:; e.g. go:parallelism=-1, xla:/abs/pjrt_c_api_cpu_plugin.so)")
 	resumeFrom := fs.Int64("resume-from", -1, "restore the checkpoint of this `step` instead of the newest")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hindsightd [-config FILE] [-data-dir DIR] [-listen ADDR] [-backend SPEC] [-resume-from STEP] [-demo] [-print-config]\n\n")
+		fmt.Fprintf(stderr, "usage: hindsightd [-config FILE] [-data-dir DIR] [-listen ADDR] [-backend SPEC] [-resume-from STEP] [-demo | -loop [-loop-steps N]] [-print-config]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -59,8 +64,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	if *demo && *loopMode {
+		fmt.Fprintln(stderr, "hindsightd: -demo and -loop do not go together")
+		return 2
+	}
 	if *demo && *configPath == "" {
 		cfg = demoConfig(cfg)
+	}
+	if *loopMode && *configPath == "" {
+		cfg = loopConfig(cfg)
+	}
+	if *loopMode && !cfg.Train.Enabled {
+		fmt.Fprintln(stderr, "hindsightd: -loop needs train.enabled")
+		return 2
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
@@ -98,9 +114,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	opts := daemon.Options{Version: buildinfo.Version(), Log: log, Backend: *backend, ResumeFrom: *resumeFrom,
 		ConfigPath: *configPath, Reload: hup}
 	var err error
-	if *demo {
+	switch {
+	case *demo:
 		err = runDemo(ctx, cfg, opts, stdout)
-	} else {
+	case *loopMode:
+		err = runLoop(ctx, cfg, opts, loopOptions{steps: *loopSteps, group: *loopGroup, seed: *loopSeed,
+			backend: xla.ResolveBackend(*backend, cfg.Backend)}, stdout)
+	default:
 		err = daemon.Run(ctx, cfg, opts)
 	}
 	if err != nil {
