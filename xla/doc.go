@@ -10,6 +10,8 @@
 //	hint tokens    ──► Scorer.ScoreHinted  q_t = log π_T(y_t | y_<a, h, y_a..y_<t),
 //	                                       reusing the student's KV cache for y_<a
 //	credit weights ──► Trainer.Step        −Σ w_t·log π_θ(y_t) → gradient → AdamW
+//	prompts        ──► Sampler.Generate    sampled tokens and their log-probs (rollouts
+//	                                       for a collector), KV cache per batch
 //
 // A rollout is processed C positions at a time against a KV cache, and only the
 // log-prob of the sampled token leaves each chunk, so no [T, vocab] tensor exists:

@@ -72,9 +72,10 @@ type Sample struct {
 // Sampler generates from a Model with a KV cache: a prefill runs every prompt but
 // its last token in chunks (all rows at the same positions, right-padded), then each
 // decode step feeds one token per row at that row's own position and samples the
-// next on the host. The cache capacity is a power-of-two bucket of the longest
-// prompt plus MaxNew, fixed for the whole call, so decoding reuses one executable
-// per (batch, capacity) and never recompiles per position. A Sampler runs one
+// next on the host. The cache capacity is a power-of-two bucket (≥ 64) of the
+// longest prompt plus MaxNew (at most Headroom of it at first), doubled when a row
+// reaches it, so decoding reuses one executable per (batch, capacity bucket) and
+// never recompiles per position. A Sampler runs one
 // Generate at a time (it owns the device); calls serialise.
 type Sampler struct {
 	model   *Model
@@ -83,7 +84,15 @@ type Sampler struct {
 	mu      sync.Mutex
 	prefill *mlctx.Exec // tokens [b, n], start, caches → Σhidden, caches
 	step    *mlctx.Exec // tokens [b], pos [b], caches → logits [b, vocab], caches
+	grow    *mlctx.Exec // caches → caches of a larger capacity
+	// headroom is how many new tokens the first cache bucket holds beyond the
+	// longest prompt (more are reached by doubling).
+	headroom int
 }
+
+// defaultHeadroom is Sampler.headroom: a call with a large MaxNew whose rows stop
+// early does not pay for (or attend over) a cache of MaxNew positions.
+const defaultHeadroom = 256
 
 // minCapacity is the smallest cache bucket of a Sampler.
 const minCapacity = 64
@@ -98,7 +107,7 @@ func NewSampler(backend backends.Backend, m *Model, chunk int) (*Sampler, error)
 	for c < chunk {
 		c *= 2
 	}
-	s := &Sampler{model: m, backend: backend, chunk: c}
+	s := &Sampler{model: m, backend: backend, chunk: c, headroom: defaultHeadroom}
 	cfg := m.Config
 	nl := cfg.NumHiddenLayers
 	var err error
@@ -119,6 +128,9 @@ func NewSampler(backend backends.Backend, m *Model, chunk int) (*Sampler, error)
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
 	s.step.SetMaxCache(-1)
+	if s.grow, err = newGrowExec(backend, m); err != nil {
+		return nil, fmt.Errorf("new sampler: %w", err)
+	}
 	return s, nil
 }
 
@@ -165,7 +177,7 @@ func (s *Sampler) Generate(ctx context.Context, prompts [][]int32, opts SampleOp
 		longest = max(longest, len(p))
 	}
 	capacity := minCapacity
-	for capacity < min(longest+opts.MaxNew, maxPos) {
+	for capacity < min(longest+min(opts.MaxNew, s.headroom), maxPos) {
 		capacity *= 2
 	}
 	c := s.newCache(len(prompts), capacity)
@@ -258,14 +270,19 @@ func (s *Sampler) decode(ctx context.Context, c *KVCache, prompts [][]int32, opt
 		rngs[r] = rand.New(rand.NewPCG(opts.Seed, uint64(r)))
 	}
 	var scratch pickScratch
-	for live := b; live > 0; {
+	for step, live := 0, b; live > 0; step++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if need := int(slices.Max(pos)) + 1; need > c.Capacity {
+			if err := s.growCache(c, need); err != nil {
+				return nil, err
+			}
 		}
 		args := []any{tensors.FromFlatDataAndDimensions(slices.Clone(cur), b), tensors.FromFlatDataAndDimensions(slices.Clone(pos), b)}
 		res, err := s.step.Exec(append(args, c.donate(s.backend)...)...)
 		if err != nil {
-			return nil, fmt.Errorf("decode at step %d: %w", len(out[0].Tokens), err)
+			return nil, fmt.Errorf("decode at step %d: %w", step, err)
 		}
 		logits := tensors.MustCopyFlatData[float32](res[0])
 		res[0].FinalizeAll()
@@ -294,4 +311,45 @@ func (s *Sampler) decode(ctx context.Context, c *KVCache, prompts [][]int32, opt
 		}
 	}
 	return out, nil
+}
+
+// growCache doubles c's capacity until it holds n positions.
+func (s *Sampler) growCache(c *KVCache, n int) error {
+	capacity := c.Capacity
+	for capacity < n {
+		capacity *= 2
+	}
+	args := []any{make([]float32, capacity)}
+	for _, t := range append(slices.Clone(c.k), c.v...) {
+		args = append(args, t)
+	}
+	out, err := s.grow.Exec(args...)
+	if err != nil {
+		return fmt.Errorf("grow kv cache to %d: %w", capacity, err)
+	}
+	c.replace(out)
+	c.Capacity = capacity
+	return nil
+}
+
+// newGrowExec returns the executable that copies caches into a larger capacity
+// (zeros after the old positions).
+//
+//	in[0]: a dummy [newCapacity]; in[1:]: caches [capacity, batch, kv, hd] → [newCapacity, batch, kv, hd] each
+func newGrowExec(backend backends.Backend, m *Model) (*mlctx.Exec, error) {
+	e, err := mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
+		newCap := in[0].Shape().Dimensions[0]
+		out := make([]*Node, len(in)-1)
+		for i, x := range in[1:] {
+			d := x.Shape().Dimensions
+			pad := Zeros(x.Graph(), shapes.Make(x.DType(), newCap-d[0], d[1], d[2], d[3]))
+			out[i] = Concatenate([]*Node{x, pad}, 0)
+		}
+		return out
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.SetMaxCache(-1)
+	return e, nil
 }

@@ -83,21 +83,9 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 		return nil, fmt.Errorf("new scorer: %w", err)
 	}
 	s.step.SetMaxCache(-1)
-	s.grow, err = mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
-		// in[0] is a dummy [capacity] whose length says the new capacity.
-		newCap := in[0].Shape().Dimensions[0]
-		out := make([]*Node, len(in)-1)
-		for i, x := range in[1:] {
-			d := x.Shape().Dimensions
-			pad := Zeros(x.Graph(), shapes.Make(x.DType(), newCap-d[0], d[1], d[2], d[3]))
-			out[i] = Concatenate([]*Node{x, pad}, 0)
-		}
-		return out
-	})
-	if err != nil {
+	if s.grow, err = newGrowExec(backend, m); err != nil {
 		return nil, fmt.Errorf("new scorer: %w", err)
 	}
-	s.grow.SetMaxCache(-1)
 	return s, nil
 }
 
