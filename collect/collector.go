@@ -231,13 +231,7 @@ func (p *policy) refresh() (bool, error) {
 	if dir == "" {
 		return false, errors.New("collect: no model directory and no checkpoint to sample from")
 	}
-	md, err := data.OpenModelDir(dir)
-	if err != nil {
-		return false, fmt.Errorf("collect: open policy %s: %w", dir, err)
-	}
-	tok := md.Tokenizer
-	md.Close()
-	m, err := xla.OpenModelWith(dir, tok)
+	m, tok, _, err := xla.OpenPolicy(dir)
 	if err != nil {
 		return false, fmt.Errorf("collect: open policy %s: %w", dir, err)
 	}

@@ -43,6 +43,21 @@ func OpenModelWith(dir string, tok data.Tokenizer) (*Model, error) {
 	return LoadModel(md.Config, md.Weights)
 }
 
+// OpenPolicy loads the model directory dir once and returns its model, tokenizer
+// and config (for callers that sample or tokenize as well as score).
+func OpenPolicy(dir string) (*Model, data.Tokenizer, *data.ModelConfig, error) {
+	md, err := data.OpenModelDir(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer md.Close()
+	m, err := LoadModel(md.Config, md.Weights)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return m, md.Tokenizer, md.Config, nil
+}
+
 // LoadModel builds the model of mc and copies its weights from w. The name table is
 // mc.Tensors(): a missing, mis-shaped, non-float or unexpected tensor is an error
 // naming it (every problem, not just the first). The weights are copied, so w may

@@ -75,13 +75,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return fail(err)
 	}
-	md, err := data.OpenModelDir(*modelDir)
-	if err != nil {
-		return fail(err)
-	}
-	model, err := xla.LoadModel(md.Config, md.Weights)
-	tok, mc := md.Tokenizer, md.Config
-	md.Close()
+	model, tok, mc, err := xla.OpenPolicy(*modelDir)
 	if err != nil {
 		return fail(err)
 	}

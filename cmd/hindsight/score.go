@@ -13,7 +13,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -56,16 +55,11 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail(err)
 	}
-	md, err := data.OpenModelDir(*modelDir)
+	model, tok, _, err := xla.OpenPolicy(*modelDir)
 	if err != nil {
 		return fail(err)
 	}
-	model, err := xla.LoadModel(md.Config, md.Weights)
-	fingerprint := md.Tokenizer.Fingerprint()
-	md.Close()
-	if err != nil {
-		return fail(err)
-	}
+	fingerprint := tok.Fingerprint()
 	scorer, err := xla.NewScorer(backend, model, xla.ScorerOptions{Chunk: *chunk})
 	if err != nil {
 		return fail(err)
