@@ -108,7 +108,7 @@ func decoder(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache
 func tokenLogProbs(ctx *context.Context, c Config, hidden, targets *Node) *Node {
 	g := hidden.Graph()
 	logits := headLogits(ctx, c, hidden) // [batch, seq, vocab]
-	lse := vocabLogSumExp(logits) // [batch, seq]
+	lse := vocabLogSumExp(logits)        // [batch, seq]
 	dims := logits.Shape().Dimensions
 	vocab := Iota(g, shapes.Make(dtypes.Int32, dims...), 2)
 	hit := Equal(vocab, BroadcastToDims(ExpandAxes(targets, -1), dims...))
