@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -20,15 +23,35 @@ import (
 )
 
 // Checkpoint file names inside a step directory. The directory is a model directory
-// (README "Model directories") that transformers and vLLM load as is, plus the
-// trainer's own files.
+// (README "Model directories") that transformers, vLLM and SGLang load as is: its top
+// level holds one weights file, the policy's. The trainer's other tensors live in
+// TrainerDirName, where no server looks (README "Checkpoint layout").
 const (
 	ManifestFileName     = "manifest.json"      // written last: sizes and SHA-256 of every other file
-	TrainerStateFileName = "trainer_state.json" // TrainerState
-	OptimizerFileName    = "optimizer.safetensors"
-	TeacherFileName      = "teacher.safetensors" // frozen or EMA teacher weights, when kept
-	LatestLinkName       = "latest"              // symlink to the newest complete step directory
+	TrainerStateFileName = "trainer_state.json" // TrainerState; a .json, which no server loads as weights
+	LatestLinkName       = "latest"             // symlink to the newest complete step directory
+	// TrainerDirName is the subdirectory of a step directory for training state that
+	// is not the policy: servers list only the top level's *.safetensors.
+	TrainerDirName    = "trainer"
+	OptimizerFileName = TrainerDirName + "/optimizer.safetensors"
+	TeacherFileName   = TrainerDirName + "/teacher.safetensors" // frozen or EMA teacher weights, when kept
 )
+
+// TrainerFile returns the path of trainer file name (OptimizerFileName,
+// TeacherFileName) in step directory dir. Checkpoints written before the trainer/
+// subdirectory hold these files at the top level; when only that old file exists its
+// path is returned, so old checkpoints restore.
+func TrainerFile(dir, name string) string {
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	old := filepath.Join(dir, filepath.Base(name))
+	if _, err := os.Stat(old); err == nil && old != p {
+		return old
+	}
+	return p
+}
 
 // Checkpoint is what one checkpoint holds.
 type Checkpoint struct {
@@ -36,8 +59,9 @@ type Checkpoint struct {
 	// Files are written as they are: config.json, tokenizer.json,
 	// tokenizer_config.json, generation_config.json, …
 	Files map[string][]byte
-	// Tensors maps a safetensors file name (model.safetensors, optimizer.safetensors,
-	// teacher.safetensors) to its tensors.
+	// Tensors maps a safetensors file name (model.safetensors, OptimizerFileName,
+	// TeacherFileName) to its tensors. A name is a file of the step directory or of
+	// its TrainerDirName subdirectory.
 	Tensors map[string][]NamedTensor
 	State   TrainerState
 }
@@ -151,36 +175,42 @@ func writeCheckpointFiles(dir string, ck *Checkpoint) error {
 			return fmt.Errorf("file %s given both as bytes and as tensors", n)
 		}
 	}
+	subdirs, err := makeSubdirs(dir, files, ck.Tensors)
+	if err != nil {
+		return err
+	}
 	for n, b := range files {
-		if err := checkFileName(n); err != nil {
-			return err
-		}
 		if err := fsutil.WriteFileBytes(filepath.Join(dir, n), b, 0o644); err != nil {
 			return err
 		}
 	}
 	for n, ts := range ck.Tensors {
-		if err := checkFileName(n); err != nil {
-			return err
-		}
 		if err := WriteSafetensors(filepath.Join(dir, n), ts, map[string]string{"format": "pt"}); err != nil {
 			return err
 		}
 	}
-	m := Manifest{Step: ck.Step, Files: map[string]ManifestEntry{}}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if e.Name() == ManifestFileName || e.Name()[0] == '.' {
-			continue
+	for _, sd := range subdirs {
+		if err := fsutil.SyncDir(filepath.Join(dir, sd)); err != nil {
+			return err
 		}
-		entry, err := hashFile(filepath.Join(dir, e.Name()))
+	}
+	m := Manifest{Step: ck.Step, Files: map[string]ManifestEntry{}}
+	for _, sub := range append([]string{""}, subdirs...) {
+		ents, err := os.ReadDir(filepath.Join(dir, sub))
 		if err != nil {
 			return err
 		}
-		m.Files[e.Name()] = entry
+		for _, e := range ents {
+			n := path.Join(sub, e.Name())
+			if n == ManifestFileName || e.Name()[0] == '.' || e.IsDir() {
+				continue
+			}
+			entry, err := hashFile(filepath.Join(dir, n))
+			if err != nil {
+				return err
+			}
+			m.Files[n] = entry
+		}
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -189,11 +219,40 @@ func writeCheckpointFiles(dir string, ck *Checkpoint) error {
 	return fsutil.WriteFileBytes(filepath.Join(dir, ManifestFileName), append(mb, '\n'), 0o644)
 }
 
+// checkFileName accepts a plain file name of the step directory, or one inside its
+// TrainerDirName subdirectory ("trainer/optimizer.safetensors").
 func checkFileName(n string) error {
-	if n == "" || n != filepath.Base(n) || n[0] == '.' || n == ManifestFileName {
+	base := strings.TrimPrefix(n, TrainerDirName+"/")
+	if base == "" || base != path.Base(base) || strings.ContainsRune(base, filepath.Separator) ||
+		base[0] == '.' || n == ManifestFileName || n == TrainerDirName {
 		return fmt.Errorf("bad checkpoint file name %q", n)
 	}
 	return nil
+}
+
+// makeSubdirs checks every file name of a checkpoint and makes the subdirectories
+// they need, returning those.
+func makeSubdirs(dir string, files map[string][]byte, tensors map[string][]NamedTensor) ([]string, error) {
+	names := make([]string, 0, len(files)+len(tensors))
+	for n := range files {
+		names = append(names, n)
+	}
+	for n := range tensors {
+		names = append(names, n)
+	}
+	var subdirs []string
+	for _, n := range names {
+		if err := checkFileName(n); err != nil {
+			return nil, err
+		}
+		if sd := path.Dir(n); sd != "." && !slices.Contains(subdirs, sd) {
+			if err := os.Mkdir(filepath.Join(dir, sd), 0o755); err != nil {
+				return nil, err
+			}
+			subdirs = append(subdirs, sd)
+		}
+	}
+	return subdirs, nil
 }
 
 func hashFile(path string) (ManifestEntry, error) {

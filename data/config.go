@@ -19,8 +19,26 @@ import (
 const ConfigFileName = "config.json"
 
 // TransformersVersion is the transformers_version written into config.json files
-// hindsight makes: the oldest release that knows all four architectures (Qwen3).
-const TransformersVersion = "4.51.0"
+// hindsight makes: the release the checkpoint layout and the scorer's log-probs were
+// checked against (scripts/transformers_goldens.py makes testdata/transformers's
+// goldens with it; TestTransformersGoldens holds them to it). It is the newest
+// release that runs on Debian 12's python3-torch (1.13); Qwen3 needs a newer one
+// (TransformersVersionFor).
+const TransformersVersion = "4.46.3"
+
+// qwen3TransformersVersion is the first transformers release with Qwen3. The layout
+// is not checked against it here (it needs torch ≥ 2).
+const qwen3TransformersVersion = "4.51.0"
+
+// TransformersVersionFor is the transformers_version for a config.json of
+// model_type modelType: TransformersVersion, or the first release that knows the
+// architecture when that is newer.
+func TransformersVersionFor(modelType string) string {
+	if modelType == "qwen3" {
+		return qwen3TransformersVersion
+	}
+	return TransformersVersion
+}
 
 // architectures maps each supported model_type to its transformers class.
 var architectures = map[string]string{
@@ -430,7 +448,7 @@ func (c *ModelConfig) MarshalJSON() ([]byte, error) {
 	}
 	m["hidden_act"] = c.HiddenAct
 	if _, ok := m["transformers_version"]; !ok {
-		m["transformers_version"] = TransformersVersion
+		m["transformers_version"] = TransformersVersionFor(c.ModelType)
 	}
 	return json.MarshalIndent(m, "", "  ")
 }

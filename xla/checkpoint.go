@@ -18,15 +18,20 @@ import (
 // A checkpoint (DESIGN.md "Checkpoints") is a model directory plus the trainer's
 // files. The Trainer fills:
 //
-//	model.safetensors      the policy under HF names, in config.json's torch_dtype
-//	optimizer.safetensors  exp_avg.<name>, exp_avg_sq.<name> (F32) and, when the model
-//	                       file is bf16/f16, master.<name>: the float32 master weights
-//	teacher.safetensors    the frozen or EMA teacher under HF names (F32), if any
-//	trainer_state.json     step (StepCount), baselines, RNG, trained rollout_ids,
-//	                       Extra["optimizer"] (step: UpdateCount) and Extra["teacher"]
-//	                       (mode)
+//	model.safetensors              the policy under HF names, in config.json's torch_dtype
+//	trainer/optimizer.safetensors  exp_avg.<name>, exp_avg_sq.<name> (F32) and, when the
+//	                               model file is bf16/f16, master.<name>: the float32
+//	                               master weights
+//	trainer/teacher.safetensors    the frozen or EMA teacher under HF names (F32), if any
+//	trainer_state.json             step (StepCount), baselines, RNG, trained rollout_ids,
+//	                               Extra["optimizer"] (step: UpdateCount) and
+//	                               Extra["teacher"] (mode)
 //
-// config.json and the tokenizer files come from the caller (ModelFiles).
+// Only model.safetensors is at the top level, so a server that loads every
+// *.safetensors there (vLLM, SGLang) loads the policy alone. Checkpoints of older
+// versions keep the optimizer and teacher files at the top level; Restore reads both
+// layouts (data.TrainerFile). config.json and the tokenizer files come from the caller
+// (ModelFiles).
 
 // Tensor-name prefixes of optimizer.safetensors.
 const (
@@ -186,7 +191,7 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 	if optSt.Step < 0 || optSt.Step > st.Step {
 		return fail("optimizer state: %d updates at step %d, want 0…%d", optSt.Step, st.Step, st.Step)
 	}
-	of, err := data.OpenSafetensors(filepath.Join(dir, data.OptimizerFileName))
+	of, err := data.OpenSafetensors(data.TrainerFile(dir, data.OptimizerFileName))
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -234,7 +239,7 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 		}
 	}
 	if tr.teacher != nil {
-		tf, err := data.OpenSafetensors(filepath.Join(dir, data.TeacherFileName))
+		tf, err := data.OpenSafetensors(data.TrainerFile(dir, data.TeacherFileName))
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			// A checkpoint of a live-teacher run: the snapshot starts from the policy.

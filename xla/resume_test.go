@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -69,12 +70,14 @@ func momentsOf(tr *Trainer) [][]float32 {
 // TestExactResume: 2N steps straight give bit for bit the weights, moments, teacher,
 // baselines and RNG of N steps, a checkpoint, a fresh process's restore and N more
 // steps; for a float32 model and for a bfloat16 one (whose checkpoint keeps float32
-// master weights beside the bf16 model file).
+// master weights beside the bf16 model file); and from a checkpoint in the layout of
+// older versions (optimizer and teacher files at the top level, not in trainer/).
 func TestExactResume(t *testing.T) {
 	backend := newTestBackend(t)
 	const N = 2
-	for _, dtype := range []string{"float32", "bfloat16"} {
-		t.Run(dtype, func(t *testing.T) {
+	for _, variant := range []string{"float32", "bfloat16", "float32-old-layout"} {
+		dtype, oldLayout := strings.CutSuffix(variant, "-old-layout")
+		t.Run(variant, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "model")
 			_, err := dataInitModel(dir, dtype)
 			require.NoError(t, err)
@@ -97,8 +100,18 @@ func TestExactResume(t *testing.T) {
 			files, err := ModelFiles(dir)
 			require.NoError(t, err)
 			root := filepath.Join(t.TempDir(), "checkpoints")
-			ckdir, err := first.SaveCheckpoint(root, files, data.TrainerState{CodeVersion: "test", Config: "x: 1\n"}, 2)
+			ck, err := first.Checkpoint(files, data.TrainerState{CodeVersion: "test", Config: "x: 1\n"})
 			require.NoError(t, err)
+			if oldLayout {
+				for _, n := range []string{data.OptimizerFileName, data.TeacherFileName} {
+					ck.Tensors[filepath.Base(n)] = ck.Tensors[n]
+					delete(ck.Tensors, n)
+				}
+			}
+			ckdir, err := data.WriteCheckpoint(root, ck, 2)
+			require.NoError(t, err)
+			_, err = os.Stat(filepath.Join(ckdir, data.TrainerDirName))
+			require.Equal(t, oldLayout, os.IsNotExist(err), "trainer/ exists only in the new layout")
 			first = nil // the "kill"
 
 			latest, st, err := data.LatestCheckpoint(root, zerolog.Nop())
