@@ -253,26 +253,36 @@ func checkInteropFile(t *testing.T, f interopFile, spec interopSpec, want []*Rol
 // file in done/.
 func TestInteropSpool(t *testing.T) {
 	spec := loadInteropSpec(t)
-	s := openTestSpool(t, t.TempDir())
-	data, err := os.ReadFile(filepath.Join(interopDir, "js", "valid.file.arrow"))
+	valid, err := filepath.Glob(filepath.Join(interopDir, "*", "valid*.arrow"))
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(DirIncoming), "js.arrow"), data, 0o644))
-	reps := ingestAll(t, s)
-	require.Len(t, reps, 1)
-	require.Nil(t, reps[0].Quarantine)
-	done, err := os.ReadDir(s.Dir(DirDone))
-	require.NoError(t, err)
-	require.Len(t, done, 1)
-	require.True(t, strings.HasSuffix(done[0].Name(), "js.arrow"), done[0].Name())
-	failed, err := os.ReadDir(s.Dir(DirFailed))
-	require.NoError(t, err)
-	require.Empty(t, failed)
-	require.Equal(t, len(spec.Rollouts), reps[0].Accepted)
-	require.Zero(t, reps[0].Rejected)
-	require.Equal(t, OutcomeDone, reps[0].Outcome)
-	for _, m := range spec.Rollouts {
-		_, ok := s.Journal().Accepted(m["rollout_id"].(string))
-		require.True(t, ok, m["rollout_id"])
+	require.GreaterOrEqual(t, len(valid), 14, "every writer's valid files, both formats")
+	// Every writer's valid files end in done/ with the same rollouts, each through a
+	// fresh spool (their rollout_ids are the same, so one spool would reject repeats).
+	for _, path := range valid {
+		name := filepath.Base(filepath.Dir(path)) + "-" + filepath.Base(path)
+		t.Run(name, func(t *testing.T) {
+			s := openTestSpool(t, t.TempDir())
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(s.Dir(DirIncoming), name), data, 0o644))
+			reps := ingestAll(t, s)
+			require.Len(t, reps, 1)
+			require.Nil(t, reps[0].Quarantine)
+			require.Equal(t, OutcomeDone, reps[0].Outcome)
+			require.Equal(t, len(spec.Rollouts), reps[0].Accepted)
+			require.Zero(t, reps[0].Rejected)
+			done, err := os.ReadDir(s.Dir(DirDone))
+			require.NoError(t, err)
+			require.Len(t, done, 1)
+			require.True(t, strings.HasSuffix(done[0].Name(), name), done[0].Name())
+			failed, err := os.ReadDir(s.Dir(DirFailed))
+			require.NoError(t, err)
+			require.Empty(t, failed)
+			for _, m := range spec.Rollouts {
+				_, ok := s.Journal().Accepted(m["rollout_id"].(string))
+				require.True(t, ok, m["rollout_id"])
+			}
+		})
 	}
 }
 
