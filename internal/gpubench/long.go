@@ -66,7 +66,7 @@ func (b *bench) stageLong(ctx context.Context) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			tr, err := xla.NewTrainer(b.backend, m, xla.TrainerOptions{Chunk: chunk, Backprop: mode})
+			tr, err := xla.NewTrainer(b.backend, m, trainerOptions(chunk, mode))
 			if err != nil {
 				return err
 			}
@@ -77,6 +77,9 @@ func (b *bench) stageLong(ctx context.Context) error {
 				met, err = tr.Step(ctx, []xla.Rollout{trainRollout(tokens)})
 				return err
 			})
+			if err == nil && (!met.Updated || met.Tokens == 0) {
+				err = fmt.Errorf("no update (%d gradient tokens)", met.Tokens)
+			}
 			if err != nil {
 				b.record("long train failed", map[string]any{"T": T, "chunk": chunk, "backprop": string(mode), "error": err.Error()})
 				continue

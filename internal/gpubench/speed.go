@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/internal/benchutil"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -81,7 +82,7 @@ func (b *bench) speed(ctx context.Context, preset string, T int) error {
 	b.record("hindsight score", f)
 	goScore := float64(T) / sec
 
-	tr, err := xla.NewTrainer(b.backend, m, xla.TrainerOptions{})
+	tr, err := xla.NewTrainer(b.backend, m, trainerOptions(0, xla.BackpropTruncated))
 	if err != nil {
 		return err
 	}
@@ -94,6 +95,9 @@ func (b *bench) speed(ctx context.Context, preset string, T int) error {
 	})
 	if err != nil {
 		return fmt.Errorf("train step: %w", err)
+	}
+	if !met.Updated || met.Tokens == 0 {
+		return fmt.Errorf("train step: no update (%d gradient tokens): the time would not include a gradient pass", met.Tokens)
 	}
 	f = map[string]any{"preset": preset, "T": T, "tokens_per_s": float64(T) / sec, "seconds": sec,
 		"first_seconds_with_compile": first, "chunk": xla.DefaultChunkTrain, "backprop": "truncated", "optimizer": "adamw",
@@ -138,6 +142,15 @@ func (b *bench) mfuTorch(r map[string]any, mc *data.ModelConfig, T int, scoreTPS
 	if tt, ok := trainTPS.(float64); ok {
 		r["train_mfu_vs_torch_bf16_peak"] = 3 * ForwardFLOPs(mc, T) * tt / float64(T) / b.torchBF16Peak
 	}
+}
+
+// trainerOptions are the default credit (no baseline, so that one rollout's reward
+// is its advantage and every step updates) and AdamW at a training chunk (0: the
+// default) and backprop mode.
+func trainerOptions(chunk int, mode xla.Backprop) xla.TrainerOptions {
+	c := credit.DefaultConfig()
+	c.Baseline = credit.BaselineNone
+	return xla.TrainerOptions{Chunk: chunk, Backprop: mode, Credit: c, Optimizer: xla.DefaultAdamW()}
 }
 
 // trainRollout is a rollout of tokens with every position after the first
