@@ -43,7 +43,7 @@ dir=$(python3 -c 'import jax_plugins.xla_cuda13 as p, os; print(os.path.dirname(
   echo "run.sh: python3 has no jax_plugins.xla_cuda13 (JAX's CUDA PJRT plugin)" >&2; exit 1; }
 plugin="$dir/xla_cuda_plugin.so"
 { nvidia-smi; python3 -c 'import torch, jax; print("torch", torch.__version__, "cuda", torch.version.cuda); print("jax", jax.__version__)'; ls -l "$plugin"; } >"$out/env.txt" 2>&1
-# The binary is linked against the CUDA plugin's libraries found beside it.
+# The plugin's own directory on the library path too, for libraries it loads from beside it.
 export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exec "$bin" bench-gpu -out "$out" -backend "xla:$plugin" -client-options preallocate=false \
   -python python3 -peer bench/gpu/torch_peer.py -model-dir "${TMPDIR:-/tmp}/hindsight-bench-models" "$@"
