@@ -10,7 +10,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
@@ -133,23 +135,37 @@ func InitWeights(c *ModelConfig, seed uint64) ([]NamedTensor, error) {
 	}
 	specs := c.Tensors()
 	out := make([]NamedTensor, len(specs))
-	for i, s := range specs {
-		n := 1
-		for _, d := range s.Shape {
-			n *= d
-		}
-		vals := make([]float32, n)
-		switch {
-		case strings.HasSuffix(s.Name, "norm.weight"):
-			for j := range vals {
-				vals[j] = 1
+	// Tensors are drawn in parallel (each from its own stream, so the values do not
+	// depend on the order): a 1.7B-parameter preset is ~1.7e9 draws.
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(specs)) {
+		wg.Go(func() {
+			for i := range next {
+				s := specs[i]
+				n := 1
+				for _, d := range s.Shape {
+					n *= d
+				}
+				vals := make([]float32, n)
+				switch {
+				case strings.HasSuffix(s.Name, "norm.weight"):
+					for j := range vals {
+						vals[j] = 1
+					}
+				case strings.HasSuffix(s.Name, ".bias"):
+				default:
+					fillNormal(vals, seed, s.Name, InitStd)
+				}
+				out[i] = NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals}
 			}
-		case strings.HasSuffix(s.Name, ".bias"):
-		default:
-			fillNormal(vals, seed, s.Name, InitStd)
-		}
-		out[i] = NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals}
+		})
 	}
+	for i := range specs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	return out, nil
 }
 

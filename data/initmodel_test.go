@@ -208,3 +208,18 @@ func TestInitModelChatTemplateOnlyForBytes(t *testing.T) {
 		require.Equal(t, tc.template, cfg["chat_template"], tc.name)
 	}
 }
+
+// TestInitWeightsDeterministic: the parallel draw gives the same values every time.
+func TestInitWeightsDeterministic(t *testing.T) {
+	c, err := PresetConfig("qwen3-tiny", BytesVocabSize)
+	require.NoError(t, err)
+	a, err := InitWeights(c, 3)
+	require.NoError(t, err)
+	b, err := InitWeights(c, 3)
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	require.Len(t, a, len(c.Tensors()))
+	for i, s := range c.Tensors() {
+		require.Equal(t, s.Name, a[i].Name, "in the config's order")
+	}
+}
