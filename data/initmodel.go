@@ -10,14 +10,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // InitOptions say what InitModel writes.
 type InitOptions struct {
-	Preset    string // "tiny" or "small" (PresetConfig)
+	Preset    string // "tiny", "small", "qwen3-tiny", "qwen3-0.6b" or "qwen3-1.7b" (PresetConfig)
 	Tokenizer string // "bytes" (the default) or a tokenizer.json or a directory holding one
 	Seed      uint64 // the same seed writes the same weights
 	Dtype     string // "float32" (the default) or "bfloat16"
@@ -28,15 +30,38 @@ type InitOptions struct {
 // initializer_range default.
 const InitStd = 0.02
 
-// PresetConfig returns the llama config of a preset for a tokenizer of vocabSize
-// ids. With the byte tokenizer (265 ids) "tiny" has about 91k parameters and
-// "small" about 3.0M; a large vocabulary adds vocabSize × hidden_size.
+// Qwen3VocabSize is the vocab_size of the Qwen3 presets (the real models' 151,936
+// embedding rows, more than their tokenizer's ids).
+const Qwen3VocabSize = 151936
+
+// Presets are the names PresetConfig takes.
+var Presets = []string{"tiny", "small", "qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b"}
+
+// PresetConfig returns the config of a preset for a tokenizer of vocabSize ids.
+// With the byte tokenizer (265 ids) "tiny" has about 91k parameters and "small"
+// about 3.0M; a large vocabulary adds vocabSize × hidden_size.
 //
-//	tiny:  2 layers, hidden 64, 4 heads (2 KV heads) of 16, intermediate 128
-//	small: 4 layers, hidden 256, 8 heads (4 KV heads) of 32, intermediate 704
+//	tiny:  llama, 2 layers, hidden 64, 4 heads (2 KV heads) of 16, intermediate 128
+//	small: llama, 4 layers, hidden 256, 8 heads (4 KV heads) of 32, intermediate 704
 //
 // Both tie the embeddings, use RoPE θ = 500000 without scaling and allow 131072
 // positions, so long rollouts fit.
+//
+// The qwen3 presets are shaped like the released Qwen3 models (qk-norm, tied
+// embeddings, head_dim 128 apart from hidden/heads, RoPE θ = 1e6, rms_norm_eps
+// 1e-6), with random weights:
+//
+//	qwen3-0.6b: 28 layers, hidden 1024, 16 heads (8 KV heads) of 128, intermediate
+//	            3072, vocab 151936: 596,049,920 parameters (Qwen/Qwen3-0.6B config.json)
+//	qwen3-1.7b: 28 layers, hidden 2048, 16 heads (8 KV heads) of 128, intermediate
+//	            6144, vocab 151936: 1,720,574,976 parameters (Qwen/Qwen3-1.7B config.json)
+//	qwen3-tiny: the same architecture at test size: 2 layers, hidden 64, 4 heads
+//	            (2 KV heads) of 32, intermediate 128, the tokenizer's vocabulary
+//
+// They allow 131072 positions: the released configs say 40960 and reach 131072 by
+// YaRN scaling, which hindsight does not implement; with random weights only the
+// shapes matter. The 0.6b and 1.7b presets refuse a tokenizer of more than
+// Qwen3VocabSize ids.
 func PresetConfig(preset string, vocabSize int) (*ModelConfig, error) {
 	c := &ModelConfig{
 		Architectures:         []string{architectures["llama"]},
@@ -56,13 +81,31 @@ func PresetConfig(preset string, vocabSize int) (*ModelConfig, error) {
 			"transformers_version": json.RawMessage(`"` + TransformersVersion + `"`),
 		},
 	}
+	qwen3 := func(vocab int) {
+		c.Architectures, c.ModelType = []string{architectures["qwen3"]}, "qwen3"
+		c.RMSNormEps, c.RopeTheta, c.VocabSize = 1e-6, 1e6, vocab
+		delete(c.Extra, "pretraining_tp")
+	}
 	switch preset {
 	case "tiny":
 		c.NumHiddenLayers, c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.IntermediateSize = 2, 64, 4, 2, 16, 128
 	case "small":
 		c.NumHiddenLayers, c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.IntermediateSize = 4, 256, 8, 4, 32, 704
+	case "qwen3-tiny":
+		qwen3(vocabSize)
+		c.NumHiddenLayers, c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.IntermediateSize = 2, 64, 4, 2, 32, 128
+	case "qwen3-0.6b", "qwen3-1.7b":
+		if vocabSize > Qwen3VocabSize {
+			return nil, fmt.Errorf("preset %q: the tokenizer has %d ids, more than the preset's vocab_size %d", preset, vocabSize, Qwen3VocabSize)
+		}
+		qwen3(Qwen3VocabSize)
+		c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = 28, 16, 8, 128
+		c.HiddenSize, c.IntermediateSize = 1024, 3072
+		if preset == "qwen3-1.7b" {
+			c.HiddenSize, c.IntermediateSize = 2048, 6144
+		}
 	default:
-		return nil, fmt.Errorf("preset %q: want tiny or small", preset)
+		return nil, fmt.Errorf("preset %q: want one of %s", preset, strings.Join(Presets, ", "))
 	}
 	return c, c.Validate()
 }
@@ -92,23 +135,37 @@ func InitWeights(c *ModelConfig, seed uint64) ([]NamedTensor, error) {
 	}
 	specs := c.Tensors()
 	out := make([]NamedTensor, len(specs))
-	for i, s := range specs {
-		n := 1
-		for _, d := range s.Shape {
-			n *= d
-		}
-		vals := make([]float32, n)
-		switch {
-		case strings.HasSuffix(s.Name, "norm.weight"):
-			for j := range vals {
-				vals[j] = 1
+	// Tensors are drawn in parallel (each from its own stream, so the values do not
+	// depend on the order): a 1.7B-parameter preset is ~1.7e9 draws.
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(specs)) {
+		wg.Go(func() {
+			for i := range next {
+				s := specs[i]
+				n := 1
+				for _, d := range s.Shape {
+					n *= d
+				}
+				vals := make([]float32, n)
+				switch {
+				case strings.HasSuffix(s.Name, "norm.weight"):
+					for j := range vals {
+						vals[j] = 1
+					}
+				case strings.HasSuffix(s.Name, ".bias"):
+				default:
+					fillNormal(vals, seed, s.Name, InitStd)
+				}
+				out[i] = NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals}
 			}
-		case strings.HasSuffix(s.Name, ".bias"):
-		default:
-			fillNormal(vals, seed, s.Name, InitStd)
-		}
-		out[i] = NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals}
+		})
 	}
+	for i := range specs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	return out, nil
 }
 

@@ -21,7 +21,56 @@ func TestPresetConfig(t *testing.T) {
 	require.GreaterOrEqual(t, small.NumParameters(), int64(2_000_000))
 	require.LessOrEqual(t, small.NumParameters(), int64(5_000_000))
 	_, err = PresetConfig("huge", BytesVocabSize)
-	require.ErrorContains(t, err, `preset "huge": want tiny or small`)
+	require.ErrorContains(t, err, `preset "huge": want one of tiny, small, qwen3-tiny, qwen3-0.6b, qwen3-1.7b`)
+}
+
+// TestQwen3Presets checks the qwen3 presets against the released models' config.json
+// (huggingface.co/Qwen/Qwen3-0.6B and Qwen/Qwen3-1.7B, files config.json:
+// hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads, head_dim, vocab_size, tie_word_embeddings, rope_theta,
+// rms_norm_eps) and the parameter counts those shapes give (the model cards say
+// 0.6B with 0.44B non-embedding and 1.7B with 1.4B non-embedding).
+func TestQwen3Presets(t *testing.T) {
+	for _, tt := range []struct {
+		preset                                   string
+		layers, hidden, inter, heads, kv, params int
+	}{
+		{"qwen3-0.6b", 28, 1024, 3072, 16, 8, 596_049_920},
+		{"qwen3-1.7b", 28, 2048, 6144, 16, 8, 1_720_574_976},
+	} {
+		t.Run(tt.preset, func(t *testing.T) {
+			c, err := PresetConfig(tt.preset, BytesVocabSize)
+			require.NoError(t, err)
+			require.Equal(t, "qwen3", c.ModelType)
+			require.Equal(t, []string{"Qwen3ForCausalLM"}, c.Architectures)
+			require.Equal(t, tt.layers, c.NumHiddenLayers)
+			require.Equal(t, tt.hidden, c.HiddenSize)
+			require.Equal(t, tt.inter, c.IntermediateSize)
+			require.Equal(t, tt.heads, c.NumAttentionHeads)
+			require.Equal(t, tt.kv, c.NumKeyValueHeads)
+			require.Equal(t, 128, c.HeadDim)
+			require.Equal(t, 151936, c.VocabSize)
+			require.True(t, c.TieWordEmbeddings)
+			require.True(t, c.QKNorm())
+			require.False(t, c.QKVBias())
+			require.Equal(t, 1e6, c.RopeTheta)
+			require.Equal(t, 1e-6, c.RMSNormEps)
+			require.Equal(t, int64(tt.params), c.NumParameters())
+			shapes := c.TensorShapes()
+			require.Equal(t, []int{128}, shapes["model.layers.27.self_attn.q_norm.weight"])
+			require.Equal(t, []int{tt.heads * 128, tt.hidden}, shapes["model.layers.0.self_attn.q_proj.weight"])
+			require.Equal(t, []int{tt.kv * 128, tt.hidden}, shapes["model.layers.0.self_attn.k_proj.weight"])
+			require.NotContains(t, shapes, "lm_head.weight", "tied embeddings")
+			require.Len(t, shapes, 1+1+tt.layers*11)
+		})
+	}
+	_, err := PresetConfig("qwen3-0.6b", Qwen3VocabSize+1)
+	require.ErrorContains(t, err, "more than the preset's vocab_size 151936")
+	tiny, err := PresetConfig("qwen3-tiny", BytesVocabSize)
+	require.NoError(t, err)
+	require.True(t, tiny.QKNorm())
+	require.Equal(t, BytesVocabSize, tiny.VocabSize)
+	require.Less(t, tiny.NumParameters(), int64(200_000))
 }
 
 func TestInitModel(t *testing.T) {
@@ -157,5 +206,20 @@ func TestInitModelChatTemplateOnlyForBytes(t *testing.T) {
 		var cfg map[string]any
 		require.NoError(t, json.Unmarshal(raw, &cfg))
 		require.Equal(t, tc.template, cfg["chat_template"], tc.name)
+	}
+}
+
+// TestInitWeightsDeterministic: the parallel draw gives the same values every time.
+func TestInitWeightsDeterministic(t *testing.T) {
+	c, err := PresetConfig("qwen3-tiny", BytesVocabSize)
+	require.NoError(t, err)
+	a, err := InitWeights(c, 3)
+	require.NoError(t, err)
+	b, err := InitWeights(c, 3)
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	require.Len(t, a, len(c.Tensors()))
+	for i, s := range c.Tensors() {
+		require.Equal(t, s.Name, a[i].Name, "in the config's order")
 	}
 }

@@ -98,7 +98,13 @@ func CPUPluginPath() (string, error) {
 // a shared library, a plugin speaking an incompatible PJRT C API, a load error, a panic
 // inside GoMLX — comes back as one error that names the plugin path and says what to
 // do. GoMLX's auto-install is always turned off first: nothing is ever downloaded.
-func NewBackend(spec string) (b backends.Backend, err error) {
+func NewBackend(spec string) (b backends.Backend, err error) { return NewBackendWithOptions(spec, nil) }
+
+// NewBackendWithOptions is NewBackend with PJRT client create options for an
+// `xla:` plugin (e.g. {"preallocate": false} for the CUDA plugin, which otherwise
+// takes 75% of device memory at start); nil for none. They are refused for the
+// pure-Go backend.
+func NewBackendWithOptions(spec string, clientOptions map[string]any) (b backends.Backend, err error) {
 	os.Setenv(gomlxxla.NoAutoInstallEnv, "1") // GoMLX reads it at init; also for child processes
 	gomlxxla.EnableAutoInstall(false)
 	defer func() {
@@ -128,7 +134,14 @@ func NewBackend(spec string) (b backends.Backend, err error) {
 		return nil, fmt.Errorf("backend %s: unknown backend %q: use %q, \"xla:<absolute plugin path>\" or %q", spec, name, DefaultBackend, CPUPluginName)
 	}
 
-	b, err = newQuietly(name, spec)
+	if clientOptions != nil && name != gomlxxla.BackendName {
+		return nil, fmt.Errorf("backend %s: PJRT client options %v need an xla plugin", spec, clientOptions)
+	}
+	if clientOptions != nil {
+		b, err = gomlxxla.NewWithOptions(config, clientOptions)
+	} else {
+		b, err = newQuietly(name, spec)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: %s", spec, oneLine(err))
 	}

@@ -247,3 +247,13 @@ func TestXLACPUMatchesGo(t *testing.T) {
 		})
 	}
 }
+
+// TestNewBackendWithOptionsGo: PJRT client options are refused for the pure-Go
+// backend, which has no PJRT client; nil options are NewBackend.
+func TestNewBackendWithOptionsGo(t *testing.T) {
+	_, err := NewBackendWithOptions("go", map[string]any{"preallocate": false})
+	require.ErrorContains(t, err, "PJRT client options map[preallocate:false] need an xla plugin")
+	b, err := NewBackendWithOptions("go", nil)
+	require.NoError(t, err)
+	b.Finalize()
+}

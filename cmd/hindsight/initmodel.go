@@ -4,22 +4,24 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/hindsight-ai/hindsight/data"
 )
 
-// initModelCmd is `hindsight init-model -out DIR -preset tiny|small`.
+// initModelCmd is `hindsight init-model -out DIR -preset tiny|small|qwen3-…`.
 func initModelCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hindsight init-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "model `directory` to create (must be empty or absent unless -force)")
-	preset := fs.String("preset", "tiny", "model size: tiny (2 layers, hidden 64) or small (4 layers, hidden 256)")
+	preset := fs.String("preset", "tiny", "model size: tiny (2 layers, hidden 64), small (4 layers, hidden 256), qwen3-tiny, or qwen3-0.6b / qwen3-1.7b (shaped like the released Qwen3 models)")
 	tokenizer := fs.String("tokenizer", "bytes", "`bytes` for the embedded byte tokenizer, or a tokenizer.json (or a directory holding one) to copy")
 	seed := fs.Uint64("seed", 1, "random seed; the same seed writes the same weights")
 	dtype := fs.String("dtype", "float32", "weight `dtype`: float32 or bfloat16")
 	force := fs.Bool("force", false, "replace a non-empty -out directory")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hindsight init-model -out DIR [-preset tiny|small] [-tokenizer bytes|PATH] [-seed S] [-dtype float32|bfloat16] [-force]\n\n")
+		fmt.Fprintf(stderr, "usage: hindsight init-model -out DIR [-preset tiny|small|qwen3-tiny|qwen3-0.6b|qwen3-1.7b] [-tokenizer bytes|PATH] [-seed S] [-dtype float32|bfloat16] [-force]\n\n")
 		fmt.Fprintf(stderr, "Writes a randomly initialised Llama-style model directory (config.json, model.safetensors,\n"+
 			"tokenizer.json, tokenizer_config.json, generation_config.json) that hindsightd and transformers load.\n\n")
 		fs.PrintDefaults()
@@ -31,8 +33,8 @@ func initModelCmd(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if *preset != "tiny" && *preset != "small" {
-		fmt.Fprintf(stderr, "hindsight init-model: -preset %q: want tiny or small\n", *preset)
+	if !slices.Contains(data.Presets, *preset) {
+		fmt.Fprintf(stderr, "hindsight init-model: -preset %q: want one of %s\n", *preset, strings.Join(data.Presets, ", "))
 		return 2
 	}
 	if *dtype != "float32" && *dtype != "bfloat16" {

@@ -34,6 +34,7 @@ commands:
   collect -data-dir DIR
                       sample task-world rollouts with the newest checkpoint into a spool
   fetch-xla-cpu       fetch the pinned XLA CPU plugin (PJRT) into the cache for -backend xla-cpu
+  bench-gpu -out DIR  measure parity, speed, generation, long rollouts and memory vs PyTorch (bench/gpu/run.sh)
   version             print the version
 
 Run 'hindsight COMMAND -h' for a command's flags.
@@ -76,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return collectCmd(ctx, args[1:], stdout, stderr)
 	case "fetch-xla-cpu":
 		return fetchXLACPUCmd(ctx, args[1:], stdout, stderr)
+	case "bench-gpu":
+		return benchGPUCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, buildinfo.Version())
 		return 0

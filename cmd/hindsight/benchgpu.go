@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hindsight-ai/hindsight/internal/gpubench"
+)
+
+// benchGPUCmd is `hindsight bench-gpu -out DIR [-cpu] …`: every stage of the GPU
+// run (internal/gpubench) in one binary, driven by bench/gpu/run.sh.
+func benchGPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hindsight bench-gpu", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "output `directory`: results.json, bench.log (created)")
+	cpu := fs.Bool("cpu", false, "rehearsal: tiny sizes on the CPU (PyTorch on the CPU too)")
+	backend := fs.String("backend", "", "GoMLX backend (default $GOMLX_BACKEND, else the pure-Go backend); on a GPU xla:<abs path>/xla_cuda_plugin.so")
+	clientOpts := fs.String("client-options", "", "PJRT client create options, `k=v,…` (the CUDA plugin: preallocate=false so PyTorch and the memory peaks can share the device)")
+	python := fs.String("python", "", "python3 with torch for the PyTorch peer (empty: the PyTorch measurements are skipped and say so)")
+	peer := fs.String("peer", "bench/gpu/torch_peer.py", "the PyTorch peer `script`")
+	modelDir := fs.String("model-dir", "", "where the random-weight models are written (default OUT/models)")
+	stages := fs.String("stages", strings.Join(gpubench.AllStages, ","), "comma-separated stages to run, in order")
+	budgetScale := fs.Float64("budget-scale", 1, "multiply every stage's time budget")
+	longT := fs.Int("long-t", 0, "long-rollout length (0: the mode's default)")
+	speedT := fs.String("speed-t", "", "comma-separated speed lengths (default: the mode's)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: hindsight bench-gpu -out DIR [-cpu] [-backend SPEC] [-python PY] [-stages LIST]\n\n")
+		fmt.Fprintf(stderr, "Measures hindsight on this device stage by stage (peak, parity, speed, generate, long, memory),\n"+
+			"each under its own time budget, against a PyTorch peer on the same weights; writes OUT/results.json\n"+
+			"after every measurement. bench/gpu/run.sh runs it on a GPU or, with --cpu, as the CPU rehearsal.\n\n")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if *out == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	opts := gpubench.Defaults(*cpu)
+	opts.Out, opts.Backend, opts.Python, opts.Peer, opts.ModelDir = *out, *backend, *python, *peer, *modelDir
+	opts.Stages = strings.Split(*stages, ",")
+	for k, v := range opts.Budgets {
+		opts.Budgets[k] = time.Duration(float64(v) * *budgetScale)
+	}
+	if *longT > 0 {
+		opts.LongT = *longT
+	}
+	if *speedT != "" {
+		opts.SpeedT = nil
+		for _, f := range strings.Split(*speedT, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 16 {
+				fmt.Fprintf(stderr, "hindsight bench-gpu: -speed-t %q: %q is not a length ≥ 16\n", *speedT, f)
+				return 2
+			}
+			opts.SpeedT = append(opts.SpeedT, n)
+		}
+	}
+	copts, err := parseClientOptions(*clientOpts)
+	if err != nil {
+		fmt.Fprintf(stderr, "hindsight bench-gpu: -client-options: %v\n", err)
+		return 2
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintf(stderr, "hindsight bench-gpu: %v\n", err)
+		return 1
+	}
+	logFile, err := os.OpenFile(filepath.Join(*out, "bench.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintf(stderr, "hindsight bench-gpu: %v\n", err)
+		return 1
+	}
+	defer logFile.Close()
+	log := zerolog.New(zerolog.MultiLevelWriter(logFile, zerolog.ConsoleWriter{Out: stderr, NoColor: true, TimeFormat: "15:04:05"})).
+		With().Timestamp().Logger()
+	res, err := gpubench.Run(ctx, opts, copts, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "hindsight bench-gpu: %v\n", err)
+		return 1
+	}
+	code := 0
+	for _, s := range res.Stages {
+		fmt.Fprintf(stdout, "%-9s %-8s %6.1fs %s\n", s.Name, s.Status, s.Seconds, s.Error)
+		if s.Status != gpubench.StatusOK {
+			code = 1
+		}
+	}
+	fmt.Fprintf(stdout, "results: %s\n", filepath.Join(*out, "results.json"))
+	return code
+}
+
+// parseClientOptions reads `k=v,…`: true/false as bools, integers as int64, other
+// numbers as float32, the rest as strings (nil for an empty list).
+func parseClientOptions(s string) (map[string]any, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	m := map[string]any{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q: want key=value", kv)
+		}
+		if b, err := strconv.ParseBool(v); err == nil {
+			m[k] = b
+		} else if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			m[k] = n
+		} else if f, err := strconv.ParseFloat(v, 32); err == nil {
+			m[k] = float32(f)
+		} else {
+			m[k] = v
+		}
+	}
+	return m, nil
+}

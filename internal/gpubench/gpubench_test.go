@@ -1,0 +1,88 @@
+package gpubench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// TestForwardFLOPs checks the count against the hand sum for qwen3-0.6b: 2 FLOPs
+// per non-embedding matmul weight per token, the head's 2·d·vocab, and causal
+// attention's 2·2·heads·head_dim·T²/2 per layer.
+func TestForwardFLOPs(t *testing.T) {
+	c, err := data.PresetConfig("qwen3-0.6b", data.BytesVocabSize)
+	require.NoError(t, err)
+	matmul := int64(28 * (1024*2048 + 2*1024*1024 + 2048*1024 + 3*1024*3072))
+	require.Equal(t, float64(2*matmul+2*1024*151936), ForwardFLOPs(c, 1)-2*2*16*128*0.5*28)
+	T := 4096.0
+	require.InDelta(t, T*float64(2*matmul+2*1024*151936)+2*2*16*128*T*T/2*28, ForwardFLOPs(c, 4096), 1)
+	require.Equal(t, 4*ForwardFLOPs(c, 10), TrainFLOPs(c, 10))
+}
+
+// TestEstimateMemory checks the memory model's terms for qwen3-0.6b at 32k tokens.
+func TestEstimateMemory(t *testing.T) {
+	c, err := data.PresetConfig("qwen3-0.6b", data.BytesVocabSize)
+	require.NoError(t, err)
+	e := EstimateMemory(c, 32768, 256, false, false)
+	P := c.NumParameters()
+	require.Equal(t, 4*P, e.Weights)
+	require.Equal(t, 4*P, e.Grads)
+	require.Equal(t, 8*P, e.Optimizer)
+	require.Equal(t, int64(2*28*8*128*32768*4), e.KVCache, "K and V, every layer, capacity 32768")
+	require.Zero(t, e.Cotangent)
+	require.Equal(t, 32, e.Chunk, "256 halves until chunk·16 heads·32768 ≤ 2^24")
+	exact := EstimateMemory(c, 32768, 256, false, true)
+	require.Equal(t, e.KVCache, exact.Cotangent)
+	lora := EstimateMemory(c, 32768, 256, true, false)
+	require.Less(t, lora.Grads, e.Grads/50, "adapters are a few percent of the weights")
+	require.Less(t, lora.Total(), e.Total())
+	rows, err := FitTable([]string{"qwen3-0.6b"}, []int{8192})
+	require.NoError(t, err)
+	require.Equal(t, "full AdamW", rows[0].Verdict)
+}
+
+// TestRunRehearsal runs the parity, generate and memory stages at tiny sizes on
+// the pure-Go backend without a PyTorch peer: results.json records every stage, the
+// peer's measurements as skipped, hinted scoring within tolerance, and a stage over
+// its budget as a timeout while the next stage still runs.
+func TestRunRehearsal(t *testing.T) {
+	out := t.TempDir()
+	opts := Defaults(true)
+	opts.Out, opts.Backend = out, "go"
+	opts.Stages = []string{"parity", "long", "generate", "memory"}
+	opts.ParityT, opts.LongT, opts.LongChunk, opts.GenNew, opts.GenBatch = 32, 64, []int{32}, 4, []int{1}
+	opts.Budgets["long"] = time.Nanosecond
+	res, err := Run(context.Background(), opts, nil, zerolog.Nop())
+	require.NoError(t, err)
+	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	var got Results
+	require.NoError(t, json.Unmarshal(raw, &got))
+	require.Len(t, got.Stages, 4)
+	require.Equal(t, StatusOK, res.Stage("parity").Status, res.Stage("parity").Error)
+	require.Equal(t, StatusTimeout, res.Stage("long").Status)
+	require.Equal(t, StatusOK, res.Stage("generate").Status, res.Stage("generate").Error)
+	require.Equal(t, StatusOK, res.Stage("memory").Status, res.Stage("memory").Error)
+	var hinted, skipped bool
+	for _, r := range got.Stages[0].Data {
+		switch r.What {
+		case "hinted prefix reuse vs spliced":
+			hinted = true
+			require.Equal(t, true, r.Fields["pass"], r.Fields)
+		case "torch log-probs skipped":
+			skipped = true
+			require.Contains(t, r.Fields["reason"], "no PyTorch peer")
+		}
+	}
+	require.True(t, hinted)
+	require.True(t, skipped)
+	require.NotNil(t, got.Finished)
+}

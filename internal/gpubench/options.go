@@ -1,0 +1,74 @@
+package gpubench
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Options say what Run measures and where it writes.
+type Options struct {
+	Out       string // directory for results.json and bench.log (created)
+	ModelDir  string // where the random-weight models are written (default Out/models)
+	Backend   string // GoMLX backend spec (xla.ResolveBackend)
+	CPU       bool   // rehearsal: tiny sizes, PyTorch on the CPU
+	Python    string // python3 with torch for the peer ("" skips the PyTorch stages, recorded)
+	Peer      string // bench/gpu/torch_peer.py
+	Device    string // PyTorch device: "cuda" or "cpu"
+	Stages    []string
+	Budgets   map[string]time.Duration // per stage
+	PeakN     int                      // matmul size of the peak stage
+	Parity    []string                 // presets
+	ParityT   int
+	Speed     []string // presets
+	SpeedT    []int
+	PeerTypes []string // PyTorch dtypes of the speed peers
+	GenPreset string
+	GenBatch  []int
+	GenNew    int
+	Long      string // preset
+	LongT     int
+	LongChunk []int
+	Reps      int
+}
+
+// AllStages in the order they run.
+var AllStages = []string{"peak", "parity", "speed", "generate", "long", "memory"}
+
+// Defaults returns the GPU run's sizes (≈6 minutes on one H200 by the budgets) or,
+// with cpu, the rehearsal's tiny sizes.
+func Defaults(cpu bool) Options {
+	if cpu {
+		return Options{CPU: true, Device: "cpu", Stages: AllStages, PeakN: 256,
+			Budgets: map[string]time.Duration{"peak": 30 * time.Second, "parity": 60 * time.Second, "speed": 90 * time.Second,
+				"generate": 30 * time.Second, "long": 90 * time.Second, "memory": 10 * time.Second},
+			Parity: []string{"qwen3-tiny"}, ParityT: 64, Speed: []string{"qwen3-tiny"}, SpeedT: []int{128},
+			PeerTypes: []string{"float32"}, GenPreset: "qwen3-tiny", GenBatch: []int{1, 4}, GenNew: 16,
+			Long: "qwen3-tiny", LongT: 512, LongChunk: []int{64, 128}, Reps: 1}
+	}
+	return Options{Device: "cuda", Stages: AllStages, PeakN: 8192,
+		Budgets: map[string]time.Duration{"peak": 20 * time.Second, "parity": 60 * time.Second, "speed": 150 * time.Second,
+			"generate": 30 * time.Second, "long": 90 * time.Second, "memory": 10 * time.Second},
+		Parity: []string{"qwen3-tiny", "qwen3-0.6b"}, ParityT: 1024, Speed: []string{"qwen3-0.6b", "qwen3-1.7b"},
+		SpeedT: []int{8192, 32768}, PeerTypes: []string{"float32", "bfloat16"}, GenPreset: "qwen3-0.6b", GenBatch: []int{1, 8},
+		GenNew: 128, Long: "qwen3-0.6b", LongT: 131072, LongChunk: []int{256, 1024}, Reps: 1}
+}
+
+// Validate names the first bad option.
+func (o Options) Validate() error {
+	if o.Out == "" {
+		return fmt.Errorf("options: out: empty")
+	}
+	for _, s := range o.Stages {
+		if !slices.Contains(AllStages, s) {
+			return fmt.Errorf("options: stage %q: want one of %v", s, AllStages)
+		}
+		if o.Budgets[s] <= 0 {
+			return fmt.Errorf("options: stage %q: no time budget", s)
+		}
+	}
+	if o.ParityT < 16 || o.LongT < 16 || o.Reps < 1 {
+		return fmt.Errorf("options: parity T %d, long T %d, reps %d: want T ≥ 16, reps ≥ 1", o.ParityT, o.LongT, o.Reps)
+	}
+	return nil
+}
