@@ -163,7 +163,7 @@
     box.textContent = "";
     for (let k = first; k < last; k++) {
       const row = rows[k], div = document.createElement("div");
-      div.className = "row " + row.kind;
+      div.className = "row " + (row.kind === "tok" ? "text" : row.kind); // "tok" is the token class
       if (row.kind === "seg") {
         const s = row.seg;
         div.innerHTML = "§" + row.index + " " + esc(s.Kind) + (s.Tool ? " · tool " + esc(s.Tool) : "") +
@@ -207,8 +207,10 @@
   function focusToken(t) {
     if (!R || t < 0 || t >= R.ids.length) return;
     const sc = $("scroller"), y = tokRow[t] * ROW_H;
-    if (y < sc.scrollTop || y + ROW_H > sc.scrollTop + sc.clientHeight) sc.scrollTop = y - sc.clientHeight / 2;
-    render();
+    if (y < sc.scrollTop || y + ROW_H > sc.scrollTop + sc.clientHeight) {
+      sc.scrollTop = y - sc.clientHeight / 2;
+      render(); // the scroll event would render too, but only after this returns
+    }
     const el = rowsBox.querySelector('.tok[data-t="' + t + '"]');
     if (el) el.focus();
   }
