@@ -4,12 +4,14 @@
 "use strict";
 (function () {
   const data = JSON.parse(document.getElementById("credit-data").textContent);
-  const ROW_H = 20, OVERSCAN = 10, ROW_TOKENS = 32, ROW_CHARS = 110;
+  const ROW_H = 20, OVERSCAN = 6, ROW_TOKENS = 48, ROW_CHARS = 100;
   const $ = (id) => document.getElementById(id);
   const fmt = (x) => (x === null || x === undefined ? "—" : Number(x.toPrecision(5)).toString());
   const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
 
-  $("files").textContent = data.files.join(", ") + " · " + data.rollouts.length + " rollouts";
+  const base = (p) => p.slice(p.lastIndexOf("/") + 1);
+  $("files").textContent = data.files.map(base).join(", ") + " · " + data.rollouts.length + " rollouts";
+  $("files").title = data.files.join("\n");
 
   // ---- the list -----------------------------------------------------------
   const sortVal = {
@@ -135,7 +137,7 @@
     if (scale === 0) scale = 1;
     $("leg-lo").textContent = fmt(-scale);
     $("leg-hi").textContent = "+" + fmt(scale);
-    $("head").innerHTML = "<b>" + esc(R.id) + "</b> · " + esc(R.file) + (R.task_id ? " · task " + esc(R.task_id) : "") +
+    $("head").innerHTML = "<b>" + esc(R.id) + "</b> · <span title=\"" + esc(R.file) + "\">" + esc(base(R.file)) + "</span>" + (R.task_id ? " · task " + esc(R.task_id) : "") +
       " · step " + R.step + " · reward " + fmt(R.reward) + " · A_out " + fmt(R.outcome_advantage) +
       " · Σ|Δ| " + fmt(R.sum_abs_delta) + " · clip " + fmt(R.clip_fraction) + " · " + R.ids.length + " tokens · text: " +
       esc(R.decoding) + (R.tokenizer ? " (" + esc(R.tokenizer) + ")" : "") +
@@ -171,7 +173,7 @@
           " · tokens " + s.Start + "–" + s.End;
       } else if (row.kind === "hint") {
         const h = row.hint;
-        div.textContent = "💡 hint @" + h.insert_at + "–" + h.end + " (" + h.source + ", " + h.reason + "): " + h.text;
+        div.textContent = "▸ hint @" + h.insert_at + "–" + h.end + " (" + h.source + ", " + h.reason + "): " + h.text;
         div.title = div.textContent;
       } else {
         for (let t = row.from; t < row.to; t++) div.appendChild(tokSpan(t));

@@ -5,11 +5,12 @@
 //
 //   node check.mjs CHROMIUM SPEC.json
 //
-// spec: {small: PAGE, tokens: [{rollout, t, id, s, q, delta, rho, a}], sortKey,
-//        sortedIDs, long: PAGE, longTokens, maxTokenNodes}
+// spec (each part optional): {small: PAGE, tokens: [{rollout, t, id, s, q, delta, rho, a}],
+//        sortKey, sortedIDs, long: PAGE, longTokens, longLastID, maxTokenNodes,
+//        screenshot: {page, out, rollout, t}}  (docs/gen_viewer_screenshot.sh)
 // Prints one line per check and exits 1 on the first failure.
 import { spawn } from "node:child_process";
-import { readFileSync, mkdtempSync, rmSync } from "node:fs";
+import { readFileSync, writeFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -95,6 +96,7 @@ try {
     const num = (k) => { const m = txt.match(new RegExp("(?:^|\\\\n|  )" + k + " (\\\\S+)")); return m ? (m[1] === "—" ? null : Number(m[1])) : undefined; };
     return {t: num("t"), id: num("id"), s: num("s_t"), q: num("q_t"), delta: num("Δ_t"), rho: num("ρ_t"), a: num("A_t"), text: txt}; })()`);
 
+  if (spec.small) {
   // 1. Hover tokens: the tooltip shows the file's numbers.
   await load(spec.small);
   for (const want of spec.tokens) {
@@ -128,6 +130,8 @@ try {
   const ids = await evaluate(`[...document.querySelectorAll("#list tbody tr td:first-child")].map((td) => td.textContent)`);
   check(JSON.stringify(ids) === JSON.stringify(spec.sortedIDs), `sorted by ${spec.sortKey}: ${ids.join(",")}`);
 
+  }
+  if (spec.long) {
   // 3. A long rollout keeps a bounded number of token nodes wherever it is scrolled.
   await load(spec.long);
   const n0 = await evaluate(`document.querySelectorAll(".tok").length`);
@@ -145,6 +149,17 @@ try {
   await frame();
   const lastTip = await tipNumbers();
   check(lastTip !== null && lastTip.t === last && lastTip.id === spec.longLastID, `the last token (${last}) takes focus and shows id ${spec.longLastID}`);
+  }
+  if (spec.screenshot) {
+    // A picture for the README: spec.screenshot = {page, out, rollout, t}.
+    const sh = spec.screenshot;
+    await load(sh.page);
+    await evaluate(`hindsightViewer.open(${sh.rollout}); hindsightViewer.focusToken(${sh.t})`);
+    await frame();
+    const png = await S("Page.captureScreenshot", { format: "png" });
+    writeFileSync(sh.out, Buffer.from(png.data, "base64"));
+    check(true, `screenshot ${sh.out}`);
+  }
 } catch (e) {
   if (!(e instanceof CheckFailed)) fail(String(e && e.stack || e));
   await new Promise(() => {}); // finish exits
