@@ -39,7 +39,7 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fs.Usage()
 		return 2
 	}
-	page, err := inspectPage(fs.Args(), *model, *clip)
+	page, err := inspectPage(fs.Args(), *model, *clip, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "hindsight inspect: %v\n", err)
 		return 1
@@ -59,7 +59,9 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return 0
 }
 
-func inspectPage(files []string, model string, clip float64) (*viewer.Page, error) {
+// inspectPage reads the credit files and builds the page; it warns on stderr of
+// rows whose tokenizer fingerprint is not -model's (their text may be wrong).
+func inspectPage(files []string, model string, clip float64, stderr io.Writer) (*viewer.Page, error) {
 	var tok data.Tokenizer
 	if model != "" {
 		t, err := data.LoadTokenizer(model)
@@ -75,6 +77,15 @@ func inspectPage(files []string, model string, clip float64) (*viewer.Page, erro
 			return nil, err
 		}
 		rows[i] = r
+		if tok == nil {
+			continue
+		}
+		for j := range r {
+			if fp := r[j].Tokenizer; fp != "" && fp != tok.Fingerprint() {
+				fmt.Fprintf(stderr, "hindsight inspect: warning: %s row %d (rollout_id %q): tokenizer %s, -model's is %s: its text may be wrong\n",
+					f, j, r[j].RolloutID, fp, tok.Fingerprint())
+			}
+		}
 	}
 	return viewer.Build(files, rows, tok, clip)
 }

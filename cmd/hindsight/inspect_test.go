@@ -50,6 +50,16 @@ func TestInspectWritesHTML(t *testing.T) {
 	page, err = os.ReadFile(out)
 	require.NoError(t, err)
 	require.Contains(t, string(page), `"decoding":"model"`)
+	require.Empty(t, stderr.String(), "same fingerprint: no warning")
+
+	// A -model whose tokenizer is not the rollout's: a warning naming the row.
+	tokDir := t.TempDir()
+	other := append(data.BytesTokenizerJSON(), '\n') // the same vocabulary, another file: a sha256 fingerprint
+	require.NoError(t, os.WriteFile(filepath.Join(tokDir, "tokenizer.json"), other, 0o644))
+	stderr.Reset()
+	code = run(t.Context(), []string{"inspect", "-model", tokDir, "-html", out, credit}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	require.Contains(t, stderr.String(), `row 0 (rollout_id "r-inspect"): tokenizer bytes-v1`)
 }
 
 func TestInspectErrors(t *testing.T) {
