@@ -184,3 +184,21 @@ func TestBuildNamesTheBadToken(t *testing.T) {
 	_, err = Build([]string{path}, [][]data.CreditRow{rows}, nil, 2)
 	require.ErrorContains(t, err, path+" row 0: decode token 2")
 }
+
+// BenchmarkPage100k builds and writes the page of one 100,000-token rollout (the
+// Go side of loading it: the browser side is measured by hand, see README).
+func BenchmarkPage100k(b *testing.B) {
+	rows := [][]data.CreditRow{{longRow(100_000)}}
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		p, err := Build([]string{"long.credit.arrow"}, rows, nil, 2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := Write(&buf, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "page_bytes")
+}

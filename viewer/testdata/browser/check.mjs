@@ -133,7 +133,9 @@ try {
   }
   if (spec.long) {
   // 3. A long rollout keeps a bounded number of token nodes wherever it is scrolled.
+  const t0 = Date.now();
   await load(spec.long);
+  console.log(`info ${spec.longTokens}-token page loaded and drawn in ${Date.now() - t0} ms (reported, not asserted)`);
   const n0 = await evaluate(`document.querySelectorAll(".tok").length`);
   check(n0 > 0 && n0 <= spec.maxTokenNodes, `${spec.longTokens}-token rollout: ${n0} token nodes at the top (bound ${spec.maxTokenNodes})`);
   for (const frac of [0.5, 0.999]) {
