@@ -36,11 +36,22 @@ const (
 	CreditColTeacher        = "teacher_logprobs"
 	CreditColAdvantages     = "advantages"
 	CreditColHints          = "hints"
+	// Schema v2 adds:
+	CreditColBase      = "base_logprobs"    // the log-prob Δ is measured against: s_t or q_t(∅); null outside hinted spans
+	CreditColDelta     = "deltas"           // Δ_t = q_t(h) − base_t, mean over covering spans; null outside
+	CreditColRho       = "rhos"             // ρ_t = min(exp(s_t − μ_t), ρ_max); 0 where not trained
+	CreditColSampler   = "sampler_logprobs" // μ_t, the sampler's log-prob; null where the rollout has none
+	CreditColSegments  = "segments"         // the rollout's segments: start, end, kind, tool, status
+	CreditColTokenizer = "tokenizer"        // tokenizer fingerprint of the rollout ("bytes-v1", "sha256:…")
 )
 
 // CreditSchemaVersion is the value of the schema metadata key
-// hindsight.credit_schema_version.
-const CreditSchemaVersion = "1"
+// hindsight.credit_schema_version written today. Version 1 files (without the v2
+// columns) stay readable: ReadCreditFile accepts both.
+const CreditSchemaVersion = "2"
+
+// creditVersionKey is the schema metadata key holding the schema version.
+const creditVersionKey = "hindsight.credit_schema_version"
 
 // CreditSuffix ends the name of every credit output file.
 const CreditSuffix = ".credit.arrow"
@@ -55,10 +66,36 @@ var creditHintType = arrow.StructOf(
 	arrow.Field{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
 )
 
-// CreditSchema returns the schema of credit output files.
+var creditSegmentType = arrow.StructOf(
+	arrow.Field{Name: "start", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "end", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "kind", Type: arrow.BinaryTypes.String},
+	arrow.Field{Name: "tool", Type: arrow.BinaryTypes.String, Nullable: true},
+	arrow.Field{Name: "status", Type: arrow.BinaryTypes.String, Nullable: true},
+)
+
+// CreditSchema returns the schema of credit output files (version
+// CreditSchemaVersion): the version 1 columns followed by the v2 ones.
 func CreditSchema() *arrow.Schema {
-	md := arrow.NewMetadata([]string{"hindsight.credit_schema_version"}, []string{CreditSchemaVersion})
-	return arrow.NewSchema([]arrow.Field{
+	md := arrow.NewMetadata([]string{creditVersionKey}, []string{CreditSchemaVersion})
+	f32 := func(name string) arrow.Field {
+		return arrow.Field{Name: name, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32), Nullable: true}
+	}
+	fields := append(creditFieldsV1(),
+		f32(CreditColBase), f32(CreditColDelta), f32(CreditColRho), f32(CreditColSampler),
+		arrow.Field{Name: CreditColSegments, Type: arrow.ListOf(creditSegmentType), Nullable: true},
+		arrow.Field{Name: CreditColTokenizer, Type: arrow.BinaryTypes.String, Nullable: true})
+	return arrow.NewSchema(fields, &md)
+}
+
+// creditSchemaV1 returns the schema of version 1 credit files.
+func creditSchemaV1() *arrow.Schema {
+	md := arrow.NewMetadata([]string{creditVersionKey}, []string{"1"})
+	return arrow.NewSchema(creditFieldsV1(), &md)
+}
+
+func creditFieldsV1() []arrow.Field {
+	return []arrow.Field{
 		{Name: CreditColRolloutID, Type: arrow.BinaryTypes.String},
 		{Name: CreditColTaskID, Type: arrow.BinaryTypes.String, Nullable: true},
 		{Name: CreditColTokens, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Int32)},
@@ -72,7 +109,7 @@ func CreditSchema() *arrow.Schema {
 		{Name: CreditColTeacher, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
 		{Name: CreditColAdvantages, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
 		{Name: CreditColHints, Type: arrow.ListOf(creditHintType)},
-	}, &md)
+	}
 }
 
 // CreditHint is one hint that was trained on.
@@ -104,6 +141,23 @@ type CreditRow struct {
 	Teacher    []float32
 	Advantages []float32 // A_t; 0 where not trained
 	Hints      []CreditHint
+
+	// Schema v2. Each per-token slice is nil (written as a null list; always nil
+	// in rows read from a v1 file) or has len(Tokens) entries; NaN is written as null.
+	Base      []float32 // base_t that Δ_t is measured against; NaN outside hinted spans
+	Delta     []float32 // Δ_t; NaN outside hinted spans
+	Rho       []float32 // ρ_t; 0 where not trained
+	Sampler   []float32 // μ_t; NaN where the sampler gave none
+	Segments  []CreditSegment
+	Tokenizer string // tokenizer fingerprint; empty: null
+}
+
+// CreditSegment is one segment of a trained rollout (rollout.Segment as written).
+type CreditSegment struct {
+	Start, End int32
+	Kind       string // system, user, assistant, reasoning, tool_call, tool_result
+	Tool       string // tool name; empty: null
+	Status     string // ok, error; empty: null (not a tool)
 }
 
 // WriteCredit writes rows as one Arrow IPC file to w.
@@ -126,12 +180,28 @@ func WriteCredit(w io.Writer, rows []CreditRow) error {
 	adv := f(11).(*array.LargeListBuilder)
 	hints := f(12).(*array.ListBuilder)
 	hs := hints.ValueBuilder().(*array.StructBuilder)
+	perToken := []*array.LargeListBuilder{f(13).(*array.LargeListBuilder), f(14).(*array.LargeListBuilder),
+		f(15).(*array.LargeListBuilder), f(16).(*array.LargeListBuilder)}
+	segs := f(17).(*array.ListBuilder)
+	tokz := f(18).(*array.StringBuilder)
 	for i := range rows {
 		r := &rows[i]
 		T := len(r.Tokens)
 		if len(r.LossMask) != T || len(r.Student) != T || len(r.Teacher) != T || len(r.Advantages) != T {
 			return fmt.Errorf("write credit: rollout %q: %d tokens, %d mask, %d student, %d teacher, %d advantages",
 				r.RolloutID, T, len(r.LossMask), len(r.Student), len(r.Teacher), len(r.Advantages))
+		}
+		for k, v := range r.v2PerToken() {
+			if v != nil && len(v) != T {
+				return fmt.Errorf("write credit: rollout %q: %d tokens, %d %s", r.RolloutID, T, len(v), creditV2PerTokenCols[k])
+			}
+			appendF32s(perToken[k], v)
+		}
+		appendSegments(segs, r.Segments)
+		if r.Tokenizer == "" {
+			tokz.AppendNull()
+		} else {
+			tokz.Append(r.Tokenizer)
 		}
 		id.Append(r.RolloutID)
 		if r.TaskID == "" {
@@ -154,15 +224,7 @@ func WriteCredit(w io.Writer, rows []CreditRow) error {
 		mask.ValueBuilder().(*array.BooleanBuilder).AppendValues(r.LossMask, nil)
 		stu.Append(true)
 		stu.ValueBuilder().(*array.Float32Builder).AppendValues(r.Student, nil)
-		tea.Append(true)
-		tb := tea.ValueBuilder().(*array.Float32Builder)
-		for _, q := range r.Teacher {
-			if math.IsNaN(float64(q)) {
-				tb.AppendNull()
-			} else {
-				tb.Append(q)
-			}
-		}
+		appendF32s(tea, r.Teacher)
 		adv.Append(true)
 		adv.ValueBuilder().(*array.Float32Builder).AppendValues(r.Advantages, nil)
 		hints.Append(true)
@@ -193,6 +255,54 @@ func WriteCredit(w io.Writer, rows []CreditRow) error {
 		return fmt.Errorf("write credit: %w", err)
 	}
 	return nil
+}
+
+// creditV2PerTokenCols names the v2 per-token columns in the order of v2PerToken.
+var creditV2PerTokenCols = [...]string{CreditColBase, CreditColDelta, CreditColRho, CreditColSampler}
+
+func (r *CreditRow) v2PerToken() [4][]float32 {
+	return [4][]float32{r.Base, r.Delta, r.Rho, r.Sampler}
+}
+
+// appendF32s appends v as one list (null when v is nil), NaN values as nulls.
+func appendF32s(b *array.LargeListBuilder, v []float32) {
+	if v == nil {
+		b.AppendNull()
+		return
+	}
+	b.Append(true)
+	vb := b.ValueBuilder().(*array.Float32Builder)
+	for _, x := range v {
+		if math.IsNaN(float64(x)) {
+			vb.AppendNull()
+		} else {
+			vb.Append(x)
+		}
+	}
+}
+
+func appendSegments(b *array.ListBuilder, segs []CreditSegment) {
+	if segs == nil {
+		b.AppendNull()
+		return
+	}
+	b.Append(true)
+	sb := b.ValueBuilder().(*array.StructBuilder)
+	str := func(k int, v string) {
+		if v == "" {
+			sb.FieldBuilder(k).(*array.StringBuilder).AppendNull()
+		} else {
+			sb.FieldBuilder(k).(*array.StringBuilder).Append(v)
+		}
+	}
+	for _, s := range segs {
+		sb.Append(true)
+		sb.FieldBuilder(0).(*array.Int32Builder).Append(s.Start)
+		sb.FieldBuilder(1).(*array.Int32Builder).Append(s.End)
+		sb.FieldBuilder(2).(*array.StringBuilder).Append(s.Kind)
+		str(3, s.Tool)
+		str(4, s.Status)
+	}
 }
 
 // WriteCreditFile writes rows to path through a temp file and a rename. With sync
@@ -284,102 +394,4 @@ func PublishCreditFile(path string, rows []CreditRow) (published bool, err error
 		return false, fmt.Errorf("publish %s: %w", path, err)
 	}
 	return true, nil
-}
-
-// ReadCreditFile reads every row of a credit output file.
-func ReadCreditFile(path string) ([]CreditRow, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read credit %s: %w", path, err)
-	}
-	defer f.Close()
-	r, err := ipc.NewFileReader(f, ipc.WithAllocator(memory.DefaultAllocator))
-	if err != nil {
-		return nil, fmt.Errorf("read credit %s: %w", path, err)
-	}
-	defer r.Close()
-	if !r.Schema().Equal(CreditSchema()) {
-		return nil, fmt.Errorf("read credit %s: schema %s is not the credit schema", path, r.Schema())
-	}
-	var rows []CreditRow
-	for i := 0; i < r.NumRecords(); i++ {
-		rec, err := r.RecordBatch(i)
-		if err != nil {
-			return nil, fmt.Errorf("read credit %s: %w", path, err)
-		}
-		rows = append(rows, creditRows(rec)...)
-	}
-	return rows, nil
-}
-
-func creditRows(rec arrow.RecordBatch) []CreditRow {
-	c := rec.Column
-	id := c(0).(*array.String)
-	task := c(1).(*array.String)
-	tok := c(2).(*array.LargeList)
-	step := c(3).(*array.Int64)
-	pol := c(4).(*array.Int64)
-	tv := c(5).(*array.Int64)
-	rew := c(6).(*array.Float32)
-	aout := c(7).(*array.Float32)
-	mask := c(8).(*array.LargeList)
-	stu := c(9).(*array.LargeList)
-	tea := c(10).(*array.LargeList)
-	adv := c(11).(*array.LargeList)
-	hints := c(12).(*array.List)
-	hs := hints.ListValues().(*array.Struct)
-	i32s := func(l *array.LargeList, i int) []int32 {
-		a, b := l.ValueOffsets(i)
-		return append([]int32(nil), l.ListValues().(*array.Int32).Int32Values()[a:b]...)
-	}
-	f32s := func(l *array.LargeList, i int, nulls bool) []float32 {
-		a, b := l.ValueOffsets(i)
-		v := l.ListValues().(*array.Float32)
-		out := make([]float32, 0, b-a)
-		for j := a; j < b; j++ {
-			if nulls && v.IsNull(int(j)) {
-				out = append(out, float32(math.NaN()))
-			} else {
-				out = append(out, v.Value(int(j)))
-			}
-		}
-		return out
-	}
-	rows := make([]CreditRow, rec.NumRows())
-	for i := range rows {
-		r := &rows[i]
-		r.RolloutID = id.Value(i)
-		if task.IsValid(i) {
-			r.TaskID = task.Value(i)
-		}
-		r.Tokens = i32s(tok, i)
-		r.Step, r.PolicyVersion, r.TeacherVersion = step.Value(i), pol.Value(i), tv.Value(i)
-		if rew.IsValid(i) {
-			r.Reward, r.HasReward = rew.Value(i), true
-		}
-		r.OutcomeAdv = aout.Value(i)
-		a, b := mask.ValueOffsets(i)
-		mv := mask.ListValues().(*array.Boolean)
-		for j := a; j < b; j++ {
-			r.LossMask = append(r.LossMask, mv.Value(int(j)))
-		}
-		r.Student = f32s(stu, i, false)
-		r.Teacher = f32s(tea, i, true)
-		r.Advantages = f32s(adv, i, false)
-		ha, hb := hints.ValueOffsets(i)
-		for j := int(ha); j < int(hb); j++ {
-			tl := hs.Field(6).(*array.List)
-			ta, tb := tl.ValueOffsets(j)
-			r.Hints = append(r.Hints, CreditHint{
-				Segment:  hs.Field(0).(*array.Int32).Value(j),
-				InsertAt: hs.Field(1).(*array.Int32).Value(j),
-				End:      hs.Field(2).(*array.Int32).Value(j),
-				Source:   hs.Field(3).(*array.String).Value(j),
-				Reason:   hs.Field(4).(*array.String).Value(j),
-				Text:     hs.Field(5).(*array.String).Value(j),
-				Tokens:   append([]int32(nil), tl.ListValues().(*array.Int32).Int32Values()[ta:tb]...),
-			})
-		}
-	}
-	return rows
 }

@@ -2,9 +2,12 @@ package data
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/stretchr/testify/require"
 )
 
@@ -44,4 +47,68 @@ func TestCreditFileRoundTrip(t *testing.T) {
 	require.Equal(t, "b", got[0].RolloutID)
 
 	require.Error(t, WriteCreditFile(staged, []CreditRow{{RolloutID: "c", Tokens: []int32{1}}}, true))
+}
+
+func TestCreditFileV2Columns(t *testing.T) {
+	nan := float32(math.NaN())
+	row := CreditRow{RolloutID: "a", Tokens: []int32{1, 2, 3}, LossMask: []bool{false, true, true},
+		Student: []float32{0, -1, -2}, Teacher: []float32{nan, -0.5, nan}, Advantages: []float32{0, 0.3, 0.25},
+		Base: []float32{nan, -1, nan}, Delta: []float32{nan, 0.5, nan}, Rho: []float32{0, 1, 0.9},
+		Sampler: []float32{nan, -1.1, -1.9}, Tokenizer: "bytes-v1",
+		Segments: []CreditSegment{{Start: 0, End: 1, Kind: "user"}, {Start: 1, End: 3, Kind: "tool_call", Tool: "grep", Status: "error"}}}
+	path := filepath.Join(t.TempDir(), "x"+CreditSuffix)
+	require.NoError(t, WriteCreditFile(path, []CreditRow{row, {RolloutID: "v1-like", Tokens: []int32{4},
+		LossMask: []bool{true}, Student: []float32{-1}, Teacher: []float32{nan}, Advantages: []float32{1}}}, true))
+	got, err := ReadCreditFile(path)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	g := got[0]
+	require.Equal(t, row.Segments, g.Segments)
+	require.Equal(t, "bytes-v1", g.Tokenizer)
+	require.Equal(t, row.Rho, g.Rho)
+	require.True(t, math.IsNaN(float64(g.Base[0])) && math.IsNaN(float64(g.Delta[2])) && math.IsNaN(float64(g.Sampler[0])))
+	require.Equal(t, []float32{-1, 0.5, -1.1}, []float32{g.Base[1], g.Delta[1], g.Sampler[1]})
+	require.Equal(t, float32(-1.9), g.Sampler[2])
+	require.Nil(t, got[1].Base, "a row without v2 per-token values reads back nil")
+	require.Nil(t, got[1].Segments)
+	require.Equal(t, "", got[1].Tokenizer)
+
+	row.Delta = row.Delta[:2]
+	err = WriteCreditFile(path, []CreditRow{row}, true)
+	require.ErrorContains(t, err, `rollout "a": 3 tokens, 2 deltas`)
+}
+
+// TestCreditFileReadsV1 reads a file written by the version 1 writer
+// (testdata/gen_credit_v1.go.txt): readers keep working across the v2 change.
+func TestCreditFileReadsV1(t *testing.T) {
+	rows, err := ReadCreditFile(filepath.Join("testdata", "credit_v1.arrow"))
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	r := rows[0]
+	require.Equal(t, "r-0", r.RolloutID)
+	require.Equal(t, "task-a", r.TaskID)
+	require.Equal(t, []int32{72, 105, 33, 10}, r.Tokens)
+	require.Equal(t, []float32{0, 0.7, 0.3, 0.5}, r.Advantages)
+	require.Equal(t, float32(-0.75), r.Teacher[2])
+	require.Equal(t, "check the tool", r.Hints[0].Text)
+	require.True(t, r.HasReward)
+	require.Nil(t, r.Base)
+	require.Nil(t, r.Delta)
+	require.Nil(t, r.Segments)
+	require.Equal(t, float32(-0.5), rows[1].OutcomeAdv)
+}
+
+func TestCreditFileRejectsUnknownVersion(t *testing.T) {
+	md := arrow.NewMetadata([]string{creditVersionKey}, []string{"9"})
+	schema := arrow.NewSchema(CreditSchema().Fields(), &md)
+	path := filepath.Join(t.TempDir(), "x"+CreditSuffix)
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	w, err := ipc.NewFileWriter(f, ipc.WithSchema(schema))
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.NoError(t, f.Close())
+	_, err = ReadCreditFile(path)
+	require.ErrorContains(t, err, `credit schema version "9"`)
+	require.ErrorContains(t, err, path)
 }

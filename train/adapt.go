@@ -84,12 +84,44 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, step int64) (da
 	row := data.CreditRow{RolloutID: r.ID, TaskID: r.TaskID, Tokens: append([]int32(nil), r.Tokens...),
 		Step: step, PolicyVersion: r.PolicyVersion, TeacherVersion: step - 1, Reward: r.Reward, HasReward: r.HasReward,
 		OutcomeAdv: float32(res.AOut), LossMask: make([]bool, T), Student: make([]float32, T),
-		Teacher: make([]float32, T), Advantages: make([]float32, T)}
+		Teacher: make([]float32, T), Advantages: make([]float32, T),
+		Base: make([]float32, T), Delta: make([]float32, T), Rho: make([]float32, T), Sampler: make([]float32, T),
+		Tokenizer: r.Tokenizer}
+	// base_t = mean q_t(h) − Δ_t over the spans covering t: the mean of the bases
+	// (s_t or q_t(∅)) that credit measured each span's Δ against.
+	qSum, qN := make([]float64, T), make([]int, T)
+	for _, span := range in.Hints {
+		for t := span.Start; t < span.End; t++ {
+			qSum[t] += span.Teacher[t-span.Start]
+			qN[t]++
+		}
+	}
 	for t := range T {
 		row.LossMask[t] = in.Trainable[t] && !res.Skipped
 		row.Student[t] = float32(in.Student[t])
 		row.Teacher[t] = float32(math.NaN())
 		row.Advantages[t] = float32(res.Adv[t])
+		d := valueAt(res.Delta, t, math.NaN())
+		row.Delta[t], row.Base[t] = float32(d), float32(math.NaN())
+		if !math.IsNaN(d) && qN[t] > 0 {
+			row.Base[t] = float32(qSum[t]/float64(qN[t]) - d)
+		}
+		row.Rho[t] = float32(valueAt(res.Rho, t, 0))
+		row.Sampler[t] = float32(valueAt(in.Sampler, t, math.NaN()))
+	}
+	row.Segments = make([]data.CreditSegment, len(r.Segments))
+	for k, s := range r.Segments {
+		cs := data.CreditSegment{Start: s.Start, End: s.End, Kind: s.KindName, Tool: s.Tool}
+		if cs.Kind == "" {
+			cs.Kind = s.Kind.String()
+		}
+		switch s.Status {
+		case rollout.StatusOK:
+			cs.Status = "ok"
+		case rollout.StatusError:
+			cs.Status = "error"
+		}
+		row.Segments[k] = cs
 	}
 	for k, span := range in.Hints {
 		for t := span.Start; t < span.End; t++ {
@@ -101,4 +133,13 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, step int64) (da
 			Tokens: append([]int32(nil), sent.Hint...)})
 	}
 	return row, nil
+}
+
+// valueAt returns v[t], or def when v does not reach t (a result without that
+// column, as a skipped rollout's may be).
+func valueAt(v []float64, t int, def float64) float64 {
+	if t < len(v) {
+		return v[t]
+	}
+	return def
 }

@@ -98,6 +98,30 @@ func TestCreditRowCarriesTheScoredHints(t *testing.T) {
 	require.EqualValues(t, 6, row.TeacherVersion)
 	require.True(t, math.IsNaN(float64(row.Teacher[0])))
 
+	require.Equal(t, it.Rollout.Tokenizer, row.Tokenizer)
+	require.Len(t, row.Segments, len(it.Rollout.Segments))
+	for k, s := range it.Rollout.Segments {
+		require.Equal(t, s.Start, row.Segments[k].Start)
+		require.Equal(t, s.End, row.Segments[k].End)
+		require.Equal(t, s.Kind.String(), row.Segments[k].Kind)
+	}
+
+	// Schema v2 per-token columns: Δ and ρ from the result, μ from the input, and
+	// base_t = q_t(h) − Δ_t inside the spans.
+	res.Delta, res.Rho, in.Sampler = make([]float64, T), make([]float64, T), make([]float64, T)
+	for i := range T {
+		res.Delta[i], res.Rho[i], in.Sampler[i] = math.NaN(), 0.5, -2
+	}
+	h0 := in.Hints[0]
+	res.Delta[h0.Start] = 0.25
+	row, err = creditRow(e, &in, &res, 7)
+	require.NoError(t, err)
+	require.InDelta(t, -0.75, row.Base[h0.Start], 1e-6)
+	require.EqualValues(t, 0.25, row.Delta[h0.Start])
+	require.True(t, math.IsNaN(float64(row.Delta[0])) && math.IsNaN(float64(row.Base[0])))
+	require.EqualValues(t, 0.5, row.Rho[1])
+	require.EqualValues(t, -2, row.Sampler[1])
+
 	in.Hints = in.Hints[:1]
 	_, err = creditRow(e, &in, &res, 7)
 	require.ErrorContains(t, err, fmt.Sprintf("1 hinted spans scored, %d hints sent", len(sent)))

@@ -140,6 +140,18 @@ func TestLoopTrainsAFileToDone(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rows, 3)
 	require.EqualValues(t, 1, rows[0].Step)
+	for _, r := range rows { // schema v2: the trainer's ρ and μ, the rollout's segments and tokenizer
+		T := len(r.Tokens)
+		require.Len(t, r.Rho, T)
+		require.Len(t, r.Sampler, T)
+		require.Len(t, r.Delta, T)
+		require.NotEmpty(t, r.Segments)
+		require.EqualValues(t, T, r.Segments[len(r.Segments)-1].End)
+		require.Equal(t, md.Tokenizer.Fingerprint(), r.Tokenizer)
+		for i := range T {
+			require.Equal(t, r.LossMask[i], r.Rho[i] > 0, "token %d: ρ > 0 exactly where trained", i)
+		}
+	}
 	require.Nil(t, sp.Journal().Open(c.Seq), "finished in the journal")
 	require.NoDirExists(t, filepath.Join(root, "state", "credit", strings.TrimSuffix(rep.Claimed, ".arrow")), "staging removed")
 	require.NoFileExists(t, filepath.Join(sp.Dir(rollout.DirProcessing), rep.Claimed))

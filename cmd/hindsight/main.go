@@ -35,6 +35,8 @@ commands:
                       sample task-world rollouts with the newest checkpoint into a spool
   fetch-xla-cpu       fetch the pinned XLA CPU plugin (PJRT) into the cache for -backend xla-cpu
   bench-gpu -out DIR  measure parity, speed, generation, long rollouts and memory vs PyTorch (bench/gpu/run.sh)
+  inspect CREDITFILE... (-html OUT | -serve ADDR) [-model DIR]
+                      the credit viewer: one self-contained HTML page of the rollouts' per-token credit
   version             print the version
 
 Run 'hindsight COMMAND -h' for a command's flags.
@@ -77,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return collectCmd(ctx, args[1:], stdout, stderr)
 	case "fetch-xla-cpu":
 		return fetchXLACPUCmd(ctx, args[1:], stdout, stderr)
+	case "inspect":
+		return inspectCmd(ctx, args[1:], stdout, stderr)
 	case "bench-gpu":
 		return benchGPUCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+func writeInspectCredit(t *testing.T) string {
+	t.Helper()
+	ids := data.NewBytesTokenizer().EncodeText("héllo")
+	T := len(ids)
+	r := data.CreditRow{RolloutID: "r-inspect", Tokens: ids, Tokenizer: data.BytesFingerprint, LossMask: make([]bool, T),
+		Student: make([]float32, T), Teacher: make([]float32, T), Advantages: make([]float32, T)}
+	for i := range r.Teacher {
+		r.Teacher[i] = float32(math.NaN())
+	}
+	path := filepath.Join(t.TempDir(), "1-x"+data.CreditSuffix)
+	require.NoError(t, data.WriteCreditFile(path, []data.CreditRow{r}, true))
+	return path
+}
+
+func TestInspectWritesHTML(t *testing.T) {
+	credit := writeInspectCredit(t)
+	out := filepath.Join(t.TempDir(), "credit.html")
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"inspect", "-html", out, credit}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	require.Contains(t, stdout.String(), "1 rollouts")
+	page, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Contains(t, string(page), `"id":"r-inspect"`)
+	require.Contains(t, string(page), `"decoding":"bytes"`)
+
+	// -model decodes with that tokenizer.
+	code = run(t.Context(), []string{"inspect", "-model", "bytes", "-html", out, credit}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	page, err = os.ReadFile(out)
+	require.NoError(t, err)
+	require.Contains(t, string(page), `"decoding":"model"`)
+	require.Empty(t, stderr.String(), "same fingerprint: no warning")
+
+	// A -model whose tokenizer is not the rollout's: a warning naming the row.
+	tokDir := t.TempDir()
+	other := append(data.BytesTokenizerJSON(), '\n') // the same vocabulary, another file: a sha256 fingerprint
+	require.NoError(t, os.WriteFile(filepath.Join(tokDir, "tokenizer.json"), other, 0o644))
+	stderr.Reset()
+	code = run(t.Context(), []string{"inspect", "-model", tokDir, "-html", out, credit}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	require.Contains(t, stderr.String(), `row 0 (rollout_id "r-inspect"): tokenizer bytes-v1`)
+}
+
+func TestInspectErrors(t *testing.T) {
+	credit := writeInspectCredit(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"inspect", credit}, 2, "usage"},
+		{[]string{"inspect", "-html", "x", "-serve", ":0", credit}, 2, "usage"},
+		{[]string{"inspect", "-html", "x"}, 2, "usage"},
+		{[]string{"inspect", "-html", filepath.Join(t.TempDir(), "x"), filepath.Join(t.TempDir(), "missing.arrow")}, 1, "missing.arrow"},
+		{[]string{"inspect", "-model", filepath.Join(t.TempDir(), "nodir"), "-html", "x", credit}, 1, "load -model tokenizer"},
+	} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, tc.code, run(t.Context(), tc.args, &stdout, &stderr), "%v", tc.args)
+		require.Contains(t, stderr.String(), tc.msg, "%v", tc.args)
+	}
+}
+
+func TestInspectServes(t *testing.T) {
+	credit := writeInspectCredit(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout syncBuffer
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"inspect", "-serve", "127.0.0.1:0", credit}, &stdout, &stderr) }()
+	re := regexp.MustCompile(`at (http://\S+/)`)
+	var url string
+	require.Eventually(t, func() bool {
+		m := re.FindStringSubmatch(stdout.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	}, 10*time.Second, 10*time.Millisecond)
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.True(t, strings.Contains(string(body), `"id":"r-inspect"`))
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("inspect -serve did not stop on cancel")
+	}
+}

@@ -1,0 +1,142 @@
+package viewer
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// browser returns the paths of chromium and node, or skips the test without them
+// (fails instead when HINDSIGHT_REQUIRE_BROWSER=1, as in CI). HINDSIGHT_CHROMIUM
+// names the browser binary when it is not chromium on PATH.
+func browser(t *testing.T) (chromium, node string) {
+	t.Helper()
+	missing := func(what string) {
+		if os.Getenv("HINDSIGHT_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("%s not found and HINDSIGHT_REQUIRE_BROWSER=1", what)
+		}
+		t.Skipf("%s not found: apt-get install -y chromium nodejs (or set HINDSIGHT_CHROMIUM)", what)
+	}
+	chromium = os.Getenv("HINDSIGHT_CHROMIUM")
+	if chromium == "" {
+		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+			if p, err := exec.LookPath(name); err == nil {
+				chromium = p
+				break
+			}
+		}
+	}
+	if chromium == "" {
+		missing("chromium")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing("node")
+	}
+	return chromium, node
+}
+
+// nullable returns x, or nil for NaN (JSON null, as the tooltip shows "—").
+func nullable(x float32) *float64 {
+	if math.IsNaN(float64(x)) {
+		return nil
+	}
+	v := float64(x)
+	return &v
+}
+
+func writePage(t *testing.T, path string, rows []data.CreditRow) string {
+	t.Helper()
+	credit := filepath.Join(t.TempDir(), filepath.Base(path)+data.CreditSuffix)
+	require.NoError(t, data.WriteCreditFile(credit, rows, true))
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, Write(f, buildFrom(t, nil, credit)))
+	return path
+}
+
+// longRow is a credit row of n tokens over the byte tokenizer, with a segment and
+// a hint every 5,000 tokens.
+func longRow(n int) data.CreditRow {
+	rng := rand.New(rand.NewPCG(1, 2))
+	nan := float32(math.NaN())
+	r := data.CreditRow{RolloutID: "long", Tokens: make([]int32, n), LossMask: make([]bool, n), Student: make([]float32, n),
+		Teacher: make([]float32, n), Advantages: make([]float32, n), Base: make([]float32, n), Delta: make([]float32, n),
+		Rho: make([]float32, n), Sampler: make([]float32, n), Tokenizer: data.BytesFingerprint}
+	text := data.NewBytesTokenizer().EncodeText("the quick brown fox jumps over the lazy dog\n")
+	for i := range n {
+		r.Tokens[i] = text[i%len(text)]
+		r.LossMask[i] = i > 0
+		r.Student[i] = -rng.Float32() * 3
+		r.Teacher[i], r.Base[i], r.Delta[i] = nan, nan, nan
+		r.Advantages[i] = rng.Float32()*2 - 1
+		r.Rho[i] = 1
+		r.Sampler[i] = r.Student[i]
+	}
+	for s := 0; s < n; s += 5000 {
+		r.Segments = append(r.Segments, data.CreditSegment{Start: int32(s), End: int32(min(s+5000, n)), Kind: "assistant"})
+		r.Hints = append(r.Hints, data.CreditHint{Segment: int32(s / 5000), InsertAt: int32(s + 10), End: int32(s + 20),
+			Source: "rules", Reason: "surprise", Text: "look again"})
+	}
+	return r
+}
+
+// TestViewerInBrowser loads pages in headless Chromium (viewer/testdata/browser/
+// check.mjs): hovering tokens shows the file's numbers, arrow keys move focus,
+// a header click sorts the list, and a 100,000-token rollout keeps a bounded
+// number of token nodes wherever it is scrolled.
+func TestViewerInBrowser(t *testing.T) {
+	chromium, node := browser(t)
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	dir := t.TempDir()
+	_, rows := writeCreditFile(t)
+	third := rows[1]
+	third.RolloutID, third.Reward, third.HasReward = "roll-3", 2, true
+	rows = append(rows, third)
+	small := writePage(t, filepath.Join(dir, "small.html"), rows)
+
+	type token struct {
+		Rollout int      `json:"rollout"`
+		T       int      `json:"t"`
+		ID      int32    `json:"id"`
+		S       *float64 `json:"s"`
+		Q       *float64 `json:"q"`
+		Delta   *float64 `json:"delta"`
+		Rho     *float64 `json:"rho"`
+		A       *float64 `json:"a"`
+	}
+	var tokens []token
+	for _, tt := range []int{1, 4, 5} { // outside the hint, and two hinted tokens (Δ 2 and 3)
+		r := rows[0]
+		tokens = append(tokens, token{Rollout: 0, T: tt, ID: r.Tokens[tt], S: nullable(r.Student[tt]), Q: nullable(r.Teacher[tt]),
+			Delta: nullable(r.Delta[tt]), Rho: nullable(r.Rho[tt]), A: nullable(r.Advantages[tt])})
+	}
+	const longN = 100_000
+	lr := longRow(longN)
+	long := writePage(t, filepath.Join(dir, "long.html"), []data.CreditRow{lr})
+	spec := map[string]any{
+		"small": small, "tokens": tokens, "sortKey": "reward", "sortedIDs": []string{"roll-3", "roll-<1>", "roll-2"},
+		"long": long, "longTokens": longN, "longLastID": lr.Tokens[longN-1], "maxTokenNodes": 2500,
+	}
+	raw, err := json.Marshal(spec)
+	require.NoError(t, err)
+	specPath := filepath.Join(dir, "spec.json")
+	require.NoError(t, os.WriteFile(specPath, raw, 0o644))
+
+	cmd := exec.CommandContext(t.Context(), node, filepath.Join("testdata", "browser", "check.mjs"), chromium, specPath)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	require.NoError(t, err, "browser checks failed")
+	require.Contains(t, string(out), "PASS")
+}

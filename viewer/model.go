@@ -1,0 +1,190 @@
+package viewer
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// Decoding says how token text was obtained.
+const (
+	DecodeModel = "model" // the tokenizer given to Build
+	DecodeBytes = "bytes" // the byte tokenizer, from the file's bytes-v1 fingerprint
+	DecodeIDs   = "ids"   // no tokenizer: the text of a token is its id
+)
+
+// Page is the data the page shows, embedded in it as JSON.
+type Page struct {
+	Files    []string  `json:"files"`
+	Clip     float64   `json:"clip"` // |Δ| at or above which a hinted token counts as clipped
+	Rollouts []Rollout `json:"rollouts"`
+}
+
+// Rollout is one credit row as the page shows it. Per-token slices have one
+// entry per token; NaN is written as null.
+type Rollout struct {
+	File       string  `json:"file"`
+	ID         string  `json:"id"`
+	TaskID     string  `json:"task_id,omitempty"`
+	Step       int64   `json:"step"`
+	Reward     *Number `json:"reward"` // null when the row has none
+	OutcomeAdv Number  `json:"outcome_advantage"`
+	// Summaries for the list.
+	SumAbsDelta  Number `json:"sum_abs_delta"` // Σ|Δ_t| over trained hinted tokens
+	ClipFraction Number `json:"clip_fraction"` // share of trained hinted tokens with |Δ_t| ≥ Clip; 0 when none
+	CreditMass   Number `json:"credit_mass"`   // Σ|A_t| over trained tokens
+	Decoding     string `json:"decoding"`      // DecodeModel, DecodeBytes or DecodeIDs
+	Tokenizer    string `json:"tokenizer,omitempty"`
+	SchemaV2     bool   `json:"schema_v2"` // false: the per-token Δ, ρ, base and μ are absent (a v1 file)
+
+	IDs      []int32              `json:"ids"`
+	Text     []string             `json:"text"`
+	Mask     []bool               `json:"mask"`
+	Student  Numbers              `json:"s"`
+	Teacher  Numbers              `json:"q"`
+	Base     Numbers              `json:"base"`
+	Delta    Numbers              `json:"delta"`
+	Rho      Numbers              `json:"rho"`
+	Sampler  Numbers              `json:"mu"`
+	Adv      Numbers              `json:"a"`
+	Segments []data.CreditSegment `json:"segments"`
+	Hints    []Hint               `json:"hints"`
+}
+
+// Hint is a hint as the page shows it.
+type Hint struct {
+	Segment  int32  `json:"segment"`
+	InsertAt int32  `json:"insert_at"`
+	End      int32  `json:"end"`
+	Source   string `json:"source"`
+	Reason   string `json:"reason"`
+	Text     string `json:"text"`
+	Tokens   int    `json:"tokens"`
+}
+
+// Number is a float32 that marshals NaN and ±Inf as null and otherwise in its
+// shortest float32 form.
+type Number float32
+
+// MarshalJSON implements json.Marshaler.
+func (n Number) MarshalJSON() ([]byte, error) { return appendNumber(nil, float32(n)), nil }
+
+// Numbers is a []float32 marshalled as Number values.
+type Numbers []float32
+
+// MarshalJSON implements json.Marshaler; a nil slice is null.
+func (v Numbers) MarshalJSON() ([]byte, error) {
+	if v == nil {
+		return []byte("null"), nil
+	}
+	b := make([]byte, 0, 8*len(v)+2)
+	b = append(b, '[')
+	for i, x := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendNumber(b, x)
+	}
+	return append(b, ']'), nil
+}
+
+func appendNumber(b []byte, x float32) []byte {
+	if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+		return append(b, "null"...)
+	}
+	return strconv.AppendFloat(b, float64(x), 'g', -1, 32)
+}
+
+// Build returns the page for the rows of the credit files. tok decodes the tokens
+// when not nil; else rows with the bytes-v1 fingerprint decode with the byte
+// tokenizer and others show token ids. clip is the credit gate's clip c.
+func Build(files []string, rows [][]data.CreditRow, tok data.Tokenizer, clip float64) (*Page, error) {
+	if len(files) != len(rows) {
+		return nil, fmt.Errorf("build page: %d files, %d row sets", len(files), len(rows))
+	}
+	p := &Page{Files: files, Clip: clip, Rollouts: []Rollout{}}
+	bytesTok := data.NewBytesTokenizer()
+	for f, rs := range rows {
+		for i := range rs {
+			r, err := rollout(files[f], &rs[i], tok, bytesTok, clip)
+			if err != nil {
+				return nil, fmt.Errorf("build page: %s row %d: %w", files[f], i, err)
+			}
+			p.Rollouts = append(p.Rollouts, r)
+		}
+	}
+	return p, nil
+}
+
+func rollout(file string, r *data.CreditRow, tok, bytesTok data.Tokenizer, clip float64) (Rollout, error) {
+	out := Rollout{File: file, ID: r.RolloutID, TaskID: r.TaskID, Step: r.Step, OutcomeAdv: Number(r.OutcomeAdv),
+		Tokenizer: r.Tokenizer, SchemaV2: r.Delta != nil, IDs: r.Tokens, Mask: r.LossMask,
+		Student: r.Student, Teacher: r.Teacher, Base: r.Base, Delta: r.Delta, Rho: r.Rho, Sampler: r.Sampler,
+		Adv: r.Advantages, Segments: r.Segments, Hints: []Hint{}}
+	if out.Segments == nil {
+		out.Segments = []data.CreditSegment{}
+	}
+	if r.HasReward {
+		rw := Number(r.Reward)
+		out.Reward = &rw
+	}
+	dec := tok
+	out.Decoding = DecodeModel
+	if dec == nil && r.Tokenizer == data.BytesFingerprint {
+		dec, out.Decoding = bytesTok, DecodeBytes
+	}
+	text, err := tokenTexts(dec, r.Tokens)
+	if err != nil {
+		return Rollout{}, err
+	}
+	if dec == nil {
+		out.Decoding = DecodeIDs
+	}
+	out.Text = text
+	var sumAbs, mass float64
+	var hinted, clipped int
+	for t := range r.Tokens {
+		if !r.LossMask[t] {
+			continue
+		}
+		mass += math.Abs(float64(r.Advantages[t]))
+		if r.Delta == nil || math.IsNaN(float64(r.Delta[t])) {
+			continue
+		}
+		d := math.Abs(float64(r.Delta[t]))
+		sumAbs += d
+		hinted++
+		if d >= clip {
+			clipped++
+		}
+	}
+	out.SumAbsDelta, out.CreditMass = Number(sumAbs), Number(mass)
+	if hinted > 0 {
+		out.ClipFraction = Number(float64(clipped) / float64(hinted))
+	}
+	for _, h := range r.Hints {
+		out.Hints = append(out.Hints, Hint{Segment: h.Segment, InsertAt: h.InsertAt, End: h.End, Source: h.Source,
+			Reason: h.Reason, Text: h.Text, Tokens: len(h.Tokens)})
+	}
+	return out, nil
+}
+
+// tokenTexts returns the text of each token: dec's decoding of it alone, or its
+// id when dec is nil.
+func tokenTexts(dec data.Tokenizer, ids []int32) ([]string, error) {
+	out := make([]string, len(ids))
+	for t, id := range ids {
+		if dec == nil {
+			out[t] = strconv.Itoa(int(id)) + " "
+			continue
+		}
+		s, err := dec.Decode(ids[t : t+1])
+		if err != nil {
+			return nil, fmt.Errorf("decode token %d: %w", t, err)
+		}
+		out[t] = s
+	}
+	return out, nil
+}
