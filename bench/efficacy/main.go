@@ -1,0 +1,84 @@
+// Command efficacy runs the efficacy experiment of issue 17 on the bundled task world:
+// does hint credit learn faster than outcome-only?
+//
+//	go run ./bench/efficacy -warmstart -backend xla-cpu   # the committed warm start (SFT)
+//	go run ./bench/efficacy -backend xla-cpu              # the arms, then results.json, efficacy.png
+//
+// Every arm starts from the warm start under bench/efficacy/warmstart/model; arms run
+// one after another with equal seeds, tasks, budgets, temperature, eval cadence and
+// hyperparameters, only the credit differing. Progress goes to stderr, one line per
+// eval.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hindsight-ai/hindsight/internal/efficacy"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+var start = time.Now()
+
+func progress(line string) {
+	fmt.Fprintf(os.Stderr, "[%6.0fs] %s\n", time.Since(start).Seconds(), line)
+}
+
+func main() {
+	def := efficacy.DefaultConfig()
+	ws := efficacy.DefaultWarmStart()
+	warm := flag.Bool("warmstart", false, "train the warm start (SFT on noisy demonstrations with hint turns) instead of running the arms")
+	preset := flag.String("preset", "tiny", "init-model preset of the warm start: tiny or small")
+	wsSteps := flag.Int("warmstart-steps", ws.Steps, "most SFT steps of the warm start")
+	backendSpec := flag.String("backend", "xla-cpu", "GoMLX backend: xla-cpu, go, xla:<plugin path>")
+	dir := flag.String("dir", "bench/efficacy", "where the warm start is read (DIR/warmstart/model) and results are written")
+	arms := flag.String("arms", strings.Join(def.Arms, ","), "arms to run, comma-separated: outcome, hint, hint-only")
+	seeds := flag.Int("seeds", len(def.Seeds), "seeds per arm (1..N)")
+	steps := flag.Int("steps", def.Steps, "training steps per run")
+	tasks := flag.Int("tasks", def.TasksPerStep, "train tasks per step")
+	group := flag.Int("group", def.Group, "rollouts per task (G)")
+	evalEvery := flag.Int("eval-every", def.EvalEvery, "steps between held-out evals")
+	evalTasks := flag.Int("eval-tasks", def.EvalTasks, "held-out tasks per eval (the split has 250)")
+	lrs := flag.String("lrs", "", "learning-rate sweep grid, comma-separated: runs every arm at each on the validation split (seed 1) and picks the best mean final success; empty: -lr")
+	lr := flag.Float64("lr", def.LR, "learning rate of every arm")
+	out := flag.String("out", "", "results directory (default -dir)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	backend, err := xla.NewBackend(xla.ResolveBackend(*backendSpec, ""))
+	if err != nil {
+		fatal(err)
+	}
+	model := filepath.Join(*dir, "warmstart", "model")
+	if *warm {
+		ws.Steps = *wsSteps
+		if err := warmStart(ctx, backend, model, *preset, ws); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	cfg := def
+	cfg.Model, cfg.Arms, cfg.Steps, cfg.TasksPerStep, cfg.Group = model, strings.Split(*arms, ","), *steps, *tasks, *group
+	cfg.EvalEvery, cfg.EvalTasks, cfg.LR = *evalEvery, *evalTasks, *lr
+	cfg.Seeds = cfg.Seeds[:0]
+	for i := 1; i <= *seeds; i++ {
+		cfg.Seeds = append(cfg.Seeds, int64(i))
+	}
+	if *out == "" {
+		*out = *dir
+	}
+	if err := runArms(ctx, backend, cfg, *lrs, *out); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench/efficacy:", err)
+	os.Exit(1)
+}
