@@ -28,6 +28,7 @@ func runArms(ctx context.Context, backend backends.Backend, cfg efficacy.Config,
 		sc.Seeds, sc.EvalSplit, sc.EvalTasks = []int64{1}, toolworld.SplitValidation, toolworld.SplitSizes[toolworld.SplitValidation]
 		sc.EvalEvery = sc.Steps
 		r := &efficacy.Runner{Backend: backend, Config: sc, Progress: progress}
+		defer r.Close()
 		best := -1.0
 		for _, f := range strings.Split(lrs, ",") {
 			lr, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
@@ -53,6 +54,7 @@ func runArms(ctx context.Context, backend backends.Backend, cfg efficacy.Config,
 		progress(fmt.Sprintf("sweep: lr %g chosen for every arm", cfg.LR))
 	}
 	r := &efficacy.Runner{Backend: backend, Config: cfg, Progress: progress}
+	defer r.Close()
 	save := func(res efficacy.Results) error {
 		res.Command, res.Sweep = command, sweep
 		return res.Write(out)

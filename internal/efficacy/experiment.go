@@ -1,16 +1,20 @@
 package efficacy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/collect"
+	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
@@ -91,12 +95,82 @@ type Run struct {
 	Hints       HintStats  `json:"hints"`
 }
 
-// Runner runs arms from the warm start on one backend.
+// Runner runs arms from the warm start on one backend. It compiles once: one policy
+// (weights and sampler) serves every run, with one trainer per arm and learning rate,
+// and every run starts by restoring the reset checkpoint (the warm start's weights,
+// zero optimizer moments, step 0) into its trainer.
 type Runner struct {
 	Backend  backends.Backend
 	Config   Config
 	Progress func(string)
-	warm     *float64 // the warm start's eval success, shared by every run
+	warm     map[string]float64 // the warm start's eval success per split, shared by every run
+	policy   *Policy
+	trainers map[string]*xla.Trainer
+	reset    string // the reset checkpoint's directory
+}
+
+// Close removes the reset checkpoint.
+func (r *Runner) Close() error {
+	if r.reset == "" {
+		return nil
+	}
+	return os.RemoveAll(filepath.Dir(r.reset))
+}
+
+// trainer returns the arm's trainer at the config's learning rate, restored to the
+// warm start.
+func (r *Runner) trainer(spec ArmSpec, seed int64) (*xla.Trainer, error) {
+	c := r.Config
+	if r.policy == nil {
+		p, err := OpenPolicy(r.Backend, c.Model)
+		if err != nil {
+			return nil, err
+		}
+		r.policy, r.trainers = p, map[string]*xla.Trainer{}
+	}
+	key := fmt.Sprintf("%s@%g", spec.Name, c.LR)
+	tr := r.trainers[key]
+	if tr == nil {
+		opt := xla.DefaultAdamW()
+		opt.LR, opt.WarmupSteps = c.LR, 2
+		var err error
+		if tr, err = xla.NewTrainer(r.Backend, r.policy.Model, xla.TrainerOptions{Credit: spec.Credit, Optimizer: opt, Seed: uint64(seed)}); err != nil {
+			return nil, fmt.Errorf("trainer of %s: %w", key, err)
+		}
+		r.trainers[key] = tr
+		if r.reset == "" { // the first trainer, before any step: the warm start itself
+			if r.reset, err = saveReset(tr, c.Model); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if _, err := tr.Restore(r.reset); err != nil {
+		return nil, fmt.Errorf("trainer of %s: %w", key, err)
+	}
+	return tr, nil
+}
+
+// saveReset writes the trainer's state as a checkpoint whose model file is bf16, so
+// that it carries f32 master weights that Trainer.Restore loads into the weights.
+func saveReset(tr *xla.Trainer, model string) (string, error) {
+	files, err := xla.ModelFiles(model)
+	if err != nil {
+		return "", err
+	}
+	cfg := bytes.Replace(files[data.ConfigFileName], []byte(`"torch_dtype": "float32"`), []byte(`"torch_dtype": "bfloat16"`), 1)
+	if bytes.Equal(cfg, files[data.ConfigFileName]) {
+		return "", fmt.Errorf("reset checkpoint: %s/config.json is not float32", model)
+	}
+	files[data.ConfigFileName] = cfg
+	root, err := os.MkdirTemp("", "efficacy-reset-")
+	if err != nil {
+		return "", err
+	}
+	dir, err := tr.SaveCheckpoint(root, files, data.TrainerState{}, 1)
+	if err != nil {
+		return "", fmt.Errorf("reset checkpoint: %w", err)
+	}
+	return dir, nil
 }
 
 // Tasks returns the train tasks of step (1-based) for seed: the same for every arm.
@@ -132,27 +206,25 @@ func (r *Runner) Run(ctx context.Context, arm string, seed int64) (Run, error) {
 		return Run{}, err
 	}
 	t0 := time.Now()
-	p, err := OpenPolicy(r.Backend, c.Model)
-	if err != nil {
-		return Run{}, err
-	}
-	run := Run{Curve: Curve{Arm: arm, Seed: seed, LR: c.LR}}
-	if r.warm == nil {
-		e0 := CPUTime()
-		s, err := r.eval(ctx, p)
-		if err != nil {
-			return Run{}, err
-		}
-		r.warm = &s
-		r.Progress(fmt.Sprintf("warm start: %s success %.1f%% (%d tasks, cpu %.0fs)", c.EvalSplit, 100*s, c.EvalTasks, (CPUTime() - e0).Seconds()))
-	}
-	run.Curve.Points = append(run.Curve.Points, Point{Success: *r.warm})
-	opt := xla.DefaultAdamW()
-	opt.LR, opt.WarmupSteps = c.LR, 2
-	tr, err := xla.NewTrainer(r.Backend, p.Model, xla.TrainerOptions{Credit: spec.Credit, Optimizer: opt, Seed: uint64(seed)})
+	tr, err := r.trainer(spec, seed)
 	if err != nil {
 		return Run{}, fmt.Errorf("run %s seed %d: %w", arm, seed, err)
 	}
+	p := r.policy
+	run := Run{Curve: Curve{Arm: arm, Seed: seed, LR: c.LR}}
+	warm, ok := r.warm[c.EvalSplit]
+	if !ok {
+		e0 := CPUTime()
+		if warm, err = r.eval(ctx, p); err != nil {
+			return Run{}, err
+		}
+		if r.warm == nil {
+			r.warm = map[string]float64{}
+		}
+		r.warm[c.EvalSplit] = warm
+		r.Progress(fmt.Sprintf("warm start: %s success %.1f%% (%d tasks, cpu %.0fs)", c.EvalSplit, 100*warm, c.EvalTasks, (CPUTime() - e0).Seconds()))
+	}
+	run.Curve.Points = append(run.Curve.Points, Point{Success: warm})
 	h, err := NewHinter(p.Tok)
 	if err != nil {
 		return Run{}, err
