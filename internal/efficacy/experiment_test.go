@@ -3,6 +3,7 @@ package efficacy
 import (
 	"encoding/json"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -149,4 +151,33 @@ func TestCutAfterHidesTheFuture(t *testing.T) {
 		require.Equal(t, k+2, len(c.Segments), "the call and its own result, nothing later")
 		require.Equal(t, int(c.Segments[k+1].End), len(c.Tokens))
 	}
+}
+
+func TestDemoTrainsOnlyTheRightCalls(t *testing.T) {
+	tok := data.NewBytesTokenizer()
+	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 20)
+	require.NoError(t, err)
+	failed := 0
+	for i, task := range tasks {
+		env, err := toolworld.New(task, tok, toolworld.Options{MaxTokens: 448})
+		require.NoError(t, err)
+		_, err = toolworld.Play(env, toolworld.NewNoisy(0.5, uint64(i)), 16)
+		require.NoError(t, err)
+		r := env.Rollout("d")
+		xr := maskMistakes(r, toTrainer(r, nil, nil, 1))
+		for k, s := range r.Segments {
+			bad := s.Kind == rollout.KindToolCall && r.Segments[k+1].Status == rollout.StatusError
+			for p := s.Start; p < s.End; p++ {
+				// Headers (the first token of a policy turn) and harness turns are
+				// context; a right call's tokens are trained, a failed one's are not.
+				want := s.Kind.IsPolicy() && p > s.Start && !bad
+				require.Equal(t, want, xr.Trainable[p], "task %d segment %d (%s) token %d", i, k, s.Kind, p)
+			}
+			if bad {
+				failed++
+			}
+		}
+		require.True(t, math.IsNaN(float64(xr.Sampler[0])), "demonstrations have no sampler log-probs")
+	}
+	require.Positive(t, failed)
 }

@@ -126,9 +126,23 @@ func Demos(tok data.Tokenizer, cfg WarmStartConfig) ([]xla.Rollout, int, int, Hi
 			hintTurns += a.hints
 		}
 		r.Reward, r.HasReward = 1, true
-		out = append(out, toTrainer(r, nil, nil, header))
+		out = append(out, maskMistakes(r, toTrainer(r, nil, nil, header)))
 	}
 	return out, hintDemos, hintTurns, h.Stats, nil
+}
+
+// maskMistakes leaves the failed calls of a demonstration out of its trainable
+// tokens: they stay as context (what a mistake and its error look like, before the
+// recovery) but are not imitated.
+func maskMistakes(r *rollout.Rollout, xr xla.Rollout) xla.Rollout {
+	for k, s := range r.Segments {
+		if s.Kind == rollout.KindToolCall && k+1 < len(r.Segments) && r.Segments[k+1].Status == rollout.StatusError {
+			for i := s.Start; i < s.End; i++ {
+				xr.Trainable[i] = false
+			}
+		}
+	}
+	return xr
 }
 
 // hasHintTurn reports whether r holds a user turn after the first policy turn.
