@@ -34,7 +34,7 @@ func main() {
 	def := efficacy.DefaultConfig()
 	ws := efficacy.DefaultWarmStart()
 	warm := flag.Bool("warmstart", false, "train the warm start (SFT on noisy demonstrations with hint turns) instead of running the arms")
-	preset := flag.String("preset", "tiny", "init-model preset of the warm start: tiny or small")
+	preset := flag.String("preset", "mid", "model of the warm start: tiny, mid (tiny at hidden 128) or small")
 	wsSteps := flag.Int("warmstart-steps", ws.Steps, "most SFT steps of the warm start")
 	backendSpec := flag.String("backend", "xla-cpu", "GoMLX backend: xla-cpu, go, xla:<plugin path>")
 	dir := flag.String("dir", "bench/efficacy", "where the warm start is read (DIR/warmstart/model) and results are written")

@@ -218,6 +218,9 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 			return res, err
 		}
 		res.Validation = st.Success
+		if err := SaveModel(tr, cfg.Init, cfg.Out); err != nil { // the latest, should the run be cut short
+			return res, err
+		}
 		progress(fmt.Sprintf("warm start: step %d loss %.3f validation success %.1f%% (tool errors %.1f%%, %.0f tokens) cpu %.0fs wall %.0fs",
 			step, met.Loss, 100*st.Success, 100*st.ToolError, st.Tokens, (CPUTime() - c0).Seconds(), time.Since(t0).Seconds()))
 		if st.Success >= cfg.Target {
