@@ -14,10 +14,10 @@ import (
 )
 
 // runArms runs the learning-rate sweep (when lrs is set: every arm at each rate with
-// seed 1 on the validation split; the rate with the best mean final success over
-// arms wins), then every arm with every seed on the held-out split, writing the
+// seed 1 for sweepSteps steps on the validation split; the rate with the best mean
+// final success over arms wins), then every arm with every seed on the held-out split, writing the
 // results after each run.
-func runArms(ctx context.Context, backend backends.Backend, cfg efficacy.Config, lrs, out string) error {
+func runArms(ctx context.Context, backend backends.Backend, cfg efficacy.Config, lrs string, sweepSteps int, out string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -26,6 +26,9 @@ func runArms(ctx context.Context, backend backends.Backend, cfg efficacy.Config,
 	if lrs != "" {
 		sc := cfg
 		sc.Seeds, sc.EvalSplit, sc.EvalTasks = []int64{1}, toolworld.SplitValidation, toolworld.SplitSizes[toolworld.SplitValidation]
+		if sweepSteps > 0 {
+			sc.Steps = sweepSteps
+		}
 		sc.EvalEvery = sc.Steps
 		r := &efficacy.Runner{Backend: backend, Config: sc, Progress: progress}
 		defer r.Close()

@@ -35,6 +35,7 @@ func main() {
 	ws := efficacy.DefaultWarmStart()
 	warm := flag.Bool("warmstart", false, "train the warm start (SFT on noisy demonstrations with hint turns) instead of running the arms")
 	preset := flag.String("preset", "mid", "model of the warm start: tiny, mid (tiny at hidden 128) or small")
+	wsFrom := flag.String("warmstart-from", "", "continue the warm start from this model directory instead of a fresh model")
 	wsSteps := flag.Int("warmstart-steps", ws.Steps, "most SFT steps of the warm start")
 	backendSpec := flag.String("backend", "xla-cpu", "GoMLX backend: xla-cpu, go, xla:<plugin path>")
 	dir := flag.String("dir", "bench/efficacy", "where the warm start is read (DIR/warmstart/model) and results are written")
@@ -46,6 +47,7 @@ func main() {
 	evalEvery := flag.Int("eval-every", def.EvalEvery, "steps between held-out evals")
 	evalTasks := flag.Int("eval-tasks", def.EvalTasks, "held-out tasks per eval (the split has 250)")
 	lrs := flag.String("lrs", "", "learning-rate sweep grid, comma-separated: runs every arm at each on the validation split (seed 1) and picks the best mean final success; empty: -lr")
+	sweepSteps := flag.Int("sweep-steps", 0, "training steps of each sweep run (0: -steps)")
 	lr := flag.Float64("lr", def.LR, "learning rate of every arm")
 	out := flag.String("out", "", "results directory (default -dir)")
 	flag.Parse()
@@ -58,7 +60,7 @@ func main() {
 	model := filepath.Join(*dir, "warmstart", "model")
 	if *warm {
 		ws.Steps = *wsSteps
-		if err := warmStart(ctx, backend, model, *preset, ws); err != nil {
+		if err := warmStart(ctx, backend, model, *preset, *wsFrom, ws); err != nil {
 			fatal(err)
 		}
 		return
@@ -73,7 +75,7 @@ func main() {
 	if *out == "" {
 		*out = *dir
 	}
-	if err := runArms(ctx, backend, cfg, *lrs, *out); err != nil {
+	if err := runArms(ctx, backend, cfg, *lrs, *sweepSteps, *out); err != nil {
 		fatal(err)
 	}
 }

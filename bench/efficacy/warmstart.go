@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gomlx/gomlx/backends"
 
@@ -58,14 +59,19 @@ func initModel(dir, preset string, seed uint64) error {
 
 // warmStart initialises the preset model, trains the warm start into dir and writes
 // dir/warmstart.json beside it.
-func warmStart(ctx context.Context, backend backends.Backend, dir, preset string, cfg efficacy.WarmStartConfig) error {
+func warmStart(ctx context.Context, backend backends.Backend, dir, preset, from string, cfg efficacy.WarmStartConfig) error {
 	tmp, err := os.MkdirTemp("", "efficacy-init-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	cfg.Init = filepath.Join(tmp, "init")
-	if err := initModel(cfg.Init, preset, cfg.Seed); err != nil {
+	if from != "" { // continue from a saved model (copied: Out may be the same directory)
+		if err := os.CopyFS(cfg.Init, os.DirFS(from)); err != nil {
+			return fmt.Errorf("copy %s: %w", from, err)
+		}
+		preset += " continued from " + from
+	} else if err := initModel(cfg.Init, preset, cfg.Seed); err != nil {
 		return err
 	}
 	cfg.Out = dir
@@ -78,6 +84,6 @@ func warmStart(ctx context.Context, backend backends.Backend, dir, preset string
 		Preset  string `json:"preset"`
 		Command string `json:"command"`
 		efficacy.WarmStartResult
-	}{preset, "go run ./bench/efficacy -warmstart -backend xla-cpu", res}, "", "  ")
+	}{preset, "go run ./bench/efficacy " + strings.Join(os.Args[1:], " "), res}, "", "  ")
 	return fsutil.WriteFileBytes(filepath.Join(filepath.Dir(dir), "warmstart.json"), append(b, '\n'), 0o644)
 }
