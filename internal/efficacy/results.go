@@ -160,7 +160,8 @@ func nanIfNoHints(s StepStat, v float64) float64 {
 	return v
 }
 
-// Write writes results.json, efficacy.png and results.md (the README table) into dir.
+// Write writes results.json, efficacy.png (success vs rollouts), efficacy_cpu.png
+// (success vs training CPU-seconds) and results.md (the README table) into dir.
 func (res Results) Write(dir string) error {
 	b, err := json.MarshalIndent(jsonSafe(res), "", "  ")
 	if err != nil {
@@ -186,6 +187,13 @@ func (res Results) Write(dir string) error {
 		return fmt.Errorf("write results: %w", err)
 	}
 	if err := fsutil.WriteFileBytes(filepath.Join(dir, "efficacy.png"), png.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	png.Reset()
+	if err := PlotCPUPNG(&png, curves, thr, strings.Replace(title, "rollouts", "CPU-seconds", 1)); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	if err := fsutil.WriteFileBytes(filepath.Join(dir, "efficacy_cpu.png"), png.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
 	return fsutil.WriteFileBytes(filepath.Join(dir, "results.md"), []byte(res.Table()), 0o644)
