@@ -50,7 +50,19 @@ func main() {
 	sweepSteps := flag.Int("sweep-steps", 0, "training steps of each sweep run (0: -steps)")
 	lr := flag.Float64("lr", def.LR, "learning rate of every arm")
 	out := flag.String("out", "", "results directory (default -dir)")
+	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
 	flag.Parse()
+	if *replot {
+		res, err := efficacy.ReadResults(filepath.Join(*dir, "results.json"))
+		if err == nil {
+			err = res.Write(*dir)
+		}
+		if err != nil {
+			fatal(err)
+		}
+		fmt.Print(res.Table())
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	backend, err := xla.NewBackend(xla.ResolveBackend(*backendSpec, ""))

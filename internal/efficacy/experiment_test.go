@@ -103,6 +103,10 @@ func TestExperimentSmoke(t *testing.T) {
 	_, err = png.Decode(f)
 	require.NoError(t, err)
 	require.FileExists(t, filepath.Join(dir, "results.md"))
+	require.FileExists(t, filepath.Join(dir, "efficacy_cpu.png"))
+	back, err := ReadResults(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	require.Equal(t, res.Table(), back.Table(), "results.json holds everything the table is made of")
 	require.NotEmpty(t, lines)
 }
 

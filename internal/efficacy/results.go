@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -72,6 +73,33 @@ func Experiment(ctx context.Context, r *Runner, save func(Results) error) (Resul
 		}
 	}
 	return res, nil
+}
+
+// ReadResults reads a results.json that Write wrote and summarizes its runs again
+// (nulls, NaN when written, are NaN again).
+func ReadResults(path string) (Results, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Results{}, fmt.Errorf("read results: %w", err)
+	}
+	var res Results
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return Results{}, fmt.Errorf("read results %s: %w", path, err)
+	}
+	res.summarize()
+	return res, nil
+}
+
+// UnmarshalJSON reads a StepStat whose missing or null statistics are NaN.
+func (s *StepStat) UnmarshalJSON(b []byte) error {
+	type plain StepStat
+	nan := math.NaN()
+	p := plain{Loss: nan, DeltaAbs: nan, ClipFrac: nan, Pivot: nan, DeltaFailed: nan, DeltaOther: nan, AOutAbs: nan, AHintAbs: nan}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*s = StepStat(p)
+	return nil
 }
 
 // summarize fills the summary, ratio, costs and credit means from the runs.
