@@ -47,6 +47,7 @@ func main() {
 	evalEvery := flag.Int("eval-every", def.EvalEvery, "steps between held-out evals")
 	evalTasks := flag.Int("eval-tasks", def.EvalTasks, "held-out tasks per eval (the split has 250)")
 	lrs := flag.String("lrs", "", "learning-rate sweep grid, comma-separated: runs every arm at each on the validation split (seed 1) and picks the best mean final success; empty: -lr")
+	temp := flag.Float64("temperature", def.Temperature, "sampling temperature of the training rollouts (evals are greedy)")
 	sweepSteps := flag.Int("sweep-steps", 0, "training steps of each sweep run (0: -steps)")
 	lr := flag.Float64("lr", def.LR, "learning rate of every arm")
 	out := flag.String("out", "", "results directory (default -dir)")
@@ -79,7 +80,7 @@ func main() {
 	}
 	cfg := def
 	cfg.Model, cfg.Arms, cfg.Steps, cfg.TasksPerStep, cfg.Group = model, strings.Split(*arms, ","), *steps, *tasks, *group
-	cfg.EvalEvery, cfg.EvalTasks, cfg.LR = *evalEvery, *evalTasks, *lr
+	cfg.EvalEvery, cfg.EvalTasks, cfg.LR, cfg.Temperature = *evalEvery, *evalTasks, *lr, *temp
 	cfg.Seeds = cfg.Seeds[:0]
 	for i := 1; i <= *seeds; i++ {
 		cfg.Seeds = append(cfg.Seeds, int64(i))

@@ -41,8 +41,8 @@ type Config struct {
 
 // DefaultConfig returns the committed experiment's settings.
 func DefaultConfig() Config {
-	return Config{Arms: []string{ArmOutcome, ArmHint}, Seeds: []int64{1, 2, 3}, Steps: 12, TasksPerStep: 16, Group: 4,
-		Temperature: 1, LR: 1e-3, EvalEvery: 4, EvalTasks: 250, EvalSplit: toolworld.SplitHeldout, World: DefaultWorld()}
+	return Config{Arms: []string{ArmOutcome, ArmHint}, Seeds: []int64{1, 2, 3}, Steps: 8, TasksPerStep: 16, Group: 4,
+		Temperature: 0.7, LR: 1e-4, EvalEvery: 4, EvalTasks: 250, EvalSplit: toolworld.SplitHeldout, World: DefaultWorld()}
 }
 
 // Validate names the first bad field.
