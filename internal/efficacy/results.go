@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
@@ -56,7 +57,7 @@ type Sweep struct {
 // after each with the results so far.
 func Experiment(ctx context.Context, r *Runner, save func(Results) error) (Results, error) {
 	res := Results{Config: r.Config, Seeds: r.Config.Seeds, Partial: true}
-	c0 := CPUTime()
+	c0, t0 := CPUTime(), time.Now()
 	for _, arm := range r.Config.Arms {
 		for _, seed := range r.Config.Seeds {
 			run, err := r.Run(ctx, arm, seed)
@@ -65,7 +66,7 @@ func Experiment(ctx context.Context, r *Runner, save func(Results) error) (Resul
 			}
 			res.Runs = append(res.Runs, run)
 			res.Partial = len(res.Runs) < len(r.Config.Arms)*len(r.Config.Seeds)
-			res.CPUSeconds = (CPUTime() - c0).Seconds()
+			res.CPUSeconds, res.WallSeconds = (CPUTime() - c0).Seconds(), time.Since(t0).Seconds()
 			res.summarize()
 			if err := save(res); err != nil {
 				return res, err
@@ -312,6 +313,9 @@ func (res Results) Table() string {
 		var tt []string
 		for _, x := range a.ToThreshold {
 			tt = append(tt, num(x, "%.0f"))
+		}
+		if s.NoRatio != "" { // a threshold below the warm start: every run "reaches" it at 0
+			tt = []string{"n/a"}
 		}
 		c, cr := res.ArmCost[a.Name], res.Credit[a.Name]
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d/%d | %.0f | %.0f | %s | %s | %s | %s |\n", a.Name, len(a.Seeds), pct(a.Final),
