@@ -17,7 +17,7 @@ import (
 type HintStats struct {
 	Rollouts   int `json:"rollouts"`
 	Selections int `json:"selections"`
-	Hints      int `json:"hints"`  // hints kept, trained on
+	Hints      int `json:"hints"`   // hints kept, trained on
 	NoHint     int `json:"no_hint"` // selections the rules had nothing to say about
 	// AnswerLeaks are hints dropped because they held the task's answer or the name of
 	// a file it reads; GuardLeaks those the teacher's general leak guard dropped.
