@@ -18,6 +18,36 @@ var armColors = []color.RGBA{{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 
 // (a line) and the range over seeds (a light band), the threshold as a dashed line,
 // and a legend. Curves of one arm must share their eval points' rollout counts.
 func PlotPNG(w io.Writer, curves []Curve, threshold float64, title string) error {
+	return plotPNG(w, curves, threshold, title, "rollouts consumed")
+}
+
+// PlotCPUPNG draws held-out success against training CPU-seconds: each eval of an
+// arm at the mean CPU-seconds its seeds had used by then.
+func PlotCPUPNG(w io.Writer, curves []Curve, threshold float64, title string) error {
+	byArm := map[string][]float64{}
+	n := map[string]int{}
+	for _, c := range curves {
+		sum := byArm[c.Arm]
+		for i, p := range c.Points {
+			if i >= len(sum) {
+				sum = append(sum, 0)
+			}
+			sum[i] += p.CPUSeconds
+		}
+		byArm[c.Arm] = sum
+		n[c.Arm]++
+	}
+	out := make([]Curve, len(curves))
+	for k, c := range curves {
+		out[k] = Curve{Arm: c.Arm, Seed: c.Seed, LR: c.LR}
+		for i, p := range c.Points {
+			out[k].Points = append(out[k].Points, Point{Rollouts: int(math.Round(byArm[c.Arm][i] / float64(n[c.Arm]))), Success: p.Success})
+		}
+	}
+	return plotPNG(w, out, threshold, title, "training CPU-seconds (mean over seeds)")
+}
+
+func plotPNG(w io.Writer, curves []Curve, threshold float64, title, xlabel string) error {
 	const W, H, left, right, top, bottom = 900, 560, 80, 200, 50, 60
 	img := image.NewRGBA(image.Rect(0, 0, W, H))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
@@ -53,7 +83,7 @@ func PlotPNG(w io.Writer, curves []Curve, threshold float64, title string) error
 	}
 	hline(img, left, W-right, H-bottom, black, 1)
 	vline(img, left, top, H-bottom, black)
-	drawText(img, left+(W-left-right)/2-textWidth("rollouts consumed", 2)/2, H-bottom+28, "rollouts consumed", black, 2)
+	drawText(img, left+(W-left-right)/2-textWidth(xlabel, 2)/2, H-bottom+28, xlabel, black, 2)
 	drawText(img, 8, top-30, "held-out success", black, 2)
 	drawText(img, left+(W-left-right)/2-textWidth(title, 2)/2, 10, title, black, 2)
 	// Threshold, dashed.

@@ -1,0 +1,99 @@
+// Command efficacy runs the efficacy experiment of issue 17 on the bundled task world:
+// does hint credit learn faster than outcome-only?
+//
+//	go run ./bench/efficacy -warmstart -backend xla-cpu   # the committed warm start (SFT)
+//	go run ./bench/efficacy -backend xla-cpu              # the arms, then results.json, efficacy.png
+//
+// Every arm starts from the warm start under bench/efficacy/warmstart/model; arms run
+// one after another with equal seeds, tasks, budgets, temperature, eval cadence and
+// hyperparameters, only the credit differing. Progress goes to stderr, one line per
+// eval.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hindsight-ai/hindsight/internal/efficacy"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+var start = time.Now()
+
+func progress(line string) {
+	fmt.Fprintf(os.Stderr, "[%6.0fs] %s\n", time.Since(start).Seconds(), line)
+}
+
+func main() {
+	def := efficacy.DefaultConfig()
+	ws := efficacy.DefaultWarmStart()
+	warm := flag.Bool("warmstart", false, "train the warm start (SFT on noisy demonstrations with hint turns) instead of running the arms")
+	preset := flag.String("preset", "mid", "model of the warm start: tiny, mid (tiny at hidden 128) or small")
+	wsFrom := flag.String("warmstart-from", "", "continue the warm start from this model directory instead of a fresh model")
+	wsSteps := flag.Int("warmstart-steps", ws.Steps, "most SFT steps of the warm start")
+	backendSpec := flag.String("backend", "xla-cpu", "GoMLX backend: xla-cpu, go, xla:<plugin path>")
+	dir := flag.String("dir", "bench/efficacy", "where the warm start is read (DIR/warmstart/model) and results are written")
+	arms := flag.String("arms", strings.Join(def.Arms, ","), "arms to run, comma-separated: outcome, hint, hint-only")
+	seeds := flag.Int("seeds", len(def.Seeds), "seeds per arm (1..N)")
+	steps := flag.Int("steps", def.Steps, "training steps per run")
+	tasks := flag.Int("tasks", def.TasksPerStep, "train tasks per step")
+	group := flag.Int("group", def.Group, "rollouts per task (G)")
+	evalEvery := flag.Int("eval-every", def.EvalEvery, "steps between held-out evals")
+	evalTasks := flag.Int("eval-tasks", def.EvalTasks, "held-out tasks per eval (the split has 250)")
+	lrs := flag.String("lrs", "", "learning-rate sweep grid, comma-separated: runs every arm at each on the validation split (seed 1) and picks the best mean final success; empty: -lr")
+	temp := flag.Float64("temperature", def.Temperature, "sampling temperature of the training rollouts (evals are greedy)")
+	sweepSteps := flag.Int("sweep-steps", 0, "training steps of each sweep run (0: -steps)")
+	lr := flag.Float64("lr", def.LR, "learning rate of every arm")
+	out := flag.String("out", "", "results directory (default -dir)")
+	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
+	flag.Parse()
+	if *replot {
+		res, err := efficacy.ReadResults(filepath.Join(*dir, "results.json"))
+		if err == nil {
+			err = res.Write(*dir)
+		}
+		if err != nil {
+			fatal(err)
+		}
+		fmt.Print(res.Table())
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	backend, err := xla.NewBackend(xla.ResolveBackend(*backendSpec, ""))
+	if err != nil {
+		fatal(err)
+	}
+	model := filepath.Join(*dir, "warmstart", "model")
+	if *warm {
+		ws.Steps = *wsSteps
+		if err := warmStart(ctx, backend, model, *preset, *wsFrom, ws); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	cfg := def
+	cfg.Model, cfg.Arms, cfg.Steps, cfg.TasksPerStep, cfg.Group = model, strings.Split(*arms, ","), *steps, *tasks, *group
+	cfg.EvalEvery, cfg.EvalTasks, cfg.LR, cfg.Temperature = *evalEvery, *evalTasks, *lr, *temp
+	cfg.Seeds = cfg.Seeds[:0]
+	for i := 1; i <= *seeds; i++ {
+		cfg.Seeds = append(cfg.Seeds, int64(i))
+	}
+	if *out == "" {
+		*out = *dir
+	}
+	if err := runArms(ctx, backend, cfg, *lrs, *sweepSteps, *out); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench/efficacy:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,336 @@
+package efficacy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/hindsight-ai/hindsight/collect"
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// Config is the experiment: what every arm shares.
+type Config struct {
+	Model string   `json:"-"` // the warm start's model directory
+	Arms  []string `json:"arms"`
+	Seeds []int64  `json:"seeds"`
+	// Steps optimizer steps per run, each on TasksPerStep train tasks × Group rollouts.
+	Steps        int     `json:"steps"`
+	TasksPerStep int     `json:"tasks_per_step"`
+	Group        int     `json:"group"`
+	Temperature  float64 `json:"temperature"`
+	LR           float64 `json:"lr"`
+	// EvalEvery steps, greedy success on the first EvalTasks tasks of EvalSplit.
+	EvalEvery int    `json:"eval_every"`
+	EvalTasks int    `json:"eval_tasks"`
+	EvalSplit string `json:"eval_split"`
+	World     World  `json:"world"`
+}
+
+// DefaultConfig returns the committed experiment's settings.
+func DefaultConfig() Config {
+	return Config{Arms: []string{ArmOutcome, ArmHint}, Seeds: []int64{1, 2, 3}, Steps: 8, TasksPerStep: 16, Group: 4,
+		Temperature: 0.7, LR: 1e-4, EvalEvery: 4, EvalTasks: 250, EvalSplit: toolworld.SplitHeldout, World: DefaultWorld()}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Arms) == 0:
+		return fmt.Errorf("arms: none")
+	case len(c.Seeds) == 0:
+		return fmt.Errorf("seeds: none")
+	case c.Steps < 1 || c.TasksPerStep < 1 || c.Group < 2:
+		return fmt.Errorf("steps %d, tasks_per_step %d, group %d: want ≥ 1, ≥ 1, ≥ 2", c.Steps, c.TasksPerStep, c.Group)
+	case c.EvalEvery < 1 || c.EvalTasks < 1:
+		return fmt.Errorf("eval_every %d, eval_tasks %d: want ≥ 1", c.EvalEvery, c.EvalTasks)
+	case !(c.LR > 0):
+		return fmt.Errorf("lr: %g, want > 0", c.LR)
+	}
+	for _, a := range c.Arms {
+		if _, err := SpecOf(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StepStat is one optimizer step's credit statistics.
+type StepStat struct {
+	Step     int     `json:"step"`
+	Success  float64 `json:"train_success"` // share of the step's rollouts with reward 1
+	Loss     float64 `json:"loss"`
+	Hints    int     `json:"hints"`
+	DeltaAbs float64 `json:"delta_abs_mean"` // mean |Δ| over hint tokens, nats
+	ClipFrac float64 `json:"clip_fraction"`
+	Pivot    float64 `json:"pivot_share"` // share of Σ|Δ| held by the top 1% of hint tokens
+	// DeltaFailed and DeltaOther are the mean signed Δ over hint tokens of failed tool
+	// calls and of other policy segments: a hint the policy follows should make a
+	// failed call less likely (negative).
+	DeltaFailed float64 `json:"delta_failed_call"`
+	DeltaOther  float64 `json:"delta_other"`
+	AOutAbs     float64 `json:"a_out_abs_mean"`
+	AHintAbs    float64 `json:"a_hint_abs_mean"`
+}
+
+// Run is one arm with one seed.
+type Run struct {
+	Curve       Curve      `json:"curve"`
+	WallSeconds float64    `json:"wall_seconds"`
+	CPUSeconds  float64    `json:"cpu_seconds"` // training (sampling, hints, steps), evals excluded
+	EvalCPU     float64    `json:"eval_cpu_seconds"`
+	Steps       []StepStat `json:"steps"`
+	Hints       HintStats  `json:"hints"`
+}
+
+// Runner runs arms from the warm start on one backend. It compiles once: one policy
+// (weights and sampler) serves every run, with one trainer per arm and learning rate,
+// and every run starts by restoring the reset checkpoint (the warm start's weights,
+// zero optimizer moments, step 0) into its trainer.
+type Runner struct {
+	Backend  backends.Backend
+	Config   Config
+	Progress func(string)
+	warm     map[string]float64 // the warm start's eval success per split, shared by every run
+	policy   *Policy
+	trainers map[string]*xla.Trainer
+	reset    string // the reset checkpoint's directory
+}
+
+// Close removes the reset checkpoint.
+func (r *Runner) Close() error {
+	if r.reset == "" {
+		return nil
+	}
+	return os.RemoveAll(filepath.Dir(r.reset))
+}
+
+// trainer returns the arm's trainer at the config's learning rate, restored to the
+// warm start.
+func (r *Runner) trainer(spec ArmSpec, seed int64) (*xla.Trainer, error) {
+	c := r.Config
+	if r.policy == nil {
+		p, err := OpenPolicy(r.Backend, c.Model)
+		if err != nil {
+			return nil, err
+		}
+		r.policy, r.trainers = p, map[string]*xla.Trainer{}
+	}
+	key := fmt.Sprintf("%s@%g", spec.Name, c.LR)
+	tr := r.trainers[key]
+	if tr == nil {
+		opt := xla.DefaultAdamW()
+		opt.LR, opt.WarmupSteps = c.LR, 2
+		var err error
+		if tr, err = xla.NewTrainer(r.Backend, r.policy.Model, xla.TrainerOptions{Credit: spec.Credit, Optimizer: opt, Seed: uint64(seed)}); err != nil {
+			return nil, fmt.Errorf("trainer of %s: %w", key, err)
+		}
+		r.trainers[key] = tr
+		if r.reset == "" { // the first trainer, before any step: the warm start itself
+			if r.reset, err = saveReset(tr, c.Model); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if _, err := tr.Restore(r.reset); err != nil {
+		return nil, fmt.Errorf("trainer of %s: %w", key, err)
+	}
+	return tr, nil
+}
+
+// saveReset writes the trainer's state as a checkpoint whose model file is bf16, so
+// that it carries f32 master weights that Trainer.Restore loads into the weights.
+func saveReset(tr *xla.Trainer, model string) (string, error) {
+	files, err := xla.ModelFiles(model)
+	if err != nil {
+		return "", err
+	}
+	cfg := bytes.Replace(files[data.ConfigFileName], []byte(`"torch_dtype": "float32"`), []byte(`"torch_dtype": "bfloat16"`), 1)
+	if bytes.Equal(cfg, files[data.ConfigFileName]) {
+		return "", fmt.Errorf("reset checkpoint: %s/config.json is not float32", model)
+	}
+	files[data.ConfigFileName] = cfg
+	root, err := os.MkdirTemp("", "efficacy-reset-")
+	if err != nil {
+		return "", err
+	}
+	dir, err := tr.SaveCheckpoint(root, files, data.TrainerState{}, 1)
+	if err != nil {
+		return "", fmt.Errorf("reset checkpoint: %w", err)
+	}
+	return dir, nil
+}
+
+// Tasks returns the train tasks of step (1-based) for seed: the same for every arm.
+func (c Config) Tasks(seed int64, step int) ([]toolworld.Task, error) {
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(step)))
+	out := make([]toolworld.Task, c.TasksPerStep)
+	for i := range out {
+		t, err := toolworld.Generate(toolworld.SplitTrain, rng.IntN(1<<20))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+func (r *Runner) eval(ctx context.Context, p *Policy) (float64, error) {
+	tasks, err := toolworld.Tasks(r.Config.EvalSplit, r.Config.EvalTasks)
+	if err != nil {
+		return 0, err
+	}
+	st, err := Evaluate(ctx, p, tasks, r.Config.World)
+	return st.Success, err
+}
+
+// Run trains one arm with one seed from the warm start and returns its curve: the
+// greedy eval success after every EvalEvery steps against rollouts consumed and
+// training CPU-seconds.
+func (r *Runner) Run(ctx context.Context, arm string, seed int64) (Run, error) {
+	c := r.Config
+	spec, err := SpecOf(arm)
+	if err != nil {
+		return Run{}, err
+	}
+	t0 := time.Now()
+	tr, err := r.trainer(spec, seed)
+	if err != nil {
+		return Run{}, fmt.Errorf("run %s seed %d: %w", arm, seed, err)
+	}
+	p := r.policy
+	run := Run{Curve: Curve{Arm: arm, Seed: seed, LR: c.LR}}
+	warm, ok := r.warm[c.EvalSplit]
+	if !ok {
+		e0 := CPUTime()
+		if warm, err = r.eval(ctx, p); err != nil {
+			return Run{}, err
+		}
+		if r.warm == nil {
+			r.warm = map[string]float64{}
+		}
+		r.warm[c.EvalSplit] = warm
+		r.Progress(fmt.Sprintf("warm start: %s success %.1f%% (%d tasks, cpu %.0fs)", c.EvalSplit, 100*warm, c.EvalTasks, (CPUTime() - e0).Seconds()))
+	}
+	run.Curve.Points = append(run.Curve.Points, Point{Success: warm})
+	h, err := NewHinter(p.Tok)
+	if err != nil {
+		return Run{}, err
+	}
+	var cpu time.Duration
+	for step := 1; step <= c.Steps; step++ {
+		c0 := CPUTime()
+		st, err := r.step(ctx, tr, p, h, spec, seed, step)
+		if err != nil {
+			return Run{}, fmt.Errorf("run %s seed %d: step %d: %w", arm, seed, step, err)
+		}
+		cpu += CPUTime() - c0
+		run.Steps = append(run.Steps, st)
+		if step%c.EvalEvery != 0 && step != c.Steps {
+			continue
+		}
+		e0 := CPUTime()
+		s, err := r.eval(ctx, p)
+		if err != nil {
+			return Run{}, fmt.Errorf("run %s seed %d: %w", arm, seed, err)
+		}
+		run.EvalCPU += (CPUTime() - e0).Seconds()
+		pt := Point{Rollouts: step * c.TasksPerStep * c.Group, CPUSeconds: cpu.Seconds(), Success: s}
+		run.Curve.Points = append(run.Curve.Points, pt)
+		r.Progress(fmt.Sprintf("%s seed %d: step %d/%d rollouts %d success %.1f%% (train %.1f%%, hints %d, |Δ| %.3f, clip %.3f) cpu %.0fs wall %.0fs",
+			arm, seed, step, c.Steps, pt.Rollouts, 100*s, 100*st.Success, h.Stats.Hints, st.DeltaAbs, st.ClipFrac, cpu.Seconds(), time.Since(t0).Seconds()))
+	}
+	run.CPUSeconds, run.WallSeconds, run.Hints = cpu.Seconds(), time.Since(t0).Seconds(), h.Stats
+	return run, nil
+}
+
+// step samples the step's rollouts with the policy, hints them (hint arms), and
+// applies one optimizer step.
+func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *Hinter, spec ArmSpec, seed int64, step int) (StepStat, error) {
+	c := r.Config
+	tasks, err := c.Tasks(seed, step)
+	if err != nil {
+		return StepStat{}, err
+	}
+	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, tasks, c.World.episodes(c.Group, c.Temperature, sampleSeed(seed, step)))
+	if err != nil {
+		return StepStat{}, err
+	}
+	st := StepStat{Step: step, Success: collect.Summarize(envs).Success}
+	batch := make([]xla.Rollout, len(envs))
+	rolls := make([]*rollout.Rollout, len(envs))
+	for i, e := range envs {
+		ro := e.Rollout(fmt.Sprintf("s%d-%04d-%03d", seed, step, i))
+		ro.PolicyVersion = tr.StepCount()
+		var hints []teacher.Hint
+		if spec.Hints {
+			if hints, err = h.Hints(ctx, ro, e.Task()); err != nil {
+				return StepStat{}, err
+			}
+			st.Hints += len(hints)
+		}
+		rolls[i] = ro
+		batch[i] = toTrainer(ro, hints, h.Empty(), 0)
+	}
+	met, err := tr.Step(ctx, batch)
+	if err != nil {
+		return StepStat{}, err
+	}
+	st.Loss, st.DeltaAbs, st.ClipFrac, st.Pivot = met.Loss, met.Credit.DeltaAbsMean, met.Credit.ClipFraction, met.Credit.TopShare
+	st.AOutAbs, st.AHintAbs = met.Credit.AOutAbsMean, met.Credit.AHintAbsMean
+	st.DeltaFailed, st.DeltaOther = signedDeltas(rolls, met)
+	return st, nil
+}
+
+// signedDeltas returns the mean Δ over hinted trainable tokens of failed tool calls
+// and of other policy segments (NaN where there are none).
+func signedDeltas(rolls []*rollout.Rollout, met xla.Metrics) (failed, other float64) {
+	var sf, so float64
+	var nf, no int
+	for i, ro := range rolls {
+		if i >= len(met.Results) {
+			break
+		}
+		d := met.Results[i].Delta
+		for k, s := range ro.Segments {
+			bad := s.Kind == rollout.KindToolCall && k+1 < len(ro.Segments) && ro.Segments[k+1].Status == rollout.StatusError
+			for t := int(s.Start); t < int(s.End) && t < len(d); t++ {
+				if math.IsNaN(d[t]) || !met.Inputs[i].Trainable[t] {
+					continue
+				}
+				if bad {
+					sf, nf = sf+d[t], nf+1
+				} else {
+					so, no = so+d[t], no+1
+				}
+			}
+		}
+	}
+	failed, other = math.NaN(), math.NaN()
+	if nf > 0 {
+		failed = sf / float64(nf)
+	}
+	if no > 0 {
+		other = so / float64(no)
+	}
+	return failed, other
+}
+
+// sampleSeed is the sampling seed of one step: the same for every arm.
+func sampleSeed(seed int64, step int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "efficacy/%d/%d", seed, step)
+	return h.Sum64()
+}

@@ -1,0 +1,182 @@
+package efficacy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// HintStats count what the hint stage did over a run.
+type HintStats struct {
+	Rollouts   int `json:"rollouts"`
+	Selections int `json:"selections"`
+	Hints      int `json:"hints"`   // hints kept, trained on
+	NoHint     int `json:"no_hint"` // selections the rules had nothing to say about
+	// AnswerLeaks are hints dropped because they held the task's answer or the name of
+	// a file it reads; GuardLeaks those the teacher's general leak guard dropped.
+	AnswerLeaks int `json:"answer_leaks"`
+	GuardLeaks  int `json:"guard_leaks"`
+	TooLong     int `json:"too_long"`
+	// ByReason counts kept hints per selection rule (tool_error, surprise, …).
+	ByReason map[string]int `json:"by_reason"`
+}
+
+// Hinter is the experiment's hint stage: teacher.Select on the whole rollout (the
+// selection may read the reward), then the rules teacher on the rollout cut just
+// after the selected segment and its own tool result (the teacher never sees what
+// came later, the reward or the checker), the general leak guard, the answer guard
+// (a hint holding the task's answer or one of its files' names is dropped and
+// counted) and the hint template. It is not safe for concurrent use.
+type Hinter struct {
+	sel      teacher.SelectConfig
+	rules    *teacher.RulesTeacher
+	guard    *teacher.LeakGuard
+	inserter *teacher.Inserter
+	tok      data.Tokenizer
+	Stats    HintStats
+}
+
+// HintTemplate is the byte tokenizer's hint turn, "<|user|>Hint: …<|end|>", the turn
+// toolworld.Env.Hint writes.
+var HintTemplate = teacher.Template{Preset: "bytes", Label: toolworld.HintLabel}
+
+// HintPatterns are the rules teacher's patterns in the task world: failed_call and
+// repeated_failure. unused_tool is left out: on any failure it names two tools the
+// episode did not call, which in a task that needs two or three of six tools is
+// mostly wrong advice and doubles a hint's length (~180 byte tokens, most of a
+// 256-token rollout); ignored_exit never fires (the tools print no exit codes).
+var HintPatterns = []string{teacher.PatternFailedCall, teacher.PatternRepeatedFailure}
+
+// NewHinter returns the hint stage with the teacher package's default selection and
+// leak guard, the rules teacher with HintPatterns, and HintTemplate.
+func NewHinter(tok data.Tokenizer) (*Hinter, error) {
+	cfg := teacher.DefaultConfig()
+	cfg.Rules.Patterns = HintPatterns
+	in, err := teacher.NewInserter(HintTemplate, tok, cfg.MaxHintTokens)
+	if err != nil {
+		return nil, fmt.Errorf("new hinter: %w", err)
+	}
+	return &Hinter{sel: cfg.Select, rules: teacher.NewRulesTeacher(cfg.Rules, tok),
+		guard: teacher.NewLeakGuard(cfg.Leak, tok), inserter: in, tok: tok,
+		Stats: HintStats{ByReason: map[string]int{}}}, nil
+}
+
+// Empty is the template with an empty hint (the q(∅) base).
+func (h *Hinter) Empty() []int32 { return h.inserter.Empty() }
+
+// Hints returns the hints of rollout r of task t, each with its template tokens.
+func (h *Hinter) Hints(ctx context.Context, r *rollout.Rollout, t toolworld.Task) ([]teacher.Hint, error) {
+	h.Stats.Rollouts++
+	sels := teacher.Select(r, h.sel)
+	h.Stats.Selections += len(sels)
+	var out []teacher.Hint
+	for _, s := range sels {
+		seen := cutAfter(r, s.Segment)
+		got, err := h.rules.Hints(ctx, seen, []teacher.Selection{s})
+		if err != nil {
+			return nil, fmt.Errorf("hints for %s: %w", r.ID, err)
+		}
+		hint := got[0]
+		switch {
+		case strings.TrimSpace(hint.Text) == "":
+			h.Stats.NoHint++
+			continue
+		case LeaksAnswer(hint.Text, t):
+			h.Stats.AnswerLeaks++
+			continue
+		case h.guard.Check(r, s, hint.Text) != nil:
+			h.Stats.GuardLeaks++
+			continue
+		}
+		toks, err := h.inserter.Wrap(hint.Text)
+		if err != nil {
+			h.Stats.TooLong++
+			continue
+		}
+		hint.Tokens = toks
+		out = append(out, hint)
+		h.Stats.Hints++
+		h.Stats.ByReason[string(s.Reason)]++
+	}
+	return out, nil
+}
+
+// cutAfter returns r as far as the teacher may see it for segment k: every segment up
+// to k and, when k is a tool call, the tool result right after it; no reward.
+func cutAfter(r *rollout.Rollout, k int) *rollout.Rollout {
+	last := k
+	if r.Segments[k].Kind == rollout.KindToolCall && k+1 < len(r.Segments) && r.Segments[k+1].Kind == rollout.KindToolResult {
+		last = k + 1
+	}
+	end := r.Segments[last].End
+	c := *r
+	c.Tokens = r.Tokens[:end]
+	c.LogProbs = r.LogProbs[:end]
+	c.Segments = r.Segments[:last+1]
+	c.Reward, c.HasReward, c.Feedback, c.HasFeedback = 0, false, 0, false
+	return &c
+}
+
+// LeaksAnswer reports whether hint text gives away task t: its answer string, as a
+// word, or the name of a file the solution reads (the answer's source).
+func LeaksAnswer(text string, t toolworld.Task) bool {
+	for _, w := range strings.FieldsFunc(text, func(r rune) bool {
+		return !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '.' || r == '/' || r == '_' || r == '-')
+	}) {
+		if strings.Trim(w, ".") == t.Answer {
+			return true
+		}
+	}
+	for path := range t.Files {
+		if !strings.Contains(strings.Join(t.Solution, "\n"), path) {
+			continue
+		}
+		base := path[strings.LastIndexByte(path, '/')+1:]
+		if strings.Contains(text, path) || strings.Contains(text, base) {
+			return true
+		}
+	}
+	return false
+}
+
+// toTrainer converts a toolworld rollout and its hints to the trainer's input: the
+// experiment's one copy of what daemon/device.go's toXLA does (to be swapped for the
+// shared adapter when it lands). A rollout without any sampler log-prob (a scripted
+// demonstration) gets NaN sampler log-probs (importance weight 1 with
+// credit.AllowNoSampler) and its policy tokens, headers excepted, as trainable.
+func toTrainer(r *rollout.Rollout, hints []teacher.Hint, empty []int32, header int) xla.Rollout {
+	T := len(r.Tokens)
+	xr := xla.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float32, T),
+		Trainable: make([]bool, T), Reward: float64(r.Reward), HasReward: r.HasReward}
+	sampled := r.HasLogProbs()
+	for i := range T {
+		xr.Sampler[i] = float32(math.NaN())
+		if lp, ok := r.LogProb(i); ok {
+			xr.Sampler[i] = lp
+		}
+		xr.Trainable[i] = r.Trainable(i)
+	}
+	if !sampled {
+		for _, s := range r.Segments {
+			if s.Kind.IsPolicy() {
+				for i := int(s.Start) + header; i < int(s.End); i++ {
+					xr.Trainable[i] = i > 0
+				}
+			}
+		}
+	}
+	for _, h := range hints {
+		xr.Hints = append(xr.Hints, xla.HintedSegment{
+			Segment:   xla.Segment{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens},
+			EmptyHint: empty,
+		})
+	}
+	return xr
+}
