@@ -27,31 +27,43 @@ type entry struct {
 	all       int // every token a step runs for it: the rollout, each hint and its re-scored span
 }
 
-// adapt converts a rollout and its teacher hints to the trainer's input. Each hint
-// brings its own empty-hint template (teacher.Hint.Empty), built with its tokens, so
-// a teacher reload between hinting and scoring cannot mismatch them.
-func adapt(it *Item) *entry {
-	r := it.Rollout
+// ToTrainer converts a rollout and the hints to score with it to the trainer's input,
+// with the one trainable rule (Trainable) and each hint's own empty-hint template
+// (teacher.Hint.Empty), built with its tokens, so a teacher reload between hinting and
+// scoring cannot mismatch them. The daemon's loop and the efficacy experiment both
+// use it.
+func ToTrainer(r *rollout.Rollout, hints []teacher.Hint) xla.Rollout {
 	T := len(r.Tokens)
-	e := &entry{item: it, hints: append([]teacher.Hint(nil), it.hints.Hints...), all: T}
-	e.xr = xla.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float32, T),
+	xr := xla.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float32, T),
 		Trainable: make([]bool, T), Reward: float64(r.Reward), HasReward: r.HasReward}
 	for i := range T {
 		if lp, ok := r.LogProb(i); ok {
-			e.xr.Sampler[i] = lp
+			xr.Sampler[i] = lp
 		} else {
-			e.xr.Sampler[i] = float32(math.NaN())
+			xr.Sampler[i] = float32(math.NaN())
 		}
-		e.xr.Trainable[i] = Trainable(r, i)
-		if e.xr.Trainable[i] {
+		xr.Trainable[i] = Trainable(r, i)
+	}
+	for _, h := range hints {
+		xr.Hints = append(xr.Hints, xla.HintedSegment{
+			Segment:   xla.Segment{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens},
+			EmptyHint: h.Empty,
+		})
+	}
+	return xr
+}
+
+// adapt converts an item (a rollout and its teacher hints) to a batch entry.
+func adapt(it *Item) *entry {
+	r := it.Rollout
+	e := &entry{item: it, hints: append([]teacher.Hint(nil), it.hints.Hints...), all: len(r.Tokens)}
+	e.xr = ToTrainer(r, e.hints)
+	for _, m := range e.xr.Trainable {
+		if m {
 			e.trainable++
 		}
 	}
 	for _, h := range e.hints {
-		e.xr.Hints = append(e.xr.Hints, xla.HintedSegment{
-			Segment:   xla.Segment{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens},
-			EmptyHint: h.Empty,
-		})
 		e.all += len(h.Tokens) + int(h.End-h.InsertAt)
 	}
 	return e

@@ -282,7 +282,7 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *Hinter
 			st.Hints += len(hints)
 		}
 		rolls[i] = ro
-		batch[i] = toTrainer(ro, hints, h.Empty(), 0)
+		batch[i] = toTrainer(ro, hints, 0)
 	}
 	met, err := tr.Step(ctx, batch)
 	if err != nil {

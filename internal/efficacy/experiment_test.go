@@ -168,7 +168,7 @@ func TestDemoTrainsOnlyTheRightCalls(t *testing.T) {
 		_, err = toolworld.Play(env, toolworld.NewNoisy(0.5, uint64(i)), 16)
 		require.NoError(t, err)
 		r := env.Rollout("d")
-		xr := maskMistakes(r, toTrainer(r, nil, nil, 1))
+		xr := maskMistakes(r, toTrainer(r, nil, 1))
 		for k, s := range r.Segments {
 			bad := s.Kind == rollout.KindToolCall && r.Segments[k+1].Status == rollout.StatusError
 			for p := s.Start; p < s.End; p++ {

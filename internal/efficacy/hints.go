@@ -3,13 +3,13 @@ package efficacy
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/train"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -68,9 +68,6 @@ func NewHinter(tok data.Tokenizer) (*Hinter, error) {
 		Stats: HintStats{ByReason: map[string]int{}}}, nil
 }
 
-// Empty is the template with an empty hint (the q(∅) base).
-func (h *Hinter) Empty() []int32 { return h.inserter.Empty() }
-
 // Hints returns the hints of rollout r of task t, each with its template tokens.
 func (h *Hinter) Hints(ctx context.Context, r *rollout.Rollout, t toolworld.Task) ([]teacher.Hint, error) {
 	h.Stats.Rollouts++
@@ -100,7 +97,7 @@ func (h *Hinter) Hints(ctx context.Context, r *rollout.Rollout, t toolworld.Task
 			h.Stats.TooLong++
 			continue
 		}
-		hint.Tokens = toks
+		hint.Tokens, hint.Empty = toks, h.inserter.Empty()
 		out = append(out, hint)
 		h.Stats.Hints++
 		h.Stats.ByReason[string(s.Reason)]++
@@ -146,24 +143,14 @@ func LeaksAnswer(text string, t toolworld.Task) bool {
 	return false
 }
 
-// toTrainer converts a toolworld rollout and its hints to the trainer's input: the
-// experiment's one copy of what daemon/device.go's toXLA does (to be swapped for the
-// shared adapter when it lands). A rollout without any sampler log-prob (a scripted
-// demonstration) gets NaN sampler log-probs (importance weight 1 with
-// credit.AllowNoSampler) and its policy tokens, headers excepted, as trainable.
-func toTrainer(r *rollout.Rollout, hints []teacher.Hint, empty []int32, header int) xla.Rollout {
-	T := len(r.Tokens)
-	xr := xla.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float32, T),
-		Trainable: make([]bool, T), Reward: float64(r.Reward), HasReward: r.HasReward}
-	sampled := r.HasLogProbs()
-	for i := range T {
-		xr.Sampler[i] = float32(math.NaN())
-		if lp, ok := r.LogProb(i); ok {
-			xr.Sampler[i] = lp
-		}
-		xr.Trainable[i] = r.Trainable(i)
-	}
-	if !sampled {
+// toTrainer converts a toolworld rollout and its hints to the trainer's input through
+// the daemon's one adapter (train.ToTrainer). A demonstration has no sampler log-probs
+// at all (scripted text is not sampled); DESIGN.md makes such a rollout trainable only
+// when configured (credit.allow_no_sampler, importance weight 1), and then its policy
+// segments past their first header tokens (the harness's role header) are the targets.
+func toTrainer(r *rollout.Rollout, hints []teacher.Hint, header int) xla.Rollout {
+	xr := train.ToTrainer(r, hints)
+	if !r.HasLogProbs() {
 		for _, s := range r.Segments {
 			if s.Kind.IsPolicy() {
 				for i := int(s.Start) + header; i < int(s.End); i++ {
@@ -171,12 +158,6 @@ func toTrainer(r *rollout.Rollout, hints []teacher.Hint, empty []int32, header i
 				}
 			}
 		}
-	}
-	for _, h := range hints {
-		xr.Hints = append(xr.Hints, xla.HintedSegment{
-			Segment:   xla.Segment{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens},
-			EmptyHint: empty,
-		})
 	}
 	return xr
 }

@@ -126,7 +126,7 @@ func Demos(tok data.Tokenizer, cfg WarmStartConfig) ([]xla.Rollout, int, int, Hi
 			hintTurns += a.hints
 		}
 		r.Reward, r.HasReward = 1, true
-		out = append(out, maskMistakes(r, toTrainer(r, nil, nil, header)))
+		out = append(out, maskMistakes(r, toTrainer(r, nil, header)))
 	}
 	return out, hintDemos, hintTurns, h.Stats, nil
 }
