@@ -150,7 +150,7 @@ func (dm *demo) summary() {
 		fmt.Fprintf(dm.out, "  checkpoint   %s  (a Hugging Face model directory; trainer_state.json counts the trained rollouts)\n", ck.Path)
 		fmt.Fprintf(dm.out, "  credit files %s  (one <file>.credit.arrow per input file: per-token student/teacher log-probs, advantages, hints)\n", dm.cfg.OutputPath())
 		fmt.Fprintf(dm.out, "\nlook at them:\n")
-		fmt.Fprintf(dm.out, "  python3 -c 'import glob, pyarrow as pa; t = pa.ipc.open_file(sorted(glob.glob(\"%s/*.credit.arrow\"))[0]).read_all(); print(t.schema); print(t.slice(0, 1).to_pylist()[0][\"hints\"])'\n", dm.cfg.OutputPath())
+		fmt.Fprintf(dm.out, "  hindsight inspect -html credit.html %s/*.credit.arrow   # a page: each token coloured by its credit, hints inline\n", dm.cfg.OutputPath())
 		fmt.Fprintf(dm.out, "  cat %s/trainer_state.json | head -c 600\n", ck.Path)
 	}
 	fmt.Fprintf(dm.out, "\nnext: run hindsightd without -demo to watch %s, and `hindsight status` to query it\n", dm.incoming())
