@@ -43,6 +43,7 @@ const maxRequestBytes = 1 << 20
 //	/grpc.reflection.v1.ServerReflection/*  reflection (and v1alpha), for grpcurl and friends
 //	GET /metrics                            Prometheus metrics from the gatherer
 //	GET /healthz                            200 "ok" while serving, else 503
+//	GET /, /status/history.json, /viewer/   status page and credit viewer (SetPages; pages.go)
 //
 // A Server reports SERVING from the start; the daemon calls SetServing as its readiness
 // changes. A Server is started once and shut down once.
@@ -65,6 +66,7 @@ type Server struct {
 	mu       sync.Mutex
 	listener net.Listener // set by Start
 	control  Controller   // set by SetController; nil: ControlService is UNIMPLEMENTED
+	pages    *Pages       // set by SetPages; nil: the page routes are 404
 }
 
 // Controller carries out ControlService calls: the daemon pauses and resumes its
@@ -122,6 +124,7 @@ func NewServer(addr string, snapshot func() *hindsightv1.Status, gatherer promet
 		mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET /healthz", s.healthz)
+	s.registerPages(mux)
 
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)

@@ -52,6 +52,7 @@ type stats struct {
 	evals func() (latest, best []eval.Result)
 
 	snap atomic.Pointer[hindsightv1.Status]
+	hist *history // a point per publish, for the status page
 }
 
 type rateSample struct {
@@ -64,7 +65,8 @@ func newStats(version, dataDir string, started time.Time, sp *rollout.Spool, pau
 	if err != nil {
 		dir = dataDir
 	}
-	return &stats{version: version, dataDir: dir, started: started, spool: sp, pause: pause, state: stateStarting}
+	return &stats{version: version, dataDir: dir, started: started, spool: sp, pause: pause, state: stateStarting,
+		hist: newHistory(historySize)}
 }
 
 // snapshot returns the latest published status; never mutate it.
@@ -153,6 +155,7 @@ func (s *stats) publish() {
 		st.Evals, st.BestEvals = evalProtos(latest), evalProtos(best)
 	}
 	s.snap.Store(st)
+	s.hist.add(historyPoint(st))
 }
 
 func ingestProto(t rollout.Totals, rps, tps float64) *hindsightv1.IngestStats {
