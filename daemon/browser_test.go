@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/data"
+)
+
+// chromiumPath returns the browser binary, or skips the test without one (fails
+// instead when HINDSIGHT_REQUIRE_BROWSER=1, as in CI). HINDSIGHT_CHROMIUM names it
+// when it is not chromium on PATH.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("HINDSIGHT_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("HINDSIGHT_REQUIRE_BROWSER") == "1" {
+		t.Fatal("chromium not found and HINDSIGHT_REQUIRE_BROWSER=1")
+	}
+	t.Skip("chromium not found: apt-get install -y chromium (or set HINDSIGHT_CHROMIUM)")
+	return ""
+}
+
+// TestStatusPageInBrowser loads / from the real server in headless Chromium, lets
+// its script fetch /status/history.json, and checks the rendered DOM: the state, a
+// chart per series with its SVG polyline, the eval chart and the credit file link.
+func TestStatusPageInBrowser(t *testing.T) {
+	chromium := chromiumPath(t)
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	dir := t.TempDir()
+	name := "3-run" + data.CreditSuffix
+	writeTestCredit(t, dir, name, "hi")
+	base := startPagesServer(t, dir)
+
+	profile := t.TempDir()
+	cmd := exec.CommandContext(t.Context(), chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
+		"--no-first-run", "--no-default-browser-check", "--user-data-dir="+filepath.Join(profile, "p"),
+		"--virtual-time-budget=5000", "--dump-dom", base+"/")
+	out, err := cmd.Output()
+	require.NoError(t, err, "chromium --dump-dom")
+	dom := string(out)
+	require.Contains(t, dom, `<span id="state">ready</span>`)
+	line := regexp.MustCompile(`<polyline [^>]*class="line series"[^>]*points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+"`)
+	for _, id := range []string{"loss", "tps", "clip", "pivot", "latency", "errors", "queue", "evals"} {
+		at := strings.Index(dom, `id="chart-`+id+`"`)
+		require.GreaterOrEqual(t, at, 0, "chart %s rendered", id)
+		card := dom[at:]
+		card = card[:strings.Index(card, "</svg>")]
+		require.Regexp(t, line, card, "chart %s draws its two points", id)
+	}
+	require.Contains(t, dom, `href="/viewer/`+name+`"`)
+	require.Contains(t, dom, "smoke")
+}
