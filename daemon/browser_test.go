@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -47,7 +49,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	base := startPagesServer(t, dir)
 
 	profile := t.TempDir()
-	cmd := exec.CommandContext(t.Context(), chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
 		"--no-first-run", "--no-default-browser-check", "--user-data-dir="+filepath.Join(profile, "p"),
 		"--virtual-time-budget=5000", "--dump-dom", base+"/")
 	out, err := cmd.Output()
