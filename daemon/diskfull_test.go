@@ -117,6 +117,7 @@ func TestDiskFull(t *testing.T) {
 		st := status()
 		return !st.GetPaused() && st.GetSpool().GetDone() == 2 && st.GetTraining().GetRolloutsTrained() == 4
 	}, 2*time.Minute, 100*time.Millisecond, "%s", logs)
+	checkPagesOfRun(t, "http://"+addr)
 
 	cancel()
 	select {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -194,4 +195,32 @@ func TestPublishRecordsHistory(t *testing.T) {
 	pts := s.hist.points()
 	require.Len(t, pts, 1)
 	require.Equal(t, "STATE_STARTING", pts[0].State)
+}
+
+// checkPagesOfRun checks the pages of a running daemon (TestDiskFull's, after it has
+// trained): the history holds training points, and each credit file it lists opens in
+// the viewer.
+func checkPagesOfRun(t *testing.T, base string) {
+	t.Helper()
+	var doc struct {
+		History []HistoryPoint `json:"history"`
+		Files   []creditFile   `json:"files"`
+	}
+	require.Eventually(t, func() bool {
+		code, body, _ := get(t, base+"/status/history.json")
+		require.Equal(t, http.StatusOK, code)
+		require.NoError(t, json.Unmarshal([]byte(body), &doc))
+		return len(doc.Files) > 0 && len(doc.History) > 1 && doc.History[len(doc.History)-1].Step > 0
+	}, time.Minute, 100*time.Millisecond, "no credit file or training point in the history")
+	last := doc.History[len(doc.History)-1]
+	require.NotZero(t, last.Loss, "a step's loss is sampled")
+	require.True(t, slices.IsSortedFunc(doc.History, func(a, b HistoryPoint) int { return a.At.Compare(b.At) }), "oldest first")
+	for _, f := range doc.Files {
+		code, body, _ := get(t, base+"/viewer/"+f.Name)
+		require.Equal(t, http.StatusOK, code, f.Name)
+		require.Contains(t, body, `id="credit-data"`)
+	}
+	code, body, _ := get(t, base+"/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `id="charts"`)
 }
