@@ -52,29 +52,7 @@ func BenchmarkRead100k(b *testing.B) {
 			path := benchFile(b, n, tokens, format)
 			b.SetBytes(fileSize(b, path))
 			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			for i := 0; i < b.N; i++ {
-				rd, err := OpenReader(path, ReadOptions{VocabSize: 1000})
-				if err != nil {
-					b.Fatal(err)
-				}
-				got := 0
-				for rd.Next() {
-					if rd.Problems() != nil {
-						b.Fatal(rd.Problems())
-					}
-					got += len(rd.Rollout().Tokens)
-				}
-				if err := rd.Err(); err != nil {
-					b.Fatal(err)
-				}
-				rd.Close()
-				if got != n*tokens {
-					b.Fatalf("read %d tokens, want %d", got, n*tokens)
-				}
-			}
-			reportThroughput(b, path, n*tokens, time.Since(start))
+			benchRead(b, path, n*tokens)
 		})
 	}
 }
@@ -187,4 +165,32 @@ func BenchmarkReadHeap2GB(b *testing.B) {
 	if peak > 300<<20 {
 		b.Errorf("peak heap %d MB, want < 300 MB", peak>>20)
 	}
+}
+
+// benchRead reads the file at path b.N times, failing on any problem or a token count
+// other than want, and reports the throughput.
+func benchRead(b *testing.B, path string, want int) {
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		rd, err := OpenReader(path, ReadOptions{VocabSize: 1000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := 0
+		for rd.Next() {
+			if rd.Problems() != nil {
+				b.Fatal(rd.Problems())
+			}
+			got += len(rd.Rollout().Tokens)
+		}
+		if err := rd.Err(); err != nil {
+			b.Fatal(err)
+		}
+		rd.Close()
+		if got != want {
+			b.Fatalf("read %d tokens, want %d", got, want)
+		}
+	}
+	reportThroughput(b, path, want, time.Since(start))
 }

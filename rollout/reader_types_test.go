@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -362,29 +361,7 @@ func BenchmarkReadTypes100k(b *testing.B) {
 			rec := fxTyped(b, rs, c.types, nil)
 			path := fxWriteRecords(b, FormatFile, rec.Schema(), rec)
 			b.SetBytes(fileSize(b, path))
-			b.ResetTimer()
-			start := time.Now()
-			for i := 0; i < b.N; i++ {
-				rd, err := OpenReader(path, ReadOptions{VocabSize: 1000})
-				if err != nil {
-					b.Fatal(err)
-				}
-				got := 0
-				for rd.Next() {
-					if rd.Problems() != nil {
-						b.Fatal(rd.Problems())
-					}
-					got += len(rd.Rollout().Tokens)
-				}
-				if err := rd.Err(); err != nil {
-					b.Fatal(err)
-				}
-				rd.Close()
-				if got != n*tokens {
-					b.Fatalf("read %d tokens, want %d", got, n*tokens)
-				}
-			}
-			reportThroughput(b, path, n*tokens, time.Since(start))
+			benchRead(b, path, n*tokens)
 		})
 	}
 }
