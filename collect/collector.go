@@ -215,6 +215,9 @@ func (p *policy) refresh() (bool, error) {
 	if p.root != "" {
 		if target, err := os.Readlink(filepath.Join(p.root, data.LatestLinkName)); err == nil {
 			ck := filepath.Join(p.root, target)
+			if p.sampler != nil && ck == p.dir {
+				return false, nil // latest has not moved: no need to hash its files again
+			}
 			if st, err := data.VerifyCheckpoint(ck); err == nil {
 				dir, step = ck, st.Step
 			} else {
