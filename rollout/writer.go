@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -26,7 +27,8 @@ type WriteOptions struct {
 // Writer writes rollouts in the canonical Schema, one record batch every BatchRows
 // rollouts: it holds at most one batch in memory.
 type Writer struct {
-	rows  int
+	rows  int // rollouts in the batch being built
+	total int // rollouts written, for errors
 	batch int
 	b     *array.RecordBuilder
 	ipc   interface {
@@ -106,6 +108,9 @@ func (w *Writer) Write(r *Rollout) error {
 	if w.closed {
 		return errors.New("write rollout: writer is closed")
 	}
+	if err := checkUTF8(r); err != nil {
+		return fmt.Errorf("write rollout %d (%q): %w", w.total, r.ID, err)
+	}
 	w.id.Append(r.ID)
 	appendString(w.task, r.TaskID)
 	w.policy.Append(r.PolicyVersion)
@@ -168,8 +173,38 @@ func (w *Writer) Write(r *Rollout) error {
 	}
 
 	w.rows++
+	w.total++
 	if w.rows >= w.batch {
 		return w.flush()
+	}
+	return nil
+}
+
+// checkUTF8 refuses a rollout with a string that is not valid UTF-8 before any of
+// it is buffered: Arrow's utf8 type requires valid UTF-8, and readers (ours included)
+// reject the whole file when one string is not.
+func checkUTF8(r *Rollout) error {
+	bad := func(field, s string) error {
+		if utf8.ValidString(s) {
+			return nil
+		}
+		return fmt.Errorf("field %s: invalid UTF-8 %q", field, s)
+	}
+	for _, f := range []struct{ name, s string }{
+		{ColRolloutID, r.ID}, {ColTaskID, r.TaskID}, {ColTokenizer, r.Tokenizer},
+	} {
+		if err := bad(f.name, f.s); err != nil {
+			return err
+		}
+	}
+	for i, s := range r.Segments {
+		for _, f := range []struct{ name, s string }{
+			{"kind", s.KindName}, {"tool", s.Tool}, {"feedback", s.Feedback},
+		} {
+			if err := bad(fmt.Sprintf("%s[%d].%s", ColSegments, i, f.name), f.s); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -78,3 +78,40 @@ func TestNewWriterBadFormat(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, "Format(9)", Format(9).String())
 }
+
+// TestWriterRefusesInvalidUTF8 checks that a string Arrow's utf8 type cannot hold is
+// refused before any of the rollout is buffered, naming the row and field, and that
+// the rows around it still make a readable file.
+func TestWriterRefusesInvalidUTF8(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, WriteOptions{BatchRows: 2})
+	require.NoError(t, err)
+	require.NoError(t, w.Write(fxRollout("a", 8)))
+
+	bad := fxRollout("b", 8)
+	bad.Segments[0].Tool = "ls\xff"
+	err = w.Write(bad)
+	require.ErrorContains(t, err, `write rollout 1 ("b")`)
+	require.ErrorContains(t, err, "segments[0].tool: invalid UTF-8")
+
+	badID := fxRollout("c\xc3", 8)
+	require.ErrorContains(t, w.Write(badID), "field rollout_id: invalid UTF-8")
+
+	require.NoError(t, w.Write(fxRollout("d", 8)))
+	require.NoError(t, w.Close())
+
+	fr, err := ipc.NewFileReader(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	defer fr.Close()
+	rows := 0
+	for i := 0; i < fr.NumRecords(); i++ {
+		rec, err := fr.Record(i)
+		require.NoError(t, err)
+		rows += int(rec.NumRows())
+		ids := rec.Column(0).(*array.String)
+		for j := 0; j < ids.Len(); j++ {
+			require.Contains(t, []string{"a", "d"}, ids.Value(j))
+		}
+	}
+	require.Equal(t, 2, rows, "the refused rollouts left nothing behind")
+}
