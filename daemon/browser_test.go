@@ -58,6 +58,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	require.NoError(t, err, "chromium --dump-dom")
 	dom := string(out)
 	require.Contains(t, dom, `<span id="state">ready</span>`)
+	require.Regexp(t, `uptime 1h 30m 0s;`, dom, "uptime in whole seconds, not protojson's 12.345678s")
 	line := regexp.MustCompile(`<polyline [^>]*class="line series"[^>]*points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+"`)
 	for _, id := range []string{"loss", "tps", "clip", "pivot", "latency", "errors", "queue", "evals"} {
 		at := strings.Index(dom, `id="chart-`+id+`"`)
