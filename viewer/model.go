@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/hindsight-ai/hindsight/data"
 )
@@ -172,12 +174,16 @@ func rollout(file string, r *data.CreditRow, tok, bytesTok data.Tokenizer, clip 
 }
 
 // tokenTexts returns the text of each token: dec's decoding of it alone, or its
-// id when dec is nil.
+// id when dec is nil. A token that is part of a character (a byte of a multi-byte
+// UTF-8 sequence, as byte and byte-level BPE tokenizers make) decodes alone to
+// U+FFFD: the shortest run of up to four tokens that decodes without U+FFFD is
+// decoded together, shown on the run's first token with the others empty, rather
+// than one U+FFFD per byte. (A U+FFFD in the text itself stays one per byte.)
 func tokenTexts(dec data.Tokenizer, ids []int32) ([]string, error) {
 	out := make([]string, len(ids))
-	for t, id := range ids {
+	for t := range ids {
 		if dec == nil {
-			out[t] = strconv.Itoa(int(id)) + " "
+			out[t] = strconv.Itoa(int(ids[t])) + " "
 			continue
 		}
 		s, err := dec.Decode(ids[t : t+1])
@@ -185,6 +191,29 @@ func tokenTexts(dec data.Tokenizer, ids []int32) ([]string, error) {
 			return nil, fmt.Errorf("decode token %d: %w", t, err)
 		}
 		out[t] = s
+	}
+	if dec == nil {
+		return out, nil
+	}
+	const bad = "\uFFFD"
+	for t := 0; t < len(ids); t++ {
+		if !strings.Contains(out[t], bad) {
+			continue
+		}
+		for k := 2; k <= utf8.UTFMax && t+k <= len(ids); k++ {
+			run, err := dec.Decode(ids[t : t+k])
+			if err != nil {
+				break
+			}
+			if !strings.Contains(run, bad) {
+				out[t] = run
+				for j := t + 1; j < t+k; j++ {
+					out[j] = ""
+				}
+				t += k - 1
+				break
+			}
+		}
 	}
 	return out, nil
 }

@@ -202,3 +202,14 @@ func BenchmarkPage100k(b *testing.B) {
 	}
 	b.ReportMetric(float64(buf.Len()), "page_bytes")
 }
+
+// TestTokenTextsJoinsMultiByteCharacters checks that the bytes of one UTF-8
+// character are shown as the character on its first byte, not one U+FFFD per byte,
+// while a U+FFFD in the text itself stays one per byte.
+func TestTokenTextsJoinsMultiByteCharacters(t *testing.T) {
+	tok := data.NewBytesTokenizer()
+	ids := tok.Encode("né→\uFFFDx")
+	got, err := tokenTexts(tok, ids)
+	require.NoError(t, err)
+	require.Equal(t, []string{"n", "é", "", "→", "", "", "\uFFFD", "\uFFFD", "\uFFFD", "x"}, got)
+}
