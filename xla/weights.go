@@ -25,6 +25,7 @@ type Weights interface {
 type Model struct {
 	Config Config
 	ctx    *context.Context
+	lora   *LoRAConfig // adapters in ctx (lora.go); nil: every weight trains
 }
 
 // OpenModel loads the model directory dir (config.json, safetensors, tokenizer)
