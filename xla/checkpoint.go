@@ -183,7 +183,8 @@ func (tr *Trainer) SaveCheckpoint(root string, files map[string][]byte, state da
 // verify (data.VerifyCheckpoint): master weights (when the model file is not F32;
 // otherwise the weights the model was opened with must be the checkpoint's),
 // optimizer moments and step, teacher, baselines, RNG and trained rollout_ids. The
-// Trainer should be new, over the model opened from dir (OpenModel(dir)).
+// Trainer should be new, over the model opened from dir (OpenModel(dir)); a LoRA
+// Trainer over the base model directory, its adapters read from dir's adapter/.
 func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 	st, err := data.VerifyCheckpoint(dir)
 	if err != nil {
@@ -198,6 +199,9 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 	}
 	if optSt.Step < 0 || optSt.Step > st.Step {
 		return fail("optimizer state: %d updates at step %d, want 0…%d", optSt.Step, st.Step, st.Step)
+	}
+	if err := tr.loraRestore(dir, st); err != nil { // before the moments: it says which run wrote dir
+		return fail("%v", err)
 	}
 	of, err := data.OpenSafetensors(data.TrainerFile(dir, data.OptimizerFileName))
 	if err != nil {
@@ -245,9 +249,6 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 				return fail("%s: %v", name, err)
 			}
 		}
-	}
-	if err := tr.loraRestore(dir, st); err != nil {
-		return fail("%v", err)
 	}
 	if tr.teacher != nil && tr.teacher.cfg.Mode != TeacherBase {
 		tf, err := data.OpenSafetensors(data.TrainerFile(dir, data.TeacherFileName))

@@ -45,30 +45,30 @@ func peftName(scope, variable string) string {
 // adapterConfig is adapter_config.json with the fields PEFT 0.13.2's LoraConfig
 // writes (save_pretrained), in its key order.
 type adapterConfig struct {
-	AlphaPattern          map[string]any `json:"alpha_pattern"`
-	AutoMapping           any            `json:"auto_mapping"`
-	BaseModelNameOrPath   string         `json:"base_model_name_or_path"`
-	Bias                  string         `json:"bias"`
-	FanInFanOut           bool           `json:"fan_in_fan_out"`
-	InferenceMode         bool           `json:"inference_mode"`
-	InitLoraWeights       any            `json:"init_lora_weights"`
-	LayerReplication      any            `json:"layer_replication"`
-	LayersPattern         any            `json:"layers_pattern"`
-	LayersToTransform     any            `json:"layers_to_transform"`
-	LoftqConfig           map[string]any `json:"loftq_config"`
-	LoraAlpha             float64        `json:"lora_alpha"`
-	LoraDropout           float64        `json:"lora_dropout"`
-	MegatronConfig        any            `json:"megatron_config"`
-	MegatronCore          string         `json:"megatron_core"`
-	ModulesToSave         any            `json:"modules_to_save"`
-	PeftType              string         `json:"peft_type"`
-	R                     int            `json:"r"`
-	RankPattern           map[string]any `json:"rank_pattern"`
-	Revision              any            `json:"revision"`
-	TargetModules         any            `json:"target_modules"` // a list, or a regex string
-	TaskType              string         `json:"task_type"`
-	UseDora               bool           `json:"use_dora"`
-	UseRSLoRA             bool           `json:"use_rslora"`
+	AlphaPattern        map[string]any `json:"alpha_pattern"`
+	AutoMapping         any            `json:"auto_mapping"`
+	BaseModelNameOrPath string         `json:"base_model_name_or_path"`
+	Bias                string         `json:"bias"`
+	FanInFanOut         bool           `json:"fan_in_fan_out"`
+	InferenceMode       bool           `json:"inference_mode"`
+	InitLoraWeights     any            `json:"init_lora_weights"`
+	LayerReplication    any            `json:"layer_replication"`
+	LayersPattern       any            `json:"layers_pattern"`
+	LayersToTransform   any            `json:"layers_to_transform"`
+	LoftqConfig         map[string]any `json:"loftq_config"`
+	LoraAlpha           float64        `json:"lora_alpha"`
+	LoraDropout         float64        `json:"lora_dropout"`
+	MegatronConfig      any            `json:"megatron_config"`
+	MegatronCore        string         `json:"megatron_core"`
+	ModulesToSave       any            `json:"modules_to_save"`
+	PeftType            string         `json:"peft_type"`
+	R                   int            `json:"r"`
+	RankPattern         map[string]any `json:"rank_pattern"`
+	Revision            any            `json:"revision"`
+	TargetModules       any            `json:"target_modules"` // a list, or a regex string
+	TaskType            string         `json:"task_type"`
+	UseDora             bool           `json:"use_dora"`
+	UseRSLoRA           bool           `json:"use_rslora"`
 }
 
 // adapterConfigJSON is adapter_config.json for cfg: inference_mode true, as PEFT
