@@ -227,3 +227,32 @@ func TestLoRABackpropModes(t *testing.T) {
 	require.Greater(t, worstT, 1e-3*scale)
 	require.True(t, slices.ContainsFunc(full, func(g []float32) bool { return slices.ContainsFunc(g, func(x float32) bool { return x != 0 }) }))
 }
+
+// TestLoRAFrozenTeacher: a frozen teacher of a LoRA run copies the adapters (not
+// the base, which it shares) and refreshes them every refresh_every updates.
+func TestLoRAFrozenTeacher(t *testing.T) {
+	backend := newTestBackend(t)
+	m, err := OpenModel(tinyModelDir(t))
+	require.NoError(t, err)
+	opts := loraOptions(nil)
+	opts.Credit.KLBeta = 0
+	opts.Teacher = TeacherConfig{Mode: TeacherFrozen, RefreshEvery: 2}
+	tr, err := NewTrainer(backend, m, opts)
+	require.NoError(t, err)
+	tv := trainables(tr.teacher.model)
+	require.Len(t, tv, len(trainables(m)))
+	for _, v := range baseVariables(tr.teacher.model) {
+		require.Same(t, m.ctx.GetVariableByScopeAndName(v.Scope(), v.Name()).MustValue(), v.MustValue(), "the base is shared")
+	}
+	a0 := weightsOfVars(tv)
+	pool := rolloutPool(4, 8)
+	for tr.UpdateCount() < 1 {
+		trainSteps(t, tr, pool, 1)
+	}
+	require.Equal(t, a0, weightsOfVars(tv), "not refreshed after one update")
+	require.NotEqual(t, a0, weightsOfVars(trainables(m)))
+	for tr.UpdateCount() < 2 {
+		trainSteps(t, tr, pool, 1)
+	}
+	require.Equal(t, weightsOfVars(trainables(m)), weightsOfVars(trainables(tr.teacher.model)), "refreshed after two")
+}
