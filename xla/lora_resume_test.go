@@ -114,15 +114,17 @@ func abs32(x float32) float32 {
 //     (CONFIG_NAME); get_peft_model_state_dict (utils/save_and_load.py) keeps the
 //     state-dict keys containing "lora_" and removes ".<adapter_name>", so keys are
 //     base_model.model.<module>.lora_A.weight / .lora_B.weight, A [r, in], B [out, r]
-//     (nn.Linear(in, r) and nn.Linear(r, out) weights); set_peft_model_state_dict
-//     puts the adapter name back on load.
+//     (nn.Linear(in, r) and nn.Linear(r, out) weights); on load, load_peft_weights
+//     (the same file) reads adapter_model.safetensors when it exists, and
+//     set_peft_model_state_dict puts the adapter name back in each key.
 //   - vLLM vllm/lora/peft_helper.py PEFTHelper.from_dict requires r, lora_alpha and
 //     target_modules, rejects modules_to_save and use_dora, and scales by
 //     lora_alpha/r (lora_alpha/√r with use_rslora); vllm/lora/models.py (lora_model.py
 //     in newer releases) LoRAModel.from_local_checkpoint reads
 //     adapter_model.safetensors and refuses a tensor whose module, after
 //     vllm/lora/utils.py parse_fine_tuned_lora_name strips "base_model.model." and
-//     ".lora_A.weight", does not end in one of the model's LoRA modules.
+//     ".lora_A.weight", does not end in one of the model's LoRA modules; the
+//     worker refuses an adapter whose r exceeds --max-lora-rank (default 16).
 //
 // The root keeps a single weights file (README "Checkpoint layout"), and the
 // manifest lists the adapter's files.
