@@ -186,12 +186,11 @@ func loraAdd(ctx *mlctx.Context, x, y *Node) *Node {
 		return y
 	}
 	g := x.Graph()
-	a := av.ValueGraph(g)                          // [r, in]
-	b := weight(ctx, g, "lora_B")                  // [out, r]
-	xa := dot(x, []int{2}, nil, a, []int{1}, nil)  // [batch, seq, r]
-	up := dot(xa, []int{2}, nil, b, []int{1}, nil) // [batch, seq, out]
+	a := av.ValueGraph(g)         // [r, in]
+	b := weight(ctx, g, "lora_B") // [out, r]
 	scale := mlctx.GetParamOr(ctx, loraScaleParam, 0.0)
-	return Add(y, MulScalar(up, scale))
+	xa := MulScalar(dot(x, []int{2}, nil, a, []int{1}, nil), scale) // [batch, seq, r], scaled where it is smallest
+	return Add(y, dot(xa, []int{2}, nil, b, []int{1}, nil))         // + [batch, seq, out]
 }
 
 // isAdapter says whether v is a LoRA adapter variable.
