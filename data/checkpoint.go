@@ -35,6 +35,12 @@ const (
 	TrainerDirName    = "trainer"
 	OptimizerFileName = TrainerDirName + "/optimizer.safetensors"
 	TeacherFileName   = TrainerDirName + "/teacher.safetensors" // frozen or EMA teacher weights, when kept
+	// AdapterDirName is the subdirectory of a LoRA run's step directory holding the
+	// adapter as PEFT saves one (README "LoRA"): vLLM's --lora-modules and PEFT's
+	// from_pretrained load it; servers of the root do not look there.
+	AdapterDirName        = "adapter"
+	AdapterModelFileName  = AdapterDirName + "/adapter_model.safetensors"
+	AdapterConfigFileName = AdapterDirName + "/adapter_config.json"
 )
 
 // TrainerFile returns the path of trainer file name (OptimizerFileName,
@@ -220,11 +226,14 @@ func writeCheckpointFiles(dir string, ck *Checkpoint) error {
 }
 
 // checkFileName accepts a plain file name of the step directory, or one inside its
-// TrainerDirName subdirectory ("trainer/optimizer.safetensors").
+// TrainerDirName or AdapterDirName subdirectory ("trainer/optimizer.safetensors").
 func checkFileName(n string) error {
-	base := strings.TrimPrefix(n, TrainerDirName+"/")
+	base := n
+	if dir, rest, ok := strings.Cut(n, "/"); ok && (dir == TrainerDirName || dir == AdapterDirName) {
+		base = rest
+	}
 	if base == "" || base != path.Base(base) || strings.ContainsRune(base, filepath.Separator) ||
-		base[0] == '.' || n == ManifestFileName || n == TrainerDirName {
+		base[0] == '.' || n == ManifestFileName || n == TrainerDirName || n == AdapterDirName {
 		return fmt.Errorf("bad checkpoint file name %q", n)
 	}
 	return nil

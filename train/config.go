@@ -35,8 +35,13 @@ type Config struct {
 	ScoreChunk int `yaml:"score_chunk"`
 	// Optimizer is AdamW with its learning-rate schedule (warm-up, cosine).
 	Optimizer xla.AdamWConfig `yaml:"optimizer"`
-	// TeacherModel chooses the hinted pass's weights: live, frozen or ema.
+	// TeacherModel chooses the hinted pass's weights: live, frozen, ema, or base (with
+	// LoRA: the base model, adapters off).
 	TeacherModel xla.TeacherConfig `yaml:"teacher_model"`
+	// LoRA trains rank-r adapters on a frozen base instead of every weight (rank 0,
+	// the default: off); checkpoints then also hold the adapter as PEFT saves it
+	// (README "LoRA").
+	LoRA xla.LoRAConfig `yaml:"lora"`
 	// MaxPolicyLag skips rollouts sampled more than this many optimizer steps before
 	// the current one (policy_version); 0 trains every rollout. Skips are counted.
 	MaxPolicyLag int64 `yaml:"max_policy_lag"`
@@ -82,6 +87,7 @@ func DefaultConfig() Config {
 		Backprop:           xla.BackpropTruncated,
 		Optimizer:          xla.DefaultAdamW(),
 		TeacherModel:       xla.DefaultTeacher(),
+		LoRA:               xla.LoRAConfig{Targets: xla.DefaultLoRATargets()},
 		TeacherConcurrency: 4,
 		IdleFlush:          5 * time.Second,
 		Checkpoint:         CheckpointConfig{EverySteps: 10, Every: 10 * time.Minute, Keep: 3, Command: []string{}, CommandTimeout: time.Minute},
@@ -124,6 +130,12 @@ func (c Config) Validate(prefix string) error {
 	}
 	if err := c.TeacherModel.Validate(); err != nil {
 		return fmt.Errorf("%steacher_model.%w", prefix, err)
+	}
+	if err := c.LoRA.Validate(); err != nil {
+		return fmt.Errorf("%slora.%w", prefix, err)
+	}
+	if c.TeacherModel.Mode == xla.TeacherBase && !c.LoRA.Enabled() {
+		return fmt.Errorf("%steacher_model.mode: base is the base model with the LoRA adapters off; it needs %slora.rank > 0", prefix, prefix)
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func Open(o Options) (*Loop, error) {
 		return nil, fmt.Errorf("find checkpoint: %w", err)
 	}
 	src := o.ModelDir
-	if ckdir != "" {
+	if ckdir != "" && !o.Config.LoRA.Enabled() { // a LoRA run's root is merged: the base is the model dir
 		src = ckdir
 	}
 	m, err := xla.OpenModelWith(src, o.Tokenizer)
@@ -73,9 +73,15 @@ func Open(o Options) (*Loop, error) {
 		return nil, fmt.Errorf("open policy %s: %w", src, err)
 	}
 	tc := o.Config
+	lora := tc.LoRA
+	if lora.Enabled() {
+		if lora.BaseModel, err = filepath.Abs(o.ModelDir); err != nil {
+			return nil, fmt.Errorf("lora base model: %w", err)
+		}
+	}
 	lp.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
 		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: o.Credit, Optimizer: tc.Optimizer,
-		Teacher: tc.TeacherModel, Seed: tc.Seed})
+		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed})
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +99,7 @@ func Open(o Options) (*Loop, error) {
 	o.Ledger.Restore(lp.tr.Trained())
 	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), lp.tr.TrainedTotal()
 	o.Log.Info().Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
-		Int64("step", lp.tr.StepCount()).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
+		Int64("step", lp.tr.StepCount()).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
 	return lp, nil
 }
 

@@ -112,16 +112,19 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) 
 		}
 	}
 	params := tr.grad.params
-	model, err := namedTensors(params, "", dtype)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: model: %w", err)
+	var model []data.NamedTensor
+	var err error
+	if tr.model.lora == nil { // a LoRA run's root is the merged policy (loraCheckpoint)
+		if model, err = namedTensors(params, "", dtype); err != nil {
+			return nil, fmt.Errorf("checkpoint: model: %w", err)
+		}
 	}
 	var opt []data.NamedTensor
 	for i, v := range params {
 		name := HFName(v.Scope(), v.Name())
 		opt = append(opt, tensorNamed(expAvgPrefix+name, tr.opt.m[i], data.DtypeF32), tensorNamed(expAvgSqPrefix+name, tr.opt.v[i], data.DtypeF32))
 	}
-	if dtype != data.DtypeF32 {
+	if dtype != data.DtypeF32 && tr.model.lora == nil {
 		master, err := namedTensors(params, masterPrefix, data.DtypeF32)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: master weights: %w", err)
@@ -130,8 +133,8 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) 
 	}
 	ck := &data.Checkpoint{Step: tr.steps, Files: files,
 		Tensors: map[string][]data.NamedTensor{data.SafetensorsFileName: model, data.OptimizerFileName: opt}}
-	if tr.teacher != nil {
-		tt, err := namedTensors(variables(tr.teacher.model), "", data.DtypeF32)
+	if tr.teacher != nil && tr.teacher.cfg.Mode != TeacherBase {
+		tt, err := namedTensors(trainables(tr.teacher.model), "", data.DtypeF32)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: teacher: %w", err)
 		}
@@ -156,6 +159,11 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) 
 	}
 	extra["optimizer"], _ = json.Marshal(optimizerState{Step: tr.opt.step})
 	extra["teacher"], _ = json.Marshal(teacherState{Mode: tr.opts.Teacher.Mode})
+	if tr.model.lora != nil {
+		if err := tr.loraCheckpoint(ck, dtype, extra); err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+	}
 	st.Extra = extra
 	ck.State = st
 	return ck, nil
@@ -175,7 +183,8 @@ func (tr *Trainer) SaveCheckpoint(root string, files map[string][]byte, state da
 // verify (data.VerifyCheckpoint): master weights (when the model file is not F32;
 // otherwise the weights the model was opened with must be the checkpoint's),
 // optimizer moments and step, teacher, baselines, RNG and trained rollout_ids. The
-// Trainer should be new, over the model opened from dir (OpenModel(dir)).
+// Trainer should be new, over the model opened from dir (OpenModel(dir)); a LoRA
+// Trainer over the base model directory, its adapters read from dir's adapter/.
 func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 	st, err := data.VerifyCheckpoint(dir)
 	if err != nil {
@@ -190,6 +199,9 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 	}
 	if optSt.Step < 0 || optSt.Step > st.Step {
 		return fail("optimizer state: %d updates at step %d, want 0…%d", optSt.Step, st.Step, st.Step)
+	}
+	if err := tr.loraRestore(dir, st); err != nil { // before the moments: it says which run wrote dir
+		return fail("%v", err)
 	}
 	of, err := data.OpenSafetensors(data.TrainerFile(dir, data.OptimizerFileName))
 	if err != nil {
@@ -238,7 +250,7 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 			}
 		}
 	}
-	if tr.teacher != nil {
+	if tr.teacher != nil && tr.teacher.cfg.Mode != TeacherBase {
 		tf, err := data.OpenSafetensors(data.TrainerFile(dir, data.TeacherFileName))
 		switch {
 		case errors.Is(err, os.ErrNotExist):
@@ -250,7 +262,7 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 			return fail("%v", err)
 		default:
 			defer tf.Close()
-			for _, v := range variables(tr.teacher.model) {
+			for _, v := range trainables(tr.teacher.model) {
 				w, err := load(tf, HFName(v.Scope(), v.Name()), v.MustValue())
 				if err != nil {
 					return fail("teacher: %v", err)

@@ -24,6 +24,10 @@
 // is variable "weight" in scope "/model/layers/0/mlp/up_proj". The package never
 // parses files itself.
 //
+// With LoRA (lora.go) a projection's scope also holds lora_A [r, in] and lora_B
+// [out, r]; linear adds (α/r)·(x·Aᵀ)·Bᵀ, only those are trained, and checkpoints
+// write them as a PEFT adapter beside the merged policy (lora_checkpoint.go).
+//
 // Matrix products the model builds get a GEMM-based gradient (see gemm.go) instead of
 // GoMLX v0.26.0's broadcast-multiply rule, which materialises [batch, M, N, K].
 package xla

@@ -29,7 +29,7 @@ import (
 type gradPass struct {
 	model    *Model
 	backend  backends.Backend
-	params   []*mlctx.Variable // the model's variables, in context order
+	params   []*mlctx.Variable // the trained variables (trainables), in context order
 	cached   *mlctx.Exec       // one chunk against a KV cache (earlier K/V constant)
 	exact    *mlctx.Exec       // one chunk against a KV cache, with the cache's cotangents
 	uncached *mlctx.Exec       // a whole sequence in one causal pass, no cache
@@ -37,10 +37,7 @@ type gradPass struct {
 }
 
 func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
-	p := &gradPass{model: m, backend: backend}
-	for v := range m.ctx.IterVariables() {
-		p.params = append(p.params, v)
-	}
+	p := &gradPass{model: m, backend: backend, params: trainables(m)}
 	cfg := m.Config
 	nl := cfg.NumHiddenLayers
 	np := len(p.params)

@@ -30,7 +30,7 @@ func linear(ctx *context.Context, x *Node, bias bool) *Node {
 	if bias {
 		y = Add(y, lastAxis(weight(ctx, g, "bias"), y.Rank()))
 	}
-	return y
+	return loraAdd(ctx, x, y)
 }
 
 // rmsNorm is x / sqrt(mean(x², last axis) + eps) · w, in float32 as transformers'

@@ -1,6 +1,7 @@
 package xla
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gomlx/gomlx/backends"
@@ -22,6 +23,9 @@ const (
 	// TeacherEMA is an exponential moving average of the policy:
 	// θ_T ← θ_T + rate·(θ − θ_T) after every step.
 	TeacherEMA TeacherMode = "ema"
+	// TeacherBase is the base model with the LoRA adapters off (train.lora only): a
+	// frozen teacher that costs no weights, since the base is the policy's own.
+	TeacherBase TeacherMode = "base"
 )
 
 // TeacherConfig configures the teacher. Defaults: DefaultTeacher.
@@ -41,9 +45,9 @@ func DefaultTeacher() TeacherConfig {
 // Validate names the first bad field.
 func (c TeacherConfig) Validate() error {
 	switch c.Mode {
-	case TeacherLive, TeacherFrozen, TeacherEMA:
+	case TeacherLive, TeacherFrozen, TeacherEMA, TeacherBase:
 	default:
-		return fmt.Errorf("mode: %q is not live, frozen or ema", c.Mode)
+		return fmt.Errorf("mode: %q is not live, frozen, ema or base", c.Mode)
 	}
 	if c.RefreshEvery < 0 {
 		return fmt.Errorf("refresh_every: %d, want ≥ 0", c.RefreshEvery)
@@ -70,9 +74,20 @@ func newTeacher(backend backends.Backend, cfg TeacherConfig, student *Model, opt
 	if cfg.Mode == TeacherLive {
 		return nil, nil
 	}
-	m, err := cloneModel(student)
-	if err != nil {
-		return nil, err
+	if cfg.Mode == TeacherBase && student.lora == nil {
+		return nil, errors.New("teacher: mode base is the base model with the LoRA adapters off, and there are none: set train.lora (rank > 0) or use live, frozen or ema")
+	}
+	var m *Model
+	var err error
+	switch {
+	case cfg.Mode == TeacherBase:
+		m = baseView(student)
+	case student.lora != nil:
+		m = cloneLoRA(student)
+	default:
+		if m, err = cloneModel(student); err != nil {
+			return nil, err
+		}
 	}
 	t := &teacher{cfg: cfg, backend: backend, model: m}
 	if t.scorer, err = NewScorer(backend, m, opts); err != nil {
@@ -108,7 +123,7 @@ func (t *teacher) update(student *Model, step int64) error {
 			return copyWeights(t.model, student)
 		}
 	case TeacherEMA:
-		tv, sv := variables(t.model), variables(student)
+		tv, sv := trainables(t.model), trainables(student)
 		args := []any{float32(t.cfg.EMARate)}
 		for _, v := range tv {
 			args = append(args, donated(v.MustValue(), t.backend))
@@ -156,9 +171,10 @@ func cloneModel(m *Model) (*Model, error) {
 	return &Model{Config: m.Config, ctx: ctx}, nil
 }
 
-// copyWeights sets dst's weights to copies of src's (same config).
+// copyWeights sets dst's trained weights (trainables: the adapters of a LoRA
+// model) to copies of src's (same config).
 func copyWeights(dst, src *Model) error {
-	dv, sv := variables(dst), variables(src)
+	dv, sv := trainables(dst), trainables(src)
 	if len(dv) != len(sv) {
 		return fmt.Errorf("copy weights: %d variables into %d", len(sv), len(dv))
 	}

@@ -37,6 +37,9 @@ type TrainerOptions struct {
 	Credit    credit.Config
 	Optimizer AdamWConfig
 	Teacher   TeacherConfig
+	// LoRA trains rank-r adapters on a frozen base instead of every weight (rank 0:
+	// off). NewTrainer adds fresh adapters to a model without any (lora.go).
+	LoRA LoRAConfig
 	// Ref is the reference policy of the KL penalty (usually the initial weights);
 	// required when Credit.KLBeta > 0. It is only scored, never trained.
 	Ref *Model
@@ -186,6 +189,9 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	opts.Chunk = c
 	if opts.Credit.KLBeta > 0 && opts.Ref == nil {
 		return nil, errors.New("new trainer: kl_beta > 0 needs a reference model")
+	}
+	if err := setupLoRA(m, opts.LoRA, opts.Seed); err != nil {
+		return nil, fmt.Errorf("new trainer: %w", err)
 	}
 	tr := &Trainer{opts: opts, backend: backend, model: m, baselines: credit.NewBaselines()}
 	tr.pcg = rand.NewPCG(opts.Seed, 0x68696e64)

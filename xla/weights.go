@@ -25,6 +25,7 @@ type Weights interface {
 type Model struct {
 	Config Config
 	ctx    *context.Context
+	lora   *LoRAConfig // adapters in ctx (lora.go); nil: every weight trains
 }
 
 // OpenModel loads the model directory dir (config.json, safetensors, tokenizer)
@@ -44,8 +45,12 @@ func OpenModelWith(dir string, tok data.Tokenizer) (*Model, error) {
 }
 
 // OpenPolicy loads the model directory dir once and returns its model, tokenizer
-// and config (for callers that sample or tokenize as well as score).
+// and config (for callers that sample or tokenize as well as score). dir may also be
+// a PEFT adapter directory (IsAdapterDir): its base with the adapters on top.
 func OpenPolicy(dir string) (*Model, data.Tokenizer, *data.ModelConfig, error) {
+	if IsAdapterDir(dir) {
+		return openAdapterPolicy(dir)
+	}
 	md, err := data.OpenModelDir(dir)
 	if err != nil {
 		return nil, nil, nil, err

@@ -27,6 +27,8 @@ commands:
   init-model -out DIR write a randomly initialised model directory (config, safetensors, tokenizer)
   score -model DIR -in ROLLOUTS.arrow -out SCORES.arrow
                       per-token log-probs of each rollout under the model
+  merge -checkpoint DIR -out DIR
+                      merge a LoRA checkpoint's adapter into its base: a full model directory
   generate -model DIR (-prompt TEXT | -in FILE)
                       sample continuations from the model (KV cache, batched)
   toolworld (-list | -show | -play)
@@ -71,6 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return initModelCmd(args[1:], stdout, stderr)
 	case "score":
 		return scoreCmd(ctx, args[1:], stdout, stderr)
+	case "merge":
+		return mergeCmd(ctx, args[1:], stdout, stderr)
 	case "generate":
 		return generateCmd(ctx, args[1:], stdout, stderr)
 	case "toolworld":

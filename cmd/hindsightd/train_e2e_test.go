@@ -157,7 +157,17 @@ func TestTrainEndToEnd(t *testing.T) {
 // TestSIGKILLWhileTraining kills the daemon at random moments while it trains,
 // restarts it, and checks that every rollout is in the final checkpoint exactly once
 // and that the weights equal those of a run that was never killed.
-func TestSIGKILLWhileTraining(t *testing.T) {
+func TestSIGKILLWhileTraining(t *testing.T) { sigkillWhileTraining(t, "") }
+
+// TestSIGKILLWhileTrainingLoRA is TestSIGKILLWhileTraining for a LoRA run: the
+// merged root and the adapter equal the crash-free run's.
+func TestSIGKILLWhileTrainingLoRA(t *testing.T) {
+	sigkillWhileTraining(t, "  lora:\n    rank: 4\n    alpha: 8\n    targets: [q_proj, v_proj, down_proj]\n")
+}
+
+// sigkillWhileTraining runs the SIGKILL test with extra appended to the train:
+// section of the config.
+func sigkillWhileTraining(t *testing.T, extra string) {
 	stage := t.TempDir()
 	synthInto(t, stage, 12, 2)
 	names := listDir(t, stage)
@@ -170,7 +180,17 @@ func TestSIGKILLWhileTraining(t *testing.T) {
 			require.NoError(t, os.WriteFile(filepath.Join(in, n), b, 0o644))
 		}
 	}
-	cfg := func(dataDir string) string { return trainConfigSteps(t, dataDir, 128, 1) }
+	cfg := func(dataDir string) string {
+		path := trainConfigSteps(t, dataDir, 128, 1)
+		if extra != "" {
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			require.NoError(t, err)
+			_, err = f.WriteString(extra)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}
+		return path
+	}
 	run := func(dataDir string) {
 		p := startDaemon(t, "-config", cfg(dataDir))
 		addr := p.waitReady(t)
@@ -239,10 +259,24 @@ func TestSIGKILLWhileTraining(t *testing.T) {
 		require.Equal(t, 1, credited[id], "one credit row for %s", id)
 	}
 
-	a, err := data.OpenSafetensors(filepath.Join(refDir, data.SafetensorsFileName))
+	files := []string{data.SafetensorsFileName}
+	if extra != "" {
+		files = append(files, data.AdapterModelFileName)
+	}
+	for _, f := range files {
+		worst := maxTensorDiff(t, filepath.Join(refDir, f), filepath.Join(crashDir, f))
+		t.Logf("final step %d; %s: largest difference from the crash-free run %.3g", crashState.Step, f, worst)
+		require.Less(t, worst, 1e-5)
+	}
+}
+
+// maxTensorDiff is the largest difference between two safetensors files with the
+// same tensors.
+func maxTensorDiff(t *testing.T, pa, pb string) float64 {
+	a, err := data.OpenSafetensors(pa)
 	require.NoError(t, err)
 	defer a.Close()
-	b, err := data.OpenSafetensors(filepath.Join(crashDir, data.SafetensorsFileName))
+	b, err := data.OpenSafetensors(pb)
 	require.NoError(t, err)
 	defer b.Close()
 	na, nb := a.Names(), b.Names()
@@ -263,8 +297,7 @@ func TestSIGKILLWhileTraining(t *testing.T) {
 			worst = math.Max(worst, math.Abs(float64(fa[i]-fb[i])))
 		}
 	}
-	t.Logf("final step %d; largest weight difference from the crash-free run %.3g", crashState.Step, worst)
-	require.Less(t, worst, 1e-5)
+	return worst
 }
 
 // TestBatchBounds: with a token budget no batch reaches and no idle flush, steps

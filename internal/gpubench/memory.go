@@ -173,5 +173,12 @@ func (b *bench) stageMemory(ctx context.Context) error {
 	var sb strings.Builder
 	WriteFitTable(&sb, rows)
 	b.record("H200 fit table", map[string]any{"rows": rows, "markdown": sb.String()})
+	lrows, err := LoRATable(LoRAModels, []int{8192, 32768, 131072})
+	if err != nil {
+		return err
+	}
+	sb.Reset()
+	WriteLoRATable(&sb, lrows)
+	b.record("LoRA table", map[string]any{"rows": lrows, "markdown": sb.String()})
 	return nil
 }

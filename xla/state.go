@@ -1,0 +1,34 @@
+package xla
+
+// StateBytes is the memory a Trainer holds between steps, by part, in bytes (all
+// float32): what LoRA shrinks. Activations and the KV cache come on top during a
+// step (internal/gpubench's memory model).
+type StateBytes struct {
+	Weights   int64 // every weight of the policy, adapters included
+	Trainable int64 // the weights the optimizer updates (the adapters under LoRA)
+	Grads     int64 // the gradient accumulators of a step: one per trained weight
+	Optimizer int64 // AdamW's two moments per trained weight
+	Teacher   int64 // weights the frozen or EMA teacher keeps of its own (a LoRA teacher shares the base)
+}
+
+// Total is the sum of the parts (Trainable is part of Weights).
+func (s StateBytes) Total() int64 { return s.Weights + s.Grads + s.Optimizer + s.Teacher }
+
+// StateBytes returns the trainer's state sizes.
+func (tr *Trainer) StateBytes() StateBytes {
+	const f32 = 4
+	var trained int64
+	for _, v := range tr.grad.params {
+		trained += int64(v.Shape().Size())
+	}
+	s := StateBytes{Weights: f32 * int64(tr.model.NumParameters()), Trainable: f32 * trained,
+		Grads: f32 * trained, Optimizer: 2 * f32 * trained}
+	if tr.teacher != nil {
+		for _, v := range trainables(tr.teacher.model) {
+			if tr.teacher.cfg.Mode != TeacherBase {
+				s.Teacher += f32 * int64(v.Shape().Size())
+			}
+		}
+	}
+	return s
+}
