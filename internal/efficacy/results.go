@@ -95,7 +95,7 @@ func ReadResults(path string) (Results, error) {
 func (s *StepStat) UnmarshalJSON(b []byte) error {
 	type plain StepStat
 	nan := math.NaN()
-	p := plain{Loss: nan, DeltaAbs: nan, ClipFrac: nan, Pivot: nan, DeltaFailed: nan, DeltaOther: nan, AOutAbs: nan, AHintAbs: nan}
+	p := plain{Loss: nan, DeltaAbs: nan, ClipFrac: nan, Pivot: nan, DeltaFailed: nan, DeltaOther: nan, DeltaRight: nan, DeltaWrong: nan, AOutAbs: nan, AHintAbs: nan}
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
@@ -177,6 +177,8 @@ func meanSteps(acc StepStat, steps []StepStat, k float64) StepStat {
 		Pivot:       fold(acc.Pivot, mean(func(s StepStat) float64 { return nanIfNoHints(s, s.Pivot) })),
 		DeltaFailed: fold(acc.DeltaFailed, mean(func(s StepStat) float64 { return s.DeltaFailed })),
 		DeltaOther:  fold(acc.DeltaOther, mean(func(s StepStat) float64 { return s.DeltaOther })),
+		DeltaRight:  fold(acc.DeltaRight, mean(func(s StepStat) float64 { return s.DeltaRight })),
+		DeltaWrong:  fold(acc.DeltaWrong, mean(func(s StepStat) float64 { return s.DeltaWrong })),
 		AOutAbs:     fold(acc.AOutAbs, mean(func(s StepStat) float64 { return s.AOutAbs })),
 		AHintAbs:    fold(acc.AHintAbs, mean(func(s StepStat) float64 { return nanIfNoHints(s, s.AHintAbs) })),
 	}
@@ -307,8 +309,8 @@ func (res Results) Table() string {
 	}
 	s := res.Summary
 	fmt.Fprintf(&b, "Warm start %.1f%%, threshold %.1f%% (warm start + 50%% of outcome-only's mean gain).\n\n", 100*s.WarmStart, 100*s.Threshold)
-	b.WriteString("| arm | seeds | final success (mean ± sd) | gain (points) | rollouts to threshold (per seed) | reached | train CPU-s / run | wall s / run | mean \\|Δ\\| | clip fraction | pivot share | Δ on failed calls |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| arm | seeds | final success (mean ± sd) | gain (points) | rollouts to threshold (per seed) | reached | train CPU-s / run | wall s / run | mean \\|Δ\\| | clip fraction | pivot share | Δ on failed calls | Δ right / wrong actions |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range s.Arms {
 		var tt []string
 		for _, x := range a.ToThreshold {
@@ -318,9 +320,13 @@ func (res Results) Table() string {
 			tt = []string{"n/a"}
 		}
 		c, cr := res.ArmCost[a.Name], res.Credit[a.Name]
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d/%d | %.0f | %.0f | %s | %s | %s | %s |\n", a.Name, len(a.Seeds), pct(a.Final),
+		rw := "–"
+		if !math.IsNaN(cr.DeltaRight) || !math.IsNaN(cr.DeltaWrong) {
+			rw = num(cr.DeltaRight, "%+.3f") + " / " + num(cr.DeltaWrong, "%+.3f")
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d/%d | %.0f | %.0f | %s | %s | %s | %s | %s |\n", a.Name, len(a.Seeds), pct(a.Final),
 			num(100*a.Gain.Mean, "%+.1f"), strings.Join(tt, ", "), a.Reached, len(a.Seeds), c.CPUSeconds, c.WallSeconds,
-			num(cr.DeltaAbs, "%.3f"), num(cr.ClipFrac, "%.3f"), num(cr.Pivot, "%.2f"), num(cr.DeltaFailed, "%+.3f"))
+			num(cr.DeltaAbs, "%.3f"), num(cr.ClipFrac, "%.3f"), num(cr.Pivot, "%.2f"), num(cr.DeltaFailed, "%+.3f"), rw)
 	}
 	b.WriteString("\n")
 	if res.Ratio != nil {
