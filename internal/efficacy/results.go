@@ -58,8 +58,10 @@ type Sweep struct {
 func Experiment(ctx context.Context, r *Runner, save func(Results) error) (Results, error) {
 	res := Results{Config: r.Config, Seeds: r.Config.Seeds, Partial: true}
 	c0, t0 := CPUTime(), time.Now()
-	for _, arm := range r.Config.Arms {
-		for _, seed := range r.Config.Seeds {
+	// Seed-major (every arm with seed 1, then seed 2, …): one after another as before,
+	// and a run cut short leaves every arm with the same seeds.
+	for _, seed := range r.Config.Seeds {
+		for _, arm := range r.Config.Arms {
 			run, err := r.Run(ctx, arm, seed)
 			if err != nil {
 				return res, err
