@@ -229,7 +229,11 @@ func (res Results) Write(dir string) error {
 	if err := fsutil.WriteFileBytes(filepath.Join(dir, "efficacy_cpu.png"), png.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
-	return fsutil.WriteFileBytes(filepath.Join(dir, "results.md"), []byte(res.Table()), 0o644)
+	md := res.Table() + "\nSuccess at equal budget (held-out, mean ± sd over seeds):\n\n" + res.CurveTable()
+	if ct := res.CreditTable(); ct != "" {
+		md += "\nCredit statistics over training (mean over steps and seeds):\n\n" + ct
+	}
+	return fsutil.WriteFileBytes(filepath.Join(dir, "results.md"), []byte(md), 0o644)
 }
 
 // jsonSafe returns res as JSON-ready values with NaN and ±Inf as null (JSON has
