@@ -41,10 +41,12 @@ type Config struct {
 	Hints HintSetup `json:"hints"`
 }
 
-// DefaultConfig returns the committed experiment's settings.
+// DefaultConfig returns the settings of protocol 2 (bench/efficacy/protocol2): 24
+// steps of 16 tasks × 4 rollouts, an eval every 8 steps, Protocol2Hints. Protocol 1
+// (bench/efficacy) was 8 steps, an eval every 4, Protocol1Hints.
 func DefaultConfig() Config {
-	return Config{Arms: []string{ArmOutcome, ArmHint}, Seeds: []int64{1, 2, 3}, Steps: 8, TasksPerStep: 16, Group: 4,
-		Temperature: 0.7, LR: 1e-4, EvalEvery: 4, EvalTasks: 250, EvalSplit: toolworld.SplitHeldout, World: DefaultWorld(),
+	return Config{Arms: []string{ArmOutcome, ArmHint}, Seeds: []int64{1, 2, 3}, Steps: 24, TasksPerStep: 16, Group: 4,
+		Temperature: 0.7, LR: 1e-4, EvalEvery: 8, EvalTasks: 250, EvalSplit: toolworld.SplitHeldout, World: DefaultWorld(),
 		Hints: Protocol2Hints}
 }
 
