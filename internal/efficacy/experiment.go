@@ -403,6 +403,9 @@ func rightWrongDeltas(rolls []*rollout.Rollout, met xla.Metrics) (right, wrong f
 type DeltaSplit struct {
 	SumRight, SumWrong float64
 	NRight, NWrong     int
+	// AbsRight and AbsWrong sum |Δ|: how much of the signal is about right vs wrong
+	// (|mean Δ|) and how much varies token by token within a class.
+	AbsRight, AbsWrong float64
 }
 
 // Add adds ro's tokens for which delta returns a value.
@@ -418,12 +421,17 @@ func (a *DeltaSplit) Add(ro *rollout.Rollout, delta func(t int) (float64, bool))
 				continue
 			}
 			if v == VerdictRight {
-				a.SumRight, a.NRight = a.SumRight+d, a.NRight+1
+				a.SumRight, a.NRight, a.AbsRight = a.SumRight+d, a.NRight+1, a.AbsRight+math.Abs(d)
 			} else {
-				a.SumWrong, a.NWrong = a.SumWrong+d, a.NWrong+1
+				a.SumWrong, a.NWrong, a.AbsWrong = a.SumWrong+d, a.NWrong+1, a.AbsWrong+math.Abs(d)
 			}
 		}
 	}
+}
+
+// AbsMean is the mean |Δ| over both classes (NaN when empty).
+func (a DeltaSplit) AbsMean() float64 {
+	return meanOr(a.AbsRight+a.AbsWrong, a.NRight+a.NWrong)
 }
 
 // Right and Wrong are the means (NaN when empty).

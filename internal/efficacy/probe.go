@@ -36,8 +36,8 @@ func (p ProbeResult) String() string {
 		name string
 		d    DeltaSplit
 	}{{"student", p.Student}, {"empty_hint", p.EmptyHint}} {
-		fmt.Fprintf(&b, "  base %-10s Δ right %+.3f (%d tokens)  Δ wrong %+.3f (%d tokens)  right − wrong %+.3f\n",
-			x.name, x.d.Right(), x.d.NRight, x.d.Wrong(), x.d.NWrong, x.d.Right()-x.d.Wrong())
+		fmt.Fprintf(&b, "  base %-10s Δ right %+.3f (%d tokens)  Δ wrong %+.3f (%d tokens)  right − wrong %+.3f  mean |Δ| %.3f\n",
+			x.name, x.d.Right(), x.d.NRight, x.d.Wrong(), x.d.NWrong, x.d.Right()-x.d.Wrong(), x.d.AbsMean())
 	}
 	return b.String()
 }

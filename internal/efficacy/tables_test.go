@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/toolworld"
 )
 
 func TestTables(t *testing.T) {
@@ -27,4 +30,36 @@ func TestTables(t *testing.T) {
 	require.Contains(t, cr, "| hint | 1–2 | 3.0 | 0.300 | 0.010 | 0.20 | +0.200 | -0.300 |")
 	require.Contains(t, cr, "| hint | 3–3 | 6.0 | 0.600 | 0.010 | 0.20 | – | -0.100 |")
 	require.Empty(t, Results{Runs: res.Runs[:2]}.CreditTable())
+}
+
+// TestDeltaSplitByVerdict: a failed call and an unrewarded answer are wrong actions,
+// a call that worked is right, harness turns are neither.
+func TestDeltaSplitByVerdict(t *testing.T) {
+	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 1)
+	require.NoError(t, err)
+	r := played(t, tasks[0], "cst notes", "ls")
+	var verdicts []int
+	for k := range r.Segments {
+		verdicts = append(verdicts, Verdict(r, k))
+	}
+	call := slicesIndex(r, rollout.KindToolCall)
+	require.Equal(t, VerdictWrong, verdicts[call], "the misspelt tool failed")
+	require.Equal(t, VerdictRight, verdicts[call+2], "ls worked")
+	require.Equal(t, VerdictWrong, verdicts[len(r.Segments)-1], "answer 0 is not the answer")
+	require.Equal(t, VerdictNone, verdicts[0], "the system prompt is no action")
+	var d DeltaSplit
+	d.Add(r, func(t int) (float64, bool) {
+		for k, s := range r.Segments {
+			if int32(t) >= s.Start && int32(t) < s.End {
+				return float64(verdicts[k]), true // +1 on right tokens, −1 on wrong ones
+			}
+		}
+		return 0, false
+	})
+	require.Positive(t, d.NRight)
+	require.Positive(t, d.NWrong)
+	require.InDelta(t, 1, d.Right(), 1e-12)
+	require.InDelta(t, -1, d.Wrong(), 1e-12)
+	require.InDelta(t, 1, d.AbsMean(), 1e-12)
+	require.True(t, math.IsNaN(DeltaSplit{}.Right()))
 }
