@@ -2,7 +2,11 @@
 // does hint credit learn faster than outcome-only?
 //
 //	go run ./bench/efficacy -warmstart -backend xla-cpu   # the committed warm start (SFT)
+//	go run ./bench/efficacy -probe 80 -backend xla-cpu    # each hint setup's Δ on the warm start, no training
 //	go run ./bench/efficacy -backend xla-cpu              # the arms, then results.json, efficacy.png
+//
+// The defaults are protocol 2's (README, "Protocol 2"); protocol 1 ran with -steps 8
+// -eval-every 4 -hints generic,failed,student.
 //
 // Every arm starts from the warm start under bench/efficacy/warmstart/model; arms run
 // one after another with equal seeds, tasks, budgets, temperature, eval cadence and
@@ -51,6 +55,8 @@ func main() {
 	sweepSteps := flag.Int("sweep-steps", 0, "training steps of each sweep run (0: -steps)")
 	lr := flag.Float64("lr", def.LR, "learning rate of every arm")
 	out := flag.String("out", "", "results directory (default -dir)")
+	probe := flag.Int("probe", 0, "probe the warm start instead: sample this many train tasks × -group rollouts and measure each hint setup's Δ on right and wrong actions (no training)")
+	hints := flag.String("hints", def.Hints.String(), "hint setup of the hint arms: RULES,PLACE,BASE with RULES generic (protocol 1) or world, PLACE failed (protocol 1) or retry, BASE student (protocol 1) or empty_hint")
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
 	flag.Parse()
 	if *replot {
@@ -78,15 +84,27 @@ func main() {
 		}
 		return
 	}
+	if *out == "" {
+		*out = *dir
+	}
+	if *probe > 0 {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			fatal(err)
+		}
+		if err := runProbe(ctx, backend, model, def.World, *probe, *group, *temp, filepath.Join(*out, "probe.txt")); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	cfg := def
+	if cfg.Hints, err = efficacy.ParseHintSetup(*hints); err != nil {
+		fatal(fmt.Errorf("-hints: %w", err))
+	}
 	cfg.Model, cfg.Arms, cfg.Steps, cfg.TasksPerStep, cfg.Group = model, strings.Split(*arms, ","), *steps, *tasks, *group
 	cfg.EvalEvery, cfg.EvalTasks, cfg.LR, cfg.Temperature = *evalEvery, *evalTasks, *lr, *temp
 	cfg.Seeds = cfg.Seeds[:0]
 	for i := 1; i <= *seeds; i++ {
 		cfg.Seeds = append(cfg.Seeds, int64(i))
-	}
-	if *out == "" {
-		*out = *dir
 	}
 	if err := runArms(ctx, backend, cfg, *lrs, *sweepSteps, *out); err != nil {
 		fatal(err)

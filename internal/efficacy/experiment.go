@@ -37,12 +37,17 @@ type Config struct {
 	EvalTasks int    `json:"eval_tasks"`
 	EvalSplit string `json:"eval_split"`
 	World     World  `json:"world"`
+	// Hints is the hint stage of the hint arms (protocol 1: Protocol1Hints).
+	Hints HintSetup `json:"hints"`
 }
 
-// DefaultConfig returns the committed experiment's settings.
+// DefaultConfig returns the settings of protocol 2 (bench/efficacy/protocol2): 24
+// steps of 16 tasks × 4 rollouts, an eval every 8 steps, Protocol2Hints. Protocol 1
+// (bench/efficacy) was 8 steps, an eval every 4, Protocol1Hints.
 func DefaultConfig() Config {
-	return Config{Arms: []string{ArmOutcome, ArmHint}, Seeds: []int64{1, 2, 3}, Steps: 8, TasksPerStep: 16, Group: 4,
-		Temperature: 0.7, LR: 1e-4, EvalEvery: 4, EvalTasks: 250, EvalSplit: toolworld.SplitHeldout, World: DefaultWorld()}
+	return Config{Arms: []string{ArmOutcome, ArmHint}, Seeds: []int64{1, 2, 3}, Steps: 24, TasksPerStep: 16, Group: 4,
+		Temperature: 0.7, LR: 1e-4, EvalEvery: 8, EvalTasks: 250, EvalSplit: toolworld.SplitHeldout, World: DefaultWorld(),
+		Hints: Protocol2Hints}
 }
 
 // Validate names the first bad field.
@@ -58,6 +63,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("eval_every %d, eval_tasks %d: want ≥ 1", c.EvalEvery, c.EvalTasks)
 	case !(c.LR > 0):
 		return fmt.Errorf("lr: %g, want > 0", c.LR)
+	}
+	if err := c.Hints.Validate(); err != nil {
+		return err
 	}
 	for _, a := range c.Arms {
 		if _, err := SpecOf(a); err != nil {
@@ -81,8 +89,14 @@ type StepStat struct {
 	// failed call less likely (negative).
 	DeltaFailed float64 `json:"delta_failed_call"`
 	DeltaOther  float64 `json:"delta_other"`
-	AOutAbs     float64 `json:"a_out_abs_mean"`
-	AHintAbs    float64 `json:"a_hint_abs_mean"`
+	// DeltaRight and DeltaWrong are the mean signed Δ over hint tokens of right
+	// actions (a call that succeeded, the answer of a rewarded rollout) and of wrong
+	// ones (a failed call, the answer of an unrewarded rollout): a useful hint raises
+	// the first and lowers the second.
+	DeltaRight float64 `json:"delta_right"`
+	DeltaWrong float64 `json:"delta_wrong"`
+	AOutAbs    float64 `json:"a_out_abs_mean"`
+	AHintAbs   float64 `json:"a_hint_abs_mean"`
 }
 
 // Run is one arm with one seed.
@@ -205,6 +219,9 @@ func (r *Runner) Run(ctx context.Context, arm string, seed int64) (Run, error) {
 	if err != nil {
 		return Run{}, err
 	}
+	if spec.Hints {
+		spec.Credit.Base = c.Hints.Base
+	}
 	t0 := time.Now()
 	tr, err := r.trainer(spec, seed)
 	if err != nil {
@@ -225,7 +242,7 @@ func (r *Runner) Run(ctx context.Context, arm string, seed int64) (Run, error) {
 		r.Progress(fmt.Sprintf("warm start: %s success %.1f%% (%d tasks, cpu %.0fs)", c.EvalSplit, 100*warm, c.EvalTasks, (CPUTime() - e0).Seconds()))
 	}
 	run.Curve.Points = append(run.Curve.Points, Point{Success: warm})
-	h, err := NewHinter(p.Tok)
+	h, err := NewHinterWith(p.Tok, c.Hints)
 	if err != nil {
 		return Run{}, err
 	}
@@ -291,6 +308,7 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *Hinter
 	st.Loss, st.DeltaAbs, st.ClipFrac, st.Pivot = met.Loss, met.Credit.DeltaAbsMean, met.Credit.ClipFraction, met.Credit.TopShare
 	st.AOutAbs, st.AHintAbs = met.Credit.AOutAbsMean, met.Credit.AHintAbsMean
 	st.DeltaFailed, st.DeltaOther = signedDeltas(rolls, met)
+	st.DeltaRight, st.DeltaWrong = rightWrongDeltas(rolls, met)
 	return st, nil
 }
 
@@ -333,4 +351,96 @@ func sampleSeed(seed int64, step int) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "efficacy/%d/%d", seed, step)
 	return h.Sum64()
+}
+
+// Verdicts of an action segment (Verdict).
+const (
+	VerdictNone  = 0  // not an action: harness text
+	VerdictRight = 1  // a call that succeeded, the answer of a rewarded rollout
+	VerdictWrong = -1 // a failed call, the answer of an unrewarded rollout
+)
+
+// Verdict says whether policy segment k of ro was a right or a wrong action, from
+// what the episode recorded (a tool result's status, the reward): for measuring Δ
+// only, never shown to the teacher.
+func Verdict(ro *rollout.Rollout, k int) int {
+	s := ro.Segments[k]
+	switch s.Kind {
+	case rollout.KindToolCall:
+		if k+1 < len(ro.Segments) && ro.Segments[k+1].Kind == rollout.KindToolResult && ro.Segments[k+1].Status == rollout.StatusError {
+			return VerdictWrong
+		}
+		return VerdictRight
+	case rollout.KindAssistant:
+		if ro.HasReward && ro.Reward > 0 {
+			return VerdictRight
+		}
+		return VerdictWrong
+	}
+	return VerdictNone
+}
+
+// rightWrongDeltas returns the mean Δ over hinted trainable tokens of right and of
+// wrong actions (Verdict; NaN where there are none).
+func rightWrongDeltas(rolls []*rollout.Rollout, met xla.Metrics) (right, wrong float64) {
+	var acc DeltaSplit
+	for i, ro := range rolls {
+		if i >= len(met.Results) {
+			break
+		}
+		d := met.Results[i].Delta
+		acc.Add(ro, func(t int) (float64, bool) {
+			if t >= len(d) || math.IsNaN(d[t]) || !met.Inputs[i].Trainable[t] {
+				return 0, false
+			}
+			return d[t], true
+		})
+	}
+	return acc.Right(), acc.Wrong()
+}
+
+// DeltaSplit accumulates signed Δ by the Verdict of the segment holding each token.
+type DeltaSplit struct {
+	SumRight, SumWrong float64
+	NRight, NWrong     int
+	// AbsRight and AbsWrong sum |Δ|: how much of the signal is about right vs wrong
+	// (|mean Δ|) and how much varies token by token within a class.
+	AbsRight, AbsWrong float64
+}
+
+// Add adds ro's tokens for which delta returns a value.
+func (a *DeltaSplit) Add(ro *rollout.Rollout, delta func(t int) (float64, bool)) {
+	for k, s := range ro.Segments {
+		v := Verdict(ro, k)
+		if v == VerdictNone {
+			continue
+		}
+		for t := int(s.Start); t < int(s.End); t++ {
+			d, ok := delta(t)
+			if !ok {
+				continue
+			}
+			if v == VerdictRight {
+				a.SumRight, a.NRight, a.AbsRight = a.SumRight+d, a.NRight+1, a.AbsRight+math.Abs(d)
+			} else {
+				a.SumWrong, a.NWrong, a.AbsWrong = a.SumWrong+d, a.NWrong+1, a.AbsWrong+math.Abs(d)
+			}
+		}
+	}
+}
+
+// AbsMean is the mean |Δ| over both classes (NaN when empty).
+func (a DeltaSplit) AbsMean() float64 {
+	return meanOr(a.AbsRight+a.AbsWrong, a.NRight+a.NWrong)
+}
+
+// Right and Wrong are the means (NaN when empty).
+func (a DeltaSplit) Right() float64 { return meanOr(a.SumRight, a.NRight) }
+func (a DeltaSplit) Wrong() float64 { return meanOr(a.SumWrong, a.NWrong) }
+
+func meanOr(sum float64, n int) float64 {
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
 }

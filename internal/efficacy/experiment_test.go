@@ -46,7 +46,8 @@ func TestExperimentSmoke(t *testing.T) {
 	require.FileExists(t, filepath.Join(ws.Out, data.ConfigFileName))
 
 	cfg := Config{Model: ws.Out, Arms: []string{ArmOutcome, ArmHint}, Seeds: []int64{1}, Steps: 2, TasksPerStep: 2,
-		Group: 2, Temperature: 1, LR: 1e-3, EvalEvery: 1, EvalTasks: 2, EvalSplit: toolworld.SplitHeldout, World: world}
+		Group: 2, Temperature: 1, LR: 1e-3, EvalEvery: 1, EvalTasks: 2, EvalSplit: toolworld.SplitHeldout, World: world,
+		Hints: Protocol2Hints}
 	require.NoError(t, cfg.Validate())
 	r := &Runner{Backend: backend, Config: cfg, Progress: progress}
 	defer r.Close()
@@ -79,7 +80,7 @@ func TestExperimentSmoke(t *testing.T) {
 			require.Equal(t, run.Hints.Hints, sum(run.Steps, func(s StepStat) int { return s.Hints }))
 			require.Positive(t, run.Hints.Hints, "an untrained policy's calls fail: the rules teacher has hints")
 			h := run.Hints
-			require.Equal(t, h.Selections, h.Hints+h.NoHint+h.AnswerLeaks+h.GuardLeaks+h.TooLong, "every selection is accounted for")
+			require.Equal(t, h.Selections, h.Hints+h.NoHint+h.AnswerLeaks+h.GuardLeaks+h.TooLong+h.NoRetry, "every selection is accounted for")
 			require.Positive(t, res.Credit[ArmHint].DeltaAbs, "the hints move the teacher's log-probs")
 		}
 	}

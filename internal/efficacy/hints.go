@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -24,6 +25,9 @@ type HintStats struct {
 	AnswerLeaks int `json:"answer_leaks"`
 	GuardLeaks  int `json:"guard_leaks"`
 	TooLong     int `json:"too_long"`
+	// NoRetry counts hints of PlaceRetry dropped because no policy turn follows the
+	// failed call (or another hint already targets it).
+	NoRetry int `json:"no_retry,omitempty"`
 	// ByReason counts kept hints per selection rule (tool_error, surprise, …).
 	ByReason map[string]int `json:"by_reason"`
 }
@@ -35,8 +39,9 @@ type HintStats struct {
 // (a hint holding the task's answer or one of its files' names is dropped and
 // counted) and the hint template. It is not safe for concurrent use.
 type Hinter struct {
+	setup    HintSetup
 	sel      teacher.SelectConfig
-	rules    *teacher.RulesTeacher
+	rules    rulesTeacher
 	guard    *teacher.LeakGuard
 	inserter *teacher.Inserter
 	tok      data.Tokenizer
@@ -54,16 +59,91 @@ var HintTemplate = teacher.Template{Preset: "bytes", Label: toolworld.HintLabel}
 // 256-token rollout); ignored_exit never fires (the tools print no exit codes).
 var HintPatterns = []string{teacher.PatternFailedCall, teacher.PatternRepeatedFailure}
 
-// NewHinter returns the hint stage with the teacher package's default selection and
-// leak guard, the rules teacher with HintPatterns, and HintTemplate.
-func NewHinter(tok data.Tokenizer) (*Hinter, error) {
+// rulesTeacher is what the hint stage asks for hint text: teacher.RulesTeacher or
+// WorldRules.
+type rulesTeacher interface {
+	Hints(ctx context.Context, r *rollout.Rollout, sels []teacher.Selection) ([]teacher.Hint, error)
+}
+
+// HintSetup is the hint stage's choice of rules and of where a hint goes.
+type HintSetup struct {
+	// Rules: RulesGeneric (the teacher package's rules with HintPatterns, protocol 1
+	// and the warm start's demonstrations) or RulesWorld (WorldRules, protocol 2).
+	Rules string `json:"rules"`
+	// Place: PlaceFailed (the hint before the failed call it is about, scoring that
+	// call: protocol 1) or PlaceRetry (the hint after the failed call's result, before
+	// the next policy turn, scoring that turn: where the warm start's demonstrations
+	// put their hint turns; protocol 2).
+	Place string `json:"place"`
+	// Base is the hint arms' credit base: credit.BaseStudent (protocol 1) or
+	// credit.BaseEmptyHint (q(h) − q(∅): the template's own shift taken out).
+	Base credit.Base `json:"base"`
+}
+
+// The rules and places of HintSetup.
+const (
+	RulesGeneric = "generic"
+	RulesWorld   = "world"
+	PlaceFailed  = "failed"
+	PlaceRetry   = "retry"
+)
+
+// Protocol1Hints is the first protocol's setup (and the warm start's);
+// Protocol2Hints the second's, chosen from the warm-start probe (Probe) before any
+// protocol-2 arm ran.
+var (
+	Protocol1Hints = HintSetup{Rules: RulesGeneric, Place: PlaceFailed, Base: credit.BaseStudent}
+	Protocol2Hints = HintSetup{Rules: RulesWorld, Place: PlaceRetry, Base: credit.BaseEmptyHint}
+)
+
+// Validate names a bad field.
+func (s HintSetup) Validate() error {
+	if s.Rules != RulesGeneric && s.Rules != RulesWorld {
+		return fmt.Errorf("hints.rules: %q, want %s or %s", s.Rules, RulesGeneric, RulesWorld)
+	}
+	if s.Place != PlaceFailed && s.Place != PlaceRetry {
+		return fmt.Errorf("hints.place: %q, want %s or %s", s.Place, PlaceFailed, PlaceRetry)
+	}
+	if s.Base != credit.BaseStudent && s.Base != credit.BaseEmptyHint {
+		return fmt.Errorf("hints.base: %q, want %s or %s", s.Base, credit.BaseStudent, credit.BaseEmptyHint)
+	}
+	return nil
+}
+
+// String is RULES,PLACE,BASE, the form ParseHintSetup reads.
+func (s HintSetup) String() string { return s.Rules + "," + s.Place + "," + string(s.Base) }
+
+// ParseHintSetup reads RULES,PLACE,BASE (e.g. "world,retry,empty_hint").
+func ParseHintSetup(v string) (HintSetup, error) {
+	f := strings.Split(v, ",")
+	if len(f) != 3 {
+		return HintSetup{}, fmt.Errorf("hint setup %q: want RULES,PLACE,BASE", v)
+	}
+	s := HintSetup{Rules: f[0], Place: f[1], Base: credit.Base(f[2])}
+	return s, s.Validate()
+}
+
+// NewHinter returns the hint stage of protocol 1 (Protocol1Hints), the one the warm
+// start's demonstrations were written with.
+func NewHinter(tok data.Tokenizer) (*Hinter, error) { return NewHinterWith(tok, Protocol1Hints) }
+
+// NewHinterWith returns the hint stage with the teacher package's default selection
+// and leak guard, setup's rules and placement, and HintTemplate.
+func NewHinterWith(tok data.Tokenizer, setup HintSetup) (*Hinter, error) {
+	if err := setup.Validate(); err != nil {
+		return nil, fmt.Errorf("new hinter: %w", err)
+	}
 	cfg := teacher.DefaultConfig()
 	cfg.Rules.Patterns = HintPatterns
 	in, err := teacher.NewInserter(HintTemplate, tok, cfg.MaxHintTokens)
 	if err != nil {
 		return nil, fmt.Errorf("new hinter: %w", err)
 	}
-	return &Hinter{sel: cfg.Select, rules: teacher.NewRulesTeacher(cfg.Rules, tok),
+	var rules rulesTeacher = teacher.NewRulesTeacher(cfg.Rules, tok)
+	if setup.Rules == RulesWorld {
+		rules = NewWorldRules(tok)
+	}
+	return &Hinter{setup: setup, sel: cfg.Select, rules: rules,
 		guard: teacher.NewLeakGuard(cfg.Leak, tok), inserter: in, tok: tok,
 		Stats: HintStats{ByReason: map[string]int{}}}, nil
 }
@@ -74,6 +154,7 @@ func (h *Hinter) Hints(ctx context.Context, r *rollout.Rollout, t toolworld.Task
 	sels := teacher.Select(r, h.sel)
 	h.Stats.Selections += len(sels)
 	var out []teacher.Hint
+	targets := map[int]bool{}
 	for _, s := range sels {
 		seen := cutAfter(r, s.Segment)
 		got, err := h.rules.Hints(ctx, seen, []teacher.Selection{s})
@@ -81,6 +162,15 @@ func (h *Hinter) Hints(ctx context.Context, r *rollout.Rollout, t toolworld.Task
 			return nil, fmt.Errorf("hints for %s: %w", r.ID, err)
 		}
 		hint := got[0]
+		if h.setup.Place == PlaceRetry && strings.TrimSpace(hint.Text) != "" {
+			rs, ok := retryOf(r, s)
+			if !ok || targets[rs.Segment] {
+				h.Stats.NoRetry++
+				continue
+			}
+			targets[rs.Segment] = true
+			hint.Selection = rs
+		}
 		switch {
 		case strings.TrimSpace(hint.Text) == "":
 			h.Stats.NoHint++
@@ -88,7 +178,7 @@ func (h *Hinter) Hints(ctx context.Context, r *rollout.Rollout, t toolworld.Task
 		case LeaksAnswer(hint.Text, t):
 			h.Stats.AnswerLeaks++
 			continue
-		case h.guard.Check(r, s, hint.Text) != nil:
+		case h.guard.Check(r, hint.Selection, hint.Text) != nil:
 			h.Stats.GuardLeaks++
 			continue
 		}
@@ -103,6 +193,30 @@ func (h *Hinter) Hints(ctx context.Context, r *rollout.Rollout, t toolworld.Task
 		h.Stats.ByReason[string(s.Reason)]++
 	}
 	return out, nil
+}
+
+// retryOf moves selection s, about a failed call, to the policy turn after that
+// call's result: the hint goes where the warm start's demonstrations put their hint
+// turns (after the error, before the next action) and the scored range is that next
+// turn. false when the rollout has no policy turn after the call's result.
+func retryOf(r *rollout.Rollout, s teacher.Selection) (teacher.Selection, bool) {
+	k := s.Segment
+	for k < len(r.Segments) && r.Segments[k].Kind.IsPolicy() {
+		k++ // past the failed call's turn
+	}
+	src := k
+	for k < len(r.Segments) && !r.Segments[k].Kind.IsPolicy() {
+		k++ // past its result
+	}
+	if k >= len(r.Segments) {
+		return teacher.Selection{}, false
+	}
+	first := k
+	for k+1 < len(r.Segments) && r.Segments[k+1].Kind.IsPolicy() {
+		k++
+	}
+	return teacher.Selection{Segment: k, InsertAt: r.Segments[first].Start, End: r.Segments[k].End,
+		Reason: s.Reason, Source: src, Score: s.Score}, true
 }
 
 // cutAfter returns r as far as the teacher may see it for segment k: every segment up

@@ -58,8 +58,10 @@ type Sweep struct {
 func Experiment(ctx context.Context, r *Runner, save func(Results) error) (Results, error) {
 	res := Results{Config: r.Config, Seeds: r.Config.Seeds, Partial: true}
 	c0, t0 := CPUTime(), time.Now()
-	for _, arm := range r.Config.Arms {
-		for _, seed := range r.Config.Seeds {
+	// Seed-major (every arm with seed 1, then seed 2, …): one after another as before,
+	// and a run cut short leaves every arm with the same seeds.
+	for _, seed := range r.Config.Seeds {
+		for _, arm := range r.Config.Arms {
 			run, err := r.Run(ctx, arm, seed)
 			if err != nil {
 				return res, err
@@ -95,7 +97,7 @@ func ReadResults(path string) (Results, error) {
 func (s *StepStat) UnmarshalJSON(b []byte) error {
 	type plain StepStat
 	nan := math.NaN()
-	p := plain{Loss: nan, DeltaAbs: nan, ClipFrac: nan, Pivot: nan, DeltaFailed: nan, DeltaOther: nan, AOutAbs: nan, AHintAbs: nan}
+	p := plain{Loss: nan, DeltaAbs: nan, ClipFrac: nan, Pivot: nan, DeltaFailed: nan, DeltaOther: nan, DeltaRight: nan, DeltaWrong: nan, AOutAbs: nan, AHintAbs: nan}
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
@@ -177,6 +179,8 @@ func meanSteps(acc StepStat, steps []StepStat, k float64) StepStat {
 		Pivot:       fold(acc.Pivot, mean(func(s StepStat) float64 { return nanIfNoHints(s, s.Pivot) })),
 		DeltaFailed: fold(acc.DeltaFailed, mean(func(s StepStat) float64 { return s.DeltaFailed })),
 		DeltaOther:  fold(acc.DeltaOther, mean(func(s StepStat) float64 { return s.DeltaOther })),
+		DeltaRight:  fold(acc.DeltaRight, mean(func(s StepStat) float64 { return s.DeltaRight })),
+		DeltaWrong:  fold(acc.DeltaWrong, mean(func(s StepStat) float64 { return s.DeltaWrong })),
 		AOutAbs:     fold(acc.AOutAbs, mean(func(s StepStat) float64 { return s.AOutAbs })),
 		AHintAbs:    fold(acc.AHintAbs, mean(func(s StepStat) float64 { return nanIfNoHints(s, s.AHintAbs) })),
 	}
@@ -225,7 +229,11 @@ func (res Results) Write(dir string) error {
 	if err := fsutil.WriteFileBytes(filepath.Join(dir, "efficacy_cpu.png"), png.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
-	return fsutil.WriteFileBytes(filepath.Join(dir, "results.md"), []byte(res.Table()), 0o644)
+	md := res.Table() + "\nSuccess at equal budget (held-out, mean ± sd over seeds):\n\n" + res.CurveTable()
+	if ct := res.CreditTable(); ct != "" {
+		md += "\nCredit statistics over training (mean over steps and seeds):\n\n" + ct
+	}
+	return fsutil.WriteFileBytes(filepath.Join(dir, "results.md"), []byte(md), 0o644)
 }
 
 // jsonSafe returns res as JSON-ready values with NaN and ±Inf as null (JSON has
@@ -307,8 +315,8 @@ func (res Results) Table() string {
 	}
 	s := res.Summary
 	fmt.Fprintf(&b, "Warm start %.1f%%, threshold %.1f%% (warm start + 50%% of outcome-only's mean gain).\n\n", 100*s.WarmStart, 100*s.Threshold)
-	b.WriteString("| arm | seeds | final success (mean ± sd) | gain (points) | rollouts to threshold (per seed) | reached | train CPU-s / run | wall s / run | mean \\|Δ\\| | clip fraction | pivot share | Δ on failed calls |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| arm | seeds | final success (mean ± sd) | gain (points) | rollouts to threshold (per seed) | reached | train CPU-s / run | wall s / run | mean \\|Δ\\| | clip fraction | pivot share | Δ on failed calls | Δ right / wrong actions |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range s.Arms {
 		var tt []string
 		for _, x := range a.ToThreshold {
@@ -318,9 +326,13 @@ func (res Results) Table() string {
 			tt = []string{"n/a"}
 		}
 		c, cr := res.ArmCost[a.Name], res.Credit[a.Name]
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d/%d | %.0f | %.0f | %s | %s | %s | %s |\n", a.Name, len(a.Seeds), pct(a.Final),
+		rw := "–"
+		if !math.IsNaN(cr.DeltaRight) || !math.IsNaN(cr.DeltaWrong) {
+			rw = num(cr.DeltaRight, "%+.3f") + " / " + num(cr.DeltaWrong, "%+.3f")
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d/%d | %.0f | %.0f | %s | %s | %s | %s | %s |\n", a.Name, len(a.Seeds), pct(a.Final),
 			num(100*a.Gain.Mean, "%+.1f"), strings.Join(tt, ", "), a.Reached, len(a.Seeds), c.CPUSeconds, c.WallSeconds,
-			num(cr.DeltaAbs, "%.3f"), num(cr.ClipFrac, "%.3f"), num(cr.Pivot, "%.2f"), num(cr.DeltaFailed, "%+.3f"))
+			num(cr.DeltaAbs, "%.3f"), num(cr.ClipFrac, "%.3f"), num(cr.Pivot, "%.2f"), num(cr.DeltaFailed, "%+.3f"), rw)
 	}
 	b.WriteString("\n")
 	if res.Ratio != nil {
