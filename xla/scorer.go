@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -55,6 +56,9 @@ type Scorer struct {
 	mu      sync.Mutex
 	step    *mlctx.Exec // one chunk: tokens, targets, start, caches → log-probs, caches
 	grow    *mlctx.Exec // copies caches into a larger capacity
+	// stats and the shape buckets compiled so far (scorestats.go), under mu.
+	stats    ScoreStats
+	compiled map[string]bool
 }
 
 // NewScorer returns a Scorer of m on backend.
@@ -195,7 +199,7 @@ func (s *Scorer) ensure(c *KVCache, n int, owned bool) error {
 	for _, t := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
 		args = append(args, t)
 	}
-	out, err := s.grow.Exec(args...)
+	out, err := s.timedExec(s.grow, fmt.Sprintf("grow %d→%d", c.Capacity, capacity), true, args)
 	if err != nil {
 		return fmt.Errorf("grow kv cache to %d: %w", capacity, err)
 	}
@@ -213,6 +217,8 @@ func (s *Scorer) ensure(c *KVCache, n int, owned bool) error {
 // released as they are replaced (false for a shared prefix).
 func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, owned bool, emit func(i int, lp float32)) error {
 	nl := s.model.Config.NumHiddenLayers
+	s.stats.Passes++
+	s.stats.Tokens += len(seq)
 	for off := 0; off < len(seq); {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -224,6 +230,7 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 			}
 			owned = true
 		}
+		t0 := time.Now()
 		tok := make([]int32, n)
 		tgt := make([]int32, n)
 		copy(tok, seq[off:])
@@ -236,12 +243,16 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 			tensors.FromScalar(int32(start + off)),
 		}
 		args = append(args, s.cacheArgs(c, owned)...)
-		out, err := s.step.Exec(args...)
+		s.stats.CopySeconds += time.Since(t0).Seconds()
+		out, err := s.timedExec(s.step, fmt.Sprintf("step %d@%d", n, c.Capacity), false, args)
 		if err != nil {
 			return fmt.Errorf("score chunk at %d: %w", start+off, err)
 		}
+		t0 = time.Now()
 		lps := tensors.MustCopyFlatData[float32](out[0])
 		out[0].FinalizeAll()
+		s.stats.CopySeconds += time.Since(t0).Seconds()
+		s.stats.Positions += n
 		for i := 0; i < n && off+i < len(seq); i++ {
 			emit(off+i, lps[i])
 		}
