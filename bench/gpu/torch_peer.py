@@ -255,15 +255,17 @@ def cmd_score(args):
     m, _ = load(args, torch.float32)
     load_s = time.perf_counter() - t0
     ids = torch.tensor(json.load(open(args.tokens)), dtype=torch.long, device=args.device)
-    times = []
+    times, cpus = [], []
     with torch.no_grad():
         for _ in range(1 + max(args.reps, 0)):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             lp = m(ids)
             sync(args.device)
             times.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
     T = ids.shape[0]
     out = {"load_seconds": load_s, "first_seconds": times[0], "seconds": min(times), "tokens_per_s": T / min(times),
+           "cpu_seconds": cpus[times.index(min(times))],
            "T": T, "threads": torch.get_num_threads(), "torch": torch.__version__, "path": attention_path(),
            "logprobs": [float(v) for v in lp.cpu()]}
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

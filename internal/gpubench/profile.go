@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/internal/benchutil"
@@ -32,13 +34,13 @@ func (b *bench) stageProfile(ctx context.Context) error {
 		return err
 	}
 	b.mem.reset()
-	t0 := time.Now()
+	t0, c0 := time.Now(), cpuSeconds()
 	m, err := xla.OpenModel(dir)
 	if err != nil {
 		return err
 	}
 	load := time.Since(t0).Seconds()
-	f := map[string]any{"preset": preset, "model_dir": dir, "seconds": load, "parameters": m.NumParameters(),
+	f := map[string]any{"preset": preset, "model_dir": dir, "seconds": load, "cpu_seconds": cpuSeconds() - c0, "parameters": m.NumParameters(),
 		"weight_bytes_f32": 4 * int64(m.NumParameters())}
 	b.addMem(f)
 	b.record("profile load", f)
@@ -65,12 +67,12 @@ func (b *bench) stageProfile(ctx context.Context) error {
 			return err
 		}
 		s.ResetStats()
-		t0 := time.Now()
+		t0, c0 := time.Now(), cpuSeconds()
 		out, cache, err := s.Score(ctx, tokens)
 		if err != nil {
 			return fmt.Errorf("score: %w", err)
 		}
-		sec := time.Since(t0).Seconds()
+		sec, cpu := time.Since(t0).Seconds(), cpuSeconds()-c0
 		kv := cache.Bytes()
 		cache.Close()
 		lp = out
@@ -79,7 +81,7 @@ func (b *bench) stageProfile(ctx context.Context) error {
 			what = "profile score cold"
 		}
 		f := map[string]any{"preset": preset, "T": T, "seconds": sec, "tokens_per_s": float64(T) / sec,
-			"chunk": s.Chunk(), "kv_cache_bytes": kv}
+			"cpu_seconds": cpu, "chunk": s.Chunk(), "kv_cache_bytes": kv}
 		for k, v := range statsFields(s.Stats(), 1) {
 			f[k] = v
 		}
@@ -136,6 +138,17 @@ func (b *bench) addMem(f map[string]any) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	f["go_heap_inuse_bytes"], f["go_sys_bytes"] = ms.HeapInuse, ms.Sys
+}
+
+// cpuSeconds is the process's user + system CPU time so far, every thread (the
+// XLA runtime's included): on shared cores it says what a pass cost when the wall
+// clock says how busy the machine was.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return math.NaN()
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func writeHeapProfile(path string) error {
