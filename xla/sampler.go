@@ -107,6 +107,9 @@ func NewSampler(backend backends.Backend, m *Model, chunk int) (*Sampler, error)
 	for c < chunk {
 		c *= 2
 	}
+	if err := m.place(backend); err != nil {
+		return nil, fmt.Errorf("new sampler: %w", err)
+	}
 	s := &Sampler{model: m, backend: backend, chunk: c, headroom: defaultHeadroom}
 	cfg := m.Config
 	nl := cfg.NumHiddenLayers

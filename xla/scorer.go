@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
@@ -56,6 +54,7 @@ type Scorer struct {
 	mu      sync.Mutex
 	step    *mlctx.Exec // one chunk: tokens, targets, start, caches → log-probs, caches
 	grow    *mlctx.Exec // copies caches into a larger capacity
+	zeros   *mlctx.Exec // an empty cache, made on the device
 	// stats and the shape buckets compiled so far (scorestats.go), under mu.
 	stats    ScoreStats
 	compiled map[string]bool
@@ -70,6 +69,9 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	c := minChunk
 	for c < chunk {
 		c *= 2
+	}
+	if err := m.place(backend); err != nil {
+		return nil, fmt.Errorf("new scorer: %w", err)
 	}
 	s := &Scorer{model: m, backend: backend, chunk: c, scores: opts.AttentionScores}
 	if s.scores <= 0 {
@@ -88,6 +90,9 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	}
 	s.step.SetMaxCache(-1)
 	if s.grow, err = newGrowExec(backend, m); err != nil {
+		return nil, fmt.Errorf("new scorer: %w", err)
+	}
+	if s.zeros, err = newZerosExec(backend, m); err != nil {
 		return nil, fmt.Errorf("new scorer: %w", err)
 	}
 	return s, nil
@@ -176,16 +181,15 @@ func (s *Scorer) capacityFor(n int) int {
 	return c
 }
 
-// newCache returns an empty cache with room for n positions.
+// newCache returns an empty cache with room for n positions, made on the device.
 func (s *Scorer) newCache(n int) (*KVCache, error) {
-	cfg := s.model.Config
 	capacity := s.capacityFor(n)
-	c := &KVCache{model: s.model, Capacity: capacity}
-	for range cfg.NumHiddenLayers {
-		c.k = append(c.k, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim)))
-		c.v = append(c.v, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim)))
+	out, err := s.timedExec(s.zeros, fmt.Sprintf("zeros %d", capacity), true, []any{make([]float32, capacity)})
+	if err != nil {
+		return nil, fmt.Errorf("new kv cache of %d: %w", capacity, err)
 	}
-	return c, nil
+	nl := s.model.Config.NumHiddenLayers
+	return &KVCache{model: s.model, Capacity: capacity, k: out[:nl], v: out[nl:]}, nil
 }
 
 // ensure grows c (a new set of tensors) so that it holds n positions. Old tensors

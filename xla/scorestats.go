@@ -18,20 +18,20 @@ type ScoreStats struct {
 	Chunks    int // chunk steps executed
 	Positions int // positions the chunk steps ran, bucket padding included
 	Tokens    int // positions asked for (Positions − Tokens is padding)
-	// Programs is the number of executables compiled (chunk steps and cache grows).
+	// Programs is the number of executables compiled (chunk steps, cache zeros and grows).
 	Programs       int
 	CompileSeconds float64 // building and compiling programs
 	ExecuteSeconds float64 // running chunk steps and cache grows
 	// CopySeconds is host↔device traffic outside the programs: per-chunk inputs
 	// (tokens, targets, start) and the chunk's log-probs back to the host.
 	CopySeconds float64
-	GrowSeconds float64 // of ExecuteSeconds, the cache grows
+	CacheSeconds float64 // of ExecuteSeconds, making and growing KV caches
 }
 
 // String is one line for logs.
 func (st ScoreStats) String() string {
-	return fmt.Sprintf("%d passes, %d chunks (%d positions for %d tokens), %d programs compiled in %.2fs, execute %.2fs (grow %.2fs), copies %.3fs",
-		st.Passes, st.Chunks, st.Positions, st.Tokens, st.Programs, st.CompileSeconds, st.ExecuteSeconds, st.GrowSeconds, st.CopySeconds)
+	return fmt.Sprintf("%d passes, %d chunks (%d positions for %d tokens), %d programs compiled in %.2fs, execute %.2fs (caches %.2fs), copies %.3fs",
+		st.Passes, st.Chunks, st.Positions, st.Tokens, st.Programs, st.CompileSeconds, st.ExecuteSeconds, st.CacheSeconds, st.CopySeconds)
 }
 
 // Stats returns the Scorer's ScoreStats so far.
@@ -49,9 +49,9 @@ func (s *Scorer) ResetStats() {
 }
 
 // timedExec runs e on args, compiling it first (timed apart) when key — the shape
-// bucket the arguments fall in — is new, and adds the times to s.stats. grow says
-// whether e is the cache grow.
-func (s *Scorer) timedExec(e *mlctx.Exec, key string, grow bool, args []any) ([]*tensors.Tensor, error) {
+// bucket the arguments fall in — is new, and adds the times to s.stats. cache says
+// whether e makes or grows a KV cache (else it is a chunk step).
+func (s *Scorer) timedExec(e *mlctx.Exec, key string, cache bool, args []any) ([]*tensors.Tensor, error) {
 	if s.compiled == nil {
 		s.compiled = map[string]bool{}
 	}
@@ -68,8 +68,8 @@ func (s *Scorer) timedExec(e *mlctx.Exec, key string, grow bool, args []any) ([]
 	out, err := e.Exec(args...)
 	d := time.Since(t0).Seconds()
 	s.stats.ExecuteSeconds += d
-	if grow {
-		s.stats.GrowSeconds += d
+	if cache {
+		s.stats.CacheSeconds += d
 	} else {
 		s.stats.Chunks++
 	}

@@ -125,7 +125,7 @@ func (b *bench) stageProfile(ctx context.Context) error {
 func statsFields(st xla.ScoreStats, passes int) map[string]any {
 	p := float64(max(passes, 1))
 	return map[string]any{"programs_compiled": st.Programs, "compile_seconds": st.CompileSeconds,
-		"execute_seconds": st.ExecuteSeconds / p, "grow_seconds": st.GrowSeconds / p, "copy_seconds": st.CopySeconds / p,
+		"execute_seconds": st.ExecuteSeconds / p, "cache_seconds": st.CacheSeconds / p, "copy_seconds": st.CopySeconds / p,
 		"chunks": st.Chunks / max(passes, 1), "positions_run": st.Positions / max(passes, 1), "tokens": st.Tokens / max(passes, 1)}
 }
 
