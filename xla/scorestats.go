@@ -24,7 +24,7 @@ type ScoreStats struct {
 	ExecuteSeconds float64 // running chunk steps and cache grows
 	// CopySeconds is host↔device traffic outside the programs: per-chunk inputs
 	// (tokens, targets, start) and the chunk's log-probs back to the host.
-	CopySeconds float64
+	CopySeconds  float64
 	CacheSeconds float64 // of ExecuteSeconds, making and growing KV caches
 }
 

@@ -27,8 +27,8 @@ type Weights interface {
 // names (HFScope). BF16 and F16 checkpoints are widened to float32 at load, so the
 // variables are the float32 master copy training will update.
 type Model struct {
-	Config Config
-	ctx    *context.Context
+	Config  Config
+	ctx     *context.Context
 	placeMu sync.Mutex // serialises place
 }
 
