@@ -78,7 +78,7 @@ def main():
         ld, cold, warm = rec.get("profile load", {}), rec.get("profile score cold", {}), rec.get("profile score warm", {})
         res[name + "_rss"] = max_rss(d)
         print(f"| hindsight {name} | {s(ld.get('seconds'))} | {s(cold.get('seconds'))} ({s(cold.get('compile_seconds'))}, "
-              f"{cold.get('programs_compiled', '—')}) | {s(warm.get('seconds'))} | {s(warm.get('tokens_per_s'), '{:.0f}')} | "
+              f"{cold.get('programs_compiled', '—')}) | {s(warm.get('seconds'))} | {s(warm.get('tokens_per_s'), '{:.0f}')} | {s(warm.get('cpu_seconds'))} | "
               f"{s(warm.get('execute_seconds'))} / {s(warm.get('copy_seconds'), '{:.2f} s')} | {gb(max_rss(d))} | "
               f"{gb(ld.get('rss_bytes'))} | {load_avg(d)} |")
         if rec.get("status", "ok") != "ok":
