@@ -29,6 +29,7 @@ func TestProfileStage(t *testing.T) {
 		got[r.What] = r.Fields
 	}
 	require.Contains(t, got, "profile load")
+	require.Contains(t, got, "profile new scorer")
 	require.Greater(t, got["profile load"]["parameters"], 0)
 	cold, warm := got["profile score cold"], got["profile score warm"]
 	require.NotNil(t, cold)
