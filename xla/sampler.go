@@ -107,9 +107,6 @@ func NewSampler(backend backends.Backend, m *Model, chunk int) (*Sampler, error)
 	for c < chunk {
 		c *= 2
 	}
-	if err := m.place(backend); err != nil {
-		return nil, fmt.Errorf("new sampler: %w", err)
-	}
 	s := &Sampler{model: m, backend: backend, chunk: c, headroom: defaultHeadroom}
 	cfg := m.Config
 	nl := cfg.NumHiddenLayers
@@ -182,6 +179,9 @@ func (s *Sampler) Generate(ctx context.Context, prompts [][]int32, opts SampleOp
 	capacity := minCapacity
 	for capacity < min(longest+min(opts.MaxNew, s.headroom), maxPos) {
 		capacity *= 2
+	}
+	if err := s.model.place(s.backend); err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
 	}
 	c := s.newCache(len(prompts), capacity)
 	defer c.Close()

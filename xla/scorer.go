@@ -70,9 +70,6 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	for c < chunk {
 		c *= 2
 	}
-	if err := m.place(backend); err != nil {
-		return nil, fmt.Errorf("new scorer: %w", err)
-	}
 	s := &Scorer{model: m, backend: backend, chunk: c, scores: opts.AttentionScores}
 	if s.scores <= 0 {
 		s.scores = DefaultAttentionScores
@@ -220,6 +217,9 @@ func (s *Scorer) ensure(c *KVCache, n int, owned bool) error {
 // | …, seq[:i+1]) for i < len(seq)-1. owned says whether c's current tensors may be
 // released as they are replaced (false for a shared prefix).
 func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, owned bool, emit func(i int, lp float32)) error {
+	if err := s.model.place(s.backend); err != nil {
+		return err
+	}
 	nl := s.model.Config.NumHiddenLayers
 	s.stats.Passes++
 	s.stats.Tokens += len(seq)

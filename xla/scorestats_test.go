@@ -41,10 +41,11 @@ func TestScoreStatsCompilesOnce(t *testing.T) {
 	require.Contains(t, st.String(), "0 programs compiled")
 }
 
-// TestPlaceMovesWeightsToDevice checks that a Scorer leaves the model's weights on
-// the device only (no host copy beside them), that reading them back gives exactly
-// the loaded values (a checkpoint save reads them so), and that a second Scorer of
-// the same model scores the same.
+// TestPlaceMovesWeightsToDevice checks that a Scorer's first pass leaves the
+// model's weights on the device only (no host copy beside them), that reading them
+// back gives exactly the loaded values (a checkpoint save reads them so), that the
+// next pass drops the host copies that read made, and that a second Scorer of the
+// same model scores the same.
 func TestPlaceMovesWeightsToDevice(t *testing.T) {
 	fields := tinyFields(nil)
 	mc := testConfig(t, fields)
@@ -57,15 +58,18 @@ func TestPlaceMovesWeightsToDevice(t *testing.T) {
 	b := newTestBackend(t)
 	s, err := NewScorer(b, m, ScorerOptions{Chunk: 32})
 	require.NoError(t, err)
-	for v := range m.ctx.IterVariables() {
-		w := v.MustValue()
-		require.True(t, w.IsOnDevice(0), "%s on the device", v.ScopeAndName())
-		require.False(t, w.HasLocal(), "%s: host copy kept", v.ScopeAndName())
-	}
 	tokens := testTokens(40, mc.VocabSize, 24)
 	lp, c, err := s.Score(t.Context(), tokens)
 	require.NoError(t, err)
 	c.Close()
+	onDeviceOnly := func(when string) {
+		for v := range m.ctx.IterVariables() {
+			w := v.MustValue()
+			require.True(t, w.IsOnDevice(0), "%s on the device %s", v.ScopeAndName(), when)
+			require.False(t, w.HasLocal(), "%s: host copy kept %s", v.ScopeAndName(), when)
+		}
+	}
+	onDeviceOnly("after the first pass")
 
 	s2, err := NewScorer(b, m, ScorerOptions{Chunk: 32})
 	require.NoError(t, err)
@@ -82,6 +86,10 @@ func TestPlaceMovesWeightsToDevice(t *testing.T) {
 		name := HFName(v.Scope(), v.Name())
 		require.Equal(t, want[name], tensors.MustCopyFlatData[float32](v.MustValue()), name)
 	}
+	_, c, err = s.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	c.Close()
+	onDeviceOnly("after a read and another pass")
 }
 
 // TestNewCacheOnDevice checks that an empty KV cache is made on the device: zeros,

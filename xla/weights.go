@@ -132,8 +132,10 @@ func (m *Model) NumParameters() int { return m.ctx.NumParameters() }
 // the host copy stays next to the device copy on a backend without shared buffers
 // (a GPU: 2.4 GB of f32 host RAM per 0.6B model, for nothing), and on one with them
 // it lingers as Go garbage through the first passes. A weight whose host copy is
-// needed again (a checkpoint save, a teacher clone) is copied back from the
-// device. Scorers and Samplers call it when they are made; it is cheap when the
+// needed again (a checkpoint save, a teacher clone) is copied back from the device,
+// and the next call drops that copy again. Scorer.run and Sampler.Generate call it
+// before they execute (not when they are made, so that, as before, the backend
+// that first runs the model is the one its weights live on); it is cheap when the
 // weights are already there.
 func (m *Model) place(b backends.Backend) error {
 	m.placeMu.Lock()
