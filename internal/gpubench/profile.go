@@ -20,8 +20,8 @@ import (
 
 // stageProfile is where one scoring pass's time and memory go, for one preset at
 // one T (on the CPU: qwen3-0.6b, f32, 3,233 tokens, bench/gpu/realsize_cpu.sh):
-// the model load (seconds, RSS and Go heap after it), NewScorer (which moves the
-// weights to the device), a cold pass (compiles
+// the model load (seconds, RSS and Go heap after it), NewScorer, a cold pass
+// (moving the weights to the device and compiles
 // included) and warm passes, each with the Scorer's breakdown (programs compiled,
 // compile, execute, host↔device copies, padding) and the process's peak RSS. With
 // Options.Pprof it writes a CPU profile of the passes and a heap profile after them
@@ -51,7 +51,6 @@ func (b *bench) stageProfile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// NewScorer moves the weights to the device (the first pass did before).
 	f = map[string]any{"preset": preset, "seconds": time.Since(t0).Seconds(), "cpu_seconds": cpuSeconds() - c0}
 	b.addMem(f)
 	b.record("profile new scorer", f)
