@@ -180,6 +180,9 @@ func (s *Sampler) Generate(ctx context.Context, prompts [][]int32, opts SampleOp
 	for capacity < min(longest+min(opts.MaxNew, s.headroom), maxPos) {
 		capacity *= 2
 	}
+	if err := s.model.place(s.backend); err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
 	c := s.newCache(len(prompts), capacity)
 	defer c.Close()
 	if err := s.runPrefill(ctx, c, prompts); err != nil {

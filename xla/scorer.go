@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
@@ -55,6 +54,10 @@ type Scorer struct {
 	mu      sync.Mutex
 	step    *mlctx.Exec // one chunk: tokens, targets, start, caches → log-probs, caches
 	grow    *mlctx.Exec // copies caches into a larger capacity
+	zeros   *mlctx.Exec // an empty cache, made on the device
+	// stats and the shape buckets compiled so far (scorestats.go), under mu.
+	stats    ScoreStats
+	compiled map[string]bool
 }
 
 // NewScorer returns a Scorer of m on backend.
@@ -84,6 +87,9 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	}
 	s.step.SetMaxCache(-1)
 	if s.grow, err = newGrowExec(backend, m); err != nil {
+		return nil, fmt.Errorf("new scorer: %w", err)
+	}
+	if s.zeros, err = newZerosExec(backend, m); err != nil {
 		return nil, fmt.Errorf("new scorer: %w", err)
 	}
 	return s, nil
@@ -172,16 +178,15 @@ func (s *Scorer) capacityFor(n int) int {
 	return c
 }
 
-// newCache returns an empty cache with room for n positions.
+// newCache returns an empty cache with room for n positions, made on the device.
 func (s *Scorer) newCache(n int) (*KVCache, error) {
-	cfg := s.model.Config
 	capacity := s.capacityFor(n)
-	c := &KVCache{model: s.model, Capacity: capacity}
-	for range cfg.NumHiddenLayers {
-		c.k = append(c.k, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim)))
-		c.v = append(c.v, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim)))
+	out, err := s.timedExec(s.zeros, fmt.Sprintf("zeros %d", capacity), true, []any{make([]float32, capacity)})
+	if err != nil {
+		return nil, fmt.Errorf("new kv cache of %d: %w", capacity, err)
 	}
-	return c, nil
+	nl := s.model.Config.NumHiddenLayers
+	return &KVCache{model: s.model, Capacity: capacity, k: out[:nl], v: out[nl:]}, nil
 }
 
 // ensure grows c (a new set of tensors) so that it holds n positions. Old tensors
@@ -195,7 +200,7 @@ func (s *Scorer) ensure(c *KVCache, n int, owned bool) error {
 	for _, t := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
 		args = append(args, t)
 	}
-	out, err := s.grow.Exec(args...)
+	out, err := s.timedExec(s.grow, fmt.Sprintf("grow %d→%d", c.Capacity, capacity), true, args)
 	if err != nil {
 		return fmt.Errorf("grow kv cache to %d: %w", capacity, err)
 	}
@@ -212,7 +217,12 @@ func (s *Scorer) ensure(c *KVCache, n int, owned bool) error {
 // | …, seq[:i+1]) for i < len(seq)-1. owned says whether c's current tensors may be
 // released as they are replaced (false for a shared prefix).
 func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, owned bool, emit func(i int, lp float32)) error {
+	if err := s.model.place(s.backend); err != nil {
+		return err
+	}
 	nl := s.model.Config.NumHiddenLayers
+	s.stats.Passes++
+	s.stats.Tokens += len(seq)
 	for off := 0; off < len(seq); {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -224,6 +234,7 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 			}
 			owned = true
 		}
+		t0 := time.Now()
 		tok := make([]int32, n)
 		tgt := make([]int32, n)
 		copy(tok, seq[off:])
@@ -236,12 +247,16 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 			tensors.FromScalar(int32(start + off)),
 		}
 		args = append(args, s.cacheArgs(c, owned)...)
-		out, err := s.step.Exec(args...)
+		s.stats.CopySeconds += time.Since(t0).Seconds()
+		out, err := s.timedExec(s.step, fmt.Sprintf("step %d@%d", n, c.Capacity), false, args)
 		if err != nil {
 			return fmt.Errorf("score chunk at %d: %w", start+off, err)
 		}
+		t0 = time.Now()
 		lps := tensors.MustCopyFlatData[float32](out[0])
 		out[0].FinalizeAll()
+		s.stats.CopySeconds += time.Since(t0).Seconds()
+		s.stats.Positions += n
 		for i := 0; i < n && off+i < len(seq); i++ {
 			emit(off+i, lps[i])
 		}

@@ -10,6 +10,9 @@ usage:
   torch_peer.py peak     --device D --n N                  → {float32_flops, bfloat16_flops}
   torch_peer.py speed    --model DIR --T N --dtype DT --device D --modes eager,compile
                                                           → {eager: {score_tps, train_tps}, compile: ...}
+  torch_peer.py score    --model DIR --tokens F --device D [--threads N] [--reps R]
+                                                          → {load_seconds, seconds, tokens_per_s,
+                                                             peak_rss_bytes, logprobs: [T-1]}
 
 One JSON object on stdout. Each feature is detected (SDPA, torch.compile, CUDA):
 what ran is in "path"; a mode the local torch lacks comes back as {"skipped": why}.
@@ -242,9 +245,38 @@ def cmd_speed(args):
     return out
 
 
+def cmd_score(args):
+    """One f32 eager scoring pass of the tokens in --tokens (then --reps more, the
+    best kept), timed apart from the load; the process's own peak RSS."""
+    import resource
+
+    no_tf32()
+    t0 = time.perf_counter()
+    m, _ = load(args, torch.float32)
+    load_s = time.perf_counter() - t0
+    ids = torch.tensor(json.load(open(args.tokens)), dtype=torch.long, device=args.device)
+    times, cpus = [], []
+    with torch.no_grad():
+        for _ in range(1 + max(args.reps, 0)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            lp = m(ids)
+            sync(args.device)
+            times.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+    T = ids.shape[0]
+    out = {"load_seconds": load_s, "first_seconds": times[0], "seconds": min(times), "tokens_per_s": T / min(times),
+           "cpu_seconds": cpus[times.index(min(times))],
+           "T": T, "threads": torch.get_num_threads(), "torch": torch.__version__, "path": attention_path(),
+           "logprobs": [float(v) for v in lp.cpu()]}
+    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if args.device.startswith("cuda"):
+        out["peak_bytes"] = torch.cuda.max_memory_allocated()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["info", "logprobs", "peak", "speed"])
+    ap.add_argument("cmd", choices=["info", "logprobs", "peak", "speed", "score"])
     ap.add_argument("--model")
     ap.add_argument("--tokens")
     ap.add_argument("--dtype", default="float32")
@@ -258,7 +290,7 @@ def main():
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    out = {"info": cmd_info, "logprobs": cmd_logprobs, "peak": cmd_peak, "speed": cmd_speed}[args.cmd](args)
+    out = {"info": cmd_info, "logprobs": cmd_logprobs, "peak": cmd_peak, "speed": cmd_speed, "score": cmd_score}[args.cmd](args)
     json.dump(out, sys.stdout)
 
 

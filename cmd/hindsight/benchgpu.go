@@ -32,9 +32,13 @@ func benchGPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	budgetScale := fs.Float64("budget-scale", 1, "multiply every stage's time budget")
 	longT := fs.Int("long-t", 0, "long-rollout length (0: the mode's default)")
 	speedT := fs.String("speed-t", "", "comma-separated speed lengths (default: the mode's)")
+	profilePreset := fs.String("profile-preset", "", "the profile stage's model preset (default: the mode's: qwen3-tiny on -cpu, else qwen3-0.6b)")
+	profileT := fs.Int("profile-t", 0, "the profile stage's rollout length (0: the mode's default, 3233 on a GPU)")
+	pprofOut := fs.Bool("pprof", false, "the profile stage writes OUT/profile-cpu.pprof and OUT/profile-heap.pprof")
+	reps := fs.Int("reps", 0, "timed repetitions after the first (compiling) pass (0: the mode's default)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: hindsight bench-gpu -out DIR [-cpu] [-backend SPEC] [-python PY] [-stages LIST]\n\n")
-		fmt.Fprintf(stderr, "Measures hindsight on this device stage by stage (peak, parity, speed, generate, long, memory),\n"+
+		fmt.Fprintf(stderr, "Measures hindsight on this device stage by stage (peak, parity, profile, speed, generate, long, memory),\n"+
 			"each under its own time budget, against a PyTorch peer on the same weights; writes OUT/results.json\n"+
 			"after every measurement. bench/gpu/run.sh runs it on a GPU or, with --cpu, as the CPU rehearsal.\n\n")
 		fs.PrintDefaults()
@@ -55,6 +59,16 @@ func benchGPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if *longT > 0 {
 		opts.LongT = *longT
 	}
+	if *profilePreset != "" {
+		opts.ProfilePreset = *profilePreset
+	}
+	if *profileT > 0 {
+		opts.ProfileT = *profileT
+	}
+	if *reps > 0 {
+		opts.Reps = *reps
+	}
+	opts.Pprof = *pprofOut
 	if *speedT != "" {
 		opts.SpeedT = nil
 		for _, f := range strings.Split(*speedT, ",") {

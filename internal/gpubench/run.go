@@ -84,7 +84,7 @@ func Run(ctx context.Context, opts Options, clientOptions map[string]any, log ze
 		return nil, fmt.Errorf("bench-gpu: %w", err)
 	}
 	stages := map[string]func(context.Context) error{
-		"peak": b.stagePeak, "parity": b.stageParity, "speed": b.stageSpeed,
+		"peak": b.stagePeak, "parity": b.stageParity, "profile": b.stageProfile, "speed": b.stageSpeed,
 		"generate": b.stageGenerate, "long": b.stageLong, "memory": b.stageMemory,
 	}
 	for _, s := range opts.Stages {

@@ -63,6 +63,7 @@ func (b *bench) speed(ctx context.Context, preset string, T int) error {
 		return err
 	}
 	b.mem.reset()
+	s.ResetStats()
 	sec, first, err := bestOf(ctx, b.opts.Reps, func() error {
 		_, c, err := s.Score(ctx, tokens)
 		if err == nil {
@@ -77,6 +78,11 @@ func (b *bench) speed(ctx context.Context, preset string, T int) error {
 		"first_seconds_with_compile": first, "chunk": s.Chunk(), "dtype": "float32"}
 	b.mfu(f, ForwardFLOPs(mc, T), sec)
 	for k, v := range b.mem.peaks() {
+		f[k] = v
+	}
+	// The breakdown: compiles (all in the first pass), and execute and copy
+	// seconds per pass averaged over the 1 + reps passes.
+	for k, v := range statsFields(s.Stats(), 1+b.opts.Reps) {
 		f[k] = v
 	}
 	b.record("hindsight score", f)

@@ -1,0 +1,77 @@
+package xla
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// ScoreStats says where a Scorer's time went since it was made (or since
+// ResetStats): compiling executables, running them, and copying between host and
+// device. A program is compiled the first time a shape bucket is met; its compile
+// is timed apart from its first run (GoMLX's PreCompile), so ExecuteSeconds is the
+// device's work alone.
+type ScoreStats struct {
+	Passes    int // Score calls and hinted segments run
+	Chunks    int // chunk steps executed
+	Positions int // positions the chunk steps ran, bucket padding included
+	Tokens    int // positions asked for (Positions − Tokens is padding)
+	// Programs is the number of executables compiled (chunk steps, cache zeros and grows).
+	Programs       int
+	CompileSeconds float64 // building and compiling programs
+	ExecuteSeconds float64 // running chunk steps and cache grows
+	// CopySeconds is host↔device traffic outside the programs: per-chunk inputs
+	// (tokens, targets, start) and the chunk's log-probs back to the host.
+	CopySeconds  float64
+	CacheSeconds float64 // of ExecuteSeconds, making and growing KV caches
+}
+
+// String is one line for logs.
+func (st ScoreStats) String() string {
+	return fmt.Sprintf("%d passes, %d chunks (%d positions for %d tokens), %d programs compiled in %.2fs, execute %.2fs (caches %.2fs), copies %.3fs",
+		st.Passes, st.Chunks, st.Positions, st.Tokens, st.Programs, st.CompileSeconds, st.ExecuteSeconds, st.CacheSeconds, st.CopySeconds)
+}
+
+// Stats returns the Scorer's ScoreStats so far.
+func (s *Scorer) Stats() ScoreStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// ResetStats zeroes the Scorer's ScoreStats (compiled programs stay compiled).
+func (s *Scorer) ResetStats() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats = ScoreStats{}
+}
+
+// timedExec runs e on args, compiling it first (timed apart) when key — the shape
+// bucket the arguments fall in — is new, and adds the times to s.stats. cache says
+// whether e makes or grows a KV cache (else it is a chunk step).
+func (s *Scorer) timedExec(e *mlctx.Exec, key string, cache bool, args []any) ([]*tensors.Tensor, error) {
+	if s.compiled == nil {
+		s.compiled = map[string]bool{}
+	}
+	if !s.compiled[key] {
+		t0 := time.Now()
+		if err := e.PreCompile(args...); err != nil {
+			return nil, fmt.Errorf("compile %s: %w", key, err)
+		}
+		s.compiled[key] = true
+		s.stats.Programs++
+		s.stats.CompileSeconds += time.Since(t0).Seconds()
+	}
+	t0 := time.Now()
+	out, err := e.Exec(args...)
+	d := time.Since(t0).Seconds()
+	s.stats.ExecuteSeconds += d
+	if cache {
+		s.stats.CacheSeconds += d
+	} else {
+		s.stats.Chunks++
+	}
+	return out, err
+}

@@ -1,0 +1,119 @@
+package xla
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/stretchr/testify/require"
+)
+
+// TestScoreStatsCompilesOnce checks the Scorer's breakdown: the first pass compiles
+// its programs (the cache's zeros and one chunk step; timed apart from the run),
+// a second pass of the same length compiles none and gives the same log-probs, and
+// the chunk and padding counts follow the buckets.
+func TestScoreStatsCompilesOnce(t *testing.T) {
+	m := testModel(t, tinyFields(nil), 21)
+	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 64})
+	require.NoError(t, err)
+	tokens := testTokens(150, m.Config.VocabSize, 22) // chunks 64, 64, 64 (the tail of 22 padded); capacity 256
+
+	first, c, err := s.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	c.Close()
+	st := s.Stats()
+	require.Equal(t, 2, st.Programs, "zeros 256 and step 64@256: %s", st)
+	require.Greater(t, st.CompileSeconds, 0.0)
+	require.Greater(t, st.ExecuteSeconds, 0.0)
+	require.Greater(t, st.CacheSeconds, 0.0)
+	require.Equal(t, ScoreStats{Passes: 1, Chunks: 3, Positions: 192, Tokens: 150, Programs: 2},
+		ScoreStats{Passes: st.Passes, Chunks: st.Chunks, Positions: st.Positions, Tokens: st.Tokens, Programs: st.Programs})
+
+	s.ResetStats()
+	second, c, err := s.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	c.Close()
+	st = s.Stats()
+	require.Equal(t, 0, st.Programs, "%s", st)
+	require.Zero(t, st.CompileSeconds)
+	require.Equal(t, 3, st.Chunks)
+	require.Equal(t, first[1:], second[1:])
+	require.Contains(t, st.String(), "0 programs compiled")
+}
+
+// TestPlaceMovesWeightsToDevice checks that a Scorer's first pass leaves the
+// model's weights on the device only (no host copy beside them), that reading them
+// back gives exactly the loaded values (a checkpoint save reads them so), that the
+// next pass drops the host copies that read made, and that a second Scorer of the
+// same model scores the same.
+func TestPlaceMovesWeightsToDevice(t *testing.T) {
+	fields := tinyFields(nil)
+	mc := testConfig(t, fields)
+	ws := testWeights(mc, 23)
+	m, err := LoadModel(mc, newMemWeights(ws))
+	require.NoError(t, err)
+	for v := range m.ctx.IterVariables() {
+		require.True(t, v.MustValue().HasLocal(), "%s before", v.ScopeAndName())
+	}
+	b := newTestBackend(t)
+	s, err := NewScorer(b, m, ScorerOptions{Chunk: 32})
+	require.NoError(t, err)
+	tokens := testTokens(40, mc.VocabSize, 24)
+	lp, c, err := s.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	c.Close()
+	onDeviceOnly := func(when string) {
+		for v := range m.ctx.IterVariables() {
+			w := v.MustValue()
+			require.True(t, w.IsOnDevice(0), "%s on the device %s", v.ScopeAndName(), when)
+			require.False(t, w.HasLocal(), "%s: host copy kept %s", v.ScopeAndName(), when)
+		}
+	}
+	onDeviceOnly("after the first pass")
+
+	s2, err := NewScorer(b, m, ScorerOptions{Chunk: 32})
+	require.NoError(t, err)
+	lp2, c, err := s2.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	c.Close()
+	require.Equal(t, lp[1:], lp2[1:])
+
+	want := map[string][]float32{}
+	for _, w := range ws {
+		want[w.Name] = w.Values
+	}
+	for v := range m.ctx.IterVariables() {
+		name := HFName(v.Scope(), v.Name())
+		require.Equal(t, want[name], tensors.MustCopyFlatData[float32](v.MustValue()), name)
+	}
+	_, c, err = s.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	c.Close()
+	onDeviceOnly("after a read and another pass")
+}
+
+// TestNewCacheOnDevice checks that an empty KV cache is made on the device: zeros,
+// every layer's K and V at the bucket's capacity, no host copy.
+func TestNewCacheOnDevice(t *testing.T) {
+	m := testModel(t, tinyFields(nil), 25)
+	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 16})
+	require.NoError(t, err)
+	c, err := s.newCache(40)
+	require.NoError(t, err)
+	defer c.Close()
+	cfg := m.Config
+	require.Equal(t, 64, c.Capacity)
+	require.Len(t, c.k, cfg.NumHiddenLayers)
+	require.Len(t, c.v, cfg.NumHiddenLayers)
+	require.Equal(t, int64(2*cfg.NumHiddenLayers*64*cfg.NumKeyValueHeads*cfg.HeadDim*4), c.Bytes())
+	for _, x := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
+		require.Equal(t, []int{64, 1, cfg.NumKeyValueHeads, cfg.HeadDim}, x.Shape().Dimensions)
+		require.True(t, x.IsOnDevice(0))
+		require.False(t, x.HasLocal())
+		for _, f := range tensors.MustCopyFlatData[float32](x) {
+			if f != 0 || math.Signbit(float64(f)) {
+				t.Fatalf("cache value %v, want +0", f)
+			}
+		}
+	}
+}
