@@ -33,8 +33,14 @@ type ScorerOptions struct {
 	// AttentionScores caps the elements of one chunk's attention scores
 	// (chunk × heads × cache capacity, default DefaultAttentionScores): as the cache
 	// grows the chunk halves (down to 16), so peak memory beyond the KV cache stays
-	// flat however long the rollout.
+	// flat however long the rollout. The budget applies to one block of the
+	// attention span (chunk × heads × block); with BucketAttention to the capacity.
 	AttentionScores int
+	// BucketAttention makes every chunk attend over the whole cache capacity bucket
+	// (Chunk·2^k ≥ the rollout, masked), as the scorer did before causal spans
+	// (attendBlocks): ~T × capacity attention work instead of ~T²/2. Kept so that a
+	// benchmark can run both in one process (bench/attention); not for production.
+	BucketAttention bool
 }
 
 // DefaultAttentionScores is the default ScorerOptions.AttentionScores: 2^26 float32
@@ -52,9 +58,33 @@ type Scorer struct {
 	backend backends.Backend
 	chunk   int
 	scores  int // AttentionScores
+	bucket  bool // ScorerOptions.BucketAttention
 	mu      sync.Mutex
-	step    *mlctx.Exec // one chunk: tokens, targets, start, caches → log-probs, caches
-	grow    *mlctx.Exec // copies caches into a larger capacity
+	// step runs one chunk: tokens, targets, start, [span.Blocks], [span.Block]
+	// (dummies whose lengths say the span; absent with bucket), caches → log-probs,
+	// caches.
+	step  *mlctx.Exec
+	grow  *mlctx.Exec // copies caches into a larger capacity
+	stats ScorerStats
+	seen  map[[3]int]bool // step programs run: chunk, capacity, span length
+}
+
+// ScorerStats count a Scorer's work since it was made, for benchmarks.
+type ScorerStats struct {
+	Steps int64 // chunk executions
+	// AttendedPairs is Σ over chunk executions of chunk × attended cache positions
+	// (padding included): query-key pairs whose scores were computed. Causal
+	// attention over T positions needs T(T+1)/2.
+	AttendedPairs int64
+	// Programs is the number of distinct step programs (chunk, capacity, span) run.
+	Programs int
+}
+
+// Stats returns the work counters.
+func (s *Scorer) Stats() ScorerStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
 }
 
 // NewScorer returns a Scorer of m on backend.
@@ -67,7 +97,7 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	for c < chunk {
 		c *= 2
 	}
-	s := &Scorer{model: m, backend: backend, chunk: c, scores: opts.AttentionScores}
+	s := &Scorer{model: m, backend: backend, chunk: c, scores: opts.AttentionScores, bucket: opts.BucketAttention, seen: map[[3]int]bool{}}
 	if s.scores <= 0 {
 		s.scores = DefaultAttentionScores
 	}
@@ -75,8 +105,13 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	nl := cfg.NumHiddenLayers
 	var err error
 	s.step, err = mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
-		tokens, targets, start := in[0], in[1], in[2]
-		hidden, kOut, vOut := decoder(ctx, cfg, tokens, start, in[3:3+nl], in[3+nl:3+2*nl])
+		tokens, targets, start, caches := in[0], in[1], in[2], in[3:]
+		var span kvSpan
+		if !s.bucket {
+			span = kvSpan{Blocks: in[3].Shape().Dimensions[0], Block: in[4].Shape().Dimensions[0]}
+			caches = in[5:]
+		}
+		hidden, kOut, vOut := decoderSpan(ctx, cfg, tokens, start, caches[:nl], caches[nl:2*nl], span)
 		return append(append([]*Node{tokenLogProbs(ctx, cfg, hidden, targets)}, kOut...), vOut...)
 	})
 	if err != nil {
@@ -148,16 +183,17 @@ func (s *Scorer) checkTokens(tokens []int32) error {
 	return nil
 }
 
-// chunkFor is the chunk bucket for n remaining positions when the cache holds
-// capacity positions: the smallest of Chunk/4^k (≥ minChunk) that holds
-// min(n, Chunk), then halved (to ≥ minChunk) while chunk × heads × capacity exceeds
-// the attention-score budget.
-func (s *Scorer) chunkFor(n, capacity int) int {
+// chunkFor is the chunk bucket for n remaining positions when one attention score
+// tensor is width positions wide (the span's block, or the cache capacity with
+// BucketAttention): the smallest of Chunk/4^k (≥ minChunk) that holds min(n, Chunk),
+// then halved (to ≥ minChunk) while chunk × heads × width exceeds the
+// attention-score budget.
+func (s *Scorer) chunkFor(n, width int) int {
 	c := s.chunk
 	for c/4 >= minChunk && c/4 >= n {
 		c /= 4
 	}
-	for c/2 >= minChunk && c*s.model.Config.NumAttentionHeads*capacity > s.scores {
+	for c/2 >= minChunk && c*s.model.Config.NumAttentionHeads*width > s.scores {
 		c /= 2
 	}
 	return c
@@ -217,9 +253,15 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n := s.chunkFor(len(seq)-off, max(c.Capacity, s.capacityFor(start+off+min(len(seq)-off, s.chunk))))
-		if start+off+n > c.Capacity {
-			if err := s.ensure(c, start+off+n, owned); err != nil {
+		end := start + off + min(len(seq)-off, s.chunk) // past the widest chunk's last position
+		width := max(c.Capacity, s.capacityFor(end))
+		if !s.bucket {
+			width = spanFor(end, s.chunk).Block
+		}
+		n := s.chunkFor(len(seq)-off, width)
+		span := spanFor(start+off+n, s.chunk)
+		if need := max(start+off+n, span.Len()); need > c.Capacity {
+			if err := s.ensure(c, need, owned); err != nil {
 				return err
 			}
 			owned = true
@@ -235,6 +277,12 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 			tensors.FromFlatDataAndDimensions(tgt, 1, n),
 			tensors.FromScalar(int32(start + off)),
 		}
+		attended := c.Capacity
+		if !s.bucket {
+			args = append(args, make([]int8, span.Blocks), make([]int8, span.Block))
+			attended = span.Len()
+		}
+		s.count(n, c.Capacity, attended)
 		args = append(args, s.cacheArgs(c, owned)...)
 		out, err := s.step.Exec(args...)
 		if err != nil {
@@ -256,6 +304,16 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 	}
 	c.Len = start + len(seq)
 	return nil
+}
+
+// count adds one chunk execution to the stats.
+func (s *Scorer) count(n, capacity, attended int) {
+	s.stats.Steps++
+	s.stats.AttendedPairs += int64(n) * int64(attended)
+	if key := [3]int{n, capacity, attended}; !s.seen[key] {
+		s.seen[key] = true
+		s.stats.Programs++
+	}
 }
 
 // cacheArgs returns c's tensors as step arguments. Owned tensors are donated, so a
