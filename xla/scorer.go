@@ -57,7 +57,7 @@ type Scorer struct {
 	model   *Model
 	backend backends.Backend
 	chunk   int
-	scores  int // AttentionScores
+	scores  int  // AttentionScores
 	bucket  bool // ScorerOptions.BucketAttention
 	mu      sync.Mutex
 	// step runs one chunk: tokens, targets, start, [span.Blocks], [span.Block]
