@@ -16,12 +16,13 @@ import (
 // tensor exists, only [chunk, Block] ones, one after another.
 //
 // Spans come from a bounded set so that a rollout of any length compiles a handful
-// of programs: end is rounded up to whole units (the scorer's chunk), exactly while
-// that is at most maxKVBlocks blocks of one unit, then to blocks of 2, 4, 8… units so
-// that there are between maxKVBlocks/2+1 and maxKVBlocks of them. A span covers at
-// most 1/(maxKVBlocks/2) more than end; the blocks are static slices of the cache
-// (every backend has Slice; the pure-Go backend lacks DynamicSlice), one program per
-// span.
+// of programs: end is rounded up to whole units (the scorer's chunk), exactly up to
+// spanSteps units, then to 2, 4, 8… units so that a span is 5…8 × 2^k units (at
+// most a quarter more than end; 28 spans for 128k positions in chunks of 512). A
+// block is at most maxBlockUnits units, so one score tensor is chunk × heads ×
+// maxBlockUnits·chunk floats however long the rollout. The blocks are static
+// slices of the cache (every backend has Slice; the pure-Go backend lacks
+// DynamicSlice), one program per span.
 
 // kvSpan is the part of a KV cache one chunk attends to: its first Blocks·Block
 // positions, taken Block at a time. The zero kvSpan is the whole cache, attended in
@@ -31,21 +32,26 @@ type kvSpan struct{ Blocks, Block int }
 // Len is the number of cache positions the span covers.
 func (k kvSpan) Len() int { return k.Blocks * k.Block }
 
-// maxKVBlocks bounds the blocks of a span: the programs' graphs grow with it, the
-// attention work wasted beyond causal shrinks with it (at most 2/maxKVBlocks of a
-// chunk's keys once blocks are longer than one unit).
-const maxKVBlocks = 16
+// spanSteps is the number of span sizes per doubling of the rollout (beyond the
+// first spanSteps units): more compile more programs, fewer waste more attention.
+const spanSteps = 8
+
+// maxBlockUnits bounds a block, in units.
+const maxBlockUnits = 4
 
 // spanFor returns the span of a chunk whose last position is end-1: u = ⌈end/unit⌉
-// units; blocks of unit·2^k positions, the smallest k with ⌈u/2^k⌉ ≤ maxKVBlocks.
-// When unit·2^j ≥ end (a cache capacity bucket), Len() ≤ unit·2^j.
+// units rounded up to a multiple of g = 2^k, the smallest with ⌈u/g⌉ ≤ spanSteps;
+// blocks of min(g, maxBlockUnits) units. When unit·2^j ≥ end (a cache capacity
+// bucket), Len() ≤ unit·2^j.
 func spanFor(end, unit int) kvSpan {
 	u := (end + unit - 1) / unit
-	block := 1
-	for (u+block-1)/block > maxKVBlocks {
-		block *= 2
+	g := 1
+	for (u+g-1)/g > spanSteps {
+		g *= 2
 	}
-	return kvSpan{Blocks: (u + block - 1) / block, Block: block * unit}
+	units := (u + g - 1) / g * g
+	block := min(g, maxBlockUnits)
+	return kvSpan{Blocks: units / block, Block: block * unit}
 }
 
 // attendBlocks is grouped-query attention of q5 over the first span.Len() positions
