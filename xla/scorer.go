@@ -49,10 +49,12 @@ const DefaultAttentionScores = 1 << 26
 
 // Scorer computes per-token log-probs of rollouts under a Model, chunk by chunk
 // against a KV cache. Shapes are bucketed, chunk lengths to Chunk/2^k (Chunk/4^k
-// for short tails, halved further under the attention-score budget) and cache
-// capacities to Chunk·2^k, so any rollout reuses a handful of compiled
-// executables. A Scorer runs one pass at a time (it owns the device); its methods
-// serialise.
+// for short tails, halved further under the attention-score budget), cache
+// capacities to Chunk·2^k, and the part of the cache a chunk attends to to a span
+// of 1…8 or 5…8×2^k chunks (spanFor), so a rollout of T positions compiles at most
+// about 8 + 4·log2(T/(8·Chunk)) step programs (28 for 128k with chunk 512),
+// reused by every later rollout. A Scorer runs one pass at a time (it owns the
+// device); its methods serialise.
 type Scorer struct {
 	model   *Model
 	backend backends.Backend
