@@ -116,9 +116,11 @@ func run(ctx context.Context, o options) error {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("# %s preset (%d parameters), chunk %d, backend %s; load average at start %s",
 		o.preset, m.NumParameters(), o.chunk, device, load)
-	fmt.Println("\n## Scoring")
-	fmt.Println("| T | path | time (cold) | time (warm) | tokens/s | peak RSS | KV cache | attention work / causal | FLOPs / causal | programs | after/before | PyTorch peer | ours/peer | max abs Δ log-prob |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	if len(o.score) > 0 {
+		fmt.Println("\n## Scoring")
+		fmt.Println("| T | path | time (cold) | time (warm) | tokens/s | peak RSS | KV cache | attention work / causal | FLOPs / causal | programs | after/before | PyTorch peer | ours/peer | max abs Δ log-prob |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	}
 	for _, T := range o.score {
 		tokens := benchutil.Tokens(T, mc.VocabSize, 1, 2)
 		after, err := scoreRun(ctx, backend, m, tokens, o, false, cost)
