@@ -20,13 +20,15 @@ import (
 // are written at positions start… and the queries attend to every cached position
 // ≤ their own; without, they attend within the chunk (causally). A start of shape
 // [batch] gives every row its own position (decoding: seq = 1, with a cache), so
-// rows of different lengths advance together.
+// rows of different lengths advance together. A non-zero span (scalar start, with a
+// cache) attends only to the span's first positions, block by block
+// (attendBlocks); the zero span attends over the whole cache in one softmax.
 //
 //	x: [batch, seq, hidden]; start: scalar int32, or [batch] int32 with seq = 1;
 //	cos, sin: [seq, head_dim/2], or [batch, 1, head_dim/2] for a [batch] start;
 //	kCache, vCache: [capacity, batch, kv_heads, head_dim] or nil
 //	→ [batch, seq, hidden], and the updated caches (nil without)
-func attention(ctx *context.Context, c Config, x, start, cos, sin, kCache, vCache *Node) (out, kOut, vOut *Node) {
+func attention(ctx *context.Context, c Config, x, start, cos, sin, kCache, vCache *Node, span kvSpan) (out, kOut, vOut *Node) {
 	g := x.Graph()
 	dims := x.Shape().Dimensions
 	b, t := dims[0], dims[1]
@@ -71,6 +73,11 @@ func attention(ctx *context.Context, c Config, x, start, cos, sin, kCache, vCach
 	// Query head j uses KV head j / groups (transformers' repeat_kv), so the heads
 	// axis splits as [kv, groups].
 	q5 := Reshape(q, b, t, kv, grp, hd)
+	if span.Blocks > 0 && kCache != nil && !perRow {
+		o := attendBlocks(q5, k, v, qPos, span) // [b, kv, t, grp, hd]
+		o = Reshape(TransposeAllAxes(o, 0, 2, 1, 3, 4), b, t, h*hd)
+		return linear(ctx.In("o_proj"), o, c.OBias), kOut, vOut
+	}
 	scores := dot(q5, []int{4}, []int{0, 2}, k, []int{3}, []int{1, 2}) // [b, kv, t, grp, s]
 	scores = MulScalar(scores, 1/math.Sqrt(float64(hd)))
 	visible := LessOrEqual(Reshape(kPos, 1, 1, s), Reshape(qPos, qb, t, 1)) // [qb, t, s]

@@ -17,7 +17,9 @@
 // log-prob of the sampled token leaves each chunk, so no [T, vocab] tensor exists:
 // peak memory is the cache plus O(C × vocab). Chunk lengths and cache capacities
 // come from a few buckets, so a rollout of any length reuses a handful of compiled
-// executables.
+// executables; a scoring chunk attends only to its causal span of the cache (a
+// bounded set of sizes, attention_blocked.go), block by block with an online
+// softmax, so scoring costs ~T²/2 attention, not T × capacity.
 //
 // Weights load from a data.ModelDir (or any Weights) through a strict name table
 // whose context scopes are the checkpoint's tensor names: "model.layers.0.mlp.up_proj.weight"

@@ -34,10 +34,12 @@ type gradPass struct {
 	exact    *mlctx.Exec       // one chunk against a KV cache, with the cache's cotangents
 	uncached *mlctx.Exec       // a whole sequence in one causal pass, no cache
 	shrink   *Exec             // the first c positions of every cache tensor
+	stats    AttentionStats    // chunk executions against a cache (GradientStats)
+	seen     map[[2]int]bool   // (chunk, cut) pairs run
 }
 
 func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
-	p := &gradPass{model: m, backend: backend, params: trainables(m)}
+	p := &gradPass{model: m, backend: backend, params: trainables(m), seen: map[[2]int]bool{}}
 	cfg := m.Config
 	nl := cfg.NumHiddenLayers
 	np := len(p.params)
@@ -254,8 +256,8 @@ func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, ca
 		return res, err
 	}
 	// A chunk at off sees positions < off+n only, so it gets the cache cut to the
-	// smallest capacity bucket holding them (attention cost grows with the capacity);
-	// the cut copy is shared by the chunks of one bucket.
+	// span holding them (trainCut: attention cost grows with the cut); the cut copy
+	// is shared by the chunks of one span.
 	views := cacheViews{shrink: p.shrink}
 	defer views.drop()
 	heads := p.model.Config.NumAttentionHeads
@@ -264,13 +266,15 @@ func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, ca
 			return res, err
 		}
 		rem := T - off
-		n := trainChunkFor(chunk, rem, s.capacityFor(off+min(rem, chunk)), heads, scores)
-		if off+n > cache.Capacity {
-			if err := s.ensure(cache, off+n, true); err != nil {
+		n := trainChunkFor(chunk, rem, s.trainCut(off+min(rem, chunk), chunk), heads, scores)
+		cut := s.trainCut(off+n, chunk)
+		if need := max(off+n, cut); need > cache.Capacity {
+			if err := s.ensure(cache, need, true); err != nil {
 				return res, err
 			}
 		}
-		caches, err := views.of(append(append([]*tensors.Tensor{}, cache.k...), cache.v...), s.capacityFor(off+n))
+		p.count(n, cut)
+		caches, err := views.of(append(append([]*tensors.Tensor{}, cache.k...), cache.v...), cut)
 		if err != nil {
 			return res, err
 		}
@@ -407,11 +411,12 @@ func (p *gradPass) accumulateExact(ctx context.Context, s *Scorer, tokens []int3
 	var offs, ns []int
 	for off := 0; off < T; {
 		rem := T - off
-		n := trainChunkFor(chunk, rem, s.capacityFor(off+min(rem, chunk)), heads, scores)
+		n := trainChunkFor(chunk, rem, s.trainCut(off+min(rem, chunk), chunk), heads, scores)
 		offs, ns = append(offs, off), append(ns, n)
 		off += n
 	}
-	if end := offs[len(offs)-1] + ns[len(ns)-1]; end > cache.Capacity {
+	last := len(offs) - 1
+	if end := max(offs[last]+ns[last], s.trainCut(offs[last]+ns[last], chunk)); end > cache.Capacity {
 		if err := s.ensure(cache, end, true); err != nil {
 			return res, err
 		}
@@ -432,7 +437,9 @@ func (p *gradPass) accumulateExact(ctx context.Context, s *Scorer, tokens []int3
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		caches, err := views.of(full, s.capacityFor(offs[i]+ns[i]))
+		cut := s.trainCut(offs[i]+ns[i], chunk)
+		p.count(ns[i], cut)
+		caches, err := views.of(full, cut)
 		if err != nil {
 			return res, err
 		}

@@ -73,6 +73,12 @@ func mlp(ctx *context.Context, c Config, x *Node) *Node {
 //	kCache, vCache: layers × [capacity, batch, kv, hd] or nil
 //	→ hidden [batch, seq, hidden], updated caches
 func decoder(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache []*Node) (hidden *Node, kOut, vOut []*Node) {
+	return decoderSpan(ctx, c, tokens, start, kCache, vCache, kvSpan{})
+}
+
+// decoderSpan is decoder whose attention reads only span of the caches (see
+// attendBlocks); the zero span reads them whole.
+func decoderSpan(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache []*Node, span kvSpan) (hidden *Node, kOut, vOut []*Node) {
 	g := tokens.Graph()
 	dims := tokens.Shape().Dimensions
 	b, t := dims[0], dims[1]
@@ -89,7 +95,7 @@ func decoder(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache
 		if kCache != nil {
 			kc, vc = kCache[i], vCache[i]
 		}
-		a, ko, vo := attention(lctx.In("self_attn"), c, rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), start, cos, sin, kc, vc)
+		a, ko, vo := attention(lctx.In("self_attn"), c, rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), start, cos, sin, kc, vc, span)
 		if kCache != nil {
 			kOut[i], vOut[i] = ko, vo
 		}

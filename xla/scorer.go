@@ -32,8 +32,14 @@ type ScorerOptions struct {
 	// AttentionScores caps the elements of one chunk's attention scores
 	// (chunk × heads × cache capacity, default DefaultAttentionScores): as the cache
 	// grows the chunk halves (down to 16), so peak memory beyond the KV cache stays
-	// flat however long the rollout.
+	// flat however long the rollout. The budget applies to one block of the
+	// attention span (chunk × heads × block); with BucketAttention to the capacity.
 	AttentionScores int
+	// BucketAttention makes every chunk attend over the whole cache capacity bucket
+	// (Chunk·2^k ≥ the rollout, masked), as the scorer did before causal spans
+	// (attendBlocks): ~T × capacity attention work instead of ~T²/2. Kept so that a
+	// benchmark can run both in one process (bench/attention); not for production.
+	BucketAttention bool
 }
 
 // DefaultAttentionScores is the default ScorerOptions.AttentionScores: 2^26 float32
@@ -42,22 +48,29 @@ const DefaultAttentionScores = 1 << 26
 
 // Scorer computes per-token log-probs of rollouts under a Model, chunk by chunk
 // against a KV cache. Shapes are bucketed, chunk lengths to Chunk/2^k (Chunk/4^k
-// for short tails, halved further under the attention-score budget) and cache
-// capacities to Chunk·2^k, so any rollout reuses a handful of compiled
-// executables. A Scorer runs one pass at a time (it owns the device); its methods
-// serialise.
+// for short tails, halved further under the attention-score budget), cache
+// capacities to Chunk·2^k, and the part of the cache a chunk attends to to a span
+// of 1…8 or 5…8×2^k chunks (spanFor), so a rollout of T positions compiles at most
+// about 8 + 4·log2(T/(8·Chunk)) step programs (28 for 128k with chunk 512),
+// reused by every later rollout. A Scorer runs one pass at a time (it owns the
+// device); its methods serialise.
 type Scorer struct {
 	model   *Model
 	backend backends.Backend
 	chunk   int
-	scores  int // AttentionScores
+	scores  int  // AttentionScores
+	bucket  bool // ScorerOptions.BucketAttention
 	mu      sync.Mutex
-	step    *mlctx.Exec // one chunk: tokens, targets, start, caches → log-probs, caches
-	grow    *mlctx.Exec // copies caches into a larger capacity
-	zeros   *mlctx.Exec // an empty cache, made on the device
+	// step runs one chunk: tokens, targets, start, [span.Blocks], [span.Block]
+	// (dummies whose lengths say the span; absent with bucket), caches → log-probs,
+	// caches.
+	step  *mlctx.Exec
+	grow  *mlctx.Exec // copies caches into a larger capacity
+	zeros *mlctx.Exec // an empty cache, made on the device
 	// stats and the shape buckets compiled so far (scorestats.go), under mu.
 	stats    ScoreStats
 	compiled map[string]bool
+	seen     map[[3]int]bool // step programs run: chunk, capacity, span length
 }
 
 // NewScorer returns a Scorer of m on backend.
@@ -70,7 +83,7 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	for c < chunk {
 		c *= 2
 	}
-	s := &Scorer{model: m, backend: backend, chunk: c, scores: opts.AttentionScores}
+	s := &Scorer{model: m, backend: backend, chunk: c, scores: opts.AttentionScores, bucket: opts.BucketAttention, seen: map[[3]int]bool{}}
 	if s.scores <= 0 {
 		s.scores = DefaultAttentionScores
 	}
@@ -78,8 +91,13 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	nl := cfg.NumHiddenLayers
 	var err error
 	s.step, err = mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
-		tokens, targets, start := in[0], in[1], in[2]
-		hidden, kOut, vOut := decoder(ctx, cfg, tokens, start, in[3:3+nl], in[3+nl:3+2*nl])
+		tokens, targets, start, caches := in[0], in[1], in[2], in[3:]
+		var span kvSpan
+		if !s.bucket {
+			span = kvSpan{Blocks: in[3].Shape().Dimensions[0], Block: in[4].Shape().Dimensions[0]}
+			caches = in[5:]
+		}
+		hidden, kOut, vOut := decoderSpan(ctx, cfg, tokens, start, caches[:nl], caches[nl:2*nl], span)
 		return append(append([]*Node{tokenLogProbs(ctx, cfg, hidden, targets)}, kOut...), vOut...)
 	})
 	if err != nil {
@@ -154,16 +172,17 @@ func (s *Scorer) checkTokens(tokens []int32) error {
 	return nil
 }
 
-// chunkFor is the chunk bucket for n remaining positions when the cache holds
-// capacity positions: the smallest of Chunk/4^k (≥ minChunk) that holds
-// min(n, Chunk), then halved (to ≥ minChunk) while chunk × heads × capacity exceeds
-// the attention-score budget.
-func (s *Scorer) chunkFor(n, capacity int) int {
+// chunkFor is the chunk bucket for n remaining positions when one attention score
+// tensor is width positions wide (the span's block, or the cache capacity with
+// BucketAttention): the smallest of Chunk/4^k (≥ minChunk) that holds min(n, Chunk),
+// then halved (to ≥ minChunk) while chunk × heads × width exceeds the
+// attention-score budget.
+func (s *Scorer) chunkFor(n, width int) int {
 	c := s.chunk
 	for c/4 >= minChunk && c/4 >= n {
 		c /= 4
 	}
-	for c/2 >= minChunk && c*s.model.Config.NumAttentionHeads*capacity > s.scores {
+	for c/2 >= minChunk && c*s.model.Config.NumAttentionHeads*width > s.scores {
 		c /= 2
 	}
 	return c
@@ -227,9 +246,15 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n := s.chunkFor(len(seq)-off, max(c.Capacity, s.capacityFor(start+off+min(len(seq)-off, s.chunk))))
-		if start+off+n > c.Capacity {
-			if err := s.ensure(c, start+off+n, owned); err != nil {
+		end := start + off + min(len(seq)-off, s.chunk) // past the widest chunk's last position
+		width := max(c.Capacity, s.capacityFor(end))
+		if !s.bucket {
+			width = spanFor(end, s.chunk).Block
+		}
+		n := s.chunkFor(len(seq)-off, width)
+		span := spanFor(start+off+n, s.chunk)
+		if need := max(start+off+n, span.Len()); need > c.Capacity {
+			if err := s.ensure(c, need, owned); err != nil {
 				return err
 			}
 			owned = true
@@ -246,9 +271,16 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 			tensors.FromFlatDataAndDimensions(tgt, 1, n),
 			tensors.FromScalar(int32(start + off)),
 		}
+		attended, key := c.Capacity, fmt.Sprintf("step %d@%d", n, c.Capacity)
+		if !s.bucket {
+			args = append(args, make([]int8, span.Blocks), make([]int8, span.Block))
+			attended = span.Len()
+			key += fmt.Sprintf(" span %d×%d", span.Blocks, span.Block)
+		}
+		s.count(n, c.Capacity, attended)
 		args = append(args, s.cacheArgs(c, owned)...)
 		s.stats.CopySeconds += time.Since(t0).Seconds()
-		out, err := s.timedExec(s.step, fmt.Sprintf("step %d@%d", n, c.Capacity), false, args)
+		out, err := s.timedExec(s.step, key, false, args)
 		if err != nil {
 			return fmt.Errorf("score chunk at %d: %w", start+off, err)
 		}
@@ -271,6 +303,17 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 	}
 	c.Len = start + len(seq)
 	return nil
+}
+
+// count adds one chunk execution to the attention stats.
+func (s *Scorer) count(n, capacity, attended int) {
+	st := &s.stats.Attention
+	st.Steps++
+	st.AttendedPairs += int64(n) * int64(attended)
+	if key := [3]int{n, capacity, attended}; !s.seen[key] {
+		s.seen[key] = true
+		st.Programs++
+	}
 }
 
 // cacheArgs returns c's tensors as step arguments. Owned tensors are donated, so a

@@ -26,6 +26,21 @@ type ScoreStats struct {
 	// (tokens, targets, start) and the chunk's log-probs back to the host.
 	CopySeconds  float64
 	CacheSeconds float64 // of ExecuteSeconds, making and growing KV caches
+	// Attention counts the chunk steps' attention work (attention_blocked.go).
+	Attention AttentionStats
+}
+
+// AttentionStats count chunk executions against a KV cache, for benchmarks.
+type AttentionStats struct {
+	Steps int64 // chunk executions
+	// AttendedPairs is Σ over chunk executions of chunk × attended cache positions
+	// (padding included): query-key pairs whose scores were computed. Causal
+	// attention over T positions needs T(T+1)/2.
+	AttendedPairs int64
+	// Programs is the number of distinct step shapes run: (chunk, capacity, span)
+	// for a Scorer, (chunk, cut) for a Trainer's gradient passes. A Scorer's count
+	// is since it was made (ResetStats does not forget the shapes seen).
+	Programs int
 }
 
 // String is one line for logs.

@@ -22,11 +22,15 @@ func TestScoreStatsCompilesOnce(t *testing.T) {
 	require.NoError(t, err)
 	c.Close()
 	st := s.Stats()
-	require.Equal(t, 2, st.Programs, "zeros 256 and step 64@256: %s", st)
+	// zeros 256 and one step program per causal span: the chunks attend to 64,
+	// 128 and 192 cache positions.
+	require.Equal(t, 4, st.Programs, "zeros 256 and steps 64@256 over spans 64, 128, 192: %s", st)
+	require.Equal(t, 3, st.Attention.Programs)
+	require.Equal(t, int64(64*64+64*128+64*192), st.Attention.AttendedPairs)
 	require.Greater(t, st.CompileSeconds, 0.0)
 	require.Greater(t, st.ExecuteSeconds, 0.0)
 	require.Greater(t, st.CacheSeconds, 0.0)
-	require.Equal(t, ScoreStats{Passes: 1, Chunks: 3, Positions: 192, Tokens: 150, Programs: 2},
+	require.Equal(t, ScoreStats{Passes: 1, Chunks: 3, Positions: 192, Tokens: 150, Programs: 4},
 		ScoreStats{Passes: st.Passes, Chunks: st.Chunks, Positions: st.Positions, Tokens: st.Tokens, Programs: st.Programs})
 
 	s.ResetStats()
