@@ -48,7 +48,7 @@ func PlotCPUPNG(w io.Writer, curves []Curve, threshold float64, title string) er
 }
 
 func plotPNG(w io.Writer, curves []Curve, threshold float64, title, xlabel string) error {
-	const W, H, left, right, top, bottom = 900, 560, 80, 200, 50, 60
+	const W, H, left, right, top, bottom = 900, 580, 80, 200, 70, 60
 	img := image.NewRGBA(image.Rect(0, 0, W, H))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	type band struct{ x, lo, mean, hi []float64 }
@@ -84,7 +84,7 @@ func plotPNG(w io.Writer, curves []Curve, threshold float64, title, xlabel strin
 	hline(img, left, W-right, H-bottom, black, 1)
 	vline(img, left, top, H-bottom, black)
 	drawText(img, left+(W-left-right)/2-textWidth(xlabel, 2)/2, H-bottom+28, xlabel, black, 2)
-	drawText(img, 8, top-30, "held-out success", black, 2)
+	drawText(img, 8, top-26, "held-out success", black, 2)
 	drawText(img, left+(W-left-right)/2-textWidth(title, 2)/2, 10, title, black, 2)
 	// Threshold, dashed.
 	for x := left; x < W-right; x += 12 {
