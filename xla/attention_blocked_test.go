@@ -108,15 +108,7 @@ func TestTrainCausalCuts(t *testing.T) {
 		opts.Optimizer.LR, opts.Optimizer.MinLR, opts.Optimizer.WarmupSteps = 100, 100, 0
 		tr, err := NewTrainer(backend, m, opts)
 		require.NoError(t, err)
-		w0 := weightsOf(m)
-		_, err = tr.Step(t.Context(), pool)
-		require.NoError(t, err)
-		moved := weightsOf(m)
-		for i := range moved {
-			for j := range moved[i] {
-				moved[i][j] -= w0[i][j]
-			}
-		}
+		moved := stepMoves(t, tr, m, pool)
 		return moved, tr.GradientStats()
 	}
 	modes := []Backprop{BackpropExact, BackpropTruncated}

@@ -23,15 +23,7 @@ func TestTrainerBackpropModes(t *testing.T) {
 		opts.Optimizer.ClipNorm, opts.Optimizer.WeightDecay = 0, 0
 		tr, err := NewTrainer(backend, m, opts)
 		require.NoError(t, err)
-		w0 := weightsOf(m)
-		_, err = tr.Step(t.Context(), pool)
-		require.NoError(t, err)
-		moved := weightsOf(m)
-		for i := range moved {
-			for j := range moved[i] {
-				moved[i][j] -= w0[i][j]
-			}
-		}
+		moved := stepMoves(t, tr, m, pool)
 		return moved
 	}
 	diff := func(a, b [][]float32) (worst, scale float64) {

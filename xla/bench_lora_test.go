@@ -3,8 +3,6 @@ package xla
 import (
 	"fmt"
 	"math"
-	"os"
-	"strconv"
 	"testing"
 
 	"github.com/hindsight-ai/hindsight/credit"
@@ -35,14 +33,7 @@ func loraBenchModels(b *testing.B) map[string]*data.ModelConfig {
 //	HINDSIGHT_TEST_BACKEND=xla-cpu go test -run '^$' -bench LoRAStep -benchtime 3x -timeout 30m ./xla/
 func BenchmarkLoRAStep(b *testing.B) {
 	backend := newTestBackend(b)
-	T := 256
-	if s := os.Getenv("HINDSIGHT_BENCH_LORA_T"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		T = n
-	}
+	T := envInt(b, "HINDSIGHT_BENCH_LORA_T", 256)
 	models := loraBenchModels(b)
 	for _, name := range []string{"small", "llama-100m"} {
 		mc := models[name]

@@ -24,14 +24,7 @@ import (
 //	go test -run '^$' -bench TrainBackprop -benchtime 2x ./xla/
 func BenchmarkTrainBackprop(b *testing.B) {
 	backend := newTestBackend(b)
-	T := 2048
-	if s := os.Getenv("HINDSIGHT_BENCH_BACKPROP_T"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		T = n
-	}
+	T := envInt(b, "HINDSIGHT_BENCH_BACKPROP_T", 2048)
 	for _, mode := range []Backprop{BackpropTruncated, BackpropExact, BackpropFull} {
 		b.Run(fmt.Sprintf("T=%d/%s", T, mode), func(b *testing.B) {
 			m := testModel(b, tinyFields(map[string]any{"max_position_embeddings": 131072}), 71)
@@ -106,14 +99,7 @@ func BenchmarkTrainStep(b *testing.B) {
 //	go test -run '^$' -bench TrainLongRollout -benchtime 1x -timeout 30m ./xla/
 func BenchmarkTrainLongRollout(b *testing.B) {
 	backend := newTestBackend(b)
-	T := 32768
-	if s := os.Getenv("HINDSIGHT_BENCH_LONG_T"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		T = n
-	}
+	T := envInt(b, "HINDSIGHT_BENCH_LONG_T", 32768)
 	for _, chunk := range []int{64, 128} {
 		b.Run(fmt.Sprintf("T=%d/chunk=%d", T, chunk), func(b *testing.B) {
 			m := testModel(b, tinyFields(map[string]any{"max_position_embeddings": 131072}), 61)
@@ -211,4 +197,17 @@ func BenchmarkTrainChunkPeak32k(b *testing.B) {
 			b.ReportMetric(float64(peak-heap.Base.HeapAlloc)/(1<<20), "chunk-peak-MiB")
 		})
 	}
+}
+
+// envInt is the integer in the environment variable name, or def when it is unset.
+func envInt(b *testing.B, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	return n
 }

@@ -264,6 +264,20 @@ func weightsOf(m *Model) [][]float32 {
 	return out
 }
 
+// stepMoves takes one step of tr on pool and returns how far it moved each weight of m.
+func stepMoves(t *testing.T, tr *Trainer, m *Model, pool []Rollout) [][]float32 {
+	t.Helper()
+	moved := weightsOf(m)
+	_, err := tr.Step(t.Context(), pool)
+	require.NoError(t, err)
+	for i, after := range weightsOf(m) {
+		for j := range after {
+			moved[i][j] = after[j] - moved[i][j]
+		}
+	}
+	return moved
+}
+
 // TestTeacherModes checks the frozen teacher refreshes every K steps and the EMA
 // teacher follows θ_T + rate·(θ − θ_T), and that the live teacher keeps no weights.
 func TestTeacherModes(t *testing.T) {
