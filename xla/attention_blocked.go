@@ -10,23 +10,23 @@ import (
 
 // Causal attention cost for long rollouts (README "Long rollouts: causal attention
 // cost"). A scoring chunk at positions start…end-1 needs the keys of positions < end
-// only, so it attends to the first span.Len() ≥ end positions of the cache, not to
-// the whole capacity bucket, in span.Blocks blocks of span.Block positions, with an
-// online softmax (running max and sum, rescaled per block): no [chunk, span] score
-// tensor exists, only [chunk, Block] ones, one after another.
+// only: its own, and those of the pages before it (paged.go), which it attends to
+// in blocks of up to maxBlockUnits pages with an online softmax (running max and
+// sum, rescaled per block), so no [chunk, span] score tensor exists, only
+// [chunk, block] ones, one after another. The training pass cuts its contiguous
+// cache to the same spans (Scorer.trainCut).
 //
 // Spans come from a bounded set so that a rollout of any length compiles a handful
-// of programs: end is rounded up to whole units (the scorer's chunk), exactly up to
-// spanSteps units, then to 2, 4, 8… units so that a span is 5…8 × 2^k units (at
-// most a quarter more than end; 28 spans for 128k positions in chunks of 512). A
-// block is at most maxBlockUnits units, so one score tensor is chunk × heads ×
-// maxBlockUnits·chunk floats however long the rollout. The blocks are static
-// slices of the cache (every backend has Slice; the pure-Go backend lacks
-// DynamicSlice), one program per span.
+// of programs: the positions before a chunk are rounded up to whole units (pages,
+// the scorer's chunk), exactly up to spanSteps units, then to 2, 4, 8… units so
+// that a span is 5…8 × 2^k units (at most a quarter more; 28 spans for 128k
+// positions in chunks of 512). A block is at most maxBlockUnits units, so one score
+// tensor is chunk × heads × maxBlockUnits·chunk floats however long the rollout.
+// A block is a concatenation of whole pages (every backend has Concatenate; the
+// pure-Go backend lacks DynamicSlice), one program per span.
 
 // kvSpan is the part of a KV cache one chunk attends to: its first Blocks·Block
-// positions, taken Block at a time. The zero kvSpan is the whole cache, attended in
-// one masked softmax (decoding, prefill, training).
+// positions, taken Block at a time.
 type kvSpan struct{ Blocks, Block int }
 
 // Len is the number of cache positions the span covers.
@@ -54,53 +54,70 @@ func spanFor(end, unit int) kvSpan {
 	return kvSpan{Blocks: units / block, Block: block * unit}
 }
 
-// attendBlocks is grouped-query attention of q5 over the first span.Len() positions
-// of the (already written) cache k, v, causal by absolute position, with an online
-// softmax over span.Blocks blocks. Block 0 holds position 0, which every query sees,
-// so the running max is finite from the first block on; a block a query cannot see
-// at all adds exp(−∞) = 0.
+// attendPaged is grouped-query attention of a chunk at positions start… over its
+// own keys (causally) and then over the pages before it: the past pages, taken
+// perBlock pages at a time, of which only the positions < start are visible. The
+// chunk's own block comes first, so every query has a visible key from the start
+// and the running max is finite; a past block beyond start adds exp(−∞) = 0.
 //
-//	q5: [batch, seq, kv, groups, head_dim]; k, v: [capacity, batch, kv, head_dim];
-//	qPos: [1, seq] int32 absolute positions → [batch, kv, seq, groups, head_dim]
-func attendBlocks(q5, k, v, qPos *Node, span kvSpan) *Node {
+//	q5: [batch, seq, kv, groups, head_dim]; k, v: the chunk's [seq, batch, kv, head_dim];
+//	past: pages [page, batch, kv, head_dim]; start: scalar int32 → [batch, kv, seq, groups, head_dim]
+func attendPaged(q5, k, v *Node, pastK, pastV []*Node, perBlock int, start *Node) *Node {
+	g := q5.Graph()
+	t := q5.Shape().Dimensions[1]
+	var o onlineSoftmax
+	rel := Iota(g, shapes.Make(dtypes.Int32, t), 0)
+	o.add(q5, k, v, LessOrEqual(Reshape(rel, 1, t), Reshape(rel, t, 1)))
+	for j := 0; j < len(pastK); j += perBlock {
+		kj, vj := Concatenate(pastK[j:j+perBlock], 0), Concatenate(pastV[j:j+perBlock], 0)
+		kb := kj.Shape().Dimensions[0]
+		lo := j * pastK[0].Shape().Dimensions[0]
+		kPos := Add(Iota(g, shapes.Make(dtypes.Int32, 1, kb), 1), Const(g, int32(lo))) // [1, kb]
+		o.add(q5, kj, vj, BroadcastToDims(LessThan(kPos, start), t, kb))
+	}
+	return o.result()
+}
+
+// onlineSoftmax accumulates softmax(q·kᵀ/√d)·v over key blocks added one at a
+// time: a running max m, the running sum l of exp(score − m) and the running
+// weighted sum acc, rescaled by exp(m_old − m_new) when the max grows. No score
+// tensor wider than one block exists. The first block added must give every query
+// a visible key (else m is −∞ and the rescale is NaN).
+type onlineSoftmax struct {
+	m, l, acc *Node // [b, kv, t, grp, 1], [b, kv, t, grp, 1], [b, kv, t, grp, hd]
+}
+
+// add takes one block of keys and values: kj, vj [kb, batch, kv, head_dim], with
+// visible [seq, kb] saying which query sees which key.
+func (o *onlineSoftmax) add(q5, kj, vj, visible *Node) {
 	g := q5.Graph()
 	dims := q5.Shape().Dimensions
 	b, t, kv, grp, hd := dims[0], dims[1], dims[2], dims[3], dims[4]
-	kb := span.Block
-	scale := 1 / math.Sqrt(float64(hd))
-	qCol := Reshape(qPos, t, 1)
-	negInf := Const(g, float32(math.Inf(-1)))
-	var m, l, acc *Node // [b, kv, t, grp, 1], [b, kv, t, grp, 1], [b, kv, t, grp, hd]
-	for j := range span.Blocks {
-		lo := j * kb
-		kj := Slice(k, AxisRange(lo, lo+kb)) // [kb, b, kv, hd]
-		vj := Slice(v, AxisRange(lo, lo+kb))
-		qj := q5
-		if j > 0 {
-			// q + 0·max(acc) makes block j's scores wait for block j-1's sum:
-			// without it XLA CPU computed the blocks' score tensors together and
-			// held most of them at once (1.2 GB against 0.44 GB for 16 blocks of
-			// 2048 keys, one layer, 512 queries).
-			qj = Add(q5, MulScalar(ReduceAllMax(acc), 0))
-		}
-		s := MulScalar(dot(qj, []int{4}, []int{0, 2}, kj, []int{3}, []int{1, 2}), scale) // [b, kv, t, grp, kb]
-		kPos := Add(Iota(g, shapes.Make(dtypes.Int32, 1, kb), 1), Const(g, int32(lo)))   // [1, kb]
-		visible := BroadcastToDims(Reshape(LessOrEqual(kPos, qCol), 1, 1, t, 1, kb), b, kv, t, grp, kb)
-		s = Where(visible, s, negInf)
-		mj := StopGradient(ReduceAndKeep(s, ReduceMax, 4))
-		if j == 0 {
-			m = mj
-			p := Exp(Sub(s, m))
-			l = ReduceAndKeep(p, ReduceSum, 4)
-			acc = dot(p, []int{4}, []int{0, 1}, vj, []int{0}, []int{1, 2})
-			continue
-		}
-		mNew := Max(m, mj)
-		alpha := Exp(Sub(m, mNew))
-		p := Exp(Sub(s, mNew))
-		l = Add(Mul(alpha, l), ReduceAndKeep(p, ReduceSum, 4))
-		acc = Add(Mul(alpha, acc), dot(p, []int{4}, []int{0, 1}, vj, []int{0}, []int{1, 2}))
-		m = mNew
+	kb := kj.Shape().Dimensions[0]
+	if o.acc != nil {
+		// k + 0·max(acc) and v + 0·max(acc) make this block wait for the previous
+		// block's sum: without it XLA CPU computed the blocks' score tensors (and
+		// the keys' transposed copies) together and held most of them at once.
+		after := MulScalar(ReduceAllMax(o.acc), 0)
+		kj, vj = Add(kj, after), Add(vj, after)
 	}
-	return Div(acc, l)
+	s := MulScalar(dot(q5, []int{4}, []int{0, 2}, kj, []int{3}, []int{1, 2}), 1/math.Sqrt(float64(hd))) // [b, kv, t, grp, kb]
+	s = Where(BroadcastToDims(Reshape(visible, 1, 1, t, 1, kb), b, kv, t, grp, kb), s, Const(g, float32(math.Inf(-1))))
+	mj := StopGradient(ReduceAndKeep(s, ReduceMax, 4))
+	if o.acc == nil {
+		o.m = mj
+		p := Exp(Sub(s, o.m))
+		o.l = ReduceAndKeep(p, ReduceSum, 4)
+		o.acc = dot(p, []int{4}, []int{0, 1}, vj, []int{0}, []int{1, 2})
+		return
+	}
+	mNew := Max(o.m, mj)
+	alpha := Exp(Sub(o.m, mNew))
+	p := Exp(Sub(s, mNew))
+	o.l = Add(Mul(alpha, o.l), ReduceAndKeep(p, ReduceSum, 4))
+	o.acc = Add(Mul(alpha, o.acc), dot(p, []int{4}, []int{0, 1}, vj, []int{0}, []int{1, 2}))
+	o.m = mNew
 }
+
+// result is the attention output so far: acc / l.
+func (o *onlineSoftmax) result() *Node { return Div(o.acc, o.l) }

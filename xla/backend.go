@@ -128,6 +128,10 @@ func NewBackendWithOptions(spec string, clientOptions map[string]any) (b backend
 		if err := checkPlugin(config); err != nil {
 			return nil, err
 		}
+		path, _, _ := strings.Cut(config, ",")
+		if err := setCPUFlags(path); err != nil {
+			return nil, err
+		}
 	case "":
 		return nil, fmt.Errorf("backend: empty spec: use %q, \"xla:<absolute plugin path>\" or %q", DefaultBackend, CPUPluginName)
 	default:

@@ -255,6 +255,9 @@ func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, ca
 	if err := p.checkCache(cache, T); err != nil {
 		return res, err
 	}
+	if err := s.flatten(cache); err != nil {
+		return res, err
+	}
 	// A chunk at off sees positions < off+n only, so it gets the cache cut to the
 	// span holding them (trainCut: attention cost grows with the cut); the cut copy
 	// is shared by the chunks of one span.
@@ -289,7 +292,7 @@ func (p *gradPass) accumulate(ctx context.Context, s *Scorer, tokens []int32, ca
 // checkCache returns an error unless cache is this model's cache of (at least) the
 // T tokens being trained.
 func (p *gradPass) checkCache(cache *KVCache, T int) error {
-	if cache == nil || cache.model != p.model || cache.k == nil || cache.Len < T {
+	if cache == nil || cache.model != p.model || cache.closed() || cache.Len < T {
 		return fmt.Errorf("gradient pass: the KV cache is not this model's cache of the %d tokens", T)
 	}
 	return nil
@@ -405,6 +408,9 @@ func (p *gradPass) accumulateExact(ctx context.Context, s *Scorer, tokens []int3
 	T := len(tokens)
 	res := newPassResult(T)
 	if err := p.checkCache(cache, T); err != nil {
+		return res, err
+	}
+	if err := s.flatten(cache); err != nil {
 		return res, err
 	}
 	heads := p.model.Config.NumAttentionHeads

@@ -73,12 +73,39 @@ func mlp(ctx *context.Context, c Config, x *Node) *Node {
 //	kCache, vCache: layers × [capacity, batch, kv, hd] or nil
 //	→ hidden [batch, seq, hidden], updated caches
 func decoder(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache []*Node) (hidden *Node, kOut, vOut []*Node) {
-	return decoderSpan(ctx, c, tokens, start, kCache, vCache, kvSpan{})
+	if kCache != nil {
+		kOut, vOut = make([]*Node, c.NumHiddenLayers), make([]*Node, c.NumHiddenLayers)
+	}
+	hidden = decoderLayers(ctx, c, tokens, start, func(i int, actx *context.Context, x, cos, sin *Node) *Node {
+		var kc, vc *Node
+		if kCache != nil {
+			kc, vc = kCache[i], vCache[i]
+		}
+		a, ko, vo := attention(actx, c, x, start, cos, sin, kc, vc)
+		if kCache != nil {
+			kOut[i], vOut[i] = ko, vo
+		}
+		return a
+	})
+	return hidden, kOut, vOut
 }
 
-// decoderSpan is decoder whose attention reads only span of the caches (see
-// attendBlocks); the zero span reads them whole.
-func decoderSpan(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache []*Node, span kvSpan) (hidden *Node, kOut, vOut []*Node) {
+// decoderPaged is decoder against a paged KV cache (attentionPaged): per layer
+// the past pages of the chunk's span and the head page it writes; it returns per
+// layer the two pages written.
+func decoderPaged(ctx *context.Context, c Config, tokens, start, offset *Node, pastK, pastV [][]*Node, perBlock int, headK, headV []*Node) (hidden *Node, kPages, vPages [][2]*Node) {
+	kPages, vPages = make([][2]*Node, c.NumHiddenLayers), make([][2]*Node, c.NumHiddenLayers)
+	hidden = decoderLayers(ctx, c, tokens, start, func(i int, actx *context.Context, x, cos, sin *Node) *Node {
+		var a *Node
+		a, kPages[i], vPages[i] = attentionPaged(actx, c, x, start, offset, cos, sin, pastK[i], pastV[i], perBlock, headK[i], headV[i])
+		return a
+	})
+	return hidden, kPages, vPages
+}
+
+// decoderLayers runs the embedding, every layer (attend: layer i's attention of its
+// normed input x, in the scope actx) and the final norm over one chunk.
+func decoderLayers(ctx *context.Context, c Config, tokens, start *Node, attend func(i int, actx *context.Context, x, cos, sin *Node) *Node) *Node {
 	g := tokens.Graph()
 	dims := tokens.Shape().Dimensions
 	b, t := dims[0], dims[1]
@@ -86,23 +113,12 @@ func decoderSpan(ctx *context.Context, c Config, tokens, start *Node, kCache, vC
 	emb := weight(mctx.In("embed_tokens"), g, "weight") // [vocab, hidden]
 	x := Gather(emb, Reshape(tokens, b, t, 1))          // [batch, seq, hidden]
 	cos, sin := ropeTables(c, start, t)
-	if kCache != nil {
-		kOut, vOut = make([]*Node, c.NumHiddenLayers), make([]*Node, c.NumHiddenLayers)
-	}
 	for i := range c.NumHiddenLayers {
 		lctx := mctx.In("layers").In(strconv.Itoa(i))
-		var kc, vc *Node
-		if kCache != nil {
-			kc, vc = kCache[i], vCache[i]
-		}
-		a, ko, vo := attention(lctx.In("self_attn"), c, rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), start, cos, sin, kc, vc, span)
-		if kCache != nil {
-			kOut[i], vOut[i] = ko, vo
-		}
-		x = Add(x, a)
+		x = Add(x, attend(i, lctx.In("self_attn"), rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), cos, sin))
 		x = Add(x, mlp(lctx.In("mlp"), c, rmsNorm(lctx.In("post_attention_layernorm"), x, c.RMSNormEps)))
 	}
-	return rmsNorm(mctx.In("norm"), x, c.RMSNormEps), kOut, vOut
+	return rmsNorm(mctx.In("norm"), x, c.RMSNormEps)
 }
 
 // tokenLogProbs returns log p(targets[b,t] | tokens[b,:t+1]) from the final hidden

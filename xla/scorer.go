@@ -25,20 +25,22 @@ const minChunk = 16
 
 // ScorerOptions configure a Scorer.
 type ScorerOptions struct {
-	// Chunk is the number of positions per forward step (default DefaultChunk;
-	// rounded up to a power of two ≥ 16). Peak memory is the KV cache plus
-	// O(Chunk × vocab).
+	// Chunk is the number of positions per forward step and per KV-cache page
+	// (default DefaultChunk; rounded up to a power of two ≥ 16). Peak memory is the
+	// KV cache plus O(Chunk × vocab) and one block of attention scores.
 	Chunk int
 	// AttentionScores caps the elements of one chunk's attention scores
 	// (chunk × heads × cache capacity, default DefaultAttentionScores): as the cache
 	// grows the chunk halves (down to 16), so peak memory beyond the KV cache stays
 	// flat however long the rollout. The budget applies to one block of the
-	// attention span (chunk × heads × block); with BucketAttention to the capacity.
+	// attention span (chunk × heads × block, ≤ 4 pages); with BucketAttention to the
+	// capacity.
 	AttentionScores int
 	// BucketAttention makes every chunk attend over the whole cache capacity bucket
-	// (Chunk·2^k ≥ the rollout, masked), as the scorer did before causal spans
-	// (attendBlocks): ~T × capacity attention work instead of ~T²/2. Kept so that a
-	// benchmark can run both in one process (bench/attention); not for production.
+	// (Chunk·2^k ≥ the rollout, masked) of a contiguous cache, as the scorer did
+	// before paged caches and causal spans: ~T × capacity attention work instead of
+	// ~T²/2, and a copy of the whole cache per chunk. Kept so that a benchmark can
+	// run both in one process (bench/attention); not for production.
 	BucketAttention bool
 }
 
@@ -47,12 +49,12 @@ type ScorerOptions struct {
 const DefaultAttentionScores = 1 << 26
 
 // Scorer computes per-token log-probs of rollouts under a Model, chunk by chunk
-// against a KV cache. Shapes are bucketed, chunk lengths to Chunk/2^k (Chunk/4^k
-// for short tails, halved further under the attention-score budget), cache
-// capacities to Chunk·2^k, and the part of the cache a chunk attends to to a span
-// of 1…8 or 5…8×2^k chunks (spanFor), so a rollout of T positions compiles at most
-// about 8 + 4·log2(T/(8·Chunk)) step programs (28 for 128k with chunk 512),
-// reused by every later rollout. A Scorer runs one pass at a time (it owns the
+// against a paged KV cache (paged.go). Shapes are bucketed, chunk lengths to
+// Chunk/2^k (Chunk/4^k for short tails, halved further under the attention-score
+// budget), and the pages before a chunk that it attends to to a span of 1…8 or
+// 5…8×2^k pages (spanFor), so a rollout of T positions compiles at most about
+// 9 + 4·log2(T/(8·Chunk)) step programs (29 for 128k with chunk 512), reused by
+// every later rollout. A Scorer runs one pass at a time (it owns the
 // device); its methods serialise.
 type Scorer struct {
 	model   *Model
@@ -61,12 +63,20 @@ type Scorer struct {
 	scores  int  // AttentionScores
 	bucket  bool // ScorerOptions.BucketAttention
 	mu      sync.Mutex
-	// step runs one chunk: tokens, targets, start, [span.Blocks], [span.Block]
-	// (dummies whose lengths say the span; absent with bucket), caches → log-probs,
-	// caches.
-	step  *mlctx.Exec
+	// step runs one chunk against a contiguous cache (BucketAttention, or a
+	// flattened cache), attending over its whole capacity: tokens, targets, start,
+	// caches → log-probs, caches.
+	step *mlctx.Exec
+	// paged runs one chunk against a paged cache (runPaged): tokens, targets,
+	// start, offset, [pages per block] (a dummy whose length says it), every
+	// layer's past K pages, then V pages, then the head K and V pages → log-probs,
+	// per layer 2 K pages, then per layer 2 V pages.
+	paged *mlctx.Exec
 	grow  *mlctx.Exec // copies caches into a larger capacity
 	zeros *mlctx.Exec // an empty cache, made on the device
+	flat  *mlctx.Exec // a paged cache's pages, concatenated (flatten)
+	// zeroPage is a page of zeros (K or V), standing for pages not yet written.
+	zeroPage *tensors.Tensor
 	// stats and the shape buckets compiled so far (scorestats.go), under mu.
 	stats    ScoreStats
 	compiled map[string]bool
@@ -92,18 +102,36 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	var err error
 	s.step, err = mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
 		tokens, targets, start, caches := in[0], in[1], in[2], in[3:]
-		var span kvSpan
-		if !s.bucket {
-			span = kvSpan{Blocks: in[3].Shape().Dimensions[0], Block: in[4].Shape().Dimensions[0]}
-			caches = in[5:]
-		}
-		hidden, kOut, vOut := decoderSpan(ctx, cfg, tokens, start, caches[:nl], caches[nl:2*nl], span)
+		hidden, kOut, vOut := decoder(ctx, cfg, tokens, start, caches[:nl], caches[nl:2*nl])
 		return append(append([]*Node{tokenLogProbs(ctx, cfg, hidden, targets)}, kOut...), vOut...)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new scorer: %w", err)
 	}
 	s.step.SetMaxCache(-1)
+	s.paged, err = mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
+		tokens, targets, start, offset, perBlock := in[0], in[1], in[2], in[3], in[4].Shape().Dimensions[0]
+		pages := in[5:]
+		np := (len(pages) - 2*nl) / (2 * nl) // past pages per layer
+		pastK, pastV := make([][]*Node, nl), make([][]*Node, nl)
+		for l := range nl {
+			pastK[l], pastV[l] = pages[l*np:(l+1)*np], pages[(nl+l)*np:(nl+l+1)*np]
+		}
+		head := pages[2*nl*np:]
+		hidden, kPages, vPages := decoderPaged(ctx, cfg, tokens, start, offset, pastK, pastV, perBlock, head[:nl], head[nl:])
+		out := []*Node{tokenLogProbs(ctx, cfg, hidden, targets)}
+		for _, p := range append(kPages, vPages...) {
+			out = append(out, p[0], p[1])
+		}
+		return out
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new scorer: %w", err)
+	}
+	s.paged.SetMaxCache(-1)
+	if s.flat, err = newFlattenExec(backend, m); err != nil {
+		return nil, fmt.Errorf("new scorer: %w", err)
+	}
 	if s.grow, err = newGrowExec(backend, m); err != nil {
 		return nil, fmt.Errorf("new scorer: %w", err)
 	}
@@ -197,8 +225,13 @@ func (s *Scorer) capacityFor(n int) int {
 	return c
 }
 
-// newCache returns an empty cache with room for n positions, made on the device.
+// newCache returns an empty cache: paged (pages are added as chunks run), or with
+// BucketAttention one with room for n positions, made on the device.
 func (s *Scorer) newCache(n int) (*KVCache, error) {
+	if !s.bucket {
+		nl := s.model.Config.NumHiddenLayers
+		return &KVCache{model: s.model, pages: &kvPages{size: s.chunk, k: make([][]*tensors.Tensor, nl), v: make([][]*tensors.Tensor, nl)}}, nil
+	}
 	capacity := s.capacityFor(n)
 	out, err := s.timedExec(s.zeros, fmt.Sprintf("zeros %d", capacity), true, []any{make([]float32, capacity)})
 	if err != nil {
@@ -239,6 +272,9 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 	if err := s.model.place(s.backend); err != nil {
 		return err
 	}
+	if c.pages != nil {
+		return s.runPaged(ctx, c, seq, start, emit)
+	}
 	nl := s.model.Config.NumHiddenLayers
 	s.stats.Passes++
 	s.stats.Tokens += len(seq)
@@ -247,13 +283,8 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 			return err
 		}
 		end := start + off + min(len(seq)-off, s.chunk) // past the widest chunk's last position
-		width := max(c.Capacity, s.capacityFor(end))
-		if !s.bucket {
-			width = spanFor(end, s.chunk).Block
-		}
-		n := s.chunkFor(len(seq)-off, width)
-		span := spanFor(start+off+n, s.chunk)
-		if need := max(start+off+n, span.Len()); need > c.Capacity {
+		n := s.chunkFor(len(seq)-off, max(c.Capacity, s.capacityFor(end)))
+		if need := start + off + n; need > c.Capacity {
 			if err := s.ensure(c, need, owned); err != nil {
 				return err
 			}
@@ -271,13 +302,8 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 			tensors.FromFlatDataAndDimensions(tgt, 1, n),
 			tensors.FromScalar(int32(start + off)),
 		}
-		attended, key := c.Capacity, fmt.Sprintf("step %d@%d", n, c.Capacity)
-		if !s.bucket {
-			args = append(args, make([]int8, span.Blocks), make([]int8, span.Block))
-			attended = span.Len()
-			key += fmt.Sprintf(" span %d×%d", span.Blocks, span.Block)
-		}
-		s.count(n, c.Capacity, attended)
+		key := fmt.Sprintf("step %d@%d", n, c.Capacity)
+		s.count(n, c.Capacity, c.Capacity)
 		args = append(args, s.cacheArgs(c, owned)...)
 		s.stats.CopySeconds += time.Since(t0).Seconds()
 		out, err := s.timedExec(s.step, key, false, args)

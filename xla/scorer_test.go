@@ -105,6 +105,7 @@ func TestScoreHintedEqualsSplicedPass(t *testing.T) {
 	_, student, err := s.Score(t.Context(), tokens)
 	require.NoError(t, err)
 	defer student.Close()
+	pages, bytes := student.tensors(), student.Bytes()
 	segs := []Segment{
 		{Start: 10, End: 30, Hint: testTokens(5, v, 23)},
 		{Start: 31, End: 90, Hint: testTokens(40, v, 24)},    // hint + segment cross chunks
@@ -126,10 +127,13 @@ func TestScoreHintedEqualsSplicedPass(t *testing.T) {
 			require.InDelta(t, ref[off+i], q[k][i], 1e-5, "segment %d, t=%d", k, sg.Start+i)
 		}
 	}
-	// The student's cache is untouched: scoring again with it gives the same.
-	q2, err := s.ScoreHinted(t.Context(), tokens, student, segs[:1])
+	// The student's cache is untouched (its pages are shared with the segments'
+	// copies, never written or freed by them): scoring again with it gives the same.
+	require.Equal(t, pages, student.tensors())
+	require.Equal(t, bytes, student.Bytes())
+	q2, err := s.ScoreHinted(t.Context(), tokens, student, segs)
 	require.NoError(t, err)
-	require.Equal(t, q[0], q2[0])
+	require.Equal(t, q, q2)
 }
 
 // TestScoreHintedSeparateTeacher uses a teacher with other weights: its prefix is

@@ -96,28 +96,50 @@ func TestPlaceMovesWeightsToDevice(t *testing.T) {
 	onDeviceOnly("after a read and another pass")
 }
 
-// TestNewCacheOnDevice checks that an empty KV cache is made on the device: zeros,
-// every layer's K and V at the bucket's capacity, no host copy.
+// TestNewCacheOnDevice checks that KV caches live on the device only: with
+// BucketAttention an empty cache is made there (zeros, every layer's K and V at the
+// bucket's capacity); a paged cache holds one page per Chunk positions run, each
+// made by a chunk step, and the zero page standing for unwritten pages is zeros.
 func TestNewCacheOnDevice(t *testing.T) {
 	m := testModel(t, tinyFields(nil), 25)
-	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 16})
-	require.NoError(t, err)
-	c, err := s.newCache(40)
-	require.NoError(t, err)
-	defer c.Close()
 	cfg := m.Config
-	require.Equal(t, 64, c.Capacity)
-	require.Len(t, c.k, cfg.NumHiddenLayers)
-	require.Len(t, c.v, cfg.NumHiddenLayers)
-	require.Equal(t, int64(2*cfg.NumHiddenLayers*64*cfg.NumKeyValueHeads*cfg.HeadDim*4), c.Bytes())
-	for _, x := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
-		require.Equal(t, []int{64, 1, cfg.NumKeyValueHeads, cfg.HeadDim}, x.Shape().Dimensions)
+	onDevice := func(x *tensors.Tensor, positions int) {
+		require.Equal(t, []int{positions, 1, cfg.NumKeyValueHeads, cfg.HeadDim}, x.Shape().Dimensions)
 		require.True(t, x.IsOnDevice(0))
 		require.False(t, x.HasLocal())
+	}
+	zeros := func(x *tensors.Tensor) {
 		for _, f := range tensors.MustCopyFlatData[float32](x) {
 			if f != 0 || math.Signbit(float64(f)) {
 				t.Fatalf("cache value %v, want +0", f)
 			}
 		}
 	}
+	bucket, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 16, BucketAttention: true})
+	require.NoError(t, err)
+	c, err := bucket.newCache(40)
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, 64, c.Capacity)
+	require.Len(t, c.k, cfg.NumHiddenLayers)
+	require.Len(t, c.v, cfg.NumHiddenLayers)
+	require.Equal(t, int64(2*cfg.NumHiddenLayers*64*cfg.NumKeyValueHeads*cfg.HeadDim*4), c.Bytes())
+	for _, x := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
+		onDevice(x, 64)
+		zeros(x)
+	}
+
+	paged, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 16})
+	require.NoError(t, err)
+	_, pc, err := paged.Score(t.Context(), testTokens(40, cfg.VocabSize, 3))
+	require.NoError(t, err)
+	defer pc.Close()
+	require.Equal(t, 48, pc.Capacity, "3 pages of 16")
+	require.Equal(t, 40, pc.Len)
+	require.Equal(t, int64(2*cfg.NumHiddenLayers*48*cfg.NumKeyValueHeads*cfg.HeadDim*4), pc.Bytes())
+	for _, x := range pc.tensors() {
+		onDevice(x, 16)
+	}
+	onDevice(paged.zeroPage, 16)
+	zeros(paged.zeroPage)
 }

@@ -7,10 +7,13 @@
 //
 //	go run ./bench/attention -backend xla-cpu                        # 8k and 32k, before and after, train 8k/32k
 //	go run ./bench/attention -backend xla-cpu -score 100128,131072 -before= -train=
+//	go run ./bench/attention -backend xla-cpu -xla-temps $(mktemp -d)         # with step temporaries
 //
 // Per measurement: wall time (a cold run: compiles included, as `hindsight score` of
 // one rollout pays them; with -warm ≥ T a second, warm run too), tokens/s, the
-// process's peak RSS (VmHWM, reset before each run; the KV cache is shown apart),
+// process's peak RSS (VmHWM, reset before each run; the KV cache is shown apart;
+// for a warm run also its growth over the RSS before it), with -xla-temps DIR the
+// largest step program's temporaries as XLA's buffer assignment sizes them,
 // the attention work done (query-key pairs scored) and the whole forward's FLOPs
 // against causal attention's, and the number of step programs. It is a benchmark,
 // not a test: nothing asserts on the numbers.
@@ -44,6 +47,7 @@ type options struct {
 	warm, threads, chunk    int
 	trainWarm               int
 	peerMax                 int
+	dump                    string // XLA dump directory for the step temporaries; "" for none
 }
 
 func main() {
@@ -60,6 +64,7 @@ func main() {
 	flag.StringVar(&o.python, "python", "/work/venvs/torch2/bin/python", "python with torch for the peer; empty to skip it")
 	flag.IntVar(&o.threads, "threads", runtime.NumCPU(), "PyTorch threads")
 	flag.IntVar(&o.peerMax, "peer-max", 1<<30, "run the PyTorch peer for lengths ≤ this")
+	flag.StringVar(&o.dump, "xla-temps", "", "an empty directory: XLA dumps its compiled programs there (--xla_dump_to) and each scoring row reports the largest step program's temporaries from XLA's buffer assignment (XLA backends only)")
 	flag.Parse()
 	var err error
 	for _, p := range []struct {
@@ -93,6 +98,10 @@ func ints(s string) ([]int, error) {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.dump != "" {
+		// XLA reads $XLA_FLAGS once, at the process's first compile.
+		os.Setenv("XLA_FLAGS", strings.TrimSpace(os.Getenv("XLA_FLAGS")+" --xla_dump_to="+o.dump))
+	}
 	backend, err := xla.NewBackend(xla.ResolveBackend(o.backend, ""))
 	if err != nil {
 		return err
@@ -114,12 +123,12 @@ func run(ctx context.Context, o options) error {
 	cost := newFlops(mc, m.NumParameters())
 	_, device := xla.BackendInfo(backend)
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("# %s preset (%d parameters), chunk %d, backend %s; load average at start %s",
-		o.preset, m.NumParameters(), o.chunk, device, load)
+	fmt.Printf("# %s preset (%d parameters), chunk %d, backend %s, XLA_FLAGS=%q; load average at start %s",
+		o.preset, m.NumParameters(), o.chunk, device, os.Getenv("XLA_FLAGS"), load)
 	if len(o.score) > 0 {
 		fmt.Println("\n## Scoring")
-		fmt.Println("| T | path | time (cold) | time (warm) | tokens/s | peak RSS | KV cache | attention work / causal | FLOPs / causal | programs | after/before | PyTorch peer | ours/peer | max abs Δ log-prob |")
-		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Println("| T | path | time (cold) | time (warm) | tokens/s | peak RSS | warm peak − resident before | KV cache | step temporaries (XLA) | attention work / causal | FLOPs / causal | programs | after/before | PyTorch peer | ours/peer | max abs Δ log-prob |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	}
 	for _, T := range o.score {
 		tokens := benchutil.Tokens(T, mc.VocabSize, 1, 2)
@@ -204,6 +213,8 @@ type scoreResult struct {
 	cold, warm  time.Duration
 	T           int
 	peakRSS, kv int64
+	warmGrowth  int64 // the warm run's peak RSS − the RSS before it (0: no warm run)
+	temps       int64 // the largest step program's temporaries (−1: not measured)
 	attn, total float64
 	programs    int
 	lp          []float32
@@ -222,13 +233,15 @@ func scoreRun(ctx context.Context, backend backends.Backend, m *xla.Model, token
 		return nil, err
 	}
 	T := len(tokens)
-	r := &scoreResult{T: T}
+	r := &scoreResult{T: T, temps: -1}
+	dumped := dumpFiles(o.dump)
 	for i := range 2 {
 		if i == 1 && (T > o.warm || bucket && T > 8192) {
 			break
 		}
 		runtime.GC()
 		resetPeak()
+		base := residentRSS()
 		st0 := s.Stats().Attention
 		t0 := time.Now()
 		lp, c, err := s.Score(ctx, tokens)
@@ -245,11 +258,60 @@ func scoreRun(ctx context.Context, backend backends.Backend, m *xla.Model, token
 			r.programs = st.Programs
 			r.attn, r.total = cost.ratio(T, st.AttendedPairs-st0.AttendedPairs)
 		} else {
-			r.warm = took
+			r.warm, r.warmGrowth = took, r.peakRSS-base
 		}
-		fmt.Fprintf(os.Stderr, "score T=%d bucket=%v run %d: %v, %d programs, peak RSS %.2f GB\n", T, bucket, i, took.Round(time.Millisecond), st.Programs, gb(r.peakRSS))
+		fmt.Fprintf(os.Stderr, "score T=%d bucket=%v run %d: %v, %d programs, peak RSS %.2f GB, resident before %.2f GB, KV cache %.2f GB\n", T, bucket, i, took.Round(time.Millisecond), st.Programs, gb(r.peakRSS), gb(base), gb(r.kv))
+	}
+	if o.dump != "" {
+		if r.temps, err = largestTemps(o.dump, dumped); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
+}
+
+// dumpFiles lists the buffer assignments XLA has dumped into dir so far.
+func dumpFiles(dir string) map[string]bool {
+	seen := map[string]bool{}
+	if dir == "" {
+		return seen
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*buffer-assignment.txt"))
+	for _, f := range files {
+		seen[f] = true
+	}
+	return seen
+}
+
+// largestTemps is the largest preallocated-temp allocation (bytes) among the
+// programs XLA dumped into dir since seen: what a step needs beyond its inputs
+// and outputs.
+func largestTemps(dir string, seen map[string]bool) (int64, error) {
+	var most int64
+	for f := range dumpFiles(dir) {
+		if seen[f] {
+			continue
+		}
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return 0, err
+		}
+		var temps int64
+		for _, line := range strings.Split(string(raw), "\n") {
+			// allocation 570: size 440336384, page 0, preallocated-temp:
+			if !strings.HasPrefix(line, "allocation ") || !strings.Contains(line, "preallocated-temp") {
+				continue
+			}
+			_, rest, _ := strings.Cut(line, "size ")
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, ",", 2)[0]), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %q: %w", f, line, err)
+			}
+			temps += n
+		}
+		most = max(most, temps)
+	}
+	return most, nil
 }
 
 func (r *scoreResult) row(T int, path string, before *scoreResult, peer *peerResult) string {
@@ -272,8 +334,15 @@ func (r *scoreResult) row(T int, path string, before *scoreResult, peer *peerRes
 		}
 		delta = fmt.Sprintf("%.1e", worst)
 	}
-	return fmt.Sprintf("| %d | %s | %s | %s | %s | %.2f GB | %.2f GB | %.3f | %.3f | %d | %s | %s | %s | %s |",
-		T, path, secs(r.cold), warm, tps(float64(T)/r.best().Seconds()), gb(r.peakRSS), gb(r.kv), r.attn, r.total, r.programs, ab, peerCol, vsPeer, delta)
+	growth, temps := "—", "—"
+	if r.warmGrowth > 0 {
+		growth = fmt.Sprintf("%.2f GB", gb(r.warmGrowth))
+	}
+	if r.temps >= 0 {
+		temps = fmt.Sprintf("%.0f MiB", float64(r.temps)/(1<<20))
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %.2f GB | %s | %.2f GB | %s | %.3f | %.3f | %d | %s | %s | %s | %s |",
+		T, path, secs(r.cold), warm, tps(float64(T)/r.best().Seconds()), gb(r.peakRSS), growth, gb(r.kv), temps, r.attn, r.total, r.programs, ab, peerCol, vsPeer, delta)
 }
 
 type trainResult struct {
@@ -409,13 +478,18 @@ func gb(b int64) float64 { return float64(b) / 1e9 }
 func resetPeak() { os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 
 // peakRSS reads VmHWM (bytes) from /proc/self/status; 0 if unreadable.
-func peakRSS() int64 {
+func peakRSS() int64 { return procStatus("VmHWM:") }
+
+// residentRSS reads VmRSS (bytes) from /proc/self/status; 0 if unreadable.
+func residentRSS() int64 { return procStatus("VmRSS:") }
+
+func procStatus(field string) int64 {
 	raw, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10
 		}

@@ -54,7 +54,7 @@ func (e MemEstimate) ScoreTotal() int64 { return e.Weights + e.KVCache + e.Score
 //
 // Activations: the scoring pass holds one chunk's hidden states (≈ 6d + 3·inter per
 // position), its [chunk, vocab] logits twice (logits, log-softmax) and two
-// attention-score tensors (chunk × heads × capacity); the gradient pass keeps, for
+// attention-score tensors (chunk × heads × one block of ≤ 4 chunks); the gradient pass keeps, for
 // every layer, the chunk's inputs of each matmul and both attention-score tensors
 // for the backward, plus three [chunk, vocab] tensors at the head. Each chunk halves
 // (down to 16) while its scores exceed the scorer's or trainer's budget.
@@ -79,8 +79,11 @@ func EstimateMemory(c *data.ModelConfig, T, chunk int, lora, exact bool) MemEsti
 	if exact {
 		e.Cotangent = e.KVCache
 	}
-	sc := halve(int64(xla.DefaultChunk), heads*capacity, xla.DefaultAttentionScores)
-	e.Score = f32 * (sc*(6*d+3*inter) + 2*sc*int64(c.VocabSize) + 2*sc*heads*capacity)
+	// A scoring chunk's scores are one block of its causal span at a time, ≤ 4
+	// pages of DefaultChunk positions, whatever T is (xla/paged.go).
+	block := min(capacity, 4*int64(xla.DefaultChunk))
+	sc := halve(int64(xla.DefaultChunk), heads*block, xla.DefaultAttentionScores)
+	e.Score = f32 * (sc*(6*d+3*inter) + 2*sc*int64(c.VocabSize) + 2*sc*heads*block)
 	tc := halve(int64(chunk), heads*capacity, xla.DefaultTrainAttentionScores)
 	e.Chunk = int(tc)
 	perLayer := tc*(4*d+q+2*kvd+3*inter) + 2*tc*heads*capacity
