@@ -48,11 +48,11 @@ type Runner struct {
 	opts RunnerOptions
 	log  zerolog.Logger
 
-	last  time.Time // end of the previous eval (or the start)
-	seen  int       // checkpoints offered
-	bg    context.Context
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
+	last time.Time // end of the previous eval (or the start)
+	seen int       // checkpoints offered
+	bg   context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 }
 
 // NewRunner returns a Runner that records into rec.
