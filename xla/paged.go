@@ -45,19 +45,7 @@ func (s *Scorer) runPaged(ctx context.Context, c *KVCache, seq []int32, start in
 		n := s.chunkFor(len(seq)-off, max(past.Block, size))
 		head, np, perBlock := pos/size, past.Len()/size, max(past.Block/size, 1)
 		t0 := time.Now()
-		tok := make([]int32, n)
-		tgt := make([]int32, n)
-		copy(tok, seq[off:])
-		if off+1 < len(seq) {
-			copy(tgt, seq[off+1:])
-		}
-		args := []any{
-			tensors.FromFlatDataAndDimensions(tok, 1, n),
-			tensors.FromFlatDataAndDimensions(tgt, 1, n),
-			tensors.FromScalar(int32(pos)),
-			tensors.FromScalar(int32(pos - head*size)),
-			make([]int8, perBlock),
-		}
+		args := append(chunkArgs(seq, off, n, pos), tensors.FromScalar(int32(pos-head*size)), make([]int8, perBlock))
 		for _, layers := range [][][]*tensors.Tensor{p.k, p.v} {
 			for l := range nl {
 				for i := range np {
@@ -76,14 +64,7 @@ func (s *Scorer) runPaged(ctx context.Context, c *KVCache, seq []int32, start in
 		if err != nil {
 			return fmt.Errorf("score chunk at %d: %w", pos, err)
 		}
-		t0 = time.Now()
-		lps := tensors.MustCopyFlatData[float32](out[0])
-		out[0].FinalizeAll()
-		s.stats.CopySeconds += time.Since(t0).Seconds()
-		s.stats.Positions += n
-		for i := 0; i < n && off+i < len(seq); i++ {
-			emit(off+i, lps[i])
-		}
+		s.emitChunk(out[0], off, n, len(seq), emit)
 		spill := pos-head*size+n > size // the chunk ends in the page after head
 		for l := range nl {
 			k, v := out[1+2*l:3+2*l], out[1+2*nl+2*l:3+2*nl+2*l]

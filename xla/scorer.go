@@ -291,17 +291,7 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 			owned = true
 		}
 		t0 := time.Now()
-		tok := make([]int32, n)
-		tgt := make([]int32, n)
-		copy(tok, seq[off:])
-		if off+1 < len(seq) {
-			copy(tgt, seq[off+1:])
-		}
-		args := []any{
-			tensors.FromFlatDataAndDimensions(tok, 1, n),
-			tensors.FromFlatDataAndDimensions(tgt, 1, n),
-			tensors.FromScalar(int32(start + off)),
-		}
+		args := chunkArgs(seq, off, n, start+off)
 		key := fmt.Sprintf("step %d@%d", n, c.Capacity)
 		s.count(n, c.Capacity, c.Capacity)
 		args = append(args, s.cacheArgs(c, owned)...)
@@ -310,14 +300,7 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 		if err != nil {
 			return fmt.Errorf("score chunk at %d: %w", start+off, err)
 		}
-		t0 = time.Now()
-		lps := tensors.MustCopyFlatData[float32](out[0])
-		out[0].FinalizeAll()
-		s.stats.CopySeconds += time.Since(t0).Seconds()
-		s.stats.Positions += n
-		for i := 0; i < n && off+i < len(seq); i++ {
-			emit(off+i, lps[i])
-		}
+		s.emitChunk(out[0], off, n, len(seq), emit)
 		if owned {
 			for _, t := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
 				t.FinalizeAll() // what donation left of it
@@ -329,6 +312,36 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, ow
 	}
 	c.Len = start + len(seq)
 	return nil
+}
+
+// chunkArgs are a chunk step's first inputs: the n tokens of seq from off (padded
+// with 0), their targets (the next tokens), and the chunk's first position.
+func chunkArgs(seq []int32, off, n, pos int) []any {
+	tok := make([]int32, n)
+	tgt := make([]int32, n)
+	copy(tok, seq[off:])
+	if off+1 < len(seq) {
+		copy(tgt, seq[off+1:])
+	}
+	return []any{
+		tensors.FromFlatDataAndDimensions(tok, 1, n),
+		tensors.FromFlatDataAndDimensions(tgt, 1, n),
+		tensors.FromScalar(int32(pos)),
+	}
+}
+
+// emitChunk copies a chunk step's log-probs to the host, frees them, and calls
+// emit for those of the chunk's n positions from off that are in seq (of length
+// total), not padding.
+func (s *Scorer) emitChunk(lp *tensors.Tensor, off, n, total int, emit func(i int, lp float32)) {
+	t0 := time.Now()
+	lps := tensors.MustCopyFlatData[float32](lp)
+	lp.FinalizeAll()
+	s.stats.CopySeconds += time.Since(t0).Seconds()
+	s.stats.Positions += n
+	for i := 0; i < n && off+i < total; i++ {
+		emit(off+i, lps[i])
+	}
 }
 
 // count adds one chunk execution to the attention stats.
