@@ -51,10 +51,10 @@ func TestSpanFor(t *testing.T) {
 	}
 }
 
-// TestScoreCausalSpans scores 200 tokens in chunks of 16, so spans reach 7 blocks
-// of 32 (blocks longer than a chunk; 600 tokens without -short: 10 blocks of 64),
-// and checks the log-probs against the bucket
-// path and one unchunked pass, and that the span path attends to fewer positions.
+// TestScoreCausalSpans scores 200 tokens in chunks (and pages) of 16, so the past
+// spans reach 6 blocks of 2 pages (600 tokens without -short: 10 blocks of 4 pages),
+// and checks the paged path's log-probs against the bucket path and one unchunked
+// pass, and that it attends to fewer positions.
 func TestScoreCausalSpans(t *testing.T) {
 	m := testModel(t, tinyFields(map[string]any{"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
 		"num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64}), 5)
