@@ -41,8 +41,8 @@ type kvPages struct {
 // count is the number of pages per layer.
 func (p *kvPages) count() int { return len(p.owned) }
 
-// set makes t page i of layer l's K (v false) or V, freeing the page it replaces
-// if owned; markOwned is called once per page index after every layer is set.
+// set makes k and v page i of layer l, freeing the pages they replace if owned.
+// The caller marks owned[i] once every layer's page i is set.
 func (p *kvPages) set(l, i int, k, v *tensors.Tensor) {
 	for i >= len(p.owned) {
 		for j := range p.k {
