@@ -311,21 +311,12 @@ func newPassResult(T int) passResult {
 // and log-probs to res, and returns the new carried tensors.
 func (p *gradPass) runChunk(e *mlctx.Exec, tokens []int32, terms chunkTerms, off, n int, caches, carried, acc []*tensors.Tensor, res *passResult) ([]*tensors.Tensor, error) {
 	T := len(tokens)
-	tok := make([]int32, n)
-	tgt := make([]int32, n)
-	copy(tok, tokens[off:])
-	if off+1 < T {
-		copy(tgt, tokens[off+1:])
-	}
 	w, c, r := terms.at(off, n)
-	args := []any{
-		tensors.FromFlatDataAndDimensions(tok, 1, n),
-		tensors.FromFlatDataAndDimensions(tgt, 1, n),
-		tensors.FromScalar(int32(off)),
+	args := append(chunkArgs(tokens, off, n, off),
 		tensors.FromFlatDataAndDimensions(w, 1, n),
 		tensors.FromFlatDataAndDimensions(c, 1, n),
 		tensors.FromFlatDataAndDimensions(r, 1, n),
-	}
+	)
 	for _, t := range caches {
 		args = append(args, t)
 	}
