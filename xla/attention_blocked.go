@@ -11,7 +11,7 @@ import (
 // Causal attention cost for long rollouts (README "Long rollouts: causal attention
 // cost"). A scoring chunk at positions start…end-1 needs the keys of positions < end
 // only: its own, and those of the pages before it (paged.go), which it attends to
-// in blocks of up to maxBlockUnits pages with an online softmax (running max and
+// in blocks of up to MaxBlockPages pages with an online softmax (running max and
 // sum, rescaled per block), so no [chunk, span] score tensor exists, only
 // [chunk, block] ones, one after another. The training pass cuts its contiguous
 // cache to the same spans (Scorer.trainCut).
@@ -20,8 +20,8 @@ import (
 // of programs: the positions before a chunk are rounded up to whole units (pages,
 // the scorer's chunk), exactly up to spanSteps units, then to 2, 4, 8… units so
 // that a span is 5…8 × 2^k units (at most a quarter more; 28 spans for 128k
-// positions in chunks of 512). A block is at most maxBlockUnits units, so one score
-// tensor is chunk × heads × maxBlockUnits·chunk floats however long the rollout.
+// positions in chunks of 512). A block is at most MaxBlockPages units, so one score
+// tensor is chunk × heads × MaxBlockPages·chunk floats however long the rollout.
 // A block is a concatenation of whole pages (every backend has Concatenate; the
 // pure-Go backend lacks DynamicSlice), one program per span.
 
@@ -36,12 +36,14 @@ func (k kvSpan) Len() int { return k.Blocks * k.Block }
 // first spanSteps units): more compile more programs, fewer waste more attention.
 const spanSteps = 8
 
-// maxBlockUnits bounds a block, in units.
-const maxBlockUnits = 4
+// MaxBlockPages bounds a block of a span, in units (pages of the scorer's chunk):
+// one attention score tensor is at most chunk × heads × MaxBlockPages·chunk floats.
+const MaxBlockPages = 4
 
-// spanFor returns the span of a chunk whose last position is end-1: u = ⌈end/unit⌉
+// spanFor returns the span covering positions 0…end−1 (for a scoring chunk, the
+// positions before it; for a training chunk, those up to its last): u = ⌈end/unit⌉
 // units rounded up to a multiple of g = 2^k, the smallest with ⌈u/g⌉ ≤ spanSteps;
-// blocks of min(g, maxBlockUnits) units. When unit·2^j ≥ end (a cache capacity
+// blocks of min(g, MaxBlockPages) units. When unit·2^j ≥ end (a cache capacity
 // bucket), Len() ≤ unit·2^j.
 func spanFor(end, unit int) kvSpan {
 	u := (end + unit - 1) / unit
@@ -50,7 +52,7 @@ func spanFor(end, unit int) kvSpan {
 		g *= 2
 	}
 	units := (u + g - 1) / g * g
-	block := min(g, maxBlockUnits)
+	block := min(g, MaxBlockPages)
 	return kvSpan{Blocks: units / block, Block: block * unit}
 }
 

@@ -32,7 +32,7 @@ func TestSpanFor(t *testing.T) {
 			}
 			require.GreaterOrEqual(t, sp.Len(), end)
 			require.LessOrEqual(t, sp.Len(), capacity, "end %d unit %d", end, unit)
-			require.LessOrEqual(t, sp.Block, maxBlockUnits*unit)
+			require.LessOrEqual(t, sp.Block, MaxBlockPages*unit)
 		}
 	}
 	programs := map[kvSpan]bool{}

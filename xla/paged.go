@@ -14,7 +14,7 @@ import (
 // Scoring against a paged KV cache (KVCache.pages; README "Long rollouts: causal
 // attention cost"). A chunk at positions pos…pos+n−1 (n ≤ the page size P) attends
 // to itself and to the pages of its past span (spanFor(pos): 1…8 pages, then
-// 5…8 × 2^k, in blocks of ≤ maxBlockUnits pages), and returns the page holding pos
+// 5…8 × 2^k, in blocks of ≤ MaxBlockPages pages), and returns the page holding pos
 // and the one after it with its keys and values written. So a step's inputs are
 // pages already on the device, its outputs two pages per layer, and no tensor of
 // the cache's size is made per chunk: memory apart from the cache is the chunk's
