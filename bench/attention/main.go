@@ -126,9 +126,8 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("# %s preset (%d parameters), chunk %d, backend %s, XLA_FLAGS=%q; load average at start %s",
 		o.preset, m.NumParameters(), o.chunk, device, os.Getenv("XLA_FLAGS"), load)
 	if len(o.score) > 0 {
-		fmt.Println("\n## Scoring")
-		fmt.Println("| T | path | time (cold) | time (warm) | tokens/s | peak RSS | warm peak − resident before | KV cache | step temporaries (XLA) | attention work / causal | FLOPs / causal | programs | after/before | PyTorch peer | ours/peer | max abs Δ log-prob |")
-		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		table("Scoring", "T", "path", "time (cold)", "time (warm)", "tokens/s", "peak RSS", "warm peak − resident before", "KV cache",
+			"step temporaries (XLA)", "attention work / causal", "FLOPs / causal", "programs", "after/before", "PyTorch peer", "ours/peer", "max abs Δ log-prob")
 	}
 	for _, T := range o.score {
 		tokens := benchutil.Tokens(T, mc.VocabSize, 1, 2)
@@ -154,9 +153,8 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if len(o.train) > 0 {
-		fmt.Println("\n## One training step (one rollout, truncated backprop, training chunk 256)")
-		fmt.Println("| T | path | step (cold) | step (warm) | of which scoring | tokens/s | peak RSS | gradient attention work / causal | step FLOPs / causal | gradient programs | after/before |")
-		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+		table("One training step (one rollout, truncated backprop, training chunk 256)", "T", "path", "step (cold)", "step (warm)",
+			"of which scoring", "tokens/s", "peak RSS", "gradient attention work / causal", "step FLOPs / causal", "gradient programs", "after/before")
 	}
 	for _, T := range o.train {
 		tokens := benchutil.Tokens(T, mc.VocabSize, 1, 2)
@@ -174,6 +172,11 @@ func run(ctx context.Context, o options) error {
 	load, _ = os.ReadFile("/proc/loadavg")
 	fmt.Printf("\n# load average at the end %s", load)
 	return nil
+}
+
+// table prints a section title and a markdown table's header row and separator.
+func table(title string, cols ...string) {
+	fmt.Printf("\n## %s\n| %s |\n|%s\n", title, strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
 }
 
 func contains(xs []int, x int) bool {
