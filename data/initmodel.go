@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
@@ -198,7 +199,7 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 	if opts.Tokenizer == "" {
 		opts.Tokenizer = "bytes"
 	}
-	tok, err := LoadTokenizer(opts.Tokenizer)
+	tok, err := tokenizer.Load(opts.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("init model: %w", err)
 	}
@@ -225,8 +226,8 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 	}
 	if tokConfig == nil {
 		chatTemplate := ""
-		if tok.Fingerprint() == BytesFingerprint {
-			chatTemplate = BytesChatTemplate
+		if tok.Fingerprint() == tokenizer.BytesFingerprint {
+			chatTemplate = tokenizer.BytesChatTemplate
 		}
 		tokConfig = minimalTokenizerConfig(cfg, bos, eos, chatTemplate)
 	}
@@ -277,7 +278,7 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 // with a tokenizer_config.json beside its tokenizer.json, that file's bytes.
 func tokenizerFiles(spec string) (tokJSON, tokConfig []byte, err error) {
 	if spec == "bytes" {
-		return BytesTokenizerJSON(), nil, nil
+		return tokenizer.BytesJSON(), nil, nil
 	}
 	path := spec
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
@@ -301,7 +302,7 @@ type specialToken struct {
 // specialTokens finds the BOS and EOS tokens: the bos_token/eos_token of a
 // tokenizer_config.json when given, else the first of the usual names that the
 // tokenizer knows. A zero specialToken means none.
-func specialTokens(tok Tokenizer, tokConfig []byte) (bos, eos specialToken) {
+func specialTokens(tok tokenizer.Tokenizer, tokConfig []byte) (bos, eos specialToken) {
 	find := func(names ...string) specialToken {
 		for _, n := range names {
 			if id, ok := tok.SpecialID(n); ok && n != "" {

@@ -2,25 +2,28 @@ package data
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/stretchr/testify/require"
 )
 
 func TestPresetConfig(t *testing.T) {
-	tiny, err := PresetConfig("tiny", BytesVocabSize)
+	tiny, err := PresetConfig("tiny", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	require.LessOrEqual(t, tiny.NumParameters(), int64(500_000))
 	require.Equal(t, int64(91_008), tiny.NumParameters())
-	small, err := PresetConfig("small", BytesVocabSize)
+	small, err := PresetConfig("small", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, small.NumParameters(), int64(2_000_000))
 	require.LessOrEqual(t, small.NumParameters(), int64(5_000_000))
-	_, err = PresetConfig("huge", BytesVocabSize)
+	_, err = PresetConfig("huge", tokenizer.BytesVocabSize)
 	require.ErrorContains(t, err, `preset "huge": want one of tiny, small, qwen3-tiny, qwen3-0.6b, qwen3-1.7b`)
 }
 
@@ -39,7 +42,7 @@ func TestQwen3Presets(t *testing.T) {
 		{"qwen3-1.7b", 28, 2048, 6144, 16, 8, 1_720_574_976},
 	} {
 		t.Run(tt.preset, func(t *testing.T) {
-			c, err := PresetConfig(tt.preset, BytesVocabSize)
+			c, err := PresetConfig(tt.preset, tokenizer.BytesVocabSize)
 			require.NoError(t, err)
 			require.Equal(t, "qwen3", c.ModelType)
 			require.Equal(t, []string{"Qwen3ForCausalLM"}, c.Architectures)
@@ -66,10 +69,10 @@ func TestQwen3Presets(t *testing.T) {
 	}
 	_, err := PresetConfig("qwen3-0.6b", Qwen3VocabSize+1)
 	require.ErrorContains(t, err, "more than the preset's vocab_size 151936")
-	tiny, err := PresetConfig("qwen3-tiny", BytesVocabSize)
+	tiny, err := PresetConfig("qwen3-tiny", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	require.True(t, tiny.QKNorm())
-	require.Equal(t, BytesVocabSize, tiny.VocabSize)
+	require.Equal(t, tokenizer.BytesVocabSize, tiny.VocabSize)
 	require.Less(t, tiny.NumParameters(), int64(200_000))
 }
 
@@ -78,8 +81,8 @@ func TestInitModel(t *testing.T) {
 	dir := filepath.Join(root, "m")
 	cfg, err := InitModel(dir, InitOptions{Preset: "tiny", Seed: 7})
 	require.NoError(t, err)
-	require.Equal(t, []int{int(BytesBOS)}, cfg.BOSTokenID)
-	require.Equal(t, []int{int(BytesEOS)}, cfg.EOSTokenID)
+	require.Equal(t, []int{int(tokenizer.BytesBOS)}, cfg.BOSTokenID)
+	require.Equal(t, []int{int(tokenizer.BytesEOS)}, cfg.EOSTokenID)
 
 	entries, err := os.ReadDir(root)
 	require.NoError(t, err)
@@ -89,20 +92,20 @@ func TestInitModel(t *testing.T) {
 	}
 	tokJSON, err := os.ReadFile(filepath.Join(dir, TokenizerFileName))
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(BytesTokenizerJSON(), tokJSON))
+	require.True(t, bytes.Equal(tokenizer.BytesJSON(), tokJSON))
 	var tc map[string]any
 	raw, err := os.ReadFile(filepath.Join(dir, TokenizerConfigFileName))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &tc))
 	require.Equal(t, "PreTrainedTokenizerFast", tc["tokenizer_class"])
 	require.Equal(t, "<|eos|>", tc["eos_token"])
-	require.Equal(t, BytesChatTemplate, tc["chat_template"], "the byte tokenizer's chat format")
+	require.Equal(t, tokenizer.BytesChatTemplate, tc["chat_template"], "the byte tokenizer's chat format")
 	var gc map[string]any
 	raw, err = os.ReadFile(filepath.Join(dir, GenerationConfigFileName))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &gc))
-	require.Equal(t, float64(BytesBOS), gc["bos_token_id"])
-	require.Equal(t, float64(BytesEOS), gc["eos_token_id"])
+	require.Equal(t, float64(tokenizer.BytesBOS), gc["bos_token_id"])
+	require.Equal(t, float64(tokenizer.BytesEOS), gc["eos_token_id"])
 
 	m, err := OpenModelDir(dir)
 	require.NoError(t, err)
@@ -172,12 +175,12 @@ func TestInitModelRefusesNonEmpty(t *testing.T) {
 
 func TestInitModelTokenizerPath(t *testing.T) {
 	src := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerFileName), BytesTokenizerJSON(), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerFileName), tokenizer.BytesJSON(), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerConfigFileName), []byte(`{"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": {"content": "<|bos|>"}, "eos_token": "<|end|>"}`), 0o644))
 	dir := filepath.Join(t.TempDir(), "m")
 	cfg, err := InitModel(dir, InitOptions{Preset: "tiny", Tokenizer: src})
 	require.NoError(t, err)
-	require.Equal(t, []int{int(BytesEnd)}, cfg.EOSTokenID, "eos_token of the given tokenizer_config.json")
+	require.Equal(t, []int{int(tokenizer.BytesEnd)}, cfg.EOSTokenID, "eos_token of the given tokenizer_config.json")
 	raw, err := os.ReadFile(filepath.Join(dir, TokenizerConfigFileName))
 	require.NoError(t, err)
 	require.Contains(t, string(raw), `"<|end|>"`, "tokenizer_config.json is copied")
@@ -193,8 +196,8 @@ func TestInitModelChatTemplateOnlyForBytes(t *testing.T) {
 		tokJSON  []byte
 		template any
 	}{
-		{"bytes tokenizer.json", BytesTokenizerJSON(), BytesChatTemplate},
-		{"qwen3 tokenizer.json", rawTokenizerJSON(t, "qwen3"), nil},
+		{"bytes tokenizer.json", tokenizer.BytesJSON(), tokenizer.BytesChatTemplate},
+		{"qwen3 tokenizer.json", gunzipFixture(t, filepath.Join("tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz")), nil},
 	} {
 		src := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerFileName), tc.tokJSON, 0o644))
@@ -211,7 +214,7 @@ func TestInitModelChatTemplateOnlyForBytes(t *testing.T) {
 
 // TestInitWeightsDeterministic: the parallel draw gives the same values every time.
 func TestInitWeightsDeterministic(t *testing.T) {
-	c, err := PresetConfig("qwen3-tiny", BytesVocabSize)
+	c, err := PresetConfig("qwen3-tiny", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	a, err := InitWeights(c, 3)
 	require.NoError(t, err)
@@ -222,4 +225,17 @@ func TestInitWeightsDeterministic(t *testing.T) {
 	for i, s := range c.Tensors() {
 		require.Equal(t, s.Name, a[i].Name, "in the config's order")
 	}
+}
+
+// gunzipFixture returns the gunzipped bytes of the fixture at path.
+func gunzipFixture(t *testing.T, path string) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	require.NoError(t, err)
+	raw, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	return raw
 }

@@ -1,7 +1,6 @@
 package data
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"golang.org/x/sys/unix"
 )
@@ -29,7 +29,7 @@ type ModelDir struct {
 	Dir       string
 	Config    *ModelConfig
 	Weights   *SafetensorsDir
-	Tokenizer Tokenizer
+	Tokenizer tokenizer.Tokenizer
 }
 
 // Names of the tokenizer and generation files of a model directory.
@@ -48,7 +48,7 @@ func OpenModelDir(dir string) (*ModelDir, error) { return OpenModelDirWith(dir, 
 // instead of parsing dir's tokenizer.json again (a second or more for a large
 // vocabulary): dir's tokenizer.json must have tok's fingerprint. A nil tok parses
 // the file.
-func OpenModelDirWith(dir string, tok Tokenizer) (*ModelDir, error) {
+func OpenModelDirWith(dir string, tok tokenizer.Tokenizer) (*ModelDir, error) {
 	cfg, err := LoadModelConfig(filepath.Join(dir, ConfigFileName))
 	if err != nil {
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
@@ -62,7 +62,7 @@ func OpenModelDirWith(dir string, tok Tokenizer) (*ModelDir, error) {
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
 	}
 	if tok == nil {
-		tok, err = LoadTokenizer(filepath.Join(dir, TokenizerFileName))
+		tok, err = tokenizer.Load(filepath.Join(dir, TokenizerFileName))
 	} else {
 		err = checkTokenizerFile(filepath.Join(dir, TokenizerFileName), tok)
 	}
@@ -204,15 +204,12 @@ func writeDirAtomic(dir string, force bool, fill func(tmp string) error) error {
 
 // checkTokenizerFile returns an error unless the tokenizer.json at path has tok's
 // fingerprint. It hashes the bytes; it does not parse them.
-func checkTokenizerFile(path string, tok Tokenizer) error {
+func checkTokenizerFile(path string, tok tokenizer.Tokenizer) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("load tokenizer: %w", err)
 	}
-	fp := fingerprintOf(raw)
-	if bytes.Equal(raw, BytesTokenizerJSON()) {
-		fp = BytesFingerprint
-	}
+	fp := tokenizer.Fingerprint(raw)
 	if want := tok.Fingerprint(); fp != want {
 		return fmt.Errorf("%s: fingerprint %s, want %s (the tokenizer it must share)", path, fp, want)
 	}

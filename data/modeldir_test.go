@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,7 +46,7 @@ func TestOpenModelDir(t *testing.T) {
 	m, err := OpenModelDir(dir)
 	require.NoError(t, err)
 	require.Equal(t, "llama", m.Config.ModelType)
-	require.Equal(t, BytesFingerprint, m.Tokenizer.Fingerprint())
+	require.Equal(t, tokenizer.BytesFingerprint, m.Tokenizer.Fingerprint())
 	require.Equal(t, m.Config.VocabSize, m.Tokenizer.VocabSize())
 	require.Len(t, m.Weights.Names(), len(m.Config.Tensors()))
 	require.NoError(t, m.Close())
@@ -55,12 +56,13 @@ func TestOpenModelDir(t *testing.T) {
 // tokenizer.json has its fingerprint, and refused, naming both, when not.
 func TestOpenModelDirWith(t *testing.T) {
 	dir := tinyModel(t)
-	m, err := OpenModelDirWith(dir, NewBytesTokenizer())
+	m, err := OpenModelDirWith(dir, tokenizer.NewBytes())
 	require.NoError(t, err)
-	require.Equal(t, BytesFingerprint, m.Tokenizer.Fingerprint())
+	require.Equal(t, tokenizer.BytesFingerprint, m.Tokenizer.Fingerprint())
 	require.NoError(t, m.Close())
 
-	qwen := testTokenizer(t, "qwen3")
+	qwen, err := tokenizer.ParseJSON(gunzipFixture(t, filepath.Join("tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz")))
+	require.NoError(t, err)
 	_, err = OpenModelDirWith(dir, qwen)
 	require.ErrorContains(t, err, "tokenizer.json: fingerprint bytes-v1, want "+qwen.Fingerprint())
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
@@ -74,7 +75,7 @@ func OpenAdapter(dir, base string) (*Model, *data.ModelDir, error) {
 }
 
 // openAdapterPolicy is OpenPolicy of an adapter directory.
-func openAdapterPolicy(dir string) (*Model, data.Tokenizer, *data.ModelConfig, error) {
+func openAdapterPolicy(dir string) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
 	m, md, err := OpenAdapter(dir, "")
 	if err != nil {
 		return nil, nil, nil, err

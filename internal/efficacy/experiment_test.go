@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -138,7 +139,7 @@ func TestLeaksAnswer(t *testing.T) {
 }
 
 func TestCutAfterHidesTheFuture(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 1)
 	require.NoError(t, err)
 	env, err := toolworld.New(tasks[0], tok, toolworld.Options{MaxTokens: 400})
@@ -159,7 +160,7 @@ func TestCutAfterHidesTheFuture(t *testing.T) {
 }
 
 func TestDemoTrainsOnlyTheRightCalls(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 20)
 	require.NoError(t, err)
 	failed := 0

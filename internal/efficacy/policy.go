@@ -12,6 +12,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/collect"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -23,7 +24,7 @@ type Policy struct {
 	Dir     string
 	Model   *xla.Model
 	Sampler *xla.Sampler
-	Tok     data.Tokenizer
+	Tok     tokenizer.Tokenizer
 }
 
 // OpenPolicy loads model directory dir on backend.
