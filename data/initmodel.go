@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
@@ -112,14 +113,14 @@ func PresetConfig(preset string, vocabSize int) (*ModelConfig, error) {
 }
 
 // dtypeOf maps a config torch_dtype to the safetensors dtype of the weights.
-func dtypeOf(torchDtype string) (Dtype, error) {
+func dtypeOf(torchDtype string) (safetensors.Dtype, error) {
 	switch torchDtype {
 	case "float32", "":
-		return DtypeF32, nil
+		return safetensors.DtypeF32, nil
 	case "bfloat16":
-		return DtypeBF16, nil
+		return safetensors.DtypeBF16, nil
 	case "float16":
-		return DtypeF16, nil
+		return safetensors.DtypeF16, nil
 	}
 	return "", fmt.Errorf("torch_dtype %q: want float32, bfloat16 or float16", torchDtype)
 }
@@ -129,13 +130,13 @@ func dtypeOf(torchDtype string) (Dtype, error) {
 // RMSNorm weights 1, biases 0, in c.TorchDtype. Each tensor draws from its own
 // stream, seeded by seed and the tensor's name, so the values are the same for a
 // seed whatever else the model holds.
-func InitWeights(c *ModelConfig, seed uint64) ([]NamedTensor, error) {
+func InitWeights(c *ModelConfig, seed uint64) ([]safetensors.NamedTensor, error) {
 	dtype, err := dtypeOf(c.TorchDtype)
 	if err != nil {
 		return nil, fmt.Errorf("init weights: %w", err)
 	}
 	specs := c.Tensors()
-	out := make([]NamedTensor, len(specs))
+	out := make([]safetensors.NamedTensor, len(specs))
 	// Tensors are drawn in parallel (each from its own stream, so the values do not
 	// depend on the order): a 1.7B-parameter preset is ~1.7e9 draws.
 	next := make(chan int)
@@ -158,7 +159,7 @@ func InitWeights(c *ModelConfig, seed uint64) ([]NamedTensor, error) {
 				default:
 					fillNormal(vals, seed, s.Name, InitStd)
 				}
-				out[i] = NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals}
+				out[i] = safetensors.NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals}
 			}
 		})
 	}
@@ -251,7 +252,7 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 			return err
 		}
 		meta := map[string]string{"format": "pt", "hindsight.init": fmt.Sprintf("preset=%s seed=%d", opts.Preset, opts.Seed)}
-		if err := WriteSafetensors(filepath.Join(tmp, SafetensorsFileName), weights, meta); err != nil {
+		if err := safetensors.Write(filepath.Join(tmp, safetensors.FileName), weights, meta); err != nil {
 			return err
 		}
 		for name, raw := range map[string][]byte{

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/stretchr/testify/require"
 )
@@ -87,7 +88,7 @@ func TestInitModel(t *testing.T) {
 	entries, err := os.ReadDir(root)
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "no temp directory is left beside the model")
-	for _, name := range []string{ConfigFileName, SafetensorsFileName, TokenizerFileName, TokenizerConfigFileName, GenerationConfigFileName} {
+	for _, name := range []string{ConfigFileName, safetensors.FileName, TokenizerFileName, TokenizerConfigFileName, GenerationConfigFileName} {
 		require.FileExists(t, filepath.Join(dir, name))
 	}
 	tokJSON, err := os.ReadFile(filepath.Join(dir, TokenizerFileName))
@@ -121,7 +122,7 @@ func TestInitModel(t *testing.T) {
 	}
 	emb, err := m.Weights.Tensor("model.embed_tokens.weight")
 	require.NoError(t, err)
-	require.Equal(t, DtypeF32, emb.Dtype)
+	require.Equal(t, safetensors.DtypeF32, emb.Dtype)
 	ev, err := emb.Float32s()
 	require.NoError(t, err)
 	var sum, sq float64
@@ -141,9 +142,9 @@ func TestInitModel(t *testing.T) {
 	other := filepath.Join(root, "other")
 	_, err = InitModel(other, InitOptions{Preset: "tiny", Seed: 8})
 	require.NoError(t, err)
-	w1, _ := os.ReadFile(filepath.Join(dir, SafetensorsFileName))
-	w2, _ := os.ReadFile(filepath.Join(again, SafetensorsFileName))
-	w3, _ := os.ReadFile(filepath.Join(other, SafetensorsFileName))
+	w1, _ := os.ReadFile(filepath.Join(dir, safetensors.FileName))
+	w2, _ := os.ReadFile(filepath.Join(again, safetensors.FileName))
+	w3, _ := os.ReadFile(filepath.Join(other, safetensors.FileName))
 	require.True(t, bytes.Equal(w1, w2))
 	require.False(t, bytes.Equal(w1[len(w1)-1000:], w3[len(w3)-1000:]))
 }
@@ -164,7 +165,7 @@ func TestInitModelRefusesNonEmpty(t *testing.T) {
 	require.Equal(t, "bfloat16", cfg.TorchDtype)
 	v, err := m.Weights.Tensor("model.layers.3.mlp.down_proj.weight")
 	require.NoError(t, err)
-	require.Equal(t, DtypeBF16, v.Dtype)
+	require.Equal(t, safetensors.DtypeBF16, v.Dtype)
 	entries, err := os.ReadDir(filepath.Dir(dir))
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "the replaced directory is gone")

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"golang.org/x/sys/unix"
@@ -28,7 +29,7 @@ import (
 type ModelDir struct {
 	Dir       string
 	Config    *ModelConfig
-	Weights   *SafetensorsDir
+	Weights   *safetensors.Dir
 	Tokenizer tokenizer.Tokenizer
 }
 
@@ -53,7 +54,7 @@ func OpenModelDirWith(dir string, tok tokenizer.Tokenizer) (*ModelDir, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
 	}
-	w, err := OpenSafetensorsDir(dir)
+	w, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
 	}
@@ -87,18 +88,18 @@ const maxWeightProblems = 20
 // those shapes, each F32, BF16 or F16. Every problem names its tensor; a missing
 // one also says which file should have held it. Rotary inv_freq buffers that old
 // checkpoints carry (…rotary_emb.inv_freq) are ignored, as transformers ignores them.
-func CheckWeights(cfg *ModelConfig, w *SafetensorsDir) error {
+func CheckWeights(cfg *ModelConfig, w *safetensors.Dir) error {
 	var problems []string
 	expected := cfg.TensorShapes()
 	where := strings.Join(baseNames(w.Files()), ", ")
 	for _, spec := range cfg.Tensors() {
 		v, err := w.Tensor(spec.Name)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("tensor %s: missing (want shape %s; weights: %s)", spec.Name, shapeString(spec.Shape), where))
+			problems = append(problems, fmt.Sprintf("tensor %s: missing (want shape %s; weights: %s)", spec.Name, safetensors.ShapeString(spec.Shape), where))
 			continue
 		}
 		if !slices.Equal(v.Shape, spec.Shape) {
-			problems = append(problems, fmt.Sprintf("tensor %s: shape %s, want %s", spec.Name, shapeString(v.Shape), shapeString(spec.Shape)))
+			problems = append(problems, fmt.Sprintf("tensor %s: shape %s, want %s", spec.Name, safetensors.ShapeString(v.Shape), safetensors.ShapeString(spec.Shape)))
 		}
 		if !v.Dtype.IsFloat() {
 			problems = append(problems, fmt.Sprintf("tensor %s: dtype %s, want F32, BF16 or F16", spec.Name, v.Dtype))

@@ -13,14 +13,15 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // Weights is where LoadModel reads tensors from, by Hugging Face name.
-// *data.SafetensorsDir (a model directory's weights) is one.
+// *safetensors.Dir (a model directory's weights) is one.
 type Weights interface {
 	Names() []string
-	Tensor(name string) (data.TensorView, error)
+	Tensor(name string) (safetensors.TensorView, error)
 }
 
 // Model is a loaded Llama-family decoder: its Config and its weights, held as
