@@ -16,7 +16,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/viewer"
 )
@@ -157,11 +157,11 @@ func recentCredit(dir string, n int) ([]creditFile, error) {
 }
 
 // validCreditName accepts a plain file name (no separator, no dot-file, no "..")
-// that ends in data.CreditSuffix.
+// that ends in creditfile.Suffix.
 func validCreditName(name string) bool {
 	return name != "" && filepath.Base(name) == name && !strings.ContainsAny(name, `/\`) &&
 		!strings.HasPrefix(name, ".") && !strings.Contains(name, "..") &&
-		strings.HasSuffix(name, data.CreditSuffix) && len(name) > len(data.CreditSuffix)
+		strings.HasSuffix(name, creditfile.Suffix) && len(name) > len(creditfile.Suffix)
 }
 
 var listTmpl = template.Must(template.New("list").Parse(`<!doctype html>
@@ -204,7 +204,7 @@ func (s *Server) viewerFile(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	if !validCreditName(name) {
-		http.Error(w, fmt.Sprintf("credit file %q: not a credit file name (want NAME%s, no path)", name, data.CreditSuffix), http.StatusBadRequest)
+		http.Error(w, fmt.Sprintf("credit file %q: not a credit file name (want NAME%s, no path)", name, creditfile.Suffix), http.StatusBadRequest)
 		return
 	}
 	path := filepath.Join(p.CreditDir, name)
@@ -212,13 +212,13 @@ func (s *Server) viewerFile(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	rows, err := data.ReadCreditFile(path)
+	rows, err := creditfile.Read(path)
 	if err != nil {
 		s.log.Warn().Err(err).Str("file", path).Msg("viewer: read credit file")
 		http.Error(w, fmt.Sprintf("read credit file %s: %v", name, err), http.StatusInternalServerError)
 		return
 	}
-	page, err := viewer.Build([]string{name}, [][]data.CreditRow{rows}, p.Tokenizer, p.Clip)
+	page, err := viewer.Build([]string{name}, [][]creditfile.Row{rows}, p.Tokenizer, p.Clip)
 	var buf bytes.Buffer
 	if err == nil {
 		err = viewer.Write(&buf, page)

@@ -18,6 +18,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
@@ -119,7 +120,7 @@ func TestTrainEndToEnd(t *testing.T) {
 	require.Len(t, credits, 4)
 	rows := 0
 	for _, n := range credits {
-		rs, err := data.ReadCreditFile(filepath.Join(dataDir, "outputs", n))
+		rs, err := creditfile.Read(filepath.Join(dataDir, "outputs", n))
 		require.NoError(t, err)
 		for _, r := range rs {
 			require.Len(t, r.Student, len(r.Tokens))
@@ -250,7 +251,7 @@ func sigkillWhileTraining(t *testing.T, extra string) {
 	require.Equal(t, refState.TrainedTotal, crashState.TrainedTotal)
 	credited := map[string]int{}
 	for _, n := range listDir(t, filepath.Join(crash, "outputs")) {
-		rs, err := data.ReadCreditFile(filepath.Join(crash, "outputs", n))
+		rs, err := creditfile.Read(filepath.Join(crash, "outputs", n))
 		require.NoError(t, err)
 		for _, r := range rs {
 			credited[r.RolloutID]++
