@@ -59,9 +59,16 @@ type Events interface {
 }
 
 // daemon is one run of hindsightd: the stages and what they share. The ingest loop
-// is the only goroutine that drives the spool; the device goroutine (train.Loop) the
-// only one that drives the trainer and the ledger; everything else reads published
-// snapshots.
+// claims and decides spool files; the device goroutine (train.Loop) is the only one
+// that drives the trainer and the ledger, and it also finishes wholly trained files
+// in the spool (d.finish, called by the ledger right after the file's credit file is
+// published). Finishing is not handed back to the ingest loop over a channel: ingest
+// spends most of its time blocked handing the next decided file to the pipeline, so a
+// finish queued behind it would wait for the device, and keeping it in the ledger's
+// step keeps "credit file published, then file finished" one ordered sequence that a
+// crash replays. Spool.Finish touches only its own claim's file and the journal
+// serialises updates with its mutex, so the two goroutines never race. Everything
+// else reads published snapshots.
 type daemon struct {
 	cfg     Config
 	opts    Options
