@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/viewer"
 )
 
@@ -39,6 +40,8 @@ type Pages struct {
 	// and shows token ids for others.
 	Tokenizer data.Tokenizer
 	Clip      float64
+	// Storage is what the data directory's file system offers (fsutil.Probe at start).
+	Storage *fsutil.Features
 }
 
 // SetPages serves the status page (/), its data (/status/history.json) and the credit
@@ -96,6 +99,14 @@ type historyDoc struct {
 	History []HistoryPoint  `json:"history"`
 	Files   []creditFile    `json:"files"`
 	Error   string          `json:"files_error,omitempty"`
+	// Storage is the data directory's file system and how renames work on it.
+	Storage *storageDoc `json:"storage,omitempty"`
+}
+
+// storageDoc is the storage part of /status/history.json.
+type storageDoc struct {
+	fsutil.Features
+	RenameMode string `json:"rename_mode"` // "renameat2" or "check-then-rename"
 }
 
 func (s *Server) historyJSON(w http.ResponseWriter, r *http.Request) {
@@ -114,6 +125,9 @@ func (s *Server) historyJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.History != nil {
 		doc.History = p.History()
+	}
+	if p.Storage != nil {
+		doc.Storage = &storageDoc{Features: *p.Storage, RenameMode: p.Storage.RenameMode()}
 	}
 	files, err := recentCredit(p.CreditDir, recentCreditFiles)
 	if err != nil {
