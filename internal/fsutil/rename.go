@@ -15,6 +15,12 @@ import (
 // the fsfault tag can refuse it from the environment (fault.go).
 var renameat2 = unix.Renameat2
 
+// FaultEnv names the variable that only a binary built with the fsfault tag (the
+// crash tests build one; releases never do) reads at start: EINVAL, EPERM, ENOSYS or
+// EOPNOTSUPP makes every renameat2 with flags fail with that errno, as on a file
+// system without RENAME_NOREPLACE, so the fallback runs on any disk.
+const FaultEnv = "HINDSIGHT_FSFAULT_RENAMEAT2"
+
 // fallbackMu serialises the check and the rename of the fallback, so that two
 // goroutines of this process cannot both find a name free and both rename onto it.
 var fallbackMu sync.Mutex

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/hindsight-ai/hindsight/internal/fusetest"
 )
 
 // refuseFlags makes renameat2 refuse every flag with errno for the rest of the test,
@@ -91,4 +93,26 @@ func TestProbe(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ents, "the probe leaves nothing behind")
 	t.Logf("%s (renameat2 flags on the test's own disk: %v)", f, real)
+}
+
+// TestRenameNoReplaceBindfs runs RenameNoReplace and Probe on a real FUSE file system
+// that refuses RENAME_NOREPLACE and hard-linked directories (bindfs).
+func TestRenameNoReplaceBindfs(t *testing.T) {
+	dir := fusetest.Bindfs(t)
+	f, err := Probe(dir)
+	require.NoError(t, err)
+	t.Logf("bindfs: %s", f)
+	require.False(t, f.RenameNoReplace, "bindfs refuses RENAME_NOREPLACE; if it no longer does, this test needs another file system")
+	require.Equal(t, "fuse", f.FSType)
+
+	p := func(n string) string { return filepath.Join(dir, n) }
+	require.NoError(t, os.Mkdir(p("d"), 0o755))
+	require.NoError(t, os.WriteFile(p("d/x"), []byte("x"), 0o644))
+	require.NoError(t, os.Mkdir(p("e"), 0o755))
+	require.ErrorIs(t, RenameNoReplace(p("d"), p("e")), os.ErrExist)
+	require.NoError(t, RenameNoReplace(p("d"), p("step")))
+	require.FileExists(t, p("step/x"))
+	require.NoError(t, os.WriteFile(p("f"), nil, 0o644))
+	require.ErrorIs(t, RenameNoReplace(p("f"), p("step/x")), os.ErrExist)
+	require.NoError(t, RenameNoReplace(p("f"), p("step/f")))
 }
