@@ -13,6 +13,7 @@ import (
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -81,7 +82,8 @@ type daemon struct {
 	events  Events
 	started time.Time
 	pauser  *pauser
-	wake    chan struct{} // a file may have landed in incoming/
+	wake    chan struct{}   // a file may have landed in incoming/
+	storage fsutil.Features // what the data directory's file system offers
 
 	// Training (nil while train.enabled is false).
 	readOpts  rollout.ReadOptions
@@ -123,6 +125,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	defer lock.release()
+	if d.storage, err = probeStorage(cfg.DataDir, opts.Log.With().Str("component", "storage").Logger()); err != nil {
+		return err
+	}
+	if err := removeTemps(cfg, opts.Log.With().Str("component", "storage").Logger()); err != nil {
+		return err
+	}
 	closeAll, err := d.open()
 	defer closeAll()
 	if err != nil {
@@ -165,6 +173,7 @@ func (d *daemon) open() (close func(), err error) {
 	d.reg = prometheus.NewRegistry()
 	d.stats = newStats(d.opts.Version, d.cfg.DataDir, d.started, d.spool, d.pauser.proto)
 	d.metrics = newMetrics(d.reg, d.stats, d.opts.Version)
+	d.reg.MustRegister(storageGauge(d.storage))
 	d.pauser.onChange = d.stats.publish
 	d.stats.publish()
 	if !d.training() {

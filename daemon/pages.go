@@ -18,6 +18,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/viewer"
 )
 
@@ -40,6 +41,8 @@ type Pages struct {
 	// and shows token ids for others.
 	Tokenizer tokenizer.Tokenizer
 	Clip      float64
+	// Storage is what the data directory's file system offers (fsutil.Probe at start).
+	Storage *fsutil.Features
 }
 
 // SetPages serves the status page (/), its data (/status/history.json) and the credit
@@ -97,6 +100,14 @@ type historyDoc struct {
 	History []HistoryPoint  `json:"history"`
 	Files   []creditFile    `json:"files"`
 	Error   string          `json:"files_error,omitempty"`
+	// Storage is the data directory's file system and how renames work on it.
+	Storage *storageDoc `json:"storage,omitempty"`
+}
+
+// storageDoc is the storage part of /status/history.json.
+type storageDoc struct {
+	fsutil.Features
+	RenameMode string `json:"rename_mode"` // "renameat2" or "check-then-rename"
 }
 
 func (s *Server) historyJSON(w http.ResponseWriter, r *http.Request) {
@@ -115,6 +126,9 @@ func (s *Server) historyJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.History != nil {
 		doc.History = p.History()
+	}
+	if p.Storage != nil {
+		doc.Storage = &storageDoc{Features: *p.Storage, RenameMode: p.Storage.RenameMode()}
 	}
 	files, err := recentCredit(p.CreditDir, recentCreditFiles)
 	if err != nil {
