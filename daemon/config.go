@@ -81,7 +81,7 @@ type SpoolConfig struct {
 type ValidationConfig struct {
 	// VocabSize rejects token ids ≥ it; 0 checks only for negative ids.
 	VocabSize int `yaml:"vocab_size"`
-	// Tokenizer is the fingerprint rollouts must carry (DESIGN.md); empty skips the check.
+	// Tokenizer is the fingerprint rollouts must carry (docs/design.md); empty skips the check.
 	Tokenizer string `yaml:"tokenizer"`
 }
 

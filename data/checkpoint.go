@@ -82,7 +82,7 @@ type TrainerState struct {
 	Config string `json:"config"`
 	// Trained lists the rollout_ids whose gradient is in these weights and whose file
 	// had not finished when the checkpoint was written: the source of truth for
-	// "trained" (DESIGN.md "Rollout states") while a file is in processing/. Once a
+	// "trained" (docs/design.md "Rollout states") while a file is in processing/. Once a
 	// file is finished the journal says so, and its ids leave the list, which so stays
 	// as short as the spool's unfinished work.
 	Trained []string `json:"trained"`

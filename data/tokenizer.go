@@ -108,7 +108,7 @@ func CheckFingerprint(file, want, got string) error {
 		"token ids would mean different text, so re-tokenize the rollouts or train the matching model", file, want, got)
 }
 
-// fingerprintOf is the DESIGN.md fingerprint of tokenizer.json bytes.
+// fingerprintOf is the docs/design.md fingerprint of tokenizer.json bytes.
 func fingerprintOf(raw []byte) string {
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])

@@ -15,7 +15,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data"
 )
 
-// A checkpoint (DESIGN.md "Checkpoints") is a model directory plus the trainer's
+// A checkpoint (docs/design.md "Checkpoints") is a model directory plus the trainer's
 // files. The Trainer fills:
 //
 //	model.safetensors              the policy under HF names, in config.json's torch_dtype

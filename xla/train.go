@@ -47,7 +47,7 @@ type TrainerOptions struct {
 	Seed uint64
 }
 
-// Backprop is how a rollout's gradient reaches across chunks (DESIGN.md "Long
+// Backprop is how a rollout's gradient reaches across chunks (docs/design.md "Long
 // rollouts").
 type Backprop string
 
@@ -84,7 +84,7 @@ const DefaultChunkTrain = 256
 const DefaultTrainAttentionScores = 1 << 24
 
 // Rollout is one rollout as the trainer takes it: its tokens, the sampler's
-// log-probs, which tokens are trainable (DESIGN.md), its outcome and its hinted
+// log-probs, which tokens are trainable (docs/design.md), its outcome and its hinted
 // segments.
 type Rollout struct {
 	ID        string
