@@ -92,7 +92,7 @@ const (
 	classLogProbs                   // a list of float32 or float64
 )
 
-// accepted lists the types of a class, for E_COLUMN_TYPE reasons and the README.
+// accepted lists the types of a class, for E_COLUMN_TYPE reasons and docs/rollouts.md.
 var accepted = map[typeClass]string{
 	classString:    "utf8, large_utf8, utf8_view or a dictionary of these",
 	classAnyInt:    "an integer type other than uint64",

@@ -40,7 +40,7 @@ type Config struct {
 	TeacherModel xla.TeacherConfig `yaml:"teacher_model"`
 	// LoRA trains rank-r adapters on a frozen base instead of every weight (rank 0,
 	// the default: off); checkpoints then also hold the adapter as PEFT saves it
-	// (README "LoRA").
+	// (docs/training.md "LoRA").
 	LoRA xla.LoRAConfig `yaml:"lora"`
 	// MaxPolicyLag skips rollouts sampled more than this many optimizer steps before
 	// the current one (policy_version); 0 trains every rollout. Skips are counted.

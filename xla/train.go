@@ -54,7 +54,7 @@ type Backprop string
 const (
 	// BackpropTruncated: earlier chunks' K/V come from the scoring pass as constants.
 	// The cheapest; the gradient misses how a chunk's tokens shape later chunks'
-	// attention (cosine with the exact gradient ~0.86–0.96, README "Training").
+	// attention (cosine with the exact gradient ~0.86–0.96, docs/training.md "Training").
 	BackpropTruncated Backprop = "truncated"
 	// BackpropExact: the chunks run last to first, each passing the cotangent of the
 	// earlier positions' K/V back: the exact gradient, with activation memory bounded

@@ -122,7 +122,7 @@ def _type_problem(name: str, want: pa.DataType, got: pa.DataType) -> Problem:
 def check_schema(s: pa.Schema) -> Problem | None:
     """check_schema returns the first file-level problem of a file's schema, as the Go
     reader's CheckSchema finds it (columns by name, any order, extra columns ignored,
-    the equivalent types of the README accepted, a missing schema version read as
+    the equivalent types of docs/rollouts.md accepted, a missing schema version read as
     "1"), or None."""
     md = s.metadata or {}
     v = md.get(SCHEMA_VERSION_KEY.encode())
