@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -205,7 +206,7 @@ type policy struct {
 	dir     string // what is loaded
 	step    int64
 	sampler *xla.Sampler
-	tok     data.Tokenizer
+	tok     tokenizer.Tokenizer
 }
 
 // refresh loads the newest checkpoint if `latest` moved (or the initial model the

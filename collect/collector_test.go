@@ -12,13 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // readRollouts reads every rollout of the .arrow files in dir, validated against the
 // model's vocabulary and tokenizer.
-func readRollouts(t *testing.T, dir string, tok data.Tokenizer) []*rollout.Rollout {
+func readRollouts(t *testing.T, dir string, tok tokenizer.Tokenizer) []*rollout.Rollout {
 	t.Helper()
 	paths, err := filepath.Glob(filepath.Join(dir, "*.arrow"))
 	require.NoError(t, err)

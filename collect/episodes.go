@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -48,7 +48,7 @@ func (o *EpisodeOptions) defaults() {
 // log-probs of the distribution sampled from) goes to the episode, which runs the
 // call and appends the tool's answer. Episode i·Group+g is task i's g-th. It stops
 // early when ctx ends and returns the episodes played so far with ctx's error.
-func Episodes(ctx context.Context, s *xla.Sampler, tok data.Tokenizer, tasks []toolworld.Task, opts EpisodeOptions) ([]*toolworld.Env, error) {
+func Episodes(ctx context.Context, s *xla.Sampler, tok tokenizer.Tokenizer, tasks []toolworld.Task, opts EpisodeOptions) ([]*toolworld.Env, error) {
 	opts.defaults()
 	envs := make([]*toolworld.Env, 0, len(tasks)*opts.Group)
 	for _, t := range tasks {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -15,7 +16,7 @@ import (
 
 // tinyPolicy writes the tiny byte-tokenizer model and returns its sampler, scorer
 // and tokenizer on the test backend.
-func tinyPolicy(t *testing.T) (string, *xla.Sampler, *xla.Scorer, data.Tokenizer) {
+func tinyPolicy(t *testing.T) (string, *xla.Sampler, *xla.Scorer, tokenizer.Tokenizer) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "model")
 	_, err := data.InitModel(dir, data.InitOptions{Preset: "tiny", Tokenizer: "bytes", Seed: 3, Dtype: "float32"})
@@ -102,7 +103,7 @@ func slicesEqual(a, b []int32) bool {
 }
 
 func TestSummarize(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	tasks, err := toolworld.Tasks(toolworld.SplitHeldout, 4)
 	require.NoError(t, err)
 	var envs []*toolworld.Env

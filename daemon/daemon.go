@@ -12,6 +12,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -78,7 +79,7 @@ type daemon struct {
 	// Training (nil while train.enabled is false).
 	readOpts  rollout.ReadOptions
 	hinter    atomic.Pointer[teacher.Hinter]
-	tokenizer data.Tokenizer
+	tokenizer tokenizer.Tokenizer
 	eval      *evaluator // nil without eval suites
 	q         *queues
 	ledger    *ledger.Ledger
@@ -210,7 +211,7 @@ func (d *daemon) readOptions() (rollout.ReadOptions, error) {
 	fp := md.Tokenizer.Fingerprint()
 	if o.Tokenizer == "" {
 		o.Tokenizer = fp
-	} else if err := data.CheckFingerprint("validation.tokenizer", o.Tokenizer, fp); err != nil {
+	} else if err := tokenizer.CheckFingerprint("validation.tokenizer", o.Tokenizer, fp); err != nil {
 		return o, fmt.Errorf("config: %w", err)
 	}
 	if o.VocabSize == 0 {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/viewer"
 )
 
@@ -37,7 +38,7 @@ type Pages struct {
 	CreditDir string
 	// Tokenizer is the model's tokenizer; nil: the viewer decodes byte-tokenizer rows
 	// and shows token ids for others.
-	Tokenizer data.Tokenizer
+	Tokenizer tokenizer.Tokenizer
 	Clip      float64
 }
 

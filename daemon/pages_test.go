@@ -16,15 +16,16 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
 // writeTestCredit writes a one-rollout credit file over the byte tokenizer into dir.
 func writeTestCredit(t *testing.T, dir, name, text string) {
 	t.Helper()
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	ids := tok.EncodeText(text)
-	row := data.CreditRow{RolloutID: "roll-1", TaskID: "task-a", Tokens: ids, Tokenizer: data.BytesFingerprint, Reward: 1, HasReward: true}
+	row := data.CreditRow{RolloutID: "roll-1", TaskID: "task-a", Tokens: ids, Tokenizer: tokenizer.BytesFingerprint, Reward: 1, HasReward: true}
 	for i := range ids {
 		row.LossMask = append(row.LossMask, i > 0)
 		row.Student = append(row.Student, -0.5)

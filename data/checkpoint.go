@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
@@ -68,7 +69,7 @@ type Checkpoint struct {
 	// Tensors maps a safetensors file name (model.safetensors, OptimizerFileName,
 	// TeacherFileName) to its tensors. A name is a file of the step directory or of
 	// its TrainerDirName subdirectory.
-	Tensors map[string][]NamedTensor
+	Tensors map[string][]safetensors.NamedTensor
 	State   TrainerState
 }
 
@@ -191,7 +192,7 @@ func writeCheckpointFiles(dir string, ck *Checkpoint) error {
 		}
 	}
 	for n, ts := range ck.Tensors {
-		if err := WriteSafetensors(filepath.Join(dir, n), ts, map[string]string{"format": "pt"}); err != nil {
+		if err := safetensors.Write(filepath.Join(dir, n), ts, map[string]string{"format": "pt"}); err != nil {
 			return err
 		}
 	}
@@ -241,7 +242,7 @@ func checkFileName(n string) error {
 
 // makeSubdirs checks every file name of a checkpoint and makes the subdirectories
 // they need, returning those.
-func makeSubdirs(dir string, files map[string][]byte, tensors map[string][]NamedTensor) ([]string, error) {
+func makeSubdirs(dir string, files map[string][]byte, tensors map[string][]safetensors.NamedTensor) ([]string, error) {
 	names := make([]string, 0, len(files)+len(tensors))
 	for n := range files {
 		names = append(names, n)

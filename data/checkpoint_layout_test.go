@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestCheckpointTrainerSubdir(t *testing.T) {
 	root := t.TempDir()
 	ck := testCheckpoint(1, 16)
-	ck.Tensors[OptimizerFileName] = []NamedTensor{{Name: "exp_avg.w", Dtype: DtypeF32, Shape: []int{16}, Values: make([]float32, 16)}}
+	ck.Tensors[OptimizerFileName] = []safetensors.NamedTensor{{Name: "exp_avg.w", Dtype: safetensors.DtypeF32, Shape: []int{16}, Values: make([]float32, 16)}}
 	ck.Tensors[TeacherFileName] = ck.Tensors["model.safetensors"]
 	dir, err := WriteCheckpoint(root, ck, 0)
 	require.NoError(t, err)

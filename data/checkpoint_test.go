@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
@@ -24,7 +25,7 @@ func testCheckpoint(step int64, n int) *Checkpoint {
 	return &Checkpoint{
 		Step:    step,
 		Files:   map[string][]byte{"config.json": []byte(`{"model_type":"llama"}`)},
-		Tensors: map[string][]NamedTensor{"model.safetensors": {{Name: "w", Dtype: DtypeF32, Shape: []int{n}, Values: vals}}},
+		Tensors: map[string][]safetensors.NamedTensor{"model.safetensors": {{Name: "w", Dtype: safetensors.DtypeF32, Shape: []int{n}, Values: vals}}},
 		State:   TrainerState{CodeVersion: "test", Trained: []string{fmt.Sprintf("r-%d", step)}},
 	}
 }
@@ -47,7 +48,7 @@ func TestCheckpointWriteVerifyPrune(t *testing.T) {
 	target, err := os.Readlink(filepath.Join(root, LatestLinkName))
 	require.NoError(t, err)
 	require.Equal(t, "step-000004", target, "latest is a relative link, so the tree can move")
-	f, err := OpenSafetensors(filepath.Join(dir, "model.safetensors"))
+	f, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
 	require.NoError(t, err)
 	defer f.Close()
 	w, err := f.Tensor("w")
@@ -126,7 +127,7 @@ func TestCheckpointSIGKILL(t *testing.T) {
 			continue
 		}
 		require.GreaterOrEqual(t, st.Step, lastGood, "a later kill never loses a completed checkpoint")
-		f, err := OpenSafetensors(filepath.Join(dir, "model.safetensors"))
+		f, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
 		require.NoError(t, err)
 		w, err := f.Tensor("w")
 		require.NoError(t, err)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
@@ -111,14 +113,14 @@ func PresetConfig(preset string, vocabSize int) (*ModelConfig, error) {
 }
 
 // dtypeOf maps a config torch_dtype to the safetensors dtype of the weights.
-func dtypeOf(torchDtype string) (Dtype, error) {
+func dtypeOf(torchDtype string) (safetensors.Dtype, error) {
 	switch torchDtype {
 	case "float32", "":
-		return DtypeF32, nil
+		return safetensors.DtypeF32, nil
 	case "bfloat16":
-		return DtypeBF16, nil
+		return safetensors.DtypeBF16, nil
 	case "float16":
-		return DtypeF16, nil
+		return safetensors.DtypeF16, nil
 	}
 	return "", fmt.Errorf("torch_dtype %q: want float32, bfloat16 or float16", torchDtype)
 }
@@ -128,13 +130,13 @@ func dtypeOf(torchDtype string) (Dtype, error) {
 // RMSNorm weights 1, biases 0, in c.TorchDtype. Each tensor draws from its own
 // stream, seeded by seed and the tensor's name, so the values are the same for a
 // seed whatever else the model holds.
-func InitWeights(c *ModelConfig, seed uint64) ([]NamedTensor, error) {
+func InitWeights(c *ModelConfig, seed uint64) ([]safetensors.NamedTensor, error) {
 	dtype, err := dtypeOf(c.TorchDtype)
 	if err != nil {
 		return nil, fmt.Errorf("init weights: %w", err)
 	}
 	specs := c.Tensors()
-	out := make([]NamedTensor, len(specs))
+	out := make([]safetensors.NamedTensor, len(specs))
 	// Tensors are drawn in parallel (each from its own stream, so the values do not
 	// depend on the order): a 1.7B-parameter preset is ~1.7e9 draws.
 	next := make(chan int)
@@ -157,7 +159,7 @@ func InitWeights(c *ModelConfig, seed uint64) ([]NamedTensor, error) {
 				default:
 					fillNormal(vals, seed, s.Name, InitStd)
 				}
-				out[i] = NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals}
+				out[i] = safetensors.NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals}
 			}
 		})
 	}
@@ -198,7 +200,7 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 	if opts.Tokenizer == "" {
 		opts.Tokenizer = "bytes"
 	}
-	tok, err := LoadTokenizer(opts.Tokenizer)
+	tok, err := tokenizer.Load(opts.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("init model: %w", err)
 	}
@@ -225,8 +227,8 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 	}
 	if tokConfig == nil {
 		chatTemplate := ""
-		if tok.Fingerprint() == BytesFingerprint {
-			chatTemplate = BytesChatTemplate
+		if tok.Fingerprint() == tokenizer.BytesFingerprint {
+			chatTemplate = tokenizer.BytesChatTemplate
 		}
 		tokConfig = minimalTokenizerConfig(cfg, bos, eos, chatTemplate)
 	}
@@ -250,7 +252,7 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 			return err
 		}
 		meta := map[string]string{"format": "pt", "hindsight.init": fmt.Sprintf("preset=%s seed=%d", opts.Preset, opts.Seed)}
-		if err := WriteSafetensors(filepath.Join(tmp, SafetensorsFileName), weights, meta); err != nil {
+		if err := safetensors.Write(filepath.Join(tmp, safetensors.FileName), weights, meta); err != nil {
 			return err
 		}
 		for name, raw := range map[string][]byte{
@@ -277,7 +279,7 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 // with a tokenizer_config.json beside its tokenizer.json, that file's bytes.
 func tokenizerFiles(spec string) (tokJSON, tokConfig []byte, err error) {
 	if spec == "bytes" {
-		return BytesTokenizerJSON(), nil, nil
+		return tokenizer.BytesJSON(), nil, nil
 	}
 	path := spec
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
@@ -301,7 +303,7 @@ type specialToken struct {
 // specialTokens finds the BOS and EOS tokens: the bos_token/eos_token of a
 // tokenizer_config.json when given, else the first of the usual names that the
 // tokenizer knows. A zero specialToken means none.
-func specialTokens(tok Tokenizer, tokConfig []byte) (bos, eos specialToken) {
+func specialTokens(tok tokenizer.Tokenizer, tokConfig []byte) (bos, eos specialToken) {
 	find := func(names ...string) specialToken {
 		for _, n := range names {
 			if id, ok := tok.SpecialID(n); ok && n != "" {

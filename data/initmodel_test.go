@@ -2,25 +2,29 @@ package data
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/stretchr/testify/require"
 )
 
 func TestPresetConfig(t *testing.T) {
-	tiny, err := PresetConfig("tiny", BytesVocabSize)
+	tiny, err := PresetConfig("tiny", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	require.LessOrEqual(t, tiny.NumParameters(), int64(500_000))
 	require.Equal(t, int64(91_008), tiny.NumParameters())
-	small, err := PresetConfig("small", BytesVocabSize)
+	small, err := PresetConfig("small", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, small.NumParameters(), int64(2_000_000))
 	require.LessOrEqual(t, small.NumParameters(), int64(5_000_000))
-	_, err = PresetConfig("huge", BytesVocabSize)
+	_, err = PresetConfig("huge", tokenizer.BytesVocabSize)
 	require.ErrorContains(t, err, `preset "huge": want one of tiny, small, qwen3-tiny, qwen3-0.6b, qwen3-1.7b`)
 }
 
@@ -39,7 +43,7 @@ func TestQwen3Presets(t *testing.T) {
 		{"qwen3-1.7b", 28, 2048, 6144, 16, 8, 1_720_574_976},
 	} {
 		t.Run(tt.preset, func(t *testing.T) {
-			c, err := PresetConfig(tt.preset, BytesVocabSize)
+			c, err := PresetConfig(tt.preset, tokenizer.BytesVocabSize)
 			require.NoError(t, err)
 			require.Equal(t, "qwen3", c.ModelType)
 			require.Equal(t, []string{"Qwen3ForCausalLM"}, c.Architectures)
@@ -66,10 +70,10 @@ func TestQwen3Presets(t *testing.T) {
 	}
 	_, err := PresetConfig("qwen3-0.6b", Qwen3VocabSize+1)
 	require.ErrorContains(t, err, "more than the preset's vocab_size 151936")
-	tiny, err := PresetConfig("qwen3-tiny", BytesVocabSize)
+	tiny, err := PresetConfig("qwen3-tiny", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	require.True(t, tiny.QKNorm())
-	require.Equal(t, BytesVocabSize, tiny.VocabSize)
+	require.Equal(t, tokenizer.BytesVocabSize, tiny.VocabSize)
 	require.Less(t, tiny.NumParameters(), int64(200_000))
 }
 
@@ -78,31 +82,31 @@ func TestInitModel(t *testing.T) {
 	dir := filepath.Join(root, "m")
 	cfg, err := InitModel(dir, InitOptions{Preset: "tiny", Seed: 7})
 	require.NoError(t, err)
-	require.Equal(t, []int{int(BytesBOS)}, cfg.BOSTokenID)
-	require.Equal(t, []int{int(BytesEOS)}, cfg.EOSTokenID)
+	require.Equal(t, []int{int(tokenizer.BytesBOS)}, cfg.BOSTokenID)
+	require.Equal(t, []int{int(tokenizer.BytesEOS)}, cfg.EOSTokenID)
 
 	entries, err := os.ReadDir(root)
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "no temp directory is left beside the model")
-	for _, name := range []string{ConfigFileName, SafetensorsFileName, TokenizerFileName, TokenizerConfigFileName, GenerationConfigFileName} {
+	for _, name := range []string{ConfigFileName, safetensors.FileName, TokenizerFileName, TokenizerConfigFileName, GenerationConfigFileName} {
 		require.FileExists(t, filepath.Join(dir, name))
 	}
 	tokJSON, err := os.ReadFile(filepath.Join(dir, TokenizerFileName))
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(BytesTokenizerJSON(), tokJSON))
+	require.True(t, bytes.Equal(tokenizer.BytesJSON(), tokJSON))
 	var tc map[string]any
 	raw, err := os.ReadFile(filepath.Join(dir, TokenizerConfigFileName))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &tc))
 	require.Equal(t, "PreTrainedTokenizerFast", tc["tokenizer_class"])
 	require.Equal(t, "<|eos|>", tc["eos_token"])
-	require.Equal(t, BytesChatTemplate, tc["chat_template"], "the byte tokenizer's chat format")
+	require.Equal(t, tokenizer.BytesChatTemplate, tc["chat_template"], "the byte tokenizer's chat format")
 	var gc map[string]any
 	raw, err = os.ReadFile(filepath.Join(dir, GenerationConfigFileName))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &gc))
-	require.Equal(t, float64(BytesBOS), gc["bos_token_id"])
-	require.Equal(t, float64(BytesEOS), gc["eos_token_id"])
+	require.Equal(t, float64(tokenizer.BytesBOS), gc["bos_token_id"])
+	require.Equal(t, float64(tokenizer.BytesEOS), gc["eos_token_id"])
 
 	m, err := OpenModelDir(dir)
 	require.NoError(t, err)
@@ -118,7 +122,7 @@ func TestInitModel(t *testing.T) {
 	}
 	emb, err := m.Weights.Tensor("model.embed_tokens.weight")
 	require.NoError(t, err)
-	require.Equal(t, DtypeF32, emb.Dtype)
+	require.Equal(t, safetensors.DtypeF32, emb.Dtype)
 	ev, err := emb.Float32s()
 	require.NoError(t, err)
 	var sum, sq float64
@@ -138,9 +142,9 @@ func TestInitModel(t *testing.T) {
 	other := filepath.Join(root, "other")
 	_, err = InitModel(other, InitOptions{Preset: "tiny", Seed: 8})
 	require.NoError(t, err)
-	w1, _ := os.ReadFile(filepath.Join(dir, SafetensorsFileName))
-	w2, _ := os.ReadFile(filepath.Join(again, SafetensorsFileName))
-	w3, _ := os.ReadFile(filepath.Join(other, SafetensorsFileName))
+	w1, _ := os.ReadFile(filepath.Join(dir, safetensors.FileName))
+	w2, _ := os.ReadFile(filepath.Join(again, safetensors.FileName))
+	w3, _ := os.ReadFile(filepath.Join(other, safetensors.FileName))
 	require.True(t, bytes.Equal(w1, w2))
 	require.False(t, bytes.Equal(w1[len(w1)-1000:], w3[len(w3)-1000:]))
 }
@@ -161,7 +165,7 @@ func TestInitModelRefusesNonEmpty(t *testing.T) {
 	require.Equal(t, "bfloat16", cfg.TorchDtype)
 	v, err := m.Weights.Tensor("model.layers.3.mlp.down_proj.weight")
 	require.NoError(t, err)
-	require.Equal(t, DtypeBF16, v.Dtype)
+	require.Equal(t, safetensors.DtypeBF16, v.Dtype)
 	entries, err := os.ReadDir(filepath.Dir(dir))
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "the replaced directory is gone")
@@ -172,12 +176,12 @@ func TestInitModelRefusesNonEmpty(t *testing.T) {
 
 func TestInitModelTokenizerPath(t *testing.T) {
 	src := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerFileName), BytesTokenizerJSON(), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerFileName), tokenizer.BytesJSON(), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerConfigFileName), []byte(`{"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": {"content": "<|bos|>"}, "eos_token": "<|end|>"}`), 0o644))
 	dir := filepath.Join(t.TempDir(), "m")
 	cfg, err := InitModel(dir, InitOptions{Preset: "tiny", Tokenizer: src})
 	require.NoError(t, err)
-	require.Equal(t, []int{int(BytesEnd)}, cfg.EOSTokenID, "eos_token of the given tokenizer_config.json")
+	require.Equal(t, []int{int(tokenizer.BytesEnd)}, cfg.EOSTokenID, "eos_token of the given tokenizer_config.json")
 	raw, err := os.ReadFile(filepath.Join(dir, TokenizerConfigFileName))
 	require.NoError(t, err)
 	require.Contains(t, string(raw), `"<|end|>"`, "tokenizer_config.json is copied")
@@ -193,8 +197,8 @@ func TestInitModelChatTemplateOnlyForBytes(t *testing.T) {
 		tokJSON  []byte
 		template any
 	}{
-		{"bytes tokenizer.json", BytesTokenizerJSON(), BytesChatTemplate},
-		{"qwen3 tokenizer.json", rawTokenizerJSON(t, "qwen3"), nil},
+		{"bytes tokenizer.json", tokenizer.BytesJSON(), tokenizer.BytesChatTemplate},
+		{"qwen3 tokenizer.json", gunzipFixture(t, filepath.Join("tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz")), nil},
 	} {
 		src := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerFileName), tc.tokJSON, 0o644))
@@ -211,7 +215,7 @@ func TestInitModelChatTemplateOnlyForBytes(t *testing.T) {
 
 // TestInitWeightsDeterministic: the parallel draw gives the same values every time.
 func TestInitWeightsDeterministic(t *testing.T) {
-	c, err := PresetConfig("qwen3-tiny", BytesVocabSize)
+	c, err := PresetConfig("qwen3-tiny", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	a, err := InitWeights(c, 3)
 	require.NoError(t, err)
@@ -222,4 +226,17 @@ func TestInitWeightsDeterministic(t *testing.T) {
 	for i, s := range c.Tensors() {
 		require.Equal(t, s.Name, a[i].Name, "in the config's order")
 	}
+}
+
+// gunzipFixture returns the gunzipped bytes of the fixture at path.
+func gunzipFixture(t *testing.T, path string) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	require.NoError(t, err)
+	raw, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	return raw
 }

@@ -1,7 +1,6 @@
 package data
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"golang.org/x/sys/unix"
 )
@@ -28,8 +29,8 @@ import (
 type ModelDir struct {
 	Dir       string
 	Config    *ModelConfig
-	Weights   *SafetensorsDir
-	Tokenizer Tokenizer
+	Weights   *safetensors.Dir
+	Tokenizer tokenizer.Tokenizer
 }
 
 // Names of the tokenizer and generation files of a model directory.
@@ -48,12 +49,12 @@ func OpenModelDir(dir string) (*ModelDir, error) { return OpenModelDirWith(dir, 
 // instead of parsing dir's tokenizer.json again (a second or more for a large
 // vocabulary): dir's tokenizer.json must have tok's fingerprint. A nil tok parses
 // the file.
-func OpenModelDirWith(dir string, tok Tokenizer) (*ModelDir, error) {
+func OpenModelDirWith(dir string, tok tokenizer.Tokenizer) (*ModelDir, error) {
 	cfg, err := LoadModelConfig(filepath.Join(dir, ConfigFileName))
 	if err != nil {
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
 	}
-	w, err := OpenSafetensorsDir(dir)
+	w, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
 	}
@@ -62,7 +63,7 @@ func OpenModelDirWith(dir string, tok Tokenizer) (*ModelDir, error) {
 		return nil, fmt.Errorf("open model dir %s: %w", dir, err)
 	}
 	if tok == nil {
-		tok, err = LoadTokenizer(filepath.Join(dir, TokenizerFileName))
+		tok, err = tokenizer.Load(filepath.Join(dir, TokenizerFileName))
 	} else {
 		err = checkTokenizerFile(filepath.Join(dir, TokenizerFileName), tok)
 	}
@@ -87,18 +88,18 @@ const maxWeightProblems = 20
 // those shapes, each F32, BF16 or F16. Every problem names its tensor; a missing
 // one also says which file should have held it. Rotary inv_freq buffers that old
 // checkpoints carry (…rotary_emb.inv_freq) are ignored, as transformers ignores them.
-func CheckWeights(cfg *ModelConfig, w *SafetensorsDir) error {
+func CheckWeights(cfg *ModelConfig, w *safetensors.Dir) error {
 	var problems []string
 	expected := cfg.TensorShapes()
 	where := strings.Join(baseNames(w.Files()), ", ")
 	for _, spec := range cfg.Tensors() {
 		v, err := w.Tensor(spec.Name)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("tensor %s: missing (want shape %s; weights: %s)", spec.Name, shapeString(spec.Shape), where))
+			problems = append(problems, fmt.Sprintf("tensor %s: missing (want shape %s; weights: %s)", spec.Name, safetensors.ShapeString(spec.Shape), where))
 			continue
 		}
 		if !slices.Equal(v.Shape, spec.Shape) {
-			problems = append(problems, fmt.Sprintf("tensor %s: shape %s, want %s", spec.Name, shapeString(v.Shape), shapeString(spec.Shape)))
+			problems = append(problems, fmt.Sprintf("tensor %s: shape %s, want %s", spec.Name, safetensors.ShapeString(v.Shape), safetensors.ShapeString(spec.Shape)))
 		}
 		if !v.Dtype.IsFloat() {
 			problems = append(problems, fmt.Sprintf("tensor %s: dtype %s, want F32, BF16 or F16", spec.Name, v.Dtype))
@@ -204,15 +205,12 @@ func writeDirAtomic(dir string, force bool, fill func(tmp string) error) error {
 
 // checkTokenizerFile returns an error unless the tokenizer.json at path has tok's
 // fingerprint. It hashes the bytes; it does not parse them.
-func checkTokenizerFile(path string, tok Tokenizer) error {
+func checkTokenizerFile(path string, tok tokenizer.Tokenizer) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("load tokenizer: %w", err)
 	}
-	fp := fingerprintOf(raw)
-	if bytes.Equal(raw, BytesTokenizerJSON()) {
-		fp = BytesFingerprint
-	}
+	fp := tokenizer.Fingerprint(raw)
 	if want := tok.Fingerprint(); fp != want {
 		return fmt.Errorf("%s: fingerprint %s, want %s (the tokenizer it must share)", path, fp, want)
 	}

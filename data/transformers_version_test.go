@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/stretchr/testify/require"
 )
 
@@ -15,7 +16,7 @@ func TestTransformersVersionFor(t *testing.T) {
 	for _, tc := range []struct{ modelType, want string }{
 		{"llama", TransformersVersion}, {"qwen2", TransformersVersion}, {"mistral", TransformersVersion}, {"qwen3", "4.51.0"},
 	} {
-		c, err := PresetConfig("tiny", BytesVocabSize)
+		c, err := PresetConfig("tiny", tokenizer.BytesVocabSize)
 		require.NoError(t, err)
 		c.ModelType = tc.modelType
 		c.Architectures = []string{architectures[tc.modelType]}

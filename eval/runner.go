@@ -7,7 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -19,7 +19,7 @@ type Policy struct {
 	Checkpoint string       // the checkpoint directory (an HF model directory)
 	Scorer     *xla.Scorer  // the policy's scorer, with the checkpoint's weights
 	Sampler    *xla.Sampler // the policy's sampler, with the same weights
-	Tokenizer  data.Tokenizer
+	Tokenizer  tokenizer.Tokenizer
 }
 
 // DeviceFunc runs one device suite: its metrics, and complete = false when ctx ended

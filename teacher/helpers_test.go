@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -77,14 +77,14 @@ func build(parts ...part) *rollout.Rollout {
 
 const sysTools = "You are a coding agent. Tools: read_file, grep, search_code, run_tests. Call a tool as <tool_call>{...}</tool_call>.\n"
 
-// loadTokenizer returns the tokenizer of data/testdata/tokenizers/<name>, gunzipped
+// loadTokenizer returns the tokenizer of data/tokenizer/testdata/tokenizers/<name>, gunzipped
 // into a temp dir when stored gzipped; it skips the test when the file is absent.
-func loadTokenizer(t *testing.T, name string) (data.Tokenizer, string) {
+func loadTokenizer(t *testing.T, name string) (tokenizer.Tokenizer, string) {
 	t.Helper()
 	if name == "bytes" {
-		return data.NewBytesTokenizer(), filepath.Join("..", "data", "testdata", "tokenizers", "bytes", "tokenizer.json")
+		return tokenizer.NewBytes(), filepath.Join("..", "data", "tokenizer", "testdata", "tokenizers", "bytes", "tokenizer.json")
 	}
-	dir := filepath.Join("..", "data", "testdata", "tokenizers", name)
+	dir := filepath.Join("..", "data", "tokenizer", "testdata", "tokenizers", name)
 	path := filepath.Join(dir, "tokenizer.json")
 	if _, err := os.Stat(path); err != nil {
 		f, err := os.Open(path + ".gz")
@@ -101,7 +101,7 @@ func loadTokenizer(t *testing.T, name string) (data.Tokenizer, string) {
 		require.NoError(t, err)
 		require.NoError(t, out.Close())
 	}
-	tok, err := data.LoadTokenizer(path)
+	tok, err := tokenizer.Load(path)
 	require.NoError(t, err)
 	return tok, path
 }

@@ -8,14 +8,14 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
 // Deps are what a Hinter needs from its owner.
 type Deps struct {
 	// Tokenizer is the policy's tokenizer: it reads rollout text and encodes hints.
-	Tokenizer data.Tokenizer
+	Tokenizer tokenizer.Tokenizer
 	Logger    zerolog.Logger
 	// Stats receives the counters; nil makes a fresh one (see Hinter.Stats).
 	Stats *Stats

@@ -8,7 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -16,7 +16,7 @@ import (
 // rollouts and checks every hint end to end: a person's comment wins, rules fill in,
 // the tokens are the template around the text, and the counters add up.
 func TestHinterSynth(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	cfg := DefaultConfig()
 	cfg.Template = Template{Preset: "bytes", Label: "Hint: "}
 	h, err := New(cfg, Deps{Tokenizer: tok, Logger: zerolog.Nop()})

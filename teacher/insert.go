@@ -8,14 +8,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // Template is how a model sees a hint: a complete turn of its chat format placed in
 // front of the policy turn, so the assistant turn that follows begins exactly as
 // sampled. The turn is Prefix, then Label and the hint text, then Suffix. Prefix and
 // Suffix are harness text: their special-token strings ("<|im_start|>") become special
-// ids. Label and the hint text are encoded injection-safe (data.Tokenizer.EncodeText):
+// ids. Label and the hint text are encoded injection-safe (tokenizer.Tokenizer.EncodeText):
 // added-token strings in them, special or not, stay plain text.
 type Template struct {
 	// Preset fills Prefix and Suffix where they are empty: chatml (Qwen and other
@@ -76,7 +76,7 @@ var ErrHintTooLong = errors.New("hint too long")
 // Inserter turns hint text into template tokens and splices them into a rollout. It is
 // safe for concurrent use.
 type Inserter struct {
-	tok            data.Tokenizer
+	tok            tokenizer.Tokenizer
 	prefix, suffix []int32
 	label          string
 	maxTokens      int
@@ -86,7 +86,7 @@ type Inserter struct {
 // maxHintTokens tokens (0: no cap). Every special-token string in the template's
 // Prefix and Suffix must be a special token of tok: a chat template of another model
 // family would otherwise silently become plain text.
-func NewInserter(tmpl Template, tok data.Tokenizer, maxHintTokens int) (*Inserter, error) {
+func NewInserter(tmpl Template, tok tokenizer.Tokenizer, maxHintTokens int) (*Inserter, error) {
 	if err := tmpl.Validate("template."); err != nil {
 		return nil, err
 	}

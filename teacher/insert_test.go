@@ -6,9 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/stretchr/testify/require"
-
-	"github.com/hindsight-ai/hindsight/data"
 )
 
 // addedStrings returns the contents of all added tokens of a tokenizer.json, special or
@@ -119,7 +118,7 @@ func TestInserterRefusesForeignTemplate(t *testing.T) {
 // TestWrap checks the template tokens of a hint: the harness turn around the label
 // and the trimmed text, and the cap on the text's tokens.
 func TestWrap(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	in, err := NewInserter(Template{Preset: "bytes", Label: "Hint: "}, tok, 20)
 	require.NoError(t, err)
 	hint, err := in.Wrap("  use search_code  ")

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -59,11 +59,11 @@ func (l *Leak) String() string {
 // LeakGuard checks hints against the rollout they are for.
 type LeakGuard struct {
 	cfg LeakConfig
-	tok data.Tokenizer
+	tok tokenizer.Tokenizer
 }
 
 // NewLeakGuard returns a guard that tokenizes and decodes with tok.
-func NewLeakGuard(cfg LeakConfig, tok data.Tokenizer) *LeakGuard {
+func NewLeakGuard(cfg LeakConfig, tok tokenizer.Tokenizer) *LeakGuard {
 	return &LeakGuard{cfg: cfg, tok: tok}
 }
 

@@ -6,7 +6,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -47,7 +47,7 @@ func TestLeakGuard(t *testing.T) {
 		},
 		{name: "short quotes are fine", hint: "The `grep` path pkg/cfg does not exist; find it with `search_code`."},
 	}
-	g := NewLeakGuard(DefaultLeakConfig(), data.NewBytesTokenizer())
+	g := NewLeakGuard(DefaultLeakConfig(), tokenizer.NewBytes())
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			l := g.Check(r, sel, tc.hint)
@@ -83,7 +83,7 @@ func TestLeakDroppedByHinter(t *testing.T) {
 			cfg.Chain = []string{TeacherFeedback}
 			cfg.Template = Template{Preset: "bytes", Label: "Hint: "}
 			cfg.Leak.Action = action
-			h, err := New(cfg, Deps{Tokenizer: data.NewBytesTokenizer(), Logger: zerolog.Nop()})
+			h, err := New(cfg, Deps{Tokenizer: tokenizer.NewBytes(), Logger: zerolog.Nop()})
 			require.NoError(t, err)
 			res, err := h.Run(t.Context(), r)
 			require.NoError(t, err)

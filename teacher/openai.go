@@ -17,7 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/rs/zerolog"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -117,7 +117,7 @@ func (c OpenAIConfig) Validate(prefix string) error {
 
 // OpenAIDeps are what an OpenAITeacher needs from its owner.
 type OpenAIDeps struct {
-	Tokenizer  data.Tokenizer // the policy's: decodes context, measures hints
+	Tokenizer  tokenizer.Tokenizer // the policy's: decodes context, measures hints
 	Logger     zerolog.Logger
 	Stats      *Stats       // nil: a private one
 	Cache      *Cache       // nil: no cache
@@ -128,7 +128,7 @@ type OpenAIDeps struct {
 // safe for concurrent use; its concurrency limit and breaker are shared by all calls.
 type OpenAITeacher struct {
 	cfg      OpenAIConfig
-	tok      data.Tokenizer
+	tok      tokenizer.Tokenizer
 	log      zerolog.Logger
 	stats    *Stats
 	cache    *Cache

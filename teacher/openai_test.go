@@ -17,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -120,7 +120,7 @@ func testOpenAIConfig(model string) OpenAIConfig {
 func newTestOpenAI(t *testing.T, cfg OpenAIConfig, cache *Cache) (*OpenAITeacher, *Stats) {
 	t.Helper()
 	stats := &Stats{}
-	tt, err := NewOpenAITeacher(cfg, OpenAIDeps{Tokenizer: data.NewBytesTokenizer(), Logger: zerolog.Nop(), Stats: stats, Cache: cache})
+	tt, err := NewOpenAITeacher(cfg, OpenAIDeps{Tokenizer: tokenizer.NewBytes(), Logger: zerolog.Nop(), Stats: stats, Cache: cache})
 	require.NoError(t, err)
 	return tt, stats
 }
@@ -144,7 +144,7 @@ func TestOpenAIHint(t *testing.T) {
 	cfg.APIKeyFile = keyFile
 	var logs bytes.Buffer
 	stats := &Stats{}
-	tt, err := NewOpenAITeacher(cfg, OpenAIDeps{Tokenizer: data.NewBytesTokenizer(),
+	tt, err := NewOpenAITeacher(cfg, OpenAIDeps{Tokenizer: tokenizer.NewBytes(),
 		Logger: zerolog.New(&logs).Level(zerolog.TraceLevel), Stats: stats})
 	require.NoError(t, err)
 	h := askOne(t, tt)
@@ -159,7 +159,7 @@ func TestOpenAIHint(t *testing.T) {
 
 	// A failing request logs at debug level, and never the key.
 	cfg.Model = "500#hint"
-	tt, err = NewOpenAITeacher(cfg, OpenAIDeps{Tokenizer: data.NewBytesTokenizer(),
+	tt, err = NewOpenAITeacher(cfg, OpenAIDeps{Tokenizer: tokenizer.NewBytes(),
 		Logger: zerolog.New(&logs).Level(zerolog.TraceLevel), Stats: stats})
 	require.NoError(t, err)
 	require.Error(t, askOne(t, tt).Err)
@@ -171,7 +171,7 @@ func TestOpenAIAPIKeyEnv(t *testing.T) {
 	t.Setenv("HINDSIGHT_TEST_KEY", "")
 	cfg := testOpenAIConfig("ok#env")
 	cfg.APIKeyEnv = "HINDSIGHT_TEST_KEY"
-	_, err := NewOpenAITeacher(cfg, OpenAIDeps{Tokenizer: data.NewBytesTokenizer()})
+	_, err := NewOpenAITeacher(cfg, OpenAIDeps{Tokenizer: tokenizer.NewBytes()})
 	require.ErrorContains(t, err, "openai.api_key_env: environment variable HINDSIGHT_TEST_KEY is empty")
 	t.Setenv("HINDSIGHT_TEST_KEY", "sk-env-secret")
 	tt, _ := newTestOpenAI(t, cfg, nil)
@@ -336,7 +336,7 @@ func TestOpenAIOnFailure(t *testing.T) {
 			cfg.Template = Template{Preset: "bytes", Label: "Hint: "}
 			cfg.OpenAI = testOpenAIConfig("500#onfail")
 			cfg.OpenAI.Retries = 1
-			h, err := New(cfg, Deps{Tokenizer: data.NewBytesTokenizer(), Logger: zerolog.Nop()})
+			h, err := New(cfg, Deps{Tokenizer: tokenizer.NewBytes(), Logger: zerolog.Nop()})
 			require.NoError(t, err)
 			res, err := h.Run(t.Context(), leakRollout())
 			require.NoError(t, err)
@@ -370,7 +370,7 @@ func TestOpenAICache(t *testing.T) {
 		cfg.Template = Template{Preset: "bytes", Label: "Hint: "}
 		cfg.OpenAI = testOpenAIConfig(model)
 		cfg.CacheDir = dir
-		h, err := New(cfg, Deps{Tokenizer: data.NewBytesTokenizer(), Logger: zerolog.Nop()})
+		h, err := New(cfg, Deps{Tokenizer: tokenizer.NewBytes(), Logger: zerolog.Nop()})
 		require.NoError(t, err)
 		res, err := h.Run(t.Context(), leakRollout())
 		require.NoError(t, err)
@@ -430,7 +430,7 @@ func TestOpenAILeak(t *testing.T) {
 	cfg.Chain = []string{TeacherOpenAI}
 	cfg.Template = Template{Preset: "bytes", Label: "Hint: "}
 	cfg.OpenAI = testOpenAIConfig("leak#x")
-	h, err := New(cfg, Deps{Tokenizer: data.NewBytesTokenizer(), Logger: zerolog.Nop()})
+	h, err := New(cfg, Deps{Tokenizer: tokenizer.NewBytes(), Logger: zerolog.Nop()})
 	require.NoError(t, err)
 	res, err := h.Run(t.Context(), leakRollout())
 	require.NoError(t, err)

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -54,11 +54,11 @@ func (c RulesConfig) Validate(prefix string) error {
 // the rollout's tokenizer to read segment text.
 type RulesTeacher struct {
 	cfg RulesConfig
-	tok data.Tokenizer
+	tok tokenizer.Tokenizer
 }
 
 // NewRulesTeacher returns a rules teacher that reads text with tok.
-func NewRulesTeacher(cfg RulesConfig, tok data.Tokenizer) *RulesTeacher {
+func NewRulesTeacher(cfg RulesConfig, tok tokenizer.Tokenizer) *RulesTeacher {
 	return &RulesTeacher{cfg: cfg, tok: tok}
 }
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -146,7 +146,7 @@ func TestRulesTeacher(t *testing.T) {
 				"exited with status 2"},
 		},
 	}
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := build(tc.parts...)
@@ -183,7 +183,7 @@ func TestRulesTeacher(t *testing.T) {
 // TestRulesNeverLeak runs selection and the rules teacher over synthetic rollouts: the
 // rules speak about most failed calls, and no rules hint trips the leak guard.
 func TestRulesNeverLeak(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	rules := NewRulesTeacher(DefaultRulesConfig(), tok)
 	guard := NewLeakGuard(DefaultLeakConfig(), tok)
 	opts := rollout.SynthOptions{N: 30, Tokens: 8000, Seed: 11}

@@ -5,15 +5,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/stretchr/testify/require"
-
-	"github.com/hindsight-ai/hindsight/data"
 )
 
 // successRate plays every heldout task with the agent newAgent makes for it.
 func successRate(t *testing.T, newAgent func(i int) Agent) (rate, toolErrorRate, truncated float64) {
 	t.Helper()
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	tasks, err := Tasks(SplitHeldout, 0)
 	require.NoError(t, err)
 	var wins, calls, failed, cut int

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -53,7 +53,7 @@ type Env struct {
 
 // New starts an episode of task for a policy with tokenizer tok. The context then
 // holds the system and user turns and the first assistant header (Prompt).
-func New(task Task, tok data.Tokenizer, opts Options) (*Env, error) {
+func New(task Task, tok tokenizer.Tokenizer, opts Options) (*Env, error) {
 	if opts.MaxTokens <= 0 {
 		opts.MaxTokens = 256
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // Format is a chat format: the harness text that opens each role's turn, the token
@@ -23,7 +23,7 @@ type Format struct {
 	Sep                           string // after a turn's End: harness context
 }
 
-// BytesFormat is the byte tokenizer's chat format, the one data.BytesChatTemplate
+// BytesFormat is the byte tokenizer's chat format, the one tokenizer.BytesChatTemplate
 // writes:
 //
 //	<|system|>…<|end|><|user|>…<|end|><|assistant|>ls notes<|end|><|tool|>owl.txt<|end|>…
@@ -44,8 +44,8 @@ var ChatMLFormat = Format{
 
 // FormatFor returns the chat format of tok: BytesFormat for the byte tokenizer,
 // ChatMLFormat for a tokenizer with <|im_start|> and <|im_end|>.
-func FormatFor(tok data.Tokenizer) (Format, error) {
-	if tok.Fingerprint() == data.BytesFingerprint {
+func FormatFor(tok tokenizer.Tokenizer) (Format, error) {
+	if tok.Fingerprint() == tokenizer.BytesFingerprint {
 		return BytesFormat, nil
 	}
 	_, start := tok.SpecialID("<|im_start|>")
@@ -60,7 +60,7 @@ var markerRE = regexp.MustCompile(`<\|[^|<>\s]+\|>`)
 
 // renderer is a Format compiled for one tokenizer.
 type renderer struct {
-	tok    data.Tokenizer
+	tok    tokenizer.Tokenizer
 	header map[string][]int32 // role → header ids
 	end    []int32
 	sep    []int32
@@ -75,7 +75,7 @@ const (
 	RoleTool      = "tool"
 )
 
-func newRenderer(f Format, tok data.Tokenizer) (*renderer, error) {
+func newRenderer(f Format, tok tokenizer.Tokenizer) (*renderer, error) {
 	r := &renderer{tok: tok, header: map[string][]int32{}}
 	parts := []struct{ name, text string }{{RoleSystem, f.System}, {RoleUser, f.User},
 		{RoleAssistant, f.Assistant}, {RoleTool, f.Tool}, {"end", f.End}, {"sep", f.Sep}}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -15,7 +15,7 @@ func FuzzEpisode(f *testing.F) {
 	for _, s := range []string{"ls tmp\ncat tmp/fox.txt\nanswer 10", "calc ((1+2)*3)/0\nget", "grep -ic x tmp\nset a b c\n<|end|>", "\x00\xff<|tool|>"} {
 		f.Add(s, uint8(3))
 	}
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	f.Fuzz(func(t *testing.T, script string, task uint8) {
 		tk, err := Generate(SplitHeldout, int(task)%SplitSizes[SplitHeldout])
 		require.NoError(t, err)

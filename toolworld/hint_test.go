@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 )
@@ -17,10 +17,10 @@ import (
 func TestHintMatchesTeacherInsertion(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		tok    data.Tokenizer
+		tok    tokenizer.Tokenizer
 		preset string
 	}{
-		{"bytes", data.NewBytesTokenizer(), "bytes"},
+		{"bytes", tokenizer.NewBytes(), "bytes"},
 		{"chatml", qwen3(t), "chatml"},
 	} {
 		task := heldoutTask(t, "read")
@@ -58,7 +58,7 @@ func TestHintMatchesTeacherInsertion(t *testing.T) {
 }
 
 func TestHintErrors(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	env, err := New(heldoutTask(t, "read"), tok, Options{MaxTokens: 120})
 	require.NoError(t, err)
 	_, err = env.Hint(string(make([]byte, 100)))
@@ -79,7 +79,7 @@ func (h hintingNoisy) Hint(env *Env) string {
 }
 
 func TestPlayInsertsHintsAfterFailedCalls(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	hinted := 0
 	for i, task := range mustTasks(t, SplitTrain, 40) {
 		env, err := New(task, tok, Options{MaxTokens: 512})
@@ -111,7 +111,7 @@ func mustTasks(t *testing.T, split string, n int) []Task {
 // TestRulesTeacherReadsTheWorld checks that the rules teacher understands the world's
 // failed calls: their error texts and the system prompt's tool list.
 func TestRulesTeacherReadsTheWorld(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	rules := teacher.NewRulesTeacher(teacher.DefaultRulesConfig(), tok)
 	for _, tc := range []struct {
 		call, advice string

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -28,7 +28,7 @@ func heldoutTask(t *testing.T, family string) Task {
 // step sends line as a generated turn; stop says whether it ends with the stop token.
 func step(t *testing.T, env *Env, line string, stop bool) ([]int32, bool) {
 	t.Helper()
-	gen := data.NewBytesTokenizer().EncodeText(line)
+	gen := tokenizer.NewBytes().EncodeText(line)
 	if stop {
 		gen = append(gen, env.StopID())
 	}
@@ -38,7 +38,7 @@ func step(t *testing.T, env *Env, line string, stop bool) ([]int32, bool) {
 }
 
 func TestFailedCallIsRecorded(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	for _, tc := range []struct {
 		line, tool, out string
 	}{
@@ -70,7 +70,7 @@ func TestFailedCallIsRecorded(t *testing.T) {
 
 func TestWrongAnswerAndStoreCheck(t *testing.T) {
 	task := heldoutTask(t, "store")
-	env, err := New(task, data.NewBytesTokenizer(), Options{})
+	env, err := New(task, tokenizer.NewBytes(), Options{})
 	require.NoError(t, err)
 	// The right answer without the set call: the store is not as the task wants.
 	_, done := step(t, env, "answer "+task.Answer, true)
@@ -82,7 +82,7 @@ func TestWrongAnswerAndStoreCheck(t *testing.T) {
 
 func TestEpisodeLimits(t *testing.T) {
 	task := heldoutTask(t, "chainset")
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	for _, tc := range []struct {
 		name string
 		opts Options
@@ -105,7 +105,7 @@ func TestEpisodeLimits(t *testing.T) {
 }
 
 func TestTurnWithoutStopToken(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	env, err := New(heldoutTask(t, "read"), tok, Options{})
 	require.NoError(t, err)
 	before := len(env.Tokens())
@@ -137,7 +137,7 @@ func TestTurnWithoutStopToken(t *testing.T) {
 }
 
 func TestStepRejectsBadInput(t *testing.T) {
-	env, err := New(heldoutTask(t, "read"), data.NewBytesTokenizer(), Options{})
+	env, err := New(heldoutTask(t, "read"), tokenizer.NewBytes(), Options{})
 	require.NoError(t, err)
 	_, _, err = env.Step([]int32{'l', 's'}, []float32{-1})
 	require.ErrorContains(t, err, "1 log-probs for 2 generated tokens")
@@ -146,13 +146,13 @@ func TestStepRejectsBadInput(t *testing.T) {
 	require.Len(t, env.Rollout("r").Segments, 2, "a rejected turn leaves nothing behind")
 }
 
-// TestBytesChatTemplate renders the same conversation with data.BytesChatTemplate in
+// TestBytesChatTemplate renders the same conversation with tokenizer.BytesChatTemplate in
 // Jinja (Python's jinja2, as transformers does) and compares it with the Env's text.
 func TestBytesChatTemplate(t *testing.T) {
 	if exec.Command("python3", "-c", "import jinja2").Run() != nil {
 		t.Skip("python3 with jinja2 is not available")
 	}
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	task := heldoutTask(t, "sum")
 	env, err := New(task, tok, Options{})
 	require.NoError(t, err)
@@ -167,7 +167,7 @@ func TestBytesChatTemplate(t *testing.T) {
 	}
 	want, err := tok.Decode(env.Tokens())
 	require.NoError(t, err)
-	raw, err := json.Marshal(map[string]any{"template": data.BytesChatTemplate, "messages": msgs})
+	raw, err := json.Marshal(map[string]any{"template": tokenizer.BytesChatTemplate, "messages": msgs})
 	require.NoError(t, err)
 	script := `import json, sys, jinja2
 d = json.load(sys.stdin)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/credit"
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -21,7 +21,7 @@ func hintedItem(t *testing.T, label string) (*Item, *teacher.Hinter) {
 	t.Helper()
 	cfg := teacher.DefaultConfig()
 	cfg.Template = teacher.Template{Preset: "bytes", Label: label}
-	h, err := teacher.New(cfg, teacher.Deps{Tokenizer: data.NewBytesTokenizer(), Logger: zerolog.Nop()})
+	h, err := teacher.New(cfg, teacher.Deps{Tokenizer: tokenizer.NewBytes(), Logger: zerolog.Nop()})
 	require.NoError(t, err)
 	opts := rollout.SynthOptions{Tokens: 2000, Seed: 3}
 	for i := range 16 {
@@ -45,7 +45,7 @@ func TestAdaptKeepsEachHintsEmptyTemplate(t *testing.T) {
 	it, old := hintedItem(t, "Hint: ")
 	cfg := teacher.DefaultConfig()
 	cfg.Template = teacher.Template{Preset: "bytes", Label: "Advice from a reviewer: "}
-	reloaded, err := teacher.New(cfg, teacher.Deps{Tokenizer: data.NewBytesTokenizer(), Logger: zerolog.Nop()})
+	reloaded, err := teacher.New(cfg, teacher.Deps{Tokenizer: tokenizer.NewBytes(), Logger: zerolog.Nop()})
 	require.NoError(t, err)
 	require.NotEqual(t, old.Inserter().Empty(), reloaded.Inserter().Empty())
 

@@ -7,7 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hindsight-ai/hindsight/credit"
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -97,7 +97,7 @@ type Options struct {
 	Credit        credit.Config // credit:
 	Backend       string        // GoMLX backend spec, resolved (xla.ResolveBackend)
 	ModelDir      string        // the model directory: config and tokenizer files, initial weights
-	Tokenizer     data.Tokenizer
+	Tokenizer     tokenizer.Tokenizer
 	CheckpointDir string
 	ResumeFrom    int64 // restore this step instead of the newest; < 0: the newest
 	// Version and ConfigYAML are stored in each checkpoint's trainer_state.json.

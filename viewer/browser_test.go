@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // browser returns the paths of chromium and node, or skips the test without them
@@ -71,8 +72,8 @@ func longRow(n int) data.CreditRow {
 	nan := float32(math.NaN())
 	r := data.CreditRow{RolloutID: "long", Tokens: make([]int32, n), LossMask: make([]bool, n), Student: make([]float32, n),
 		Teacher: make([]float32, n), Advantages: make([]float32, n), Base: make([]float32, n), Delta: make([]float32, n),
-		Rho: make([]float32, n), Sampler: make([]float32, n), Tokenizer: data.BytesFingerprint}
-	text := data.NewBytesTokenizer().EncodeText("the quick brown fox jumps over the lazy dog\n")
+		Rho: make([]float32, n), Sampler: make([]float32, n), Tokenizer: tokenizer.BytesFingerprint}
+	text := tokenizer.NewBytes().EncodeText("the quick brown fox jumps over the lazy dog\n")
 	for i := range n {
 		r.Tokens[i] = text[i%len(text)]
 		r.LossMask[i] = i > 0

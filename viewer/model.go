@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // Decoding says how token text was obtained.
@@ -102,12 +103,12 @@ func appendNumber(b []byte, x float32) []byte {
 // Build returns the page for the rows of the credit files. tok decodes the tokens
 // when not nil; else rows with the bytes-v1 fingerprint decode with the byte
 // tokenizer and others show token ids. clip is the credit gate's clip c.
-func Build(files []string, rows [][]data.CreditRow, tok data.Tokenizer, clip float64) (*Page, error) {
+func Build(files []string, rows [][]data.CreditRow, tok tokenizer.Tokenizer, clip float64) (*Page, error) {
 	if len(files) != len(rows) {
 		return nil, fmt.Errorf("build page: %d files, %d row sets", len(files), len(rows))
 	}
 	p := &Page{Files: files, Clip: clip, Rollouts: []Rollout{}}
-	bytesTok := data.NewBytesTokenizer()
+	bytesTok := tokenizer.NewBytes()
 	for f, rs := range rows {
 		for i := range rs {
 			r, err := rollout(files[f], &rs[i], tok, bytesTok, clip)
@@ -120,7 +121,7 @@ func Build(files []string, rows [][]data.CreditRow, tok data.Tokenizer, clip flo
 	return p, nil
 }
 
-func rollout(file string, r *data.CreditRow, tok, bytesTok data.Tokenizer, clip float64) (Rollout, error) {
+func rollout(file string, r *data.CreditRow, tok, bytesTok tokenizer.Tokenizer, clip float64) (Rollout, error) {
 	out := Rollout{File: file, ID: r.RolloutID, TaskID: r.TaskID, Step: r.Step, OutcomeAdv: Number(r.OutcomeAdv),
 		Tokenizer: r.Tokenizer, SchemaV2: r.Delta != nil, IDs: r.Tokens, Mask: r.LossMask,
 		Student: r.Student, Teacher: r.Teacher, Base: r.Base, Delta: r.Delta, Rho: r.Rho, Sampler: r.Sampler,
@@ -134,7 +135,7 @@ func rollout(file string, r *data.CreditRow, tok, bytesTok data.Tokenizer, clip 
 	}
 	dec := tok
 	out.Decoding = DecodeModel
-	if dec == nil && r.Tokenizer == data.BytesFingerprint {
+	if dec == nil && r.Tokenizer == tokenizer.BytesFingerprint {
 		dec, out.Decoding = bytesTok, DecodeBytes
 	}
 	text, err := tokenTexts(dec, r.Tokens)
@@ -179,7 +180,7 @@ func rollout(file string, r *data.CreditRow, tok, bytesTok data.Tokenizer, clip 
 // U+FFFD: the shortest run of up to four tokens that decodes without U+FFFD is
 // decoded together, shown on the run's first token with the others empty, rather
 // than one U+FFFD per byte. (A U+FFFD in the text itself stays one per byte.)
-func tokenTexts(dec data.Tokenizer, ids []int32) ([]string, error) {
+func tokenTexts(dec tokenizer.Tokenizer, ids []int32) ([]string, error) {
 	out := make([]string, len(ids))
 	for t := range ids {
 		if dec == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // writeCreditFile writes a v2 credit file of two rollouts over the byte tokenizer
@@ -21,11 +22,11 @@ import (
 func writeCreditFile(t *testing.T) (string, []data.CreditRow) {
 	t.Helper()
 	nan := float32(math.NaN())
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	ids := tok.EncodeText("ls\n<ok> done")
 	T := len(ids)
 	row := data.CreditRow{RolloutID: "roll-<1>", TaskID: "task-a", Tokens: ids, Step: 5, PolicyVersion: 4, TeacherVersion: 4,
-		Reward: 1, HasReward: true, OutcomeAdv: 0.5, Tokenizer: data.BytesFingerprint,
+		Reward: 1, HasReward: true, OutcomeAdv: 0.5, Tokenizer: tokenizer.BytesFingerprint,
 		Segments: []data.CreditSegment{{Start: 0, End: 3, Kind: "tool_call", Tool: "shell", Status: "error"},
 			{Start: 3, End: int32(T), Kind: "assistant"}},
 		Hints: []data.CreditHint{{Segment: 1, InsertAt: 3, End: 6, Source: "rules", Reason: "tool_error", Text: "read </script> the error", Tokens: []int32{1, 2}}}}
@@ -52,7 +53,7 @@ func writeCreditFile(t *testing.T) (string, []data.CreditRow) {
 	return path, []data.CreditRow{row, other}
 }
 
-func buildFrom(t *testing.T, tok data.Tokenizer, paths ...string) *Page {
+func buildFrom(t *testing.T, tok tokenizer.Tokenizer, paths ...string) *Page {
 	t.Helper()
 	var rows [][]data.CreditRow
 	for _, p := range paths {
@@ -136,7 +137,7 @@ func TestPageHoldsTheCreditFile(t *testing.T) {
 }
 
 func TestPageReadsSchemaV1(t *testing.T) {
-	p := buildFrom(t, data.NewBytesTokenizer(), filepath.Join("..", "data", "testdata", "credit_v1.arrow"))
+	p := buildFrom(t, tokenizer.NewBytes(), filepath.Join("..", "data", "testdata", "credit_v1.arrow"))
 	require.Len(t, p.Rollouts, 2)
 	r := p.Rollouts[0]
 	require.False(t, r.SchemaV2)
@@ -207,7 +208,7 @@ func BenchmarkPage100k(b *testing.B) {
 // character are shown as the character on its first byte, not one U+FFFD per byte,
 // while a U+FFFD in the text itself stays one per byte.
 func TestTokenTextsJoinsMultiByteCharacters(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	ids := tok.Encode("né→\uFFFDx")
 	got, err := tokenTexts(tok, ids)
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
 // A checkpoint (docs/design.md "Checkpoints") is a model directory plus the trainer's
@@ -76,8 +77,8 @@ func HFName(scope, variable string) string {
 }
 
 // namedTensors returns the variables of m as tensors under HF names in dtype.
-func namedTensors(vars []*mlctx.Variable, prefix string, dtype data.Dtype) ([]data.NamedTensor, error) {
-	out := make([]data.NamedTensor, 0, len(vars))
+func namedTensors(vars []*mlctx.Variable, prefix string, dtype safetensors.Dtype) ([]safetensors.NamedTensor, error) {
+	out := make([]safetensors.NamedTensor, 0, len(vars))
 	for _, v := range vars {
 		t, err := v.Value()
 		if err != nil {
@@ -88,8 +89,8 @@ func namedTensors(vars []*mlctx.Variable, prefix string, dtype data.Dtype) ([]da
 	return out, nil
 }
 
-func tensorNamed(name string, t *tensors.Tensor, dtype data.Dtype) data.NamedTensor {
-	return data.NamedTensor{Name: name, Dtype: dtype, Shape: t.Shape().Dimensions, Values: tensors.MustCopyFlatData[float32](t)}
+func tensorNamed(name string, t *tensors.Tensor, dtype safetensors.Dtype) safetensors.NamedTensor {
+	return safetensors.NamedTensor{Name: name, Dtype: dtype, Shape: t.Shape().Dimensions, Values: tensors.MustCopyFlatData[float32](t)}
 }
 
 // Checkpoint returns the trainer's state after StepCount() steps as a
@@ -98,7 +99,7 @@ func tensorNamed(name string, t *tensors.Tensor, dtype data.Dtype) data.NamedTen
 // does not own (code version, effective config); its Trained, Baselines, RNG and
 // the optimizer and teacher entries of Extra are set here.
 func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) (*data.Checkpoint, error) {
-	dtype := data.DtypeF32
+	dtype := safetensors.DtypeF32
 	if raw, ok := files[data.ConfigFileName]; ok {
 		mc, err := data.ParseModelConfig(raw)
 		if err != nil {
@@ -106,35 +107,35 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) 
 		}
 		switch mc.TorchDtype {
 		case "bfloat16":
-			dtype = data.DtypeBF16
+			dtype = safetensors.DtypeBF16
 		case "float16":
-			dtype = data.DtypeF16
+			dtype = safetensors.DtypeF16
 		}
 	}
 	params := tr.grad.params
-	var model []data.NamedTensor
+	var model []safetensors.NamedTensor
 	var err error
 	if tr.model.lora == nil { // a LoRA run's root is the merged policy (loraCheckpoint)
 		if model, err = namedTensors(params, "", dtype); err != nil {
 			return nil, fmt.Errorf("checkpoint: model: %w", err)
 		}
 	}
-	var opt []data.NamedTensor
+	var opt []safetensors.NamedTensor
 	for i, v := range params {
 		name := HFName(v.Scope(), v.Name())
-		opt = append(opt, tensorNamed(expAvgPrefix+name, tr.opt.m[i], data.DtypeF32), tensorNamed(expAvgSqPrefix+name, tr.opt.v[i], data.DtypeF32))
+		opt = append(opt, tensorNamed(expAvgPrefix+name, tr.opt.m[i], safetensors.DtypeF32), tensorNamed(expAvgSqPrefix+name, tr.opt.v[i], safetensors.DtypeF32))
 	}
-	if dtype != data.DtypeF32 && tr.model.lora == nil {
-		master, err := namedTensors(params, masterPrefix, data.DtypeF32)
+	if dtype != safetensors.DtypeF32 && tr.model.lora == nil {
+		master, err := namedTensors(params, masterPrefix, safetensors.DtypeF32)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: master weights: %w", err)
 		}
 		opt = append(opt, master...)
 	}
 	ck := &data.Checkpoint{Step: tr.steps, Files: files,
-		Tensors: map[string][]data.NamedTensor{data.SafetensorsFileName: model, data.OptimizerFileName: opt}}
+		Tensors: map[string][]safetensors.NamedTensor{safetensors.FileName: model, data.OptimizerFileName: opt}}
 	if tr.teacher != nil && tr.teacher.cfg.Mode != TeacherBase {
-		tt, err := namedTensors(trainables(tr.teacher.model), "", data.DtypeF32)
+		tt, err := namedTensors(trainables(tr.teacher.model), "", safetensors.DtypeF32)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: teacher: %w", err)
 		}
@@ -203,13 +204,13 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 	if err := tr.loraRestore(dir, st); err != nil { // before the moments: it says which run wrote dir
 		return fail("%v", err)
 	}
-	of, err := data.OpenSafetensors(data.TrainerFile(dir, data.OptimizerFileName))
+	of, err := safetensors.Open(data.TrainerFile(dir, data.OptimizerFileName))
 	if err != nil {
 		return fail("%v", err)
 	}
 	defer of.Close()
 	load := func(f interface {
-		Tensor(string) (data.TensorView, error)
+		Tensor(string) (safetensors.TensorView, error)
 	}, name string, like *tensors.Tensor) (*tensors.Tensor, error) {
 		view, err := f.Tensor(name)
 		if err != nil {
@@ -251,7 +252,7 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 		}
 	}
 	if tr.teacher != nil && tr.teacher.cfg.Mode != TeacherBase {
-		tf, err := data.OpenSafetensors(data.TrainerFile(dir, data.TeacherFileName))
+		tf, err := safetensors.Open(data.TrainerFile(dir, data.TeacherFileName))
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			// A checkpoint of a live-teacher run: the snapshot starts from the policy.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/internal/benchutil"
 	"github.com/stretchr/testify/require"
 
@@ -50,12 +51,12 @@ func tinyFields(over map[string]any) map[string]any {
 // whose outputs are all ≈ −log vocab proves little): projections normal(0, 1/√in),
 // embedding and head normal(0, 0.5), norm weights 1 + normal(0, 0.2), biases
 // normal(0, 0.2).
-func testWeights(mc *data.ModelConfig, seed uint64) []data.NamedTensor {
-	dtype := data.DtypeF32
+func testWeights(mc *data.ModelConfig, seed uint64) []safetensors.NamedTensor {
+	dtype := safetensors.DtypeF32
 	if mc.TorchDtype == "bfloat16" {
-		dtype = data.DtypeBF16
+		dtype = safetensors.DtypeBF16
 	}
-	var out []data.NamedTensor
+	var out []safetensors.NamedTensor
 	for _, s := range mc.Tensors() {
 		n := 1
 		for _, d := range s.Shape {
@@ -83,17 +84,17 @@ func testWeights(mc *data.ModelConfig, seed uint64) []data.NamedTensor {
 		}
 		for i := range vals {
 			vals[i] = float32(mean + std*normal())
-			if dtype == data.DtypeBF16 { // what the file will hold
-				vals[i] = data.BF16ToFloat32(data.Float32ToBF16(vals[i]))
+			if dtype == safetensors.DtypeBF16 { // what the file will hold
+				vals[i] = safetensors.BF16ToFloat32(safetensors.Float32ToBF16(vals[i]))
 			}
 		}
-		out = append(out, data.NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals})
+		out = append(out, safetensors.NamedTensor{Name: s.Name, Dtype: dtype, Shape: s.Shape, Values: vals})
 	}
 	return out
 }
 
 // memWeights serves NamedTensors (F32 values) as Weights.
-type memWeights map[string]data.NamedTensor
+type memWeights map[string]safetensors.NamedTensor
 
 func (m memWeights) Names() []string {
 	var names []string
@@ -103,19 +104,19 @@ func (m memWeights) Names() []string {
 	return names
 }
 
-func (m memWeights) Tensor(name string) (data.TensorView, error) {
+func (m memWeights) Tensor(name string) (safetensors.TensorView, error) {
 	t, ok := m[name]
 	if !ok {
-		return data.TensorView{}, fmt.Errorf("tensor %s: not found", name)
+		return safetensors.TensorView{}, fmt.Errorf("tensor %s: not found", name)
 	}
 	b := make([]byte, 4*len(t.Values))
 	for i, v := range t.Values {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 	}
-	return data.TensorView{Name: name, Dtype: data.DtypeF32, Shape: t.Shape, Data: b}, nil
+	return safetensors.TensorView{Name: name, Dtype: safetensors.DtypeF32, Shape: t.Shape, Data: b}, nil
 }
 
-func newMemWeights(ts []data.NamedTensor) memWeights {
+func newMemWeights(ts []safetensors.NamedTensor) memWeights {
 	m := memWeights{}
 	for _, t := range ts {
 		m[t.Name] = t

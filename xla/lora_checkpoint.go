@@ -14,6 +14,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
 // A LoRA run's checkpoint is a full training checkpoint whose root holds the merged
@@ -142,14 +143,14 @@ func ReadAdapterConfig(dir string) (LoRAConfig, error) {
 }
 
 // adapterTensors returns m's adapters under PEFT names, F32.
-func adapterTensors(m *Model) ([]data.NamedTensor, error) {
-	var out []data.NamedTensor
+func adapterTensors(m *Model) ([]safetensors.NamedTensor, error) {
+	var out []safetensors.NamedTensor
 	for _, v := range trainables(m) {
 		t, err := v.Value()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", v.ScopeAndName(), err)
 		}
-		out = append(out, tensorNamed(peftName(v.Scope(), v.Name()), t, data.DtypeF32))
+		out = append(out, tensorNamed(peftName(v.Scope(), v.Name()), t, safetensors.DtypeF32))
 	}
 	return out, nil
 }
@@ -162,7 +163,7 @@ func LoadAdapter(m *Model, dir string) error {
 		return errors.New("load adapter: the model has no adapters")
 	}
 	path := filepath.Join(dir, filepath.Base(data.AdapterModelFileName))
-	f, err := data.OpenSafetensors(path)
+	f, err := safetensors.Open(path)
 	if err != nil {
 		return fmt.Errorf("load adapter: %w", err)
 	}
@@ -204,7 +205,7 @@ func LoadAdapter(m *Model, dir string) error {
 // mergedTensors returns the base weights of m with every adapted projection
 // merged, W + (α/r)·B·A, under HF names in dtype: the servable policy. The merge
 // runs on the backend (one executable per projection shape).
-func mergedTensors(backend backends.Backend, m *Model, dtype data.Dtype) ([]data.NamedTensor, error) {
+func mergedTensors(backend backends.Backend, m *Model, dtype safetensors.Dtype) ([]safetensors.NamedTensor, error) {
 	scale := float32(m.lora.Scale())
 	merge, err := NewExec(backend, func(w, a, b *Node) *Node {
 		return Add(w, MulScalar(dot(b, []int{1}, nil, a, []int{0}, nil), float64(scale)))
@@ -214,7 +215,7 @@ func mergedTensors(backend backends.Backend, m *Model, dtype data.Dtype) ([]data
 	}
 	merge.SetMaxCache(-1)
 	defer merge.Finalize()
-	var out []data.NamedTensor
+	var out []safetensors.NamedTensor
 	for _, v := range baseVariables(m) {
 		t, err := v.Value()
 		if err != nil {
@@ -246,7 +247,7 @@ type loraState struct {
 
 // loraCheckpoint adds a LoRA run's files to ck: the merged policy as the root's
 // model.safetensors, the adapter directory and Extra["lora"].
-func (tr *Trainer) loraCheckpoint(ck *data.Checkpoint, dtype data.Dtype, extra map[string]json.RawMessage) error {
+func (tr *Trainer) loraCheckpoint(ck *data.Checkpoint, dtype safetensors.Dtype, extra map[string]json.RawMessage) error {
 	cfg := *tr.model.lora
 	merged, err := mergedTensors(tr.backend, tr.model, dtype)
 	if err != nil {
@@ -256,7 +257,7 @@ func (tr *Trainer) loraCheckpoint(ck *data.Checkpoint, dtype data.Dtype, extra m
 	if err != nil {
 		return fmt.Errorf("adapter: %w", err)
 	}
-	ck.Tensors[data.SafetensorsFileName] = merged
+	ck.Tensors[safetensors.FileName] = merged
 	ck.Tensors[data.AdapterModelFileName] = ad
 	files := make(map[string][]byte, len(ck.Files)+1)
 	for k, v := range ck.Files {

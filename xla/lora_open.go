@@ -9,6 +9,8 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
@@ -74,7 +76,7 @@ func OpenAdapter(dir, base string) (*Model, *data.ModelDir, error) {
 }
 
 // openAdapterPolicy is OpenPolicy of an adapter directory.
-func openAdapterPolicy(dir string) (*Model, data.Tokenizer, *data.ModelConfig, error) {
+func openAdapterPolicy(dir string) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
 	m, md, err := OpenAdapter(dir, "")
 	if err != nil {
 		return nil, nil, nil, err
@@ -105,12 +107,12 @@ func WriteMerged(backend backends.Backend, dir, base, out string) error {
 	}
 	mc := md.Config
 	md.Close()
-	dtype := data.DtypeF32
+	dtype := safetensors.DtypeF32
 	switch mc.TorchDtype {
 	case "bfloat16":
-		dtype = data.DtypeBF16
+		dtype = safetensors.DtypeBF16
 	case "float16":
-		dtype = data.DtypeF16
+		dtype = safetensors.DtypeF16
 	}
 	merged, err := mergedTensors(backend, m, dtype)
 	if err != nil {
@@ -138,7 +140,7 @@ func WriteMerged(backend backends.Backend, dir, base, out string) error {
 				return err
 			}
 		}
-		if err := data.WriteSafetensors(filepath.Join(tmp, data.SafetensorsFileName), merged, map[string]string{"format": "pt"}); err != nil {
+		if err := safetensors.Write(filepath.Join(tmp, safetensors.FileName), merged, map[string]string{"format": "pt"}); err != nil {
 			return err
 		}
 		if err := os.Chmod(tmp, 0o755); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
 // TestLoRAMergeAndOpenAdapter: WriteMerged of a LoRA checkpoint writes the root's
@@ -33,14 +34,14 @@ func TestLoRAMergeAndOpenAdapter(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "merged")
 	require.NoError(t, WriteMerged(backend, ck, "", out))
-	for _, n := range []string{data.ConfigFileName, data.TokenizerFileName, data.SafetensorsFileName} {
+	for _, n := range []string{data.ConfigFileName, data.TokenizerFileName, safetensors.FileName} {
 		_, err := os.Stat(filepath.Join(out, n))
 		require.NoError(t, err, n)
 	}
 	ents, err := os.ReadDir(filepath.Dir(out))
 	require.NoError(t, err)
 	require.Len(t, ents, 1, "no temp directory left")
-	worst := maxFileDiff(t, filepath.Join(ck, data.SafetensorsFileName), filepath.Join(out, data.SafetensorsFileName))
+	worst := maxFileDiff(t, filepath.Join(ck, safetensors.FileName), filepath.Join(out, safetensors.FileName))
 	require.Zero(t, worst, "merge writes the checkpoint's root")
 	require.ErrorContains(t, WriteMerged(backend, ck, "", out), "exists")
 	require.ErrorContains(t, WriteMerged(backend, dir, "", filepath.Join(t.TempDir(), "x")), "neither a PEFT adapter directory nor a checkpoint")
@@ -65,10 +66,10 @@ func TestLoRAMergeAndOpenAdapter(t *testing.T) {
 // files, which must hold the same names and shapes.
 func maxFileDiff(t *testing.T, pa, pb string) float64 {
 	t.Helper()
-	a, err := data.OpenSafetensors(pa)
+	a, err := safetensors.Open(pa)
 	require.NoError(t, err)
 	defer a.Close()
-	b, err := data.OpenSafetensors(pb)
+	b, err := safetensors.Open(pb)
 	require.NoError(t, err)
 	defer b.Close()
 	require.ElementsMatch(t, a.Names(), b.Names())

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
 var updatePEFTAdapter = flag.Bool("update-peft-adapter", false,
@@ -82,7 +83,7 @@ func TestPEFTGoldens(t *testing.T) {
 	}
 	t.Logf("max |hindsight − PEFT| = %.2g nats over %d log-probs", worst, n)
 
-	merged, err := mergedTensors(newTestBackend(t), m, data.DtypeF32)
+	merged, err := mergedTensors(newTestBackend(t), m, safetensors.DtypeF32)
 	require.NoError(t, err)
 	seen := 0
 	for _, nt := range merged {

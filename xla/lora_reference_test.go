@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
 var updateLoRA = flag.Bool("update-lora", false, "regenerate testdata/lora/grad_reference.json with testdata/gen_lora_reference.py (needs /usr/bin/python3 with torch)")
@@ -146,10 +147,10 @@ func writeLoRAReference(t *testing.T, path string) {
 	dir := t.TempDir()
 	mc := testConfig(t, f.Config)
 	require.NoError(t, data.WriteModelConfig(filepath.Join(dir, "config.json"), mc))
-	require.NoError(t, data.WriteSafetensors(filepath.Join(dir, "model.safetensors"), testWeights(mc, f.Seed), nil))
+	require.NoError(t, safetensors.Write(filepath.Join(dir, "model.safetensors"), testWeights(mc, f.Seed), nil))
 	ad, err := adapterTensors(m)
 	require.NoError(t, err)
-	require.NoError(t, data.WriteSafetensors(filepath.Join(dir, "adapter_model.safetensors"), ad, nil))
+	require.NoError(t, safetensors.Write(filepath.Join(dir, "adapter_model.safetensors"), ad, nil))
 	o := f.AdamW
 	inputs, _ := json.Marshal(map[string]any{"tokens": f.Tokens, "weights": f.Weights, "rank": f.LoRA.Rank, "alpha": f.LoRA.Alpha,
 		"adamw": map[string]any{"lr": o.LR, "beta1": o.Beta1, "beta2": o.Beta2, "eps": o.Eps, "weight_decay": o.WeightDecay, "clip_norm": o.ClipNorm}})

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
 // TestLoRAExactResume: 2N LoRA steps straight give bit for bit the adapters,
@@ -45,7 +46,7 @@ func TestLoRAExactResume(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "checkpoints")
 			ckdir, err := first.SaveCheckpoint(root, files, data.TrainerState{CodeVersion: "test"}, 2)
 			require.NoError(t, err)
-			merged, err := mergedTensors(backend, first.model, data.DtypeF32)
+			merged, err := mergedTensors(backend, first.model, safetensors.DtypeF32)
 			require.NoError(t, err)
 			first = nil
 
@@ -56,9 +57,9 @@ func TestLoRAExactResume(t *testing.T) {
 			require.NoError(t, err)
 			q, err := md.Weights.Tensor("model.layers.1.self_attn.q_proj.weight")
 			require.NoError(t, err)
-			want := data.DtypeF32
+			want := safetensors.DtypeF32
 			if dtype == "bfloat16" {
-				want = data.DtypeBF16
+				want = safetensors.DtypeBF16
 			}
 			require.Equal(t, want, q.Dtype)
 			vals, err := q.Float32s()
@@ -171,7 +172,7 @@ func TestLoRACheckpointFollowsPEFT(t *testing.T) {
 	require.Equal(t, false, cfg["use_rslora"])
 	require.Equal(t, "none", cfg["bias"])
 
-	f, err := data.OpenSafetensors(filepath.Join(ad, "adapter_model.safetensors"))
+	f, err := safetensors.Open(filepath.Join(ad, "adapter_model.safetensors"))
 	require.NoError(t, err)
 	defer f.Close()
 	names := f.Names()
@@ -190,7 +191,7 @@ func TestLoRACheckpointFollowsPEFT(t *testing.T) {
 		require.NotContains(t, n, ".default.", "no adapter name in the key")
 		v, err := f.Tensor(n)
 		require.NoError(t, err)
-		require.Equal(t, data.DtypeF32, v.Dtype)
+		require.Equal(t, safetensors.DtypeF32, v.Dtype)
 		mod := loraModules(m.Config, []string{last})[0]
 		if isA {
 			require.Equal(t, []int{4, mod.In}, v.Shape, n)

@@ -8,9 +8,8 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/stretchr/testify/require"
-
-	"github.com/hindsight-ai/hindsight/data"
 )
 
 func TestLoRAConfigValidate(t *testing.T) {
@@ -63,10 +62,10 @@ func TestLoRAForwardAndMerge(t *testing.T) {
 	require.Equal(t, fullLogProbs(t, base, tokens), fullLogProbs(t, m, tokens), "B = 0 is the base model")
 
 	randomizeB(t, m, 2, 0.05)
-	merged, err := mergedTensors(backend, m, data.DtypeF32)
+	merged, err := mergedTensors(backend, m, safetensors.DtypeF32)
 	require.NoError(t, err)
 	require.Len(t, merged, len(baseVariables(m)))
-	byName := map[string]data.NamedTensor{}
+	byName := map[string]safetensors.NamedTensor{}
 	for _, nt := range merged {
 		byName[nt.Name] = nt
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/stretchr/testify/require"
 )
 
@@ -60,7 +61,7 @@ func fullLogProbs(t testing.TB, m *Model, tokens []int32) []float32 {
 	return lp[:len(tokens)-1] // lp[i] = log p(tokens[i+1] | tokens[:i+1])
 }
 
-func weightsSum(ts []data.NamedTensor) float64 {
+func weightsSum(ts []safetensors.NamedTensor) float64 {
 	var s float64
 	for _, t := range ts {
 		for _, v := range t.Values {
@@ -85,8 +86,8 @@ func TestParityWithPyTorch(t *testing.T) {
 			require.InDelta(t, fx.WeightsSum, weightsSum(ws), 1e-6*math.Max(1, math.Abs(fx.WeightsSum)), "weights generator drifted from the fixture")
 			dir := t.TempDir()
 			// Load through safetensors, so bf16 goes through the file path.
-			require.NoError(t, data.WriteSafetensors(filepath.Join(dir, "model.safetensors"), ws, nil))
-			sd, err := data.OpenSafetensorsDir(dir)
+			require.NoError(t, safetensors.Write(filepath.Join(dir, "model.safetensors"), ws, nil))
+			sd, err := safetensors.OpenDir(dir)
 			require.NoError(t, err)
 			defer sd.Close()
 			m, err := LoadModel(mc, sd)
@@ -122,7 +123,7 @@ func writeParityFixtures(t *testing.T) {
 		dir := filepath.Join(root, tc.name)
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 		require.NoError(t, data.WriteModelConfig(filepath.Join(dir, "config.json"), mc))
-		require.NoError(t, data.WriteSafetensors(filepath.Join(dir, "model.safetensors"), testWeights(mc, paritySeed), nil))
+		require.NoError(t, safetensors.Write(filepath.Join(dir, "model.safetensors"), testWeights(mc, paritySeed), nil))
 		tok, _ := json.Marshal(testTokens(parityLen, mc.VocabSize, paritySeed))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "tokens.json"), tok, 0o644))
 		dirs = append(dirs, dir)

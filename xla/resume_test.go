@@ -15,6 +15,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
 // rolloutPool is a few random rollouts over the byte vocabulary: trainable runs,
@@ -120,9 +121,9 @@ func TestExactResume(t *testing.T) {
 			require.EqualValues(t, N, st.Step)
 			md, err := data.OpenModelDir(latest)
 			require.NoError(t, err)
-			want := data.DtypeF32
+			want := safetensors.DtypeF32
 			if dtype == "bfloat16" {
-				want = data.DtypeBF16
+				want = safetensors.DtypeBF16
 			}
 			v, err := md.Weights.Tensor("model.embed_tokens.weight")
 			require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
 // serverWeightFiles lists the weight files an inference server reads from model
@@ -72,7 +73,7 @@ func serverTensors(t *testing.T, dir string) map[string][]float32 {
 	t.Helper()
 	out := map[string][]float32{}
 	for _, f := range serverWeightFiles(t, dir) {
-		sf, err := data.OpenSafetensors(f)
+		sf, err := safetensors.Open(f)
 		require.NoError(t, err)
 		for _, n := range sf.Names() {
 			require.NotContains(t, out, n, "%s: tensor %s is loaded twice", f, n)
@@ -118,7 +119,7 @@ func TestCheckpointServable(t *testing.T) {
 
 	ckdir, err := data.WriteCheckpoint(filepath.Join(t.TempDir(), "new"), ck, 0)
 	require.NoError(t, err)
-	require.Equal(t, []string{filepath.Join(ckdir, data.SafetensorsFileName)}, serverWeightFiles(t, ckdir))
+	require.Equal(t, []string{filepath.Join(ckdir, safetensors.FileName)}, serverWeightFiles(t, ckdir))
 	require.Equal(t, policy, serverTensors(t, ckdir))
 
 	// The old layout, written as older versions did: the listing picks up three files.

@@ -13,13 +13,15 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // Weights is where LoadModel reads tensors from, by Hugging Face name.
-// *data.SafetensorsDir (a model directory's weights) is one.
+// *safetensors.Dir (a model directory's weights) is one.
 type Weights interface {
 	Names() []string
-	Tensor(name string) (data.TensorView, error)
+	Tensor(name string) (safetensors.TensorView, error)
 }
 
 // Model is a loaded Llama-family decoder: its Config and its weights, held as
@@ -40,7 +42,7 @@ func OpenModel(dir string) (*Model, error) { return OpenModelWith(dir, nil) }
 // OpenModelWith is OpenModel with tok, already loaded, for the tokenizer: dir's
 // tokenizer.json is checked against tok's fingerprint, not parsed again
 // (data.OpenModelDirWith). A nil tok parses it.
-func OpenModelWith(dir string, tok data.Tokenizer) (*Model, error) {
+func OpenModelWith(dir string, tok tokenizer.Tokenizer) (*Model, error) {
 	md, err := data.OpenModelDirWith(dir, tok)
 	if err != nil {
 		return nil, err
@@ -52,7 +54,7 @@ func OpenModelWith(dir string, tok data.Tokenizer) (*Model, error) {
 // OpenPolicy loads the model directory dir once and returns its model, tokenizer
 // and config (for callers that sample or tokenize as well as score). dir may also be
 // a PEFT adapter directory (IsAdapterDir): its base with the adapters on top.
-func OpenPolicy(dir string) (*Model, data.Tokenizer, *data.ModelConfig, error) {
+func OpenPolicy(dir string) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
 	if IsAdapterDir(dir) {
 		return openAdapterPolicy(dir)
 	}

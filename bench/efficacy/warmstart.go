@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/internal/efficacy"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -50,7 +51,7 @@ func initModel(dir, preset string, seed uint64) error {
 	if err := data.WriteModelConfig(path, c); err != nil {
 		return err
 	}
-	if err := data.WriteSafetensors(filepath.Join(dir, data.SafetensorsFileName), w, map[string]string{"format": "pt"}); err != nil {
+	if err := safetensors.Write(filepath.Join(dir, safetensors.FileName), w, map[string]string{"format": "pt"}); err != nil {
 		return err
 	}
 	_, err = xla.OpenModel(dir)

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/internal/benchutil"
 
 	"github.com/hindsight-ai/hindsight/data"
@@ -143,10 +144,10 @@ func memoryRun(ctx context.Context, backendSpec string, chunk int, lengths strin
 	if err != nil {
 		return err
 	}
-	if err := data.WriteSafetensors(filepath.Join(tmp, "model.safetensors"), ws, nil); err != nil {
+	if err := safetensors.Write(filepath.Join(tmp, "model.safetensors"), ws, nil); err != nil {
 		return err
 	}
-	sd, err := data.OpenSafetensorsDir(tmp)
+	sd, err := safetensors.OpenDir(tmp)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -138,7 +138,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 
 // readPrompts returns the prompt of -prompt, or those of the -in file, as ids;
 // text prompts get prefix (the BOS) in front.
-func readPrompts(text, path string, tok data.Tokenizer, prefix []int32) ([][]int32, error) {
+func readPrompts(text, path string, tok tokenizer.Tokenizer, prefix []int32) ([][]int32, error) {
 	encode := func(s string) []int32 { return append(append([]int32{}, prefix...), tok.Encode(s)...) }
 	if path == "" {
 		return [][]int32{encode(text)}, nil

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -42,7 +42,7 @@ func TestGenerateCmd(t *testing.T) {
 	require.NoError(t, err)
 	s, err := xla.NewSampler(b, m, 0)
 	require.NoError(t, err)
-	p := []int32{data.BytesBOS, 'h', 'i'}
+	p := []int32{tokenizer.BytesBOS, 'h', 'i'}
 	want, err := s.Generate(t.Context(), [][]int32{p, p}, xla.SampleOptions{MaxNew: 10, Temperature: 1, TopK: 40, Seed: 3})
 	require.NoError(t, err)
 	for i, o := range got {
@@ -53,7 +53,7 @@ func TestGenerateCmd(t *testing.T) {
 		require.Equal(t, want[i].LogProbs, o.LogProbs)
 		require.Equal(t, want[i].PolicyLogProbs, o.PolicyLogProbs)
 		require.Equal(t, xla.StopLength, o.Reason)
-		text, err := data.NewBytesTokenizer().Decode(o.Tokens)
+		text, err := tokenizer.NewBytes().Decode(o.Tokens)
 		require.NoError(t, err)
 		require.Equal(t, text, o.Text)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 func TestInitModelCmd(t *testing.T) {
@@ -19,7 +20,7 @@ func TestInitModelCmd(t *testing.T) {
 
 	m, err := data.OpenModelDir(dir)
 	require.NoError(t, err)
-	require.Equal(t, data.BytesFingerprint, m.Tokenizer.Fingerprint())
+	require.Equal(t, tokenizer.BytesFingerprint, m.Tokenizer.Fingerprint())
 	require.NoError(t, m.Close())
 
 	stdout.Reset()

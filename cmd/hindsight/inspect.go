@@ -12,6 +12,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/viewer"
 )
@@ -62,9 +63,9 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // inspectPage reads the credit files and builds the page; it warns on stderr of
 // rows whose tokenizer fingerprint is not -model's (their text may be wrong).
 func inspectPage(files []string, model string, clip float64, stderr io.Writer) (*viewer.Page, error) {
-	var tok data.Tokenizer
+	var tok tokenizer.Tokenizer
 	if model != "" {
-		t, err := data.LoadTokenizer(model)
+		t, err := tokenizer.Load(model)
 		if err != nil {
 			return nil, fmt.Errorf("load -model tokenizer: %w", err)
 		}

@@ -16,13 +16,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 func writeInspectCredit(t *testing.T) string {
 	t.Helper()
-	ids := data.NewBytesTokenizer().EncodeText("héllo")
+	ids := tokenizer.NewBytes().EncodeText("héllo")
 	T := len(ids)
-	r := data.CreditRow{RolloutID: "r-inspect", Tokens: ids, Tokenizer: data.BytesFingerprint, LossMask: make([]bool, T),
+	r := data.CreditRow{RolloutID: "r-inspect", Tokens: ids, Tokenizer: tokenizer.BytesFingerprint, LossMask: make([]bool, T),
 		Student: make([]float32, T), Teacher: make([]float32, T), Advantages: make([]float32, T)}
 	for i := range r.Teacher {
 		r.Teacher[i] = float32(math.NaN())
@@ -54,7 +55,7 @@ func TestInspectWritesHTML(t *testing.T) {
 
 	// A -model whose tokenizer is not the rollout's: a warning naming the row.
 	tokDir := t.TempDir()
-	other := append(data.BytesTokenizerJSON(), '\n') // the same vocabulary, another file: a sha256 fingerprint
+	other := append(tokenizer.BytesJSON(), '\n') // the same vocabulary, another file: a sha256 fingerprint
 	require.NoError(t, os.WriteFile(filepath.Join(tokDir, "tokenizer.json"), other, 0o644))
 	stderr.Reset()
 	code = run(t.Context(), []string{"inspect", "-model", tokDir, "-html", out, credit}, &stdout, &stderr)

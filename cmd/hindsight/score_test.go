@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -23,13 +24,13 @@ func TestScoreCmd(t *testing.T) {
 	require.Equal(t, 0, run(t.Context(), []string{"init-model", "-out", modelDir, "-seed", "2"}, &stdout, &stderr), stderr.String())
 
 	seqs := [][]int32{
-		{data.BytesBOS, 'h', 'i', data.BytesEnd},
-		{data.BytesBOS, 'o', 'k', ' ', 'g', 'o', data.BytesEOS, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20},
+		{tokenizer.BytesBOS, 'h', 'i', tokenizer.BytesEnd},
+		{tokenizer.BytesBOS, 'o', 'k', ' ', 'g', 'o', tokenizer.BytesEOS, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20},
 		{7},
 	}
 	var rs []*rollout.Rollout
 	for i, s := range seqs {
-		rs = append(rs, &rollout.Rollout{ID: string(rune('a' + i)), Tokens: s, LogProbs: make([]float32, len(s)), Tokenizer: data.BytesFingerprint})
+		rs = append(rs, &rollout.Rollout{ID: string(rune('a' + i)), Tokens: s, LogProbs: make([]float32, len(s)), Tokenizer: tokenizer.BytesFingerprint})
 	}
 	in := filepath.Join(dir, "in.arrow")
 	require.NoError(t, rollout.WriteFile(in, rs, rollout.WriteOptions{}))

@@ -8,7 +8,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // tokenizeCmd is `hindsight tokenize -tokenizer PATH|bytes [-plain] [-decode]`: it
@@ -36,7 +36,7 @@ func tokenizeCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	tok, err := data.LoadTokenizer(*spec)
+	tok, err := tokenizer.Load(*spec)
 	if err != nil {
 		fmt.Fprintf(stderr, "hindsight tokenize: %v\n", err)
 		return 1

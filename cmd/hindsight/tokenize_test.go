@@ -25,7 +25,7 @@ func llama3Dir(t *testing.T) string { return fixtureDir(t, "llama3") }
 // fixtureDir writes data/testdata's tokenizer.json of name into a temp directory.
 func fixtureDir(t *testing.T, name string) string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "data", "testdata", "tokenizers", name, "tokenizer.json.gz"))
+	f, err := os.Open(filepath.Join("..", "..", "data", "tokenizer", "testdata", "tokenizers", name, "tokenizer.json.gz"))
 	require.NoError(t, err)
 	defer f.Close()
 	zr, err := gzip.NewReader(f)

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
@@ -29,7 +29,7 @@ func toolworldCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	agent := fs.String("agent", "", "with -play: `oracle`, noisy or random plays instead of stdin")
 	p := fs.Float64("p", 0.2, "mistake probability of -agent noisy")
 	seed := fs.Uint64("seed", 1, "random seed of -agent noisy and random (task i uses seed+i)")
-	tokenizer := fs.String("tokenizer", "bytes", "`bytes`, or a tokenizer.json (or a directory holding one) of a ChatML model")
+	tokenizerSpec := fs.String("tokenizer", "bytes", "`bytes`, or a tokenizer.json (or a directory holding one) of a ChatML model")
 	maxTokens := fs.Int("max-tokens", 256, "token cap of an episode")
 	out := fs.String("out", "", "with -play: write the episodes as a rollout `file` (.arrow)")
 	fs.Usage = func() {
@@ -72,7 +72,7 @@ func toolworldCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		showTask(stdout, t)
 		return 0
 	}
-	tok, err := data.LoadTokenizer(*tokenizer)
+	tok, err := tokenizer.Load(*tokenizerSpec)
 	if err != nil {
 		return fail(err)
 	}
@@ -147,7 +147,7 @@ func showTask(w io.Writer, t toolworld.Task) {
 }
 
 // playStdin plays t with the calls a person types, one per line.
-func playStdin(t toolworld.Task, tok data.Tokenizer, opts toolworld.Options, stdin io.Reader, stdout io.Writer) (*rollout.Rollout, error) {
+func playStdin(t toolworld.Task, tok tokenizer.Tokenizer, opts toolworld.Options, stdin io.Reader, stdout io.Writer) (*rollout.Rollout, error) {
 	env, err := toolworld.New(t, tok, opts)
 	if err != nil {
 		return nil, err

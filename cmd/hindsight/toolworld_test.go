@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -48,7 +48,7 @@ func TestToolworldAgentsWriteRollouts(t *testing.T) {
 	code, out, errs := runToolworld(t, "", "-play", "-agent", "oracle", "-split", "validation", "-n", "6", "-out", path)
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "oracle on validation[0:6]: 6/6 solved")
-	r, err := rollout.OpenReader(path, rollout.ReadOptions{VocabSize: data.BytesVocabSize, Tokenizer: data.BytesFingerprint})
+	r, err := rollout.OpenReader(path, rollout.ReadOptions{VocabSize: tokenizer.BytesVocabSize, Tokenizer: tokenizer.BytesFingerprint})
 	require.NoError(t, err)
 	defer r.Close()
 	n := 0

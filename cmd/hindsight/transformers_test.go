@@ -16,6 +16,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -131,7 +132,7 @@ func TestMakeTransformersCheckpoint(t *testing.T) {
 	for step := range 4 {
 		var batch []xla.Rollout
 		for i, s := range texts {
-			toks := append([]int32{data.BytesBOS}, []int32(nil)...)
+			toks := append([]int32{tokenizer.BytesBOS}, []int32(nil)...)
 			for _, c := range []byte(s) {
 				toks = append(toks, int32(c))
 			}

@@ -18,6 +18,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -259,7 +260,7 @@ func sigkillWhileTraining(t *testing.T, extra string) {
 		require.Equal(t, 1, credited[id], "one credit row for %s", id)
 	}
 
-	files := []string{data.SafetensorsFileName}
+	files := []string{safetensors.FileName}
 	if extra != "" {
 		files = append(files, data.AdapterModelFileName)
 	}
@@ -273,10 +274,10 @@ func sigkillWhileTraining(t *testing.T, extra string) {
 // maxTensorDiff is the largest difference between two safetensors files with the
 // same tensors.
 func maxTensorDiff(t *testing.T, pa, pb string) float64 {
-	a, err := data.OpenSafetensors(pa)
+	a, err := safetensors.Open(pa)
 	require.NoError(t, err)
 	defer a.Close()
-	b, err := data.OpenSafetensors(pb)
+	b, err := safetensors.Open(pb)
 	require.NoError(t, err)
 	defer b.Close()
 	na, nb := a.Names(), b.Names()

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -42,7 +44,7 @@ func TestExperimentSmoke(t *testing.T) {
 	require.Equal(t, 2, wr.Steps)
 	require.Positive(t, wr.HintDemos, "some demonstrations hold a hint turn")
 	require.LessOrEqual(t, wr.HintDemos, wr.Demos)
-	require.FileExists(t, filepath.Join(ws.Out, data.SafetensorsFileName))
+	require.FileExists(t, filepath.Join(ws.Out, safetensors.FileName))
 	require.FileExists(t, filepath.Join(ws.Out, data.ConfigFileName))
 
 	cfg := Config{Model: ws.Out, Arms: []string{ArmOutcome, ArmHint}, Seeds: []int64{1}, Steps: 2, TasksPerStep: 2,
@@ -138,7 +140,7 @@ func TestLeaksAnswer(t *testing.T) {
 }
 
 func TestCutAfterHidesTheFuture(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 1)
 	require.NoError(t, err)
 	env, err := toolworld.New(tasks[0], tok, toolworld.Options{MaxTokens: 400})
@@ -159,7 +161,7 @@ func TestCutAfterHidesTheFuture(t *testing.T) {
 }
 
 func TestDemoTrainsOnlyTheRightCalls(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 20)
 	require.NoError(t, err)
 	failed := 0

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/hindsight-ai/hindsight/credit"
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
@@ -44,7 +44,7 @@ type Hinter struct {
 	rules    rulesTeacher
 	guard    *teacher.LeakGuard
 	inserter *teacher.Inserter
-	tok      data.Tokenizer
+	tok      tokenizer.Tokenizer
 	Stats    HintStats
 }
 
@@ -125,11 +125,11 @@ func ParseHintSetup(v string) (HintSetup, error) {
 
 // NewHinter returns the hint stage of protocol 1 (Protocol1Hints), the one the warm
 // start's demonstrations were written with.
-func NewHinter(tok data.Tokenizer) (*Hinter, error) { return NewHinterWith(tok, Protocol1Hints) }
+func NewHinter(tok tokenizer.Tokenizer) (*Hinter, error) { return NewHinterWith(tok, Protocol1Hints) }
 
 // NewHinterWith returns the hint stage with the teacher package's default selection
 // and leak guard, setup's rules and placement, and HintTemplate.
-func NewHinterWith(tok data.Tokenizer, setup HintSetup) (*Hinter, error) {
+func NewHinterWith(tok tokenizer.Tokenizer, setup HintSetup) (*Hinter, error) {
 	if err := setup.Validate(); err != nil {
 		return nil, fmt.Errorf("new hinter: %w", err)
 	}

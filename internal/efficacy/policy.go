@@ -12,6 +12,8 @@ import (
 
 	"github.com/hindsight-ai/hindsight/collect"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/safetensors"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -23,7 +25,7 @@ type Policy struct {
 	Dir     string
 	Model   *xla.Model
 	Sampler *xla.Sampler
-	Tok     data.Tokenizer
+	Tok     tokenizer.Tokenizer
 }
 
 // OpenPolicy loads model directory dir on backend.
@@ -105,7 +107,7 @@ func SaveModel(tr *xla.Trainer, from, dir string) error {
 			return fmt.Errorf("save model: %w", err)
 		}
 	}
-	if err := data.WriteSafetensors(filepath.Join(tmp, data.SafetensorsFileName), ck.Tensors[data.SafetensorsFileName], nil); err != nil {
+	if err := safetensors.Write(filepath.Join(tmp, safetensors.FileName), ck.Tensors[safetensors.FileName], nil); err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {

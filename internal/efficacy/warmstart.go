@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/credit"
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -94,7 +94,7 @@ func (a *demoAgent) Hint(env *toolworld.Env) string {
 
 // Demos plays n demonstrations of the train split with noisy agents and returns
 // them as trainer rollouts (reward 1, SFT) with the number that hold a hint turn.
-func Demos(tok data.Tokenizer, cfg WarmStartConfig) ([]xla.Rollout, int, int, HintStats, error) {
+func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]xla.Rollout, int, int, HintStats, error) {
 	h, err := NewHinter(tok)
 	if err != nil {
 		return nil, 0, 0, HintStats{}, err

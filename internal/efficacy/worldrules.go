@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
@@ -20,10 +20,10 @@ import (
 // words". It reads only the rollout it is given (the experiment cuts it after the
 // failed call's result), never the checker, the solution or the answer; the
 // experiment's answer guard still drops any hint that names them.
-type WorldRules struct{ tok data.Tokenizer }
+type WorldRules struct{ tok tokenizer.Tokenizer }
 
 // NewWorldRules returns the task-world rules teacher reading text with tok.
-func NewWorldRules(tok data.Tokenizer) *WorldRules { return &WorldRules{tok: tok} }
+func NewWorldRules(tok tokenizer.Tokenizer) *WorldRules { return &WorldRules{tok: tok} }
 
 // Hints implements the hint stage's teacher: one hint per selection, empty when the
 // selected turn holds no failed call.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
@@ -29,7 +29,7 @@ func (s *script) Act(toolworld.Task, string, bool) string {
 // played runs lines on task in the real task world and returns the rollout.
 func played(t *testing.T, task toolworld.Task, lines ...string) *rollout.Rollout {
 	t.Helper()
-	env, err := toolworld.New(task, data.NewBytesTokenizer(), toolworld.Options{MaxTokens: 1024})
+	env, err := toolworld.New(task, tokenizer.NewBytes(), toolworld.Options{MaxTokens: 1024})
 	require.NoError(t, err)
 	_, err = toolworld.Play(env, &script{lines: lines}, len(lines)+1)
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestWorldAdviceFromTheToolsOwnErrors(t *testing.T) {
 		k := slicesIndex(r, rollout.KindToolCall)
 		require.GreaterOrEqual(t, k, 0, tc.call)
 		require.Equal(t, rollout.StatusError, r.Segments[k+1].Status, "%q fails in the task world", tc.call)
-		hs, err := NewWorldRules(data.NewBytesTokenizer()).Hints(t.Context(), cutAfter(r, k), []teacher.Selection{{Segment: k}})
+		hs, err := NewWorldRules(tokenizer.NewBytes()).Hints(t.Context(), cutAfter(r, k), []teacher.Selection{{Segment: k}})
 		require.NoError(t, err)
 		for _, w := range tc.want {
 			require.Contains(t, hs[0].Text, w, tc.call)
@@ -74,7 +74,7 @@ func TestWorldAdviceFromTheToolsOwnErrors(t *testing.T) {
 	// A call that worked gets no hint.
 	r := played(t, task, "ls")
 	k := slicesIndex(r, rollout.KindToolCall)
-	hs, err := NewWorldRules(data.NewBytesTokenizer()).Hints(t.Context(), r, []teacher.Selection{{Segment: k}})
+	hs, err := NewWorldRules(tokenizer.NewBytes()).Hints(t.Context(), r, []teacher.Selection{{Segment: k}})
 	require.NoError(t, err)
 	require.Empty(t, hs[0].Text)
 }
@@ -92,7 +92,7 @@ func slicesIndex(r *rollout.Rollout, kind rollout.SegmentKind) int {
 // demonstrations) gets a hint, the hint never gives the task away, and after a
 // misspelt tool it names the tool the agent's corrected call then uses.
 func TestWorldRulesOnNoisyAgents(t *testing.T) {
-	tok := data.NewBytesTokenizer()
+	tok := tokenizer.NewBytes()
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 120)
 	require.NoError(t, err)
 	w := NewWorldRules(tok)
@@ -147,7 +147,7 @@ func TestHinterRetryPlacement(t *testing.T) {
 		setup  HintSetup
 		target int
 	}{{Protocol1Hints, k}, {Protocol2Hints, k + 2}} {
-		h, err := NewHinterWith(data.NewBytesTokenizer(), tc.setup)
+		h, err := NewHinterWith(tokenizer.NewBytes(), tc.setup)
 		require.NoError(t, err)
 		hs, err := h.Hints(t.Context(), r, task)
 		require.NoError(t, err)
@@ -159,12 +159,12 @@ func TestHinterRetryPlacement(t *testing.T) {
 		require.NotEmpty(t, hs[0].Empty)
 	}
 	// No policy turn after the failed call: no retry hint, counted.
-	env, err := toolworld.New(task, data.NewBytesTokenizer(), toolworld.Options{MaxTokens: 1024})
+	env, err := toolworld.New(task, tokenizer.NewBytes(), toolworld.Options{MaxTokens: 1024})
 	require.NoError(t, err)
 	_, err = toolworld.Play(env, &script{lines: []string{"cst notes"}}, 1)
 	require.NoError(t, err)
 	last := env.Rollout("u")
-	h, err := NewHinterWith(data.NewBytesTokenizer(), Protocol2Hints)
+	h, err := NewHinterWith(tokenizer.NewBytes(), Protocol2Hints)
 	require.NoError(t, err)
 	hs, err := h.Hints(t.Context(), last, task)
 	require.NoError(t, err)
@@ -192,7 +192,7 @@ func TestWorldRulesLeakGuardStillDrops(t *testing.T) {
 		}
 		r := played(t, task, "cat qqq/"+file, "ls")
 		r.LogProbs = make([]float32, len(r.Tokens))
-		h, err := NewHinterWith(data.NewBytesTokenizer(), Protocol2Hints)
+		h, err := NewHinterWith(tokenizer.NewBytes(), Protocol2Hints)
 		require.NoError(t, err)
 		hs, err := h.Hints(t.Context(), r, task)
 		require.NoError(t, err)

@@ -12,13 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // TestForwardFLOPs checks the count against the hand sum for qwen3-0.6b: 2 FLOPs
 // per non-embedding matmul weight per token, the head's 2·d·vocab, and causal
 // attention's 2·2·heads·head_dim·T²/2 per layer.
 func TestForwardFLOPs(t *testing.T) {
-	c, err := data.PresetConfig("qwen3-0.6b", data.BytesVocabSize)
+	c, err := data.PresetConfig("qwen3-0.6b", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	matmul := int64(28 * (1024*2048 + 2*1024*1024 + 2048*1024 + 3*1024*3072))
 	require.Equal(t, float64(2*matmul+2*1024*151936), ForwardFLOPs(c, 1)-2*2*16*128*0.5*28)
@@ -29,7 +30,7 @@ func TestForwardFLOPs(t *testing.T) {
 
 // TestEstimateMemory checks the memory model's terms for qwen3-0.6b at 32k tokens.
 func TestEstimateMemory(t *testing.T) {
-	c, err := data.PresetConfig("qwen3-0.6b", data.BytesVocabSize)
+	c, err := data.PresetConfig("qwen3-0.6b", tokenizer.BytesVocabSize)
 	require.NoError(t, err)
 	e := EstimateMemory(c, 32768, 256, false, false)
 	P := c.NumParameters()

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -12,7 +13,7 @@ import (
 // 8 KV heads of 128, SwiGLU 12288, untied 151,936-token head; ~8.2B parameters):
 // the memory model's "8B" row. It is not a preset: nothing here initialises one.
 func Qwen3_8BShape() (*data.ModelConfig, error) {
-	c, err := data.PresetConfig("qwen3-1.7b", data.BytesVocabSize)
+	c, err := data.PresetConfig("qwen3-1.7b", tokenizer.BytesVocabSize)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +31,7 @@ func modelShape(name string) (*data.ModelConfig, error) {
 	if name == "qwen3-8b-shape" {
 		return Qwen3_8BShape()
 	}
-	return data.PresetConfig(name, data.BytesVocabSize)
+	return data.PresetConfig(name, tokenizer.BytesVocabSize)
 }
 
 // LoRARow is one (model, T) of the LoRA table: the memory model's state (weights,

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -114,7 +115,7 @@ type FitRow struct {
 func FitTable(presets []string, Ts []int) ([]FitRow, error) {
 	var rows []FitRow
 	for _, p := range presets {
-		c, err := data.PresetConfig(p, data.BytesVocabSize)
+		c, err := data.PresetConfig(p, tokenizer.BytesVocabSize)
 		if err != nil {
 			return nil, fmt.Errorf("fit table: %w", err)
 		}

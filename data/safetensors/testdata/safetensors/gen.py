@@ -2,7 +2,7 @@
 """Golden safetensors files for data/safetensors_test.go, written by Python's safetensors.
 
     pip install safetensors numpy ml_dtypes
-    python3 data/testdata/safetensors/gen.py      # rewrites golden.safetensors
+    python3 data/safetensors/testdata/safetensors/gen.py      # rewrites golden.safetensors
 
 golden.safetensors holds, with metadata {"format": "pt", "source": "gen.py"}:
   special_f32 / special_f16 / special_bf16  the same values (±0, subnormals of each

@@ -1,4 +1,4 @@
-package data
+package safetensors
 
 import (
 	"bytes"
@@ -218,10 +218,10 @@ type tensorEntry struct {
 	begin, end int // offsets into the data section
 }
 
-// SafetensorsFile is an opened safetensors file: the header parsed and validated,
+// File is an opened safetensors file: the header parsed and validated,
 // the whole file memory-mapped read-only. Tensor data is not read until used.
 // Methods are safe for concurrent use until Close.
-type SafetensorsFile struct {
+type File struct {
 	path     string
 	buf      []byte // the whole file
 	mapped   bool   // buf is an mmap that Close unmaps
@@ -231,10 +231,10 @@ type SafetensorsFile struct {
 	metadata map[string]string
 }
 
-// OpenSafetensors memory-maps the safetensors file at path and validates its header
+// Open memory-maps the safetensors file at path and validates its header
 // as the reference implementation does (and also rejects duplicate names). The
 // caller must Close it.
-func OpenSafetensors(path string) (*SafetensorsFile, error) {
+func Open(path string) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open safetensors: %w", err)
@@ -266,7 +266,7 @@ func OpenSafetensors(path string) (*SafetensorsFile, error) {
 
 // parseSafetensors parses and validates a whole safetensors file held in b. name
 // prefixes error messages. The result's views point into b.
-func parseSafetensors(name string, b []byte) (*SafetensorsFile, error) {
+func parseSafetensors(name string, b []byte) (*File, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%s: "+format, append([]any{name}, args...)...)
 	}
@@ -289,7 +289,7 @@ func parseSafetensors(name string, b []byte) (*SafetensorsFile, error) {
 	if err != nil {
 		return nil, fail("header: %v", err)
 	}
-	sf := &SafetensorsFile{path: name, buf: b, data: data, tensors: make(map[string]tensorEntry, len(entries)), metadata: metadata}
+	sf := &File{path: name, buf: b, data: data, tensors: make(map[string]tensorEntry, len(entries)), metadata: metadata}
 	for _, e := range entries {
 		sf.tensors[e.name] = e.entry
 		sf.names = append(sf.names, e.name)
@@ -317,11 +317,11 @@ func parseSafetensors(name string, b []byte) (*SafetensorsFile, error) {
 		}
 		nbytes, ok := byteSize(t.dtype, t.shape)
 		if !ok {
-			return nil, fail("tensor %s: shape %s of %s overflows", e.name, shapeString(t.shape), t.dtype)
+			return nil, fail("tensor %s: shape %s of %s overflows", e.name, ShapeString(t.shape), t.dtype)
 		}
 		if t.end-t.begin != nbytes {
 			return nil, fail("tensor %s: data_offsets [%d, %d) hold %d bytes, shape %s of %s needs %d",
-				e.name, t.begin, t.end, t.end-t.begin, shapeString(t.shape), t.dtype, nbytes)
+				e.name, t.begin, t.end, t.end-t.begin, ShapeString(t.shape), t.dtype, nbytes)
 		}
 		if t.end > len(data) {
 			return nil, fail("tensor %s: data_offsets [%d, %d) run past the data section of %d bytes", e.name, t.begin, t.end, len(data))
@@ -447,13 +447,13 @@ func decodeTensorInfo(raw json.RawMessage) (tensorEntry, error) {
 }
 
 // Path is the file the tensors were read from.
-func (f *SafetensorsFile) Path() string { return f.path }
+func (f *File) Path() string { return f.path }
 
 // Names returns the tensor names, sorted.
-func (f *SafetensorsFile) Names() []string { return slices.Clone(f.names) }
+func (f *File) Names() []string { return slices.Clone(f.names) }
 
 // Tensor returns the named tensor's view; its Data aliases the mapping.
-func (f *SafetensorsFile) Tensor(name string) (TensorView, error) {
+func (f *File) Tensor(name string) (TensorView, error) {
 	e, ok := f.tensors[name]
 	if !ok {
 		return TensorView{}, fmt.Errorf("%s: no tensor %s", f.path, name)
@@ -462,10 +462,10 @@ func (f *SafetensorsFile) Tensor(name string) (TensorView, error) {
 }
 
 // Metadata returns a copy of the header's "__metadata__" (nil when absent).
-func (f *SafetensorsFile) Metadata() map[string]string { return maps.Clone(f.metadata) }
+func (f *File) Metadata() map[string]string { return maps.Clone(f.metadata) }
 
 // Close unmaps the file. Views and zero-copy slices must not be used after it.
-func (f *SafetensorsFile) Close() error {
+func (f *File) Close() error {
 	if !f.mapped || f.buf == nil {
 		return nil
 	}
@@ -479,16 +479,16 @@ func (f *SafetensorsFile) Close() error {
 
 // Names of the files of a Hugging Face model's weights.
 const (
-	SafetensorsFileName  = "model.safetensors"
-	SafetensorsIndexName = "model.safetensors.index.json"
+	FileName      = "model.safetensors"
+	IndexFileName = "model.safetensors.index.json"
 )
 
-// SafetensorsDir is the weights of a model directory, one file or sharded, seen as
+// Dir is the weights of a model directory, one file or sharded, seen as
 // one table from tensor name to view.
-type SafetensorsDir struct {
+type Dir struct {
 	dir      string
-	files    []*SafetensorsFile
-	byName   map[string]*SafetensorsFile
+	files    []*File
+	byName   map[string]*File
 	names    []string
 	metadata map[string]string
 }
@@ -499,18 +499,18 @@ type safetensorsIndex struct {
 	WeightMap map[string]string          `json:"weight_map"`
 }
 
-// OpenSafetensorsDir opens the weights in dir: model.safetensors if present (as
+// OpenDir opens the weights in dir: model.safetensors if present (as
 // transformers prefers it), else the shards that model.safetensors.index.json
 // lists. Every weight_map entry must name a shard in dir that holds the tensor, and
 // every tensor of a shard must be mapped to that shard. The caller must Close it.
-func OpenSafetensorsDir(dir string) (*SafetensorsDir, error) {
-	single := filepath.Join(dir, SafetensorsFileName)
+func OpenDir(dir string) (*Dir, error) {
+	single := filepath.Join(dir, FileName)
 	if _, err := os.Stat(single); err == nil {
-		f, err := OpenSafetensors(single)
+		f, err := Open(single)
 		if err != nil {
 			return nil, err
 		}
-		d := &SafetensorsDir{dir: dir, files: []*SafetensorsFile{f}, byName: map[string]*SafetensorsFile{}, names: f.Names(), metadata: f.Metadata()}
+		d := &Dir{dir: dir, files: []*File{f}, byName: map[string]*File{}, names: f.Names(), metadata: f.Metadata()}
 		for _, n := range d.names {
 			d.byName[n] = f
 		}
@@ -518,10 +518,10 @@ func OpenSafetensorsDir(dir string) (*SafetensorsDir, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("open weights: %w", err)
 	}
-	indexPath := filepath.Join(dir, SafetensorsIndexName)
+	indexPath := filepath.Join(dir, IndexFileName)
 	raw, err := os.ReadFile(indexPath)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("open weights in %s: neither %s nor %s exists", dir, SafetensorsFileName, SafetensorsIndexName)
+		return nil, fmt.Errorf("open weights in %s: neither %s nor %s exists", dir, FileName, IndexFileName)
 	} else if err != nil {
 		return nil, fmt.Errorf("open weights: %w", err)
 	}
@@ -532,7 +532,7 @@ func OpenSafetensorsDir(dir string) (*SafetensorsDir, error) {
 	if len(idx.WeightMap) == 0 {
 		return nil, fmt.Errorf("%s: weight_map is missing or empty", indexPath)
 	}
-	d := &SafetensorsDir{dir: dir, byName: make(map[string]*SafetensorsFile, len(idx.WeightMap))}
+	d := &Dir{dir: dir, byName: make(map[string]*File, len(idx.WeightMap))}
 	if len(idx.Metadata) > 0 {
 		d.metadata = make(map[string]string, len(idx.Metadata))
 		for k, v := range idx.Metadata {
@@ -543,7 +543,7 @@ func OpenSafetensorsDir(dir string) (*SafetensorsDir, error) {
 			d.metadata[k] = s
 		}
 	}
-	shards := map[string]*SafetensorsFile{}
+	shards := map[string]*File{}
 	for _, name := range slices.Sorted(maps.Keys(idx.WeightMap)) {
 		file := idx.WeightMap[name]
 		if file == "" || file != filepath.Base(file) || file == "." || file == ".." {
@@ -552,7 +552,7 @@ func OpenSafetensorsDir(dir string) (*SafetensorsDir, error) {
 		}
 		f, ok := shards[file]
 		if !ok {
-			f, err = OpenSafetensors(filepath.Join(dir, file))
+			f, err = Open(filepath.Join(dir, file))
 			if err != nil {
 				d.Close()
 				return nil, fmt.Errorf("%s: weight_map: tensor %s: %w", indexPath, name, err)
@@ -583,10 +583,10 @@ func OpenSafetensorsDir(dir string) (*SafetensorsDir, error) {
 }
 
 // Dir is the directory the weights were read from.
-func (d *SafetensorsDir) Dir() string { return d.dir }
+func (d *Dir) Dir() string { return d.dir }
 
 // Files returns the paths of the opened safetensors files.
-func (d *SafetensorsDir) Files() []string {
+func (d *Dir) Files() []string {
 	out := make([]string, len(d.files))
 	for i, f := range d.files {
 		out[i] = f.path
@@ -595,10 +595,10 @@ func (d *SafetensorsDir) Files() []string {
 }
 
 // Names returns all tensor names, sorted.
-func (d *SafetensorsDir) Names() []string { return slices.Clone(d.names) }
+func (d *Dir) Names() []string { return slices.Clone(d.names) }
 
 // Tensor returns the named tensor's view, from whichever file holds it.
-func (d *SafetensorsDir) Tensor(name string) (TensorView, error) {
+func (d *Dir) Tensor(name string) (TensorView, error) {
 	f, ok := d.byName[name]
 	if !ok {
 		return TensorView{}, fmt.Errorf("weights in %s: no tensor %s", d.dir, name)
@@ -608,10 +608,10 @@ func (d *SafetensorsDir) Tensor(name string) (TensorView, error) {
 
 // Metadata returns the single file's "__metadata__", or for sharded weights the
 // index's "metadata" (non-string values such as total_size as their JSON text).
-func (d *SafetensorsDir) Metadata() map[string]string { return maps.Clone(d.metadata) }
+func (d *Dir) Metadata() map[string]string { return maps.Clone(d.metadata) }
 
 // Close unmaps every file.
-func (d *SafetensorsDir) Close() error {
+func (d *Dir) Close() error {
 	var errs []error
 	for _, f := range d.files {
 		errs = append(errs, f.Close())
@@ -619,8 +619,8 @@ func (d *SafetensorsDir) Close() error {
 	return errors.Join(errs...)
 }
 
-// shapeString formats a shape as [a, b].
-func shapeString(shape []int) string {
+// ShapeString formats a shape as [a, b].
+func ShapeString(shape []int) string {
 	s := make([]string, len(shape))
 	for i, d := range shape {
 		s[i] = fmt.Sprint(d)

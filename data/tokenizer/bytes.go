@@ -1,4 +1,4 @@
-package data
+package tokenizer
 
 import (
 	"bytes"
@@ -45,16 +45,16 @@ var bytesSpecials = [...]string{
 	"<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>",
 }
 
-// BytesTokenizer is the embedded byte tokenizer: one id per UTF-8 byte and a few
+// Bytes is the embedded byte tokenizer: one id per UTF-8 byte and a few
 // named special tokens (BytesBOS…BytesEnd). Its zero value is not usable; use
-// NewBytesTokenizer.
-type BytesTokenizer struct {
+// NewBytes.
+type Bytes struct {
 	specials map[string]int32
 }
 
-// NewBytesTokenizer returns the byte tokenizer.
-func NewBytesTokenizer() *BytesTokenizer {
-	t := &BytesTokenizer{specials: make(map[string]int32, len(bytesSpecials))}
+// NewBytes returns the byte tokenizer.
+func NewBytes() *Bytes {
+	t := &Bytes{specials: make(map[string]int32, len(bytesSpecials))}
 	for i, s := range bytesSpecials {
 		t.specials[s] = int32(256 + i)
 	}
@@ -63,7 +63,7 @@ func NewBytesTokenizer() *BytesTokenizer {
 
 // Encode implements Tokenizer: special-token strings become their ids, the
 // longest one first where two start at the same byte.
-func (t *BytesTokenizer) Encode(text string) []int32 {
+func (t *Bytes) Encode(text string) []int32 {
 	text = validUTF8(text)
 	ids := make([]int32, 0, len(text))
 	for len(text) > 0 {
@@ -91,14 +91,14 @@ func (t *BytesTokenizer) Encode(text string) []int32 {
 }
 
 // EncodePlain implements Tokenizer: one id per byte, never a special id.
-func (t *BytesTokenizer) EncodePlain(text string) []int32 {
+func (t *Bytes) EncodePlain(text string) []int32 {
 	text = validUTF8(text)
 	return appendBytes(make([]int32, 0, len(text)), text)
 }
 
 // EncodeText implements Tokenizer: the same as EncodePlain, as every added token of
 // the byte tokenizer is special.
-func (t *BytesTokenizer) EncodeText(text string) []int32 { return t.EncodePlain(text) }
+func (t *Bytes) EncodeText(text string) []int32 { return t.EncodePlain(text) }
 
 func appendBytes(ids []int32, s string) []int32 {
 	for i := 0; i < len(s); i++ {
@@ -108,7 +108,7 @@ func appendBytes(ids []int32, s string) []int32 {
 }
 
 // Decode implements Tokenizer.
-func (t *BytesTokenizer) Decode(ids []int32) (string, error) {
+func (t *Bytes) Decode(ids []int32) (string, error) {
 	b := make([]byte, 0, len(ids))
 	for i, id := range ids {
 		switch {
@@ -124,16 +124,16 @@ func (t *BytesTokenizer) Decode(ids []int32) (string, error) {
 }
 
 // SpecialID implements Tokenizer.
-func (t *BytesTokenizer) SpecialID(name string) (int32, bool) {
+func (t *Bytes) SpecialID(name string) (int32, bool) {
 	id, ok := t.specials[name]
 	return id, ok
 }
 
 // VocabSize implements Tokenizer: BytesVocabSize.
-func (t *BytesTokenizer) VocabSize() int { return BytesVocabSize }
+func (t *Bytes) VocabSize() int { return BytesVocabSize }
 
 // Fingerprint implements Tokenizer: BytesFingerprint.
-func (t *BytesTokenizer) Fingerprint() string { return BytesFingerprint }
+func (t *Bytes) Fingerprint() string { return BytesFingerprint }
 
 var bytesJSON = sync.OnceValue(func() []byte {
 	type byteLevel struct {
@@ -196,11 +196,11 @@ func jsonString(s string) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// BytesTokenizerJSON returns a Hugging Face tokenizer.json that describes the byte
+// BytesJSON returns a Hugging Face tokenizer.json that describes the byte
 // tokenizer (a byte-level BPE with the 256 byte symbols as its vocabulary, no
 // merges, and the specials as added tokens), so that a model directory written
 // with the byte tokenizer loads in transformers. The bytes are canonical: the
 // same in every build. Callers must not modify the returned slice.
-func BytesTokenizerJSON() []byte { return bytesJSON() }
+func BytesJSON() []byte { return bytesJSON() }
 
-var _ Tokenizer = (*BytesTokenizer)(nil)
+var _ Tokenizer = (*Bytes)(nil)

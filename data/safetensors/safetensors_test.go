@@ -1,4 +1,4 @@
-package data
+package safetensors
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ func uint16s(b []byte) []uint16 {
 // TestSafetensorsGolden reads the file Python's safetensors wrote (gen.py) and checks
 // every value, and that Go's float32 → F16/BF16 casts equal numpy's and ml_dtypes'.
 func TestSafetensorsGolden(t *testing.T) {
-	f, err := OpenSafetensors(goldenPath)
+	f, err := Open(goldenPath)
 	require.NoError(t, err)
 	defer f.Close()
 	require.Equal(t, []string{"bytes_u8", "empty_f16", "ids_i32", "ids_i64", "mask_bool", "matrix_f32",
@@ -156,11 +156,11 @@ func TestHalfConversionsExhaustive(t *testing.T) {
 }
 
 // TestSafetensorsRewriteMatchesPython writes the golden file's tensors back with
-// WriteSafetensors and expects the very bytes Python wrote.
+// Write and expects the very bytes Python wrote.
 func TestSafetensorsRewriteMatchesPython(t *testing.T) {
 	want, err := os.ReadFile(goldenPath)
 	require.NoError(t, err)
-	f, err := OpenSafetensors(goldenPath)
+	f, err := Open(goldenPath)
 	require.NoError(t, err)
 	defer f.Close()
 	var tensors []NamedTensor
@@ -170,7 +170,7 @@ func TestSafetensorsRewriteMatchesPython(t *testing.T) {
 		tensors = append(tensors, NamedTensor{Name: v.Name, Dtype: v.Dtype, Shape: v.Shape, Raw: v.Data})
 	}
 	out := filepath.Join(t.TempDir(), "rewrite.safetensors")
-	require.NoError(t, WriteSafetensors(out, tensors, f.Metadata()))
+	require.NoError(t, Write(out, tensors, f.Metadata()))
 	got, err := os.ReadFile(out)
 	require.NoError(t, err)
 	require.Equal(t, string(want[:8+binary.LittleEndian.Uint64(want)]), string(got[:8+binary.LittleEndian.Uint64(got)]), "header")
@@ -211,7 +211,7 @@ func goWrittenTensors() []NamedTensor {
 // committed file and go_written.check.txt, check.py's recorded output.
 func TestSafetensorsPythonReadsBack(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "go_written.safetensors")
-	require.NoError(t, WriteSafetensors(path, goWrittenTensors(), map[string]string{"format": "pt", "writer": "hindsight"}))
+	require.NoError(t, Write(path, goWrittenTensors(), map[string]string{"format": "pt", "writer": "hindsight"}))
 	got, err := os.ReadFile(path)
 	require.NoError(t, err)
 	committed := "testdata/safetensors/go_written.safetensors"
@@ -220,10 +220,10 @@ func TestSafetensorsPythonReadsBack(t *testing.T) {
 	}
 	want, err := os.ReadFile(committed)
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(want, got), "WriteSafetensors no longer writes the bytes of %s (run with -update if intended)", committed)
+	require.True(t, bytes.Equal(want, got), "Write no longer writes the bytes of %s (run with -update if intended)", committed)
 
 	// Go reads its own file back.
-	f, err := OpenSafetensors(path)
+	f, err := Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	for _, nt := range goWrittenTensors() {
@@ -256,7 +256,7 @@ func TestSafetensorsPythonReadsBack(t *testing.T) {
 	t.Logf("check.py:\n%s", out)
 	if *update {
 		require.NoError(t, os.WriteFile("testdata/safetensors/go_written.check.txt",
-			[]byte("$ python3 data/testdata/safetensors/check.py go_written.safetensors\n"+string(out)), 0o644))
+			[]byte("$ python3 data/safetensors/testdata/safetensors/check.py go_written.safetensors\n"+string(out)), 0o644))
 	}
 }
 
@@ -327,19 +327,19 @@ func TestParseSafetensorsErrors(t *testing.T) {
 
 func TestOpenSafetensorsFileErrors(t *testing.T) {
 	dir := t.TempDir()
-	_, err := OpenSafetensors(filepath.Join(dir, "missing.safetensors"))
+	_, err := Open(filepath.Join(dir, "missing.safetensors"))
 	require.ErrorIs(t, err, os.ErrNotExist)
 	empty := filepath.Join(dir, "empty.safetensors")
 	require.NoError(t, os.WriteFile(empty, nil, 0o644))
-	_, err = OpenSafetensors(empty)
+	_, err = Open(empty)
 	require.ErrorContains(t, err, "empty.safetensors: file has 0 bytes")
 	// A file with an empty header and no tensors is valid.
 	ok := filepath.Join(dir, "ok.safetensors")
-	require.NoError(t, WriteSafetensors(ok, nil, nil))
+	require.NoError(t, Write(ok, nil, nil))
 	raw, err := os.ReadFile(ok)
 	require.NoError(t, err)
 	require.Equal(t, []byte{8, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '}, raw) // as the reference writes it
-	f, err := OpenSafetensors(ok)
+	f, err := Open(ok)
 	require.NoError(t, err)
 	require.Empty(t, f.Names())
 	require.NoError(t, f.Close())
@@ -363,7 +363,7 @@ func TestWriteSafetensorsErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := WriteSafetensors(path, tt.t, nil)
+			err := Write(path, tt.t, nil)
 			require.ErrorContains(t, err, tt.want)
 			require.ErrorContains(t, err, "write safetensors "+path)
 			_, statErr := os.Stat(path)
@@ -377,9 +377,9 @@ func TestWriteSafetensorsErrors(t *testing.T) {
 func TestSafetensorsHeaderEscapes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "e.safetensors")
 	name := "we\"ird\\na\tme\x01<&>é"
-	require.NoError(t, WriteSafetensors(path, []NamedTensor{{Name: name, Dtype: DtypeF16, Shape: []int{1}, Values: []float32{2}}},
+	require.NoError(t, Write(path, []NamedTensor{{Name: name, Dtype: DtypeF16, Shape: []int{1}, Values: []float32{2}}},
 		map[string]string{"k\n": "v\u2028"}))
-	f, err := OpenSafetensors(path)
+	f, err := Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	require.Equal(t, []string{name}, f.Names())
@@ -398,13 +398,13 @@ func TestSafetensorsSharded(t *testing.T) {
 		}
 		tensors = append(tensors, NamedTensor{Name: n, Dtype: DtypeF32, Shape: []int{2, 5}, Values: vals})
 	}
-	idx, err := WriteSafetensorsSharded(dir, tensors, map[string]string{"format": "pt"}, 80)
+	idx, err := WriteSharded(dir, tensors, map[string]string{"format": "pt"}, 80)
 	require.NoError(t, err)
 	require.Equal(t, []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}, idx.Files)
 	require.Equal(t, "model-00001-of-00002.safetensors", idx.WeightMap["a.w"])
 	require.Equal(t, int64(160), idx.TotalSize)
 
-	d, err := OpenSafetensorsDir(dir)
+	d, err := OpenDir(dir)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a.w", "b.w", "m.w", "z.w"}, d.Names())
 	require.Equal(t, "160", d.Metadata()["total_size"])
@@ -421,7 +421,7 @@ func TestSafetensorsSharded(t *testing.T) {
 	// Bad indexes.
 	writeIndex := func(m map[string]string) {
 		raw, _ := json.Marshal(map[string]any{"metadata": map[string]any{"total_size": 160}, "weight_map": m})
-		require.NoError(t, os.WriteFile(filepath.Join(dir, SafetensorsIndexName), raw, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, IndexFileName), raw, 0o644))
 	}
 	good := idx.WeightMap
 	with := func(k, v string) map[string]string {
@@ -449,21 +449,21 @@ func TestSafetensorsSharded(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			writeIndex(tt.m)
-			_, err := OpenSafetensorsDir(dir)
+			_, err := OpenDir(dir)
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
 
 	// One shard: model.safetensors, no index; it wins over an index.
 	one := t.TempDir()
-	idx, err = WriteSafetensorsSharded(one, tensors, nil, 1<<20)
+	idx, err = WriteSharded(one, tensors, nil, 1<<20)
 	require.NoError(t, err)
-	require.Equal(t, []string{SafetensorsFileName}, idx.Files)
-	d, err = OpenSafetensorsDir(one)
+	require.Equal(t, []string{FileName}, idx.Files)
+	d, err = OpenDir(one)
 	require.NoError(t, err)
 	require.Len(t, d.Names(), 4)
 	require.NoError(t, d.Close())
-	_, err = OpenSafetensorsDir(t.TempDir())
+	_, err = OpenDir(t.TempDir())
 	require.ErrorContains(t, err, "neither model.safetensors nor model.safetensors.index.json exists")
 }
 

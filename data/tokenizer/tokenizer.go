@@ -1,4 +1,4 @@
-package data
+package tokenizer
 
 import (
 	"bytes"
@@ -64,13 +64,13 @@ type Tokenizer interface {
 	Fingerprint() string
 }
 
-// LoadTokenizer returns the tokenizer that spec names: "bytes" for the embedded
+// Load returns the tokenizer that spec names: "bytes" for the embedded
 // byte tokenizer, else a path to a tokenizer.json file or to a directory that
-// holds one. A tokenizer.json whose bytes equal BytesTokenizerJSON() loads as the
+// holds one. A tokenizer.json whose bytes equal BytesJSON() loads as the
 // byte tokenizer.
-func LoadTokenizer(spec string) (Tokenizer, error) {
+func Load(spec string) (Tokenizer, error) {
 	if spec == "bytes" {
-		return NewBytesTokenizer(), nil
+		return NewBytes(), nil
 	}
 	path := spec
 	if st, err := os.Stat(path); err != nil {
@@ -82,18 +82,18 @@ func LoadTokenizer(spec string) (Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer: %w", err)
 	}
-	tok, err := ParseTokenizerJSON(raw)
+	tok, err := ParseJSON(raw)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
 	}
 	return tok, nil
 }
 
-// ParseTokenizerJSON returns the tokenizer that the tokenizer.json bytes raw
-// describe; bytes equal to BytesTokenizerJSON() give the byte tokenizer.
-func ParseTokenizerJSON(raw []byte) (Tokenizer, error) {
-	if bytes.Equal(raw, BytesTokenizerJSON()) {
-		return NewBytesTokenizer(), nil
+// ParseJSON returns the tokenizer that the tokenizer.json bytes raw
+// describe; bytes equal to BytesJSON() give the byte tokenizer.
+func ParseJSON(raw []byte) (Tokenizer, error) {
+	if bytes.Equal(raw, BytesJSON()) {
+		return NewBytes(), nil
 	}
 	return parseHF(raw)
 }
@@ -106,6 +106,16 @@ func CheckFingerprint(file, want, got string) error {
 	}
 	return fmt.Errorf("check tokenizer of %s: rollouts were tokenized with %q but the model's tokenizer is %q; "+
 		"token ids would mean different text, so re-tokenize the rollouts or train the matching model", file, want, got)
+}
+
+// Fingerprint returns the fingerprint a tokenizer parsed from the tokenizer.json
+// bytes raw would have, without parsing them: BytesFingerprint for the byte
+// tokenizer's own file, else the sha256 of the bytes.
+func Fingerprint(raw []byte) string {
+	if bytes.Equal(raw, BytesJSON()) {
+		return BytesFingerprint
+	}
+	return fingerprintOf(raw)
 }
 
 // fingerprintOf is the docs/design.md fingerprint of tokenizer.json bytes.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerate the tokenizer reference fixtures in data/testdata/tokenizers/.
+"""Regenerate the tokenizer reference fixtures in data/tokenizer/testdata/tokenizers/.
 
-Each data/testdata/tokenizers/<name>/ holds tokenizer.json.gz (the real file,
+Each data/tokenizer/testdata/tokenizers/<name>/ holds tokenizer.json.gz (the real file,
 gzipped) and this script writes fixtures.json next to it: the ids that the
 official Rust-core `tokenizers` package gives for a fixed corpus, with
 add_special_tokens=False (ids) and with special tokens encoded as text

@@ -1,4 +1,4 @@
-package data
+package tokenizer
 
 import (
 	"bytes"
@@ -61,10 +61,10 @@ func testTokenizer(t testing.TB, name string) Tokenizer {
 	}
 	var tok Tokenizer
 	if name == "bytes" {
-		tok = NewBytesTokenizer()
+		tok = NewBytes()
 	} else {
 		var err error
-		tok, err = ParseTokenizerJSON(rawTokenizerJSON(t, name))
+		tok, err = ParseJSON(rawTokenizerJSON(t, name))
 		require.NoError(t, err)
 	}
 	tokCache.Store(name, tok)
@@ -120,8 +120,8 @@ func TestTokenizerFixtures(t *testing.T) {
 			tok := testTokenizer(t, name)
 			toks := map[string]Tokenizer{name: tok}
 			if name == "bytes" {
-				// The Hugging Face loader on BytesTokenizerJSON must agree too.
-				hf, err := parseHF(BytesTokenizerJSON())
+				// The Hugging Face loader on BytesJSON must agree too.
+				hf, err := parseHF(BytesJSON())
 				require.NoError(t, err)
 				toks["bytes-as-hf"] = hf
 			} else {
@@ -160,24 +160,24 @@ func TestTokenizerFixtures(t *testing.T) {
 	}
 }
 
-func TestBytesTokenizerJSONGolden(t *testing.T) {
+func TestBytesJSONGolden(t *testing.T) {
 	path := filepath.Join(tokDir, "bytes", "tokenizer.json")
 	if *updateTokenizers {
 		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-		require.NoError(t, os.WriteFile(path, BytesTokenizerJSON(), 0o644))
+		require.NoError(t, os.WriteFile(path, BytesJSON(), 0o644))
 	}
 	want, err := os.ReadFile(path)
 	require.NoError(t, err)
-	require.Equal(t, string(want), string(BytesTokenizerJSON()), "run go test ./data/ -run TestBytesTokenizerJSONGolden -update-tokenizers")
+	require.Equal(t, string(want), string(BytesJSON()), "run go test ./data/ -run TestBytesJSONGolden -update-tokenizers")
 
-	tok, err := LoadTokenizer(path)
+	tok, err := Load(path)
 	require.NoError(t, err)
-	require.IsType(t, &BytesTokenizer{}, tok)
+	require.IsType(t, &Bytes{}, tok)
 	require.Equal(t, BytesFingerprint, tok.Fingerprint())
 }
 
 func TestBytesTokenizer(t *testing.T) {
-	tok := NewBytesTokenizer()
+	tok := NewBytes()
 	require.Equal(t, BytesVocabSize, tok.VocabSize())
 	require.Equal(t, 265, BytesVocabSize)
 	for i, s := range bytesSpecials {
@@ -323,7 +323,7 @@ func TestHFTokenizerBasics(t *testing.T) {
 }
 
 func TestLoadTokenizer(t *testing.T) {
-	tok, err := LoadTokenizer("bytes")
+	tok, err := Load("bytes")
 	require.NoError(t, err)
 	require.Equal(t, BytesFingerprint, tok.Fingerprint())
 
@@ -331,19 +331,19 @@ func TestLoadTokenizer(t *testing.T) {
 	raw := rawTokenizerJSON(t, "qwen3")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), raw, 0o644))
 	for _, spec := range []string{dir, filepath.Join(dir, "tokenizer.json")} {
-		tok, err := LoadTokenizer(spec)
+		tok, err := Load(spec)
 		require.NoError(t, err, spec)
 		require.Equal(t, fingerprintOf(raw), tok.Fingerprint())
 	}
 
-	_, err = LoadTokenizer(filepath.Join(dir, "missing.json"))
+	_, err = Load(filepath.Join(dir, "missing.json"))
 	require.ErrorContains(t, err, "load tokenizer")
-	_, err = LoadTokenizer(t.TempDir())
+	_, err = Load(t.TempDir())
 	require.ErrorContains(t, err, "tokenizer.json")
 
 	bad := filepath.Join(dir, "bad.json")
 	require.NoError(t, os.WriteFile(bad, []byte("{not json"), 0o644))
-	_, err = LoadTokenizer(bad)
+	_, err = Load(bad)
 	require.ErrorContains(t, err, "bad.json")
 	require.ErrorContains(t, err, "parse tokenizer.json")
 }
@@ -352,7 +352,7 @@ func TestLoadTokenizer(t *testing.T) {
 // load with the JSON path of the feature.
 func TestHFUnsupported(t *testing.T) {
 	var base map[string]any
-	require.NoError(t, json.Unmarshal(BytesTokenizerJSON(), &base))
+	require.NoError(t, json.Unmarshal(BytesJSON(), &base))
 	for _, tc := range []struct {
 		name, path string
 		value      any
@@ -379,7 +379,7 @@ func TestHFUnsupported(t *testing.T) {
 			doc[tc.path] = tc.value
 			raw, err := json.Marshal(doc)
 			require.NoError(t, err)
-			_, err = ParseTokenizerJSON(raw)
+			_, err = ParseJSON(raw)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
@@ -593,7 +593,7 @@ func TestEncodeTextEqualsPlain(t *testing.T) {
 func TestEncodeTextModelNeverGivesAddedID(t *testing.T) {
 	for _, ignoreMerges := range []bool{false, true} {
 		var doc map[string]any
-		require.NoError(t, json.Unmarshal(BytesTokenizerJSON(), &doc))
+		require.NoError(t, json.Unmarshal(BytesJSON(), &doc))
 		model := doc["model"].(map[string]any)
 		vocab := model["vocab"].(map[string]any)
 		for tok, id := range map[string]int{"ab": 300, "cd": 301, "abcd": 302, "ef": 303} {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check a safetensors file that hindsight's Go writer made, with Python's safetensors.
 
-    python3 data/testdata/safetensors/check.py FILE
+    python3 data/safetensors/testdata/safetensors/check.py FILE
 
 FILE is what TestSafetensorsPythonReadsBack writes (the same bytes as the committed
 go_written.safetensors): tensors src (F32), src_bf16 and src_f16 (Go's casts of src),
