@@ -30,7 +30,7 @@ type Options struct {
 	// reloading the policy when it moves; empty: never reload.
 	Checkpoints string
 	// Out is the spool's incoming/ folder: each file is written as name.arrow.tmp,
-	// fsynced and renamed, as DESIGN.md asks of collectors.
+	// fsynced and renamed, as docs/design.md asks of collectors.
 	Out string
 	// Backend is the compute backend spec (xla.ResolveBackend's flag argument).
 	Backend string

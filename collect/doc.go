@@ -1,4 +1,4 @@
-// Package collect closes the inner loop on one machine (DESIGN.md, The two loops): it
+// Package collect closes the inner loop on one machine (docs/design.md, The two loops): it
 // samples rollouts from the policy in the bundled task world and drops them into the
 // spool, where hindsightd trains on them.
 //

@@ -9,7 +9,7 @@ import (
 // Base is what the teacher log-prob is compared with.
 type Base string
 
-// The two bases of DESIGN.md.
+// The two bases of docs/design.md.
 const (
 	// BaseStudent compares with s_t, the plain pass (cheapest with the live teacher).
 	BaseStudent Base = "student"
@@ -24,7 +24,7 @@ type Baseline string
 // The outcome baselines.
 const (
 	// BaselineGroup: leave-one-out mean of the task group in the step, else the running
-	// mean (DESIGN.md's default).
+	// mean (docs/design.md's default).
 	BaselineGroup Baseline = "group"
 	// BaselineNone: A_out = R. With λ_hint = 0, rewards of 1 and allow_no_sampler this
 	// is supervised fine-tuning on demonstrations (advantage 1 on their policy tokens).
@@ -34,7 +34,7 @@ const (
 // Gate bounds Δ_t into the hint advantage.
 type Gate string
 
-// The gates of DESIGN.md; both are 0 at Δ = 0 and keep the sign.
+// The gates of docs/design.md; both are 0 at Δ = 0 and keep the sign.
 const (
 	GateClip Gate = "clip" // clip(Δ, −c, c)
 	GateTanh Gate = "tanh" // c·tanh(Δ/c)

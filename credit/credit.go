@@ -20,7 +20,7 @@ type Rollout struct {
 	TaskID    string    // outcome baseline group; empty means a group of its own
 	Student   []float64 // s_t = log π(y_t | y_<t), nats
 	Sampler   []float64 // μ_t, the sampler's log-prob; NaN where null (not sampled)
-	Trainable []bool    // m_t (DESIGN.md: policy segment and non-null log-prob)
+	Trainable []bool    // m_t (docs/design.md: policy segment and non-null log-prob)
 	Reward    float64   // outcome reward; used when HasReward
 	HasReward bool
 	Ref       []float64 // log π_ref(y_t | y_<t) for the KL penalty; nil when KLBeta is 0

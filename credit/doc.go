@@ -1,5 +1,5 @@
 // Package credit turns student and teacher log-probs into per-token credit: the math of
-// DESIGN.md "Credit math" in plain float64 Go. It is the reference the device loss is
+// docs/design.md "Credit math" in plain float64 Go. It is the reference the device loss is
 // tested against, and it imports nothing from the project and nothing from GoMLX.
 //
 // Data flow: xla/ scores s_t (student) and q_t(h) (teacher with hint h, and optionally

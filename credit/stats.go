@@ -5,7 +5,7 @@ import (
 	"sort"
 )
 
-// Stats are the numbers people watch for one step (DESIGN.md: the two advantages live
+// Stats are the numbers people watch for one step (docs/design.md: the two advantages live
 // on different scales and are reported separately).
 type Stats struct {
 	Rollouts   int

@@ -58,7 +58,7 @@ type LogConfig struct {
 // ModelConfig names the policy.
 type ModelConfig struct {
 	// Dir is a Hugging Face model directory (config.json, safetensors, tokenizer.json;
-	// see README "Model directories"). Rollouts must carry its tokenizer's fingerprint
+	// see docs/models.md "Model directories"). Rollouts must carry its tokenizer's fingerprint
 	// and token ids below its vocab_size, unless validation says otherwise. Empty
 	// means <data_dir>/model when training, created on first start from InitPreset.
 	Dir string `yaml:"dir"`
@@ -81,7 +81,7 @@ type SpoolConfig struct {
 type ValidationConfig struct {
 	// VocabSize rejects token ids ≥ it; 0 checks only for negative ids.
 	VocabSize int `yaml:"vocab_size"`
-	// Tokenizer is the fingerprint rollouts must carry (DESIGN.md); empty skips the check.
+	// Tokenizer is the fingerprint rollouts must carry (docs/design.md); empty skips the check.
 	Tokenizer string `yaml:"tokenizer"`
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/hindsight-ai/hindsight/train"
 )
 
-// The training pipeline (DESIGN.md "Data flow"):
+// The training pipeline (docs/design.md "Data flow"):
 //
 //	ingest ──files──► feed ──work──► teacher ×K ─┐
 //	                   └────ordered (futures)────┴──► train.Loop (score, credit, step, checkpoint)

@@ -24,9 +24,9 @@ import (
 )
 
 // Checkpoint file names inside a step directory. The directory is a model directory
-// (README "Model directories") that transformers, vLLM and SGLang load as is: its top
+// (docs/models.md "Model directories") that transformers, vLLM and SGLang load as is: its top
 // level holds one weights file, the policy's. The trainer's other tensors live in
-// TrainerDirName, where no server looks (README "Checkpoint layout").
+// TrainerDirName, where no server looks (docs/training.md "Checkpoint layout").
 const (
 	ManifestFileName     = "manifest.json"      // written last: sizes and SHA-256 of every other file
 	TrainerStateFileName = "trainer_state.json" // TrainerState; a .json, which no server loads as weights
@@ -37,7 +37,7 @@ const (
 	OptimizerFileName = TrainerDirName + "/optimizer.safetensors"
 	TeacherFileName   = TrainerDirName + "/teacher.safetensors" // frozen or EMA teacher weights, when kept
 	// AdapterDirName is the subdirectory of a LoRA run's step directory holding the
-	// adapter as PEFT saves one (README "LoRA"): vLLM's --lora-modules and PEFT's
+	// adapter as PEFT saves one (docs/training.md "LoRA"): vLLM's --lora-modules and PEFT's
 	// from_pretrained load it; servers of the root do not look there.
 	AdapterDirName        = "adapter"
 	AdapterModelFileName  = AdapterDirName + "/adapter_model.safetensors"
@@ -83,7 +83,7 @@ type TrainerState struct {
 	Config string `json:"config"`
 	// Trained lists the rollout_ids whose gradient is in these weights and whose file
 	// had not finished when the checkpoint was written: the source of truth for
-	// "trained" (DESIGN.md "Rollout states") while a file is in processing/. Once a
+	// "trained" (docs/design.md "Rollout states") while a file is in processing/. Once a
 	// file is finished the journal says so, and its ids leave the list, which so stays
 	// as short as the spool's unfinished work.
 	Trained []string `json:"trained"`

@@ -15,7 +15,7 @@ import (
 )
 
 // ModelDir is an opened Hugging Face model directory, the form of hindsight's
-// initial models and checkpoints (DESIGN.md, "Checkpoints"):
+// initial models and checkpoints (docs/design.md, "Checkpoints"):
 //
 //	config.json                   ModelConfig (llama, mistral, qwen2, qwen3)
 //	model.safetensors             the weights with transformers' names; or shards

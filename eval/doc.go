@@ -1,5 +1,5 @@
 // Package eval evaluates checkpoints: the inner loop's answer to "did this checkpoint
-// improve?" (DESIGN.md, The two loops).
+// improve?" (docs/design.md, The two loops).
 //
 //	train/  writes checkpoint step-N ──► eval.Runner.Run(step, dir, policy)
 //	                                        │ device suites, on the device goroutine, each

@@ -10,7 +10,7 @@ import (
 )
 
 // runLikelihood scores every valid rollout of file under the policy and returns the
-// mean log-prob per trainable token (nats; DESIGN.md's trainable-token rule, so the
+// mean log-prob per trainable token (nats; docs/design.md's trainable-token rule, so the
 // reference rollouts must carry sampler log-probs on their policy tokens). Rows with
 // problems are counted as skipped. When ctx ends first the metrics cover the rollouts
 // scored so far and complete is false.

@@ -72,7 +72,7 @@ func TestRunnerLikelihoodAndBudget(t *testing.T) {
 	paths, err := rollout.WriteSynth(dir, rollout.SynthOptions{N: 3, Tokens: 300, Seed: 5, PerFile: 3})
 	require.NoError(t, err)
 
-	// The reference: mean over DESIGN.md's trainable tokens of the scorer's log-probs.
+	// The reference: mean over docs/design.md's trainable tokens of the scorer's log-probs.
 	rd, err := rollout.OpenReader(paths[0], rollout.ReadOptions{})
 	require.NoError(t, err)
 	var sum float64

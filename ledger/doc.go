@@ -1,7 +1,7 @@
 // Package ledger owns "trained": the one answer to whether a rollout of a file in
 // processing/ is in the weights, and when that file is finished.
 //
-// In the data flow (DESIGN.md) it sits beside the device loop (package train), in
+// In the data flow (docs/design.md) it sits beside the device loop (package train), in
 // the write-ahead-log style of Prometheus' tsdb/wlog: every fact it relies on is
 // durable before it is used, and a crash at any point replays to the same answer.
 //

@@ -1,4 +1,4 @@
-// Package rollout owns the rollout file format: the Arrow schema of DESIGN.md, the
+// Package rollout owns the rollout file format: the Arrow schema of docs/design.md, the
 // streaming reader and writer, validation with stable problem codes, synthetic rollouts,
 // and the spool with its journal.
 //

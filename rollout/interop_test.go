@@ -35,7 +35,7 @@ type interopSpec struct {
 }
 
 // interopWriters are the writers the suite must hold, with the files that a writer
-// cannot make and why (README, "Interop").
+// cannot make and why (docs/rollouts.md, "Interop").
 var interopWriters = map[string]map[string]string{
 	"pyarrow": nil,
 	"js": {

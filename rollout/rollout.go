@@ -8,7 +8,7 @@ const SchemaVersionKey = "hindsight.schema_version"
 // SchemaVersion is the file format version this package reads and writes.
 const SchemaVersion = "1"
 
-// Column names, exactly as DESIGN.md writes them.
+// Column names, exactly as docs/design.md writes them.
 const (
 	ColRolloutID     = "rollout_id"
 	ColTaskID        = "task_id"
@@ -24,7 +24,7 @@ const (
 // SegmentKind is the role of a segment of a rollout.
 type SegmentKind uint8
 
-// The segment kinds of DESIGN.md. KindUnknown never appears in a valid rollout.
+// The segment kinds of docs/design.md. KindUnknown never appears in a valid rollout.
 const (
 	KindUnknown SegmentKind = iota
 	KindSystem
@@ -54,7 +54,7 @@ func (k SegmentKind) String() string {
 }
 
 // ParseSegmentKind maps a kind name from a file to its SegmentKind; ok is false for a
-// name DESIGN.md does not define.
+// name docs/design.md does not define.
 func ParseSegmentKind(s string) (k SegmentKind, ok bool) {
 	for i, n := range kindNames {
 		if i != int(KindUnknown) && n == s {
@@ -156,7 +156,7 @@ func (r *Rollout) HasLogProbs() bool {
 }
 
 // Trainable reports whether token i is a training target: inside an assistant,
-// reasoning or tool_call segment with a non-null sampler log-prob (DESIGN.md).
+// reasoning or tool_call segment with a non-null sampler log-prob (docs/design.md).
 func (r *Rollout) Trainable(i int) bool {
 	if !r.LogProbValid(i) {
 		return false

@@ -7,7 +7,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 )
 
-// Names of the fields of the segments struct, exactly as DESIGN.md writes them.
+// Names of the fields of the segments struct, exactly as docs/design.md writes them.
 const (
 	SegStart    = "start"
 	SegEnd      = "end"
@@ -40,7 +40,7 @@ var schemaFields = []arrow.Field{
 	{Name: ColFeedback, Type: arrow.PrimitiveTypes.Int8, Nullable: true},
 }
 
-// Schema returns the canonical schema of a rollout file (DESIGN.md, "Rollout file"),
+// Schema returns the canonical schema of a rollout file (docs/design.md, "Rollout file"),
 // with hindsight.schema_version = SchemaVersion in its metadata. The writer writes
 // exactly this schema; the reader accepts any schema that CheckSchema accepts.
 func Schema() *arrow.Schema {
@@ -92,7 +92,7 @@ const (
 	classLogProbs                   // a list of float32 or float64
 )
 
-// accepted lists the types of a class, for E_COLUMN_TYPE reasons and the README.
+// accepted lists the types of a class, for E_COLUMN_TYPE reasons and docs/rollouts.md.
 var accepted = map[typeClass]string{
 	classString:    "utf8, large_utf8, utf8_view or a dictionary of these",
 	classAnyInt:    "an integer type other than uint64",
@@ -237,7 +237,7 @@ func typeProblem(col string, want arrow.DataType, cl typeClass, got arrow.DataTy
 		Reason: fmt.Sprintf("column %s: expected %s (or %s), found %s", col, typeString(want), accepted[cl], typeString(got))}
 }
 
-// typeString writes a type the way DESIGN.md does: large_list<int32>,
+// typeString writes a type the way docs/design.md does: large_list<int32>,
 // list<struct{start int32, …}>, dictionary<int32, utf8>.
 func typeString(t arrow.DataType) string {
 	switch t := t.(type) {

@@ -6,7 +6,7 @@ import (
 	"unsafe"
 )
 
-// Validate checks one rollout against the rules of DESIGN.md and returns its
+// Validate checks one rollout against the rules of docs/design.md and returns its
 // row-level problems (Code, Column, Reason and RolloutID set; File and Row are the
 // reader's to fill), or nil when it is valid. A rule broken many times in one rollout
 // (say, 500 out-of-range tokens) gives one problem naming the first position and the

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 )
 
-// Cache keeps LLM hints on disk so that a restart (or the crash replay of DESIGN.md)
+// Cache keeps LLM hints on disk so that a restart (or the crash replay of docs/design.md)
 // does not pay for them again and gets the same text. An entry is a small JSON file
 // named by the hex SHA-256 key, under a two-character fan-out directory. Writes are
 // atomic (temp file, fsync, rename, fsync dir); a torn or foreign file reads as a

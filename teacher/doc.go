@@ -1,5 +1,5 @@
 // Package teacher decides where a rollout deserves a hint, writes the hint, and turns
-// it into tokens placed where DESIGN.md "Where a hint goes" says.
+// it into tokens placed where docs/design.md "Where a hint goes" says.
 //
 // It sits between rollout/ and the model stages:
 //

@@ -123,7 +123,7 @@ func (in *Inserter) Wrap(text string) ([]int32, error) {
 	return in.wrap(text), nil
 }
 
-// Empty returns the template with an empty hint, for the q(∅) base of DESIGN.md.
+// Empty returns the template with an empty hint, for the q(∅) base of docs/design.md.
 func (in *Inserter) Empty() []int32 { return in.wrap("") }
 
 func (in *Inserter) wrap(text string) []int32 {

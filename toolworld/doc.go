@@ -2,7 +2,7 @@
 // need two to five tool calls in the right order over a small virtual file tree, a
 // calculator and a key-value store, with a deterministic checker (reward 1 or 0).
 //
-// It sits at the start of the data flow of DESIGN.md, in place of an outside harness:
+// It sits at the start of the data flow of docs/design.md, in place of an outside harness:
 // a collector samples the policy's turns, the Env runs the calls they hold and renders
 // the conversation in the policy's chat format, token by token, and Env.Rollout hands
 // back a rollout.Rollout (tokens, sampler log-probs, segments, reward) ready for the

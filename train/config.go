@@ -14,7 +14,7 @@ type Config struct {
 	// ingester: files are finished as soon as their rows are decided.
 	Enabled bool `yaml:"enabled"`
 	// TokenBudget is N: an optimizer step happens every N trainable tokens, and N is
-	// the denominator of the loss (DESIGN.md "Credit math").
+	// the denominator of the loss (docs/design.md "Credit math").
 	TokenBudget int `yaml:"token_budget"`
 	// MaxBatchRollouts steps once the batch holds this many rollouts, even short of
 	// token_budget trainable tokens (the loss is still divided by N), so rollouts with
@@ -40,7 +40,7 @@ type Config struct {
 	TeacherModel xla.TeacherConfig `yaml:"teacher_model"`
 	// LoRA trains rank-r adapters on a frozen base instead of every weight (rank 0,
 	// the default: off); checkpoints then also hold the adapter as PEFT saves it
-	// (README "LoRA").
+	// (docs/training.md "LoRA").
 	LoRA xla.LoRAConfig `yaml:"lora"`
 	// MaxPolicyLag skips rollouts sampled more than this many optimizer steps before
 	// the current one (policy_version); 0 trains every rollout. Skips are counted.

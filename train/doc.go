@@ -2,7 +2,7 @@
 // hints in journal order, batches them, and runs score → credit → optimizer step →
 // checkpoint on the xla.Trainer, in order. Nothing else touches the Trainer.
 //
-// In the data flow (DESIGN.md) it comes after the teacher and before the outputs:
+// In the data flow (docs/design.md) it comes after the teacher and before the outputs:
 //
 //	spool (claim, decide) ──► daemon feed ──► teacher ×K ──► train.Loop ──► checkpoint, credit files
 //	                                                            │

@@ -187,7 +187,7 @@ func TestBuildNamesTheBadToken(t *testing.T) {
 }
 
 // BenchmarkPage100k builds and writes the page of one 100,000-token rollout (the
-// Go side of loading it: the browser side is measured by hand, see README).
+// Go side of loading it: the browser side is measured by hand, see docs/teacher-and-credit.md "Credit viewer").
 func BenchmarkPage100k(b *testing.B) {
 	rows := [][]creditfile.Row{{longRow(100_000)}}
 	var buf bytes.Buffer

@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 )
 
-// Causal attention cost for long rollouts (README "Long rollouts: causal attention
+// Causal attention cost for long rollouts (docs/performance.md "Long rollouts: causal attention
 // cost"). A scoring chunk at positions start…end-1 needs the keys of positions < end
 // only: its own, and those of the pages before it (paged.go), which it attends to
 // in blocks of up to MaxBlockPages pages with an online softmax (running max and

@@ -16,7 +16,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
-// A checkpoint (DESIGN.md "Checkpoints") is a model directory plus the trainer's
+// A checkpoint (docs/design.md "Checkpoints") is a model directory plus the trainer's
 // files. The Trainer fills:
 //
 //	model.safetensors              the policy under HF names, in config.json's torch_dtype

@@ -14,7 +14,7 @@ import (
 // does by default: in the scorer's online softmax (attendPaged) such a kernel took
 // every key block's probabilities as inputs at once, so a step's temporaries grew
 // with the rollout (302 MiB at a 16k span, against 71 MiB with each product its
-// own kernel; README "Long rollouts: causal attention cost"). individual_dot keeps
+// own kernel; docs/performance.md "Long rollouts: causal attention cost"). individual_dot keeps
 // YNNPACK for every product on its own: scoring a Qwen3-0.6B-shaped model took the
 // same CPU time as with the default (18.8 against 18.9 CPU-s per warm pass of 1,024
 // tokens, two runs each), where no YNNPACK at all took 1.5× as long.

@@ -3,7 +3,7 @@
 // held constant, chunked backprop (truncated, or exact in reverse chunk order),
 // AdamW, teacher modes, checkpoints).
 //
-// In the data flow of DESIGN.md it sits between teacher/ (which turns hints into
+// In the data flow of docs/design.md it sits between teacher/ (which turns hints into
 // tokens) and credit/ (which turns log-probs into advantages):
 //
 //	rollout tokens ──► Scorer.Score        s_t = log π(y_t | y_<t), chunked, KV cache kept

@@ -15,7 +15,7 @@ import (
 // it wrote, and the cache is never copied whole (GoMLX v0.26 cannot update a
 // donated buffer in place: a step that returned the whole cache held two of it).
 // The training pass reads the cache contiguously (per layer a [Capacity, 1,
-// kv_heads, head_dim] tensor, earlier chunks' K/V as constants: DESIGN.md, "Long
+// kv_heads, head_dim] tensor, earlier chunks' K/V as constants: docs/design.md, "Long
 // rollouts"); Scorer.flatten makes that form once. ScoreHinted reuses a cache as
 // the prefix of every hinted segment: pages are never modified, only replaced, so
 // a copy shares them. A cache belongs to the model that filled it. Close frees the

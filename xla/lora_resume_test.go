@@ -127,7 +127,7 @@ func abs32(x float32) float32 {
 //     ".lora_A.weight", does not end in one of the model's LoRA modules; the
 //     worker refuses an adapter whose r exceeds --max-lora-rank (default 16).
 //
-// The root keeps a single weights file (README "Checkpoint layout"), and the
+// The root keeps a single weights file (docs/training.md "Checkpoint layout"), and the
 // manifest lists the adapter's files.
 func TestLoRACheckpointFollowsPEFT(t *testing.T) {
 	backend := newTestBackend(t)

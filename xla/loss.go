@@ -14,7 +14,7 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
 
-// The device loss of DESIGN.md "Credit math", for one chunk of one rollout:
+// The device loss of docs/design.md "Credit math", for one chunk of one rollout:
 //
 //	loss = Σ_i −w_i·l_i + c_i·k3_i,   k3_i = exp(r_i − l_i) − (r_i − l_i) − 1
 //

@@ -191,7 +191,7 @@ func TestChunkedGradientOneChunk(t *testing.T) {
 
 // TestTruncatedGradientCosine measures how far truncated backprop (earlier chunks'
 // K/V constant) is from the exact gradient at T = 256, for a few chunk sizes. The
-// cosine similarities are logged (README "Training").
+// cosine similarities are logged (docs/training.md "Training").
 func TestTruncatedGradientCosine(t *testing.T) {
 	backend := newTestBackend(t)
 	m := testModel(t, smallFields(), 23)

@@ -11,7 +11,7 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
 
-// Scoring against a paged KV cache (KVCache.pages; README "Long rollouts: causal
+// Scoring against a paged KV cache (KVCache.pages; docs/performance.md "Long rollouts: causal
 // attention cost"). A chunk at positions pos…pos+n−1 (n ≤ the page size P) attends
 // to itself and to the pages of its past span (spanFor(pos): 1…8 pages, then
 // 5…8 × 2^k, in blocks of ≤ MaxBlockPages pages), and returns the page holding pos

@@ -10,7 +10,7 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
 
-// TeacherMode says which weights score the hinted passes (DESIGN.md "Credit math").
+// TeacherMode says which weights score the hinted passes (docs/design.md "Credit math").
 type TeacherMode string
 
 // The teacher modes.

@@ -47,14 +47,14 @@ type TrainerOptions struct {
 	Seed uint64
 }
 
-// Backprop is how a rollout's gradient reaches across chunks (DESIGN.md "Long
+// Backprop is how a rollout's gradient reaches across chunks (docs/design.md "Long
 // rollouts").
 type Backprop string
 
 const (
 	// BackpropTruncated: earlier chunks' K/V come from the scoring pass as constants.
 	// The cheapest; the gradient misses how a chunk's tokens shape later chunks'
-	// attention (cosine with the exact gradient ~0.86–0.96, README "Training").
+	// attention (cosine with the exact gradient ~0.86–0.96, docs/training.md "Training").
 	BackpropTruncated Backprop = "truncated"
 	// BackpropExact: the chunks run last to first, each passing the cotangent of the
 	// earlier positions' K/V back: the exact gradient, with activation memory bounded
@@ -84,7 +84,7 @@ const DefaultChunkTrain = 256
 const DefaultTrainAttentionScores = 1 << 24
 
 // Rollout is one rollout as the trainer takes it: its tokens, the sampler's
-// log-probs, which tokens are trainable (DESIGN.md), its outcome and its hinted
+// log-probs, which tokens are trainable (docs/design.md), its outcome and its hinted
 // segments.
 type Rollout struct {
 	ID        string

@@ -5,7 +5,7 @@
 //	go run ./bench/efficacy -probe 80 -backend xla-cpu    # each hint setup's Δ on the warm start, no training
 //	go run ./bench/efficacy -backend xla-cpu              # the arms, then results.json, efficacy.png
 //
-// The defaults are protocol 2's (README, "Protocol 2"); protocol 1 ran with -steps 8
+// The defaults are protocol 2's (docs/experiments/protocol2.md); protocol 1 ran with -steps 8
 // -eval-every 4 -hints generic,failed,student.
 //
 // Every arm starts from the warm start under bench/efficacy/warmstart/model; arms run

@@ -10,7 +10,7 @@ import (
 )
 
 // mergeCmd is `hindsight merge -checkpoint DIR -out DIR [-base DIR]`: the model
-// directory of a LoRA run's base with its adapter merged in (README "LoRA").
+// directory of a LoRA run's base with its adapter merged in (docs/training.md "LoRA").
 func mergeCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hindsight merge", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -1,6 +1,6 @@
 // Command hindsightd is the hindsight trainer daemon: it watches a spool of agent
 // rollout files, validates and journals every rollout exactly once, and reports its
-// state through a protobuf status service. See the README for configuration.
+// state through a protobuf status service. See docs/running.md for configuration.
 package main
 
 import (

@@ -118,7 +118,7 @@ func Fingerprint(raw []byte) string {
 	return fingerprintOf(raw)
 }
 
-// fingerprintOf is the DESIGN.md fingerprint of tokenizer.json bytes.
+// fingerprintOf is the docs/design.md fingerprint of tokenizer.json bytes.
 func fingerprintOf(raw []byte) string {
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])

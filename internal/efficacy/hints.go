@@ -259,7 +259,7 @@ func LeaksAnswer(text string, t toolworld.Task) bool {
 
 // toTrainer converts a toolworld rollout and its hints to the trainer's input through
 // the daemon's one adapter (train.ToTrainer). A demonstration has no sampler log-probs
-// at all (scripted text is not sampled); DESIGN.md makes such a rollout trainable only
+// at all (scripted text is not sampled); docs/design.md makes such a rollout trainable only
 // when configured (credit.allow_no_sampler, importance weight 1), and then its policy
 // segments past their first header tokens (the harness's role header) are the targets.
 func toTrainer(r *rollout.Rollout, hints []teacher.Hint, header int) xla.Rollout {

@@ -194,7 +194,7 @@ func nanIfNoHints(s StepStat, v float64) float64 {
 }
 
 // Write writes results.json, efficacy.png (success vs rollouts), efficacy_cpu.png
-// (success vs training CPU-seconds) and results.md (the README table) into dir.
+// (success vs training CPU-seconds) and results.md (the report table) into dir.
 func (res Results) Write(dir string) error {
 	b, err := json.MarshalIndent(jsonSafe(res), "", "  ")
 	if err != nil {
@@ -290,7 +290,7 @@ func nanToNull(v reflect.Value) any {
 	return v.Interface()
 }
 
-// Table renders the README table: per arm the final success, gain, rollouts- and
+// Table renders the report table: per arm the final success, gain, rollouts- and
 // CPU-seconds-to-threshold over seeds, cost and credit statistics, then the ratio.
 func (res Results) Table() string {
 	var b strings.Builder

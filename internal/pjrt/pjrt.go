@@ -33,7 +33,7 @@ type Plugin struct {
 
 // CPU is XLA's CPU PJRT plugin as shipped in lammps-jax-pjrt-cpu 0.11.2: built from the
 // XLA of jaxlib 0.11.2, PJRT C API 0.115, manylinux_2_27 (needs glibc ≥ 2.27 and
-// libstdc++ with GLIBCXX_3.4.22). README "XLA on CPU" says why the other candidates
+// libstdc++ with GLIBCXX_3.4.22). docs/performance.md "Backends: pure Go and XLA on CPU" says why the other candidates
 // were rejected.
 var CPU = Plugin{
 	Name:       "xla-cpu",

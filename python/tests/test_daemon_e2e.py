@@ -126,7 +126,7 @@ def wait_files(d: Path, n: int, daemon: Daemon) -> list[str]:
 
 
 def test_daemon_with_model_dir(tmp_path: Path, go_bin: Path) -> None:
-    """The README's flow: a model directory from `hindsight init-model`, its tokenizer
+    """The flow of docs/rollouts.md "Feeding hindsight from Python": a model directory from `hindsight init-model`, its tokenizer
     fingerprint and vocabulary size in the writer, the daemon configured with it."""
     model = tmp_path / "model"
     res = subprocess.run([str(go_bin / "hindsight"), "init-model", "-out", str(model), "-preset", "tiny",

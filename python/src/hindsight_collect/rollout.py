@@ -1,4 +1,4 @@
-"""The rollout row of DESIGN.md ("Rollout file") as Python values, and its JSON form."""
+"""The rollout row of docs/design.md ("Rollout file") as Python values, and its JSON form."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ BYTES_TOKENIZER: Final = "bytes-v1"
 """BYTES_TOKENIZER is the fingerprint of hindsight's embedded byte tokenizer (ids 0–255 are bytes, 256–264 specials)."""
 
 KINDS: Final = ("system", "user", "assistant", "reasoning", "tool_call", "tool_result")
-"""KINDS are the segment kinds of DESIGN.md."""
+"""KINDS are the segment kinds of docs/design.md."""
 POLICY_KINDS: Final = frozenset({"assistant", "reasoning", "tool_call"})
 """POLICY_KINDS are the kinds the policy produced: only they hold trainable tokens."""
 
@@ -35,7 +35,7 @@ the byte tokenizer, whose fingerprint is bytes-v1."""
 
 
 def fingerprint(tokenizer_json: str | os.PathLike[str] | bytes) -> str:
-    """fingerprint returns the tokenizer fingerprint of DESIGN.md that the daemon
+    """fingerprint returns the tokenizer fingerprint of docs/design.md that the daemon
     computes: "sha256:" + the hex sha256 of the tokenizer.json bytes, or "bytes-v1" for
     the tokenizer.json of hindsight's byte tokenizer. Pass a tokenizer.json path, a
     model directory holding one, or the file's bytes (never a re-serialised JSON: the
@@ -72,7 +72,7 @@ class Segment:
 
 @dataclass
 class Rollout:
-    """Rollout is one row of a rollout file (DESIGN.md, "Rollout file").
+    """Rollout is one row of a rollout file (docs/design.md, "Rollout file").
 
     tokens are the whole token sequence exactly as sampled; logprobs hold the sampler
     log-prob (nats) of each token, None where the policy did not sample it (role

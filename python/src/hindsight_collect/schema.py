@@ -34,7 +34,7 @@ _FIELDS: list[pa.Field[Any]] = [
 
 
 def schema() -> pa.Schema:
-    """schema returns the canonical schema of a rollout file (DESIGN.md, "Rollout
+    """schema returns the canonical schema of a rollout file (docs/design.md, "Rollout
     file") with hindsight.schema_version = "1" in its metadata."""
     return pa.schema(_FIELDS, metadata={SCHEMA_VERSION_KEY: SCHEMA_VERSION})
 
@@ -44,7 +44,7 @@ _LIST_NAMES: Final = (("list_view", pa.types.is_list_view), ("large_list_view", 
 
 
 def _type_string(t: pa.DataType) -> str:
-    """_type_string writes a type the way DESIGN.md and the Go reader do."""
+    """_type_string writes a type the way docs/design.md and the Go reader do."""
     for name, is_list in _LIST_NAMES:
         if is_list(t):
             lt: Any = t  # one of four list types; the stubs narrow each apart
@@ -122,7 +122,7 @@ def _type_problem(name: str, want: pa.DataType, got: pa.DataType) -> Problem:
 def check_schema(s: pa.Schema) -> Problem | None:
     """check_schema returns the first file-level problem of a file's schema, as the Go
     reader's CheckSchema finds it (columns by name, any order, extra columns ignored,
-    the equivalent types of the README accepted, a missing schema version read as
+    the equivalent types of docs/rollouts.md accepted, a missing schema version read as
     "1"), or None."""
     md = s.metadata or {}
     v = md.get(SCHEMA_VERSION_KEY.encode())

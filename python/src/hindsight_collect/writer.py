@@ -1,5 +1,5 @@
 """RolloutWriter: validated rollouts into the daemon's spool, one file at a time,
-published atomically (DESIGN.md: collectors write name.arrow.tmp and rename it)."""
+published atomically (docs/design.md: collectors write name.arrow.tmp and rename it)."""
 
 from __future__ import annotations
 
