@@ -129,9 +129,15 @@ func (d *daemon) drainIncoming(ctx, work context.Context) error {
 func (d *daemon) processClaim(ctx, work context.Context, c *rollout.ClaimState) error {
 	start := time.Now()
 	var rep *rollout.FileReport
+	var kept *keptRows
 	err := d.retryDiskFull(work, "decide", filepath.Join(d.spool.Dir(rollout.DirProcessing), c.ClaimedName()), func() error {
+		var keep func(int, *rollout.Rollout)
+		if d.training() {
+			kept = &keptRows{}
+			keep = kept.add
+		}
 		var err error
-		rep, err = d.spool.Process(work, c)
+		rep, err = d.spool.ProcessRows(work, c, keep)
 		return err
 	})
 	toTrain := err == nil && rep.Quarantine == nil && d.training() && rep.Accepted > 0
@@ -168,7 +174,7 @@ func (d *daemon) processClaim(ctx, work context.Context, c *rollout.ClaimState) 
 	d.events.FileDecided(rep, toTrain)
 	d.stats.publish()
 	if toTrain {
-		return d.handToTrainer(ctx, work, c, rep)
+		return d.handToTrainer(ctx, work, c, rep, kept.final())
 	}
 	return nil
 }

@@ -18,17 +18,67 @@ import (
 //	ingest ──files──► feed ──work──► teacher ×K ─┐
 //	                   └────ordered (futures)────┴──► train.Loop (score, credit, step, checkpoint)
 //
-// ingest claims and decides files in journal order and hands the decided ones to
-// feed; feed re-streams each file's accepted rollouts through the spool
-// (Spool.Accepted), in row order, skipping those the ledger says were trained
-// before, and sends each both to the teacher workers and, as a future, to the
-// ordered queue; the device goroutine takes the futures in order, so rollouts are
+// ingest claims and decides files in journal order and hands the decided ones, with
+// the accepted rollouts it kept while deciding them (Spool.ProcessRows: the file is
+// read once), to feed; feed sends each accepted rollout, in row order, skipping those
+// the ledger says were trained before, both to the teacher workers and, as a future,
+// to the ordered queue (a file whose accepted rows are too large to keep, over
+// keepTokensMax, is streamed a second time from the spool, Spool.Accepted); the device goroutine takes the futures in order, so rollouts are
 // trained in journal order whatever order the hints arrive in. Every channel is
 // small: the backlog stays on disk, in the spool.
 
+// keepTokensMax bounds the tokens of the accepted rows ingest keeps in memory for one
+// file: 4 Mi tokens are ~32 MiB with their sampler log-probs, and at most three files'
+// rows are held at once (one being decided, one queued, one being fed). A file over it
+// is read a second time, streamed one record batch at a time, so a huge file never
+// sits in memory.
+const keepTokensMax = 4 << 20
+
+// keptRow is an accepted rollout of a file, kept from the read that decided it.
+type keptRow struct {
+	row int
+	r   *rollout.Rollout
+}
+
+// keptRows collects a file's accepted rows as Spool.ProcessRows decides them, up to
+// keepTokensMax tokens.
+type keptRows struct {
+	rows   []keptRow
+	tokens int64
+	over   bool
+}
+
+func (k *keptRows) add(row int, r *rollout.Rollout) {
+	if k.over {
+		return
+	}
+	k.tokens += int64(len(r.Tokens))
+	if k.tokens > keepTokensMax {
+		k.rows, k.over = nil, true
+		return
+	}
+	k.rows = append(k.rows, keptRow{row, r.Clone()})
+}
+
+// final returns the kept rows, or nil when there are none to use (nothing was kept,
+// or the file was over keepTokensMax): feed then streams the file from the spool.
+func (k *keptRows) final() []keptRow {
+	if k == nil || k.over {
+		return nil
+	}
+	return k.rows
+}
+
+// decidedFile is a decided file on its way to feed, with its accepted rows when they
+// were kept (nil: stream them from the spool).
+type decidedFile struct {
+	*ledger.File
+	rows []keptRow
+}
+
 // queues are the pipeline's channels and their depth gauges.
 type queues struct {
-	files   chan *ledger.File
+	files   chan *decidedFile
 	work    chan *train.Item
 	ordered chan *train.Item
 	inTeach atomic.Int64
@@ -37,7 +87,7 @@ type queues struct {
 
 func newQueues(concurrency int) *queues {
 	return &queues{
-		files:   make(chan *ledger.File, 1),
+		files:   make(chan *decidedFile, 1),
 		work:    make(chan *train.Item),
 		ordered: make(chan *train.Item, concurrency+1),
 	}
@@ -71,7 +121,7 @@ func feed(ctx context.Context, sp *rollout.Spool, q *queues, before func(id stri
 		}
 	}
 	for {
-		var f *ledger.File
+		var f *decidedFile
 		select {
 		case <-ctx.Done():
 			return nil
@@ -83,18 +133,24 @@ func feed(ctx context.Context, sp *rollout.Spool, q *queues, before func(id stri
 		}
 		q.feeding.Store(true)
 		already, stopped := 0, false
-		err := sp.Accepted(f.Claim, func(row int, r *rollout.Rollout) bool {
+		next := func(row int, r *rollout.Rollout) bool {
 			if before(r.ID) {
 				already++
 				return true
 			}
-			stopped = !send(train.NewItem(f, row, r.Clone()))
+			stopped = !send(train.NewItem(f.File, row, r))
 			return !stopped
-		})
-		if err != nil {
+		}
+		if f.rows != nil {
+			for _, k := range f.rows {
+				if !next(k.row, k.r) {
+					break
+				}
+			}
+		} else if err := sp.Accepted(f.Claim, func(row int, r *rollout.Rollout) bool { return next(row, r.Clone()) }); err != nil {
 			return fmt.Errorf("train %s: %w", f.Report.Claimed, err)
 		}
-		ok := !stopped && send(train.NewEnd(f, already))
+		ok := !stopped && send(train.NewEnd(f.File, already))
 		q.feeding.Store(false)
 		if !ok {
 			return nil

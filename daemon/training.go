@@ -140,17 +140,18 @@ func (d *daemon) watchdogAlive(every time.Duration) bool {
 	return last == 0 || time.Since(time.Unix(0, last)) < 2*every
 }
 
-// handToTrainer sends a decided file with accepted rollouts to the pipeline; it
-// blocks while the pipeline is full (the spool is the backlog). ctx is the ingest
-// stage's (it ends when the pipeline stops), work the file's.
-func (d *daemon) handToTrainer(ctx, work context.Context, c *rollout.ClaimState, rep *rollout.FileReport) error {
+// handToTrainer sends a decided file with accepted rollouts to the pipeline, with the
+// rows Process kept (nil: feed streams them from the spool); it blocks while the
+// pipeline is full (the spool is the backlog). ctx is the ingest stage's (it ends
+// when the pipeline stops), work the file's.
+func (d *daemon) handToTrainer(ctx, work context.Context, c *rollout.ClaimState, rep *rollout.FileReport, rows []keptRow) error {
 	if c.Decisions == nil {
 		if o := d.spool.Journal().Open(c.Seq); o != nil {
 			c = o // the journal's copy holds the decisions the ledger reads
 		}
 	}
 	select {
-	case d.q.files <- &ledger.File{Claim: c, Report: rep}:
+	case d.q.files <- &decidedFile{File: &ledger.File{Claim: c, Report: rep}, rows: rows}:
 		return nil
 	case <-work.Done():
 		return errStopped

@@ -69,3 +69,40 @@ func TestSpoolFinishIdempotent(t *testing.T) {
 	require.EqualValues(t, 1, s.Journal().Totals().FilesDone)
 	require.FileExists(t, rep.Dest)
 }
+
+// TestSpoolProcessRows: the rows ProcessRows keeps while deciding a file are the rows
+// and rollouts Accepted streams from it afterwards, for a new claim and for a claim
+// decided before (a restart), so training needs no second read.
+func TestSpoolProcessRows(t *testing.T) {
+	root := t.TempDir()
+	s := openTestSpool(t, root)
+	rs := synthRollouts("keep", 5)
+	rs[1].LogProbs = append([]float32(nil), rs[1].LogProbs...)
+	rs[1].LogProbs[len(rs[1].LogProbs)-1] = float32(0.5) // a log-prob > 0: rejected
+	drop(t, s, "a.arrow", rs)
+	c, err := s.Claim("a.arrow")
+	require.NoError(t, err)
+
+	type kept struct {
+		row int
+		r   *Rollout
+	}
+	collect := func(c *ClaimState) []kept {
+		var got []kept
+		rep, err := s.ProcessRows(t.Context(), c, func(row int, r *Rollout) { got = append(got, kept{row, r.Clone()}) })
+		require.NoError(t, err)
+		require.Equal(t, 4, rep.Accepted, "%v", rep.Problems)
+		return got
+	}
+	got := collect(c)
+	var streamed []kept
+	require.NoError(t, s.Accepted(c, func(row int, r *Rollout) bool {
+		streamed = append(streamed, kept{row, r.Clone()})
+		return true
+	}))
+	require.Equal(t, streamed, got)
+	require.Equal(t, []int{0, 2, 3, 4}, []int{got[0].row, got[1].row, got[2].row, got[3].row})
+
+	again := collect(&ClaimState{Seq: c.Seq, Name: c.Name, Decided: true, Decisions: c.Decisions})
+	require.Equal(t, got, again, "a decided claim keeps the same rows")
+}

@@ -43,6 +43,16 @@ type FileReport struct {
 // The returned error is for the spool itself (journal, disk); problems of the file are
 // in the report. After Process, call Finish when the file's rollouts need it no more.
 func (s *Spool) Process(ctx context.Context, c *ClaimState) (*FileReport, error) {
+	return s.ProcessRows(ctx, c, nil)
+}
+
+// ProcessRows is Process that also passes each accepted row, in row order, to keep as
+// it is decided, so a caller that trains the rows need not read the file a second
+// time (Accepted). r points into the current record batch and is valid only during
+// the call (Clone it to keep it). The rows kept are final only when the returned
+// report has no Quarantine: a file that turns out unreadable further on is quarantined
+// whole, and what keep saw of it must be dropped. A nil keep is Process.
+func (s *Spool) ProcessRows(ctx context.Context, c *ClaimState, keep func(row int, r *Rollout)) (*FileReport, error) {
 	claimed := c.ClaimedName()
 	path := filepath.Join(s.Dir(DirProcessing), claimed)
 	rep := &FileReport{Seq: c.Seq, Name: c.Name, Claimed: claimed}
@@ -99,6 +109,9 @@ func (s *Spool) Process(ctx context.Context, c *ClaimState) (*FileReport, error)
 		if d.Accepted {
 			rep.Accepted++
 			rep.Tokens += d.Tokens
+			if keep != nil {
+				keep(r.Row(), ro)
+			}
 		} else {
 			rep.Rejected++
 			for _, p := range probs {
@@ -179,9 +192,10 @@ func (s *Spool) Finish(c *ClaimState, rep *FileReport) error {
 }
 
 // Accepted streams the accepted rows of decided claim c, in row order, from its file
-// in processing/: the spool owns every read of a claimed file, and training re-reads
-// the rows it accepted through here. Memory is bounded by one record batch of the
-// file (the backlog stays on disk). The rollout yield gets points into that batch and
+// in processing/: the spool owns every read of a claimed file. Training reads the rows
+// a second time through here only for a file too large to keep its accepted rows in
+// memory from ProcessRows. Memory is bounded by one record batch of the file (the
+// backlog stays on disk). The rollout yield gets points into that batch and
 // is valid only during the call (Clone it to keep it); yield returning false stops
 // the stream early, with a nil error.
 func (s *Spool) Accepted(c *ClaimState, yield func(row int, r *Rollout) bool) error {
