@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/stretchr/testify/require"
-
-	"github.com/hindsight-ai/hindsight/data"
 )
 
 // chromiumPath returns the browser binary, or skips the test without one (fails
@@ -44,7 +43,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Skip("starts a browser")
 	}
 	dir := t.TempDir()
-	name := "3-run" + data.CreditSuffix
+	name := "3-run" + creditfile.Suffix
 	writeTestCredit(t, dir, name, "hi")
 	base := startPagesServer(t, dir)
 

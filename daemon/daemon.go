@@ -13,6 +13,7 @@ import (
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -59,9 +60,16 @@ type Events interface {
 }
 
 // daemon is one run of hindsightd: the stages and what they share. The ingest loop
-// is the only goroutine that drives the spool; the device goroutine (train.Loop) the
-// only one that drives the trainer and the ledger; everything else reads published
-// snapshots.
+// claims and decides spool files; the device goroutine (train.Loop) is the only one
+// that drives the trainer and the ledger, and it also finishes wholly trained files
+// in the spool (d.finish, called by the ledger right after the file's credit file is
+// published). Finishing is not handed back to the ingest loop over a channel: ingest
+// spends most of its time blocked handing the next decided file to the pipeline, so a
+// finish queued behind it would wait for the device, and keeping it in the ledger's
+// step keeps "credit file published, then file finished" one ordered sequence that a
+// crash replays. Spool.Finish touches only its own claim's file and the journal
+// serialises updates with its mutex, so the two goroutines never race. Everything
+// else reads published snapshots.
 type daemon struct {
 	cfg     Config
 	opts    Options
@@ -74,7 +82,8 @@ type daemon struct {
 	events  Events
 	started time.Time
 	pauser  *pauser
-	wake    chan struct{} // a file may have landed in incoming/
+	wake    chan struct{}   // a file may have landed in incoming/
+	storage fsutil.Features // what the data directory's file system offers
 
 	// Training (nil while train.enabled is false).
 	readOpts  rollout.ReadOptions
@@ -116,6 +125,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	defer lock.release()
+	if d.storage, err = probeStorage(cfg.DataDir, opts.Log.With().Str("component", "storage").Logger()); err != nil {
+		return err
+	}
+	if err := removeTemps(cfg, opts.Log.With().Str("component", "storage").Logger()); err != nil {
+		return err
+	}
 	closeAll, err := d.open()
 	defer closeAll()
 	if err != nil {
@@ -158,6 +173,7 @@ func (d *daemon) open() (close func(), err error) {
 	d.reg = prometheus.NewRegistry()
 	d.stats = newStats(d.opts.Version, d.cfg.DataDir, d.started, d.spool, d.pauser.proto)
 	d.metrics = newMetrics(d.reg, d.stats, d.opts.Version)
+	d.reg.MustRegister(storageGauge(d.storage))
 	d.pauser.onChange = d.stats.publish
 	d.stats.publish()
 	if !d.training() {

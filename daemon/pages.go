@@ -16,8 +16,9 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/viewer"
 )
 
@@ -40,6 +41,8 @@ type Pages struct {
 	// and shows token ids for others.
 	Tokenizer tokenizer.Tokenizer
 	Clip      float64
+	// Storage is what the data directory's file system offers (fsutil.Probe at start).
+	Storage *fsutil.Features
 }
 
 // SetPages serves the status page (/), its data (/status/history.json) and the credit
@@ -97,6 +100,14 @@ type historyDoc struct {
 	History []HistoryPoint  `json:"history"`
 	Files   []creditFile    `json:"files"`
 	Error   string          `json:"files_error,omitempty"`
+	// Storage is the data directory's file system and how renames work on it.
+	Storage *storageDoc `json:"storage,omitempty"`
+}
+
+// storageDoc is the storage part of /status/history.json.
+type storageDoc struct {
+	fsutil.Features
+	RenameMode string `json:"rename_mode"` // "renameat2" or "check-then-rename"
 }
 
 func (s *Server) historyJSON(w http.ResponseWriter, r *http.Request) {
@@ -115,6 +126,9 @@ func (s *Server) historyJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.History != nil {
 		doc.History = p.History()
+	}
+	if p.Storage != nil {
+		doc.Storage = &storageDoc{Features: *p.Storage, RenameMode: p.Storage.RenameMode()}
 	}
 	files, err := recentCredit(p.CreditDir, recentCreditFiles)
 	if err != nil {
@@ -157,11 +171,11 @@ func recentCredit(dir string, n int) ([]creditFile, error) {
 }
 
 // validCreditName accepts a plain file name (no separator, no dot-file, no "..")
-// that ends in data.CreditSuffix.
+// that ends in creditfile.Suffix.
 func validCreditName(name string) bool {
 	return name != "" && filepath.Base(name) == name && !strings.ContainsAny(name, `/\`) &&
 		!strings.HasPrefix(name, ".") && !strings.Contains(name, "..") &&
-		strings.HasSuffix(name, data.CreditSuffix) && len(name) > len(data.CreditSuffix)
+		strings.HasSuffix(name, creditfile.Suffix) && len(name) > len(creditfile.Suffix)
 }
 
 var listTmpl = template.Must(template.New("list").Parse(`<!doctype html>
@@ -204,7 +218,7 @@ func (s *Server) viewerFile(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	if !validCreditName(name) {
-		http.Error(w, fmt.Sprintf("credit file %q: not a credit file name (want NAME%s, no path)", name, data.CreditSuffix), http.StatusBadRequest)
+		http.Error(w, fmt.Sprintf("credit file %q: not a credit file name (want NAME%s, no path)", name, creditfile.Suffix), http.StatusBadRequest)
 		return
 	}
 	path := filepath.Join(p.CreditDir, name)
@@ -212,13 +226,13 @@ func (s *Server) viewerFile(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	rows, err := data.ReadCreditFile(path)
+	rows, err := creditfile.Read(path)
 	if err != nil {
 		s.log.Warn().Err(err).Str("file", path).Msg("viewer: read credit file")
 		http.Error(w, fmt.Sprintf("read credit file %s: %v", name, err), http.StatusInternalServerError)
 		return
 	}
-	page, err := viewer.Build([]string{name}, [][]data.CreditRow{rows}, p.Tokenizer, p.Clip)
+	page, err := viewer.Build([]string{name}, [][]creditfile.Row{rows}, p.Tokenizer, p.Clip)
 	var buf bytes.Buffer
 	if err == nil {
 		err = viewer.Write(&buf, page)

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
@@ -25,14 +25,14 @@ func writeTestCredit(t *testing.T, dir, name, text string) {
 	t.Helper()
 	tok := tokenizer.NewBytes()
 	ids := tok.EncodeText(text)
-	row := data.CreditRow{RolloutID: "roll-1", TaskID: "task-a", Tokens: ids, Tokenizer: tokenizer.BytesFingerprint, Reward: 1, HasReward: true}
+	row := creditfile.Row{RolloutID: "roll-1", TaskID: "task-a", Tokens: ids, Tokenizer: tokenizer.BytesFingerprint, Reward: 1, HasReward: true}
 	for i := range ids {
 		row.LossMask = append(row.LossMask, i > 0)
 		row.Student = append(row.Student, -0.5)
 		row.Teacher = append(row.Teacher, -0.25)
 		row.Advantages = append(row.Advantages, 0.25)
 	}
-	require.NoError(t, data.WriteCreditFile(filepath.Join(dir, name), []data.CreditRow{row}, true))
+	require.NoError(t, creditfile.Write(filepath.Join(dir, name), []creditfile.Row{row}, true))
 }
 
 // get fetches url and returns the status code, the body and the headers.
@@ -91,10 +91,10 @@ func TestStatusPage(t *testing.T) {
 
 func TestHistoryJSON(t *testing.T) {
 	dir := t.TempDir()
-	writeTestCredit(t, dir, "1-a"+data.CreditSuffix, "old")
+	writeTestCredit(t, dir, "1-a"+creditfile.Suffix, "old")
 	old := time.Now().Add(-time.Hour)
-	require.NoError(t, os.Chtimes(filepath.Join(dir, "1-a"+data.CreditSuffix), old, old))
-	writeTestCredit(t, dir, "2-b"+data.CreditSuffix, "new")
+	require.NoError(t, os.Chtimes(filepath.Join(dir, "1-a"+creditfile.Suffix), old, old))
+	writeTestCredit(t, dir, "2-b"+creditfile.Suffix, "new")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("x"), 0o644))
 	base := startPagesServer(t, dir)
 
@@ -119,13 +119,13 @@ func TestHistoryJSON(t *testing.T) {
 	require.Equal(t, int64(3), p.TeacherFailures)
 	require.Equal(t, map[string]float64{"smoke": 0.75}, p.Evals)
 	require.Len(t, doc.Files, 2, "only credit files are listed")
-	require.Equal(t, "2-b"+data.CreditSuffix, doc.Files[0].Name, "newest first")
-	require.Equal(t, "1-a"+data.CreditSuffix, doc.Files[1].Name)
+	require.Equal(t, "2-b"+creditfile.Suffix, doc.Files[0].Name, "newest first")
+	require.Equal(t, "1-a"+creditfile.Suffix, doc.Files[1].Name)
 }
 
 func TestViewerServesCreditFiles(t *testing.T) {
 	dir := t.TempDir()
-	name := "7-run" + data.CreditSuffix
+	name := "7-run" + creditfile.Suffix
 	writeTestCredit(t, dir, name, "hello credit")
 	base := startPagesServer(t, dir)
 
@@ -140,7 +140,7 @@ func TestViewerServesCreditFiles(t *testing.T) {
 	require.Contains(t, body, "roll-1")
 	require.Contains(t, body, `"text":["h","e","l","l","o"`, "tokens decoded with the byte tokenizer")
 
-	code, _, _ = get(t, base+"/viewer/missing"+data.CreditSuffix)
+	code, _, _ = get(t, base+"/viewer/missing"+creditfile.Suffix)
 	require.Equal(t, http.StatusNotFound, code)
 }
 
@@ -148,8 +148,8 @@ func TestViewerRejectsTraversal(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "outputs")
 	require.NoError(t, os.Mkdir(dir, 0o755))
-	writeTestCredit(t, root, "secret"+data.CreditSuffix, "secret") // outside the credit dir
-	require.NoError(t, os.Symlink(filepath.Join(root, "secret"+data.CreditSuffix), filepath.Join(dir, "link"+data.CreditSuffix)))
+	writeTestCredit(t, root, "secret"+creditfile.Suffix, "secret") // outside the credit dir
+	require.NoError(t, os.Symlink(filepath.Join(root, "secret"+creditfile.Suffix), filepath.Join(dir, "link"+creditfile.Suffix)))
 	base := startPagesServer(t, dir)
 
 	for path, want := range map[string]int{

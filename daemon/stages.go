@@ -79,7 +79,7 @@ func (d *daemon) serve(ctx context.Context) error {
 	srv := NewServer(d.cfg.Listen, d.stats.snapshot, d.reg, d.opts.Log)
 	srv.SetServing(false) // not ready until the spool is recovered
 	srv.SetController(d)
-	srv.SetPages(Pages{History: d.stats.hist.points, CreditDir: d.cfg.OutputPath(), Tokenizer: d.tokenizer, Clip: d.cfg.Credit.Clip})
+	srv.SetPages(Pages{History: d.stats.hist.points, CreditDir: d.cfg.OutputPath(), Tokenizer: d.tokenizer, Clip: d.cfg.Credit.Clip, Storage: &d.storage})
 	if err := srv.Start(); err != nil {
 		return err
 	}

@@ -9,13 +9,13 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
 // CreditPath is where the credit file of claimed input file claimed is published.
 func CreditPath(outputDir, claimed string) string {
-	return filepath.Join(outputDir, strings.TrimSuffix(claimed, ".arrow")+data.CreditSuffix)
+	return filepath.Join(outputDir, strings.TrimSuffix(claimed, ".arrow")+creditfile.Suffix)
 }
 
 // tryFinish publishes p's credit file and finishes it in the spool once every
@@ -37,7 +37,7 @@ func (l *Ledger) tryFinish(ctx context.Context, p *progress) (*Finished, error) 
 	var published bool
 	err = l.o.Retry(ctx, "publish credit file", out, func() error {
 		var err error
-		published, err = data.PublishCreditFile(out, rows)
+		published, err = creditfile.Publish(out, rows)
 		return err
 	})
 	if err != nil {
@@ -57,7 +57,7 @@ func (l *Ledger) tryFinish(ctx context.Context, p *progress) (*Finished, error) 
 }
 
 // readStaged reads the staged rows of one file, in row order.
-func readStaged(stage string) ([]data.CreditRow, error) {
+func readStaged(stage string) ([]creditfile.Row, error) {
 	ents, err := os.ReadDir(stage)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -69,9 +69,9 @@ func readStaged(stage string) ([]data.CreditRow, error) {
 		}
 	}
 	sort.Strings(names)
-	var rows []data.CreditRow
+	var rows []creditfile.Row
 	for _, n := range names {
-		rs, err := data.ReadCreditFile(filepath.Join(stage, n))
+		rs, err := creditfile.Read(filepath.Join(stage, n))
 		if err != nil {
 			return nil, err
 		}

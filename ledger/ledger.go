@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -164,13 +164,13 @@ func (l *Ledger) Drop(ctx context.Context, f *File) (*Finished, error) {
 // Stage writes the credit row of a rollout of f (row is its row in the file) that a
 // step trained; it becomes durable at the next Sync and counts as trained once the
 // checkpoint after that Sync is written (Checkpointed).
-func (l *Ledger) Stage(ctx context.Context, f *File, row int, cr data.CreditRow) error {
+func (l *Ledger) Stage(ctx context.Context, f *File, row int, cr creditfile.Row) error {
 	p := filepath.Join(l.stageDir(f.Report.Claimed), fmt.Sprintf("%06d.arrow", row))
 	err := l.o.Retry(ctx, "stage credit rows", p, func() error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		return data.WriteCreditFile(p, []data.CreditRow{cr}, false)
+		return creditfile.Write(p, []creditfile.Row{cr}, false)
 	})
 	if err != nil {
 		return fmt.Errorf("stage credit rows: %w", err)
@@ -183,7 +183,7 @@ func (l *Ledger) Stage(ctx context.Context, f *File, row int, cr data.CreditRow)
 // Sync makes the rows staged since the last Sync durable; call it before writing
 // the checkpoint that lists their rollouts.
 func (l *Ledger) Sync() error {
-	if err := data.SyncFiles(l.unsynced); err != nil {
+	if err := creditfile.SyncFiles(l.unsynced); err != nil {
 		return err
 	}
 	l.unsynced = nil

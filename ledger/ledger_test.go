@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -81,8 +81,8 @@ func (w *world) creditPath() string {
 	return CreditPath(filepath.Join(w.root, "outputs"), w.file.Report.Claimed)
 }
 
-func row(id string) data.CreditRow {
-	return data.CreditRow{RolloutID: id, Tokens: []int32{1, 2}, LossMask: []bool{false, true},
+func row(id string) creditfile.Row {
+	return creditfile.Row{RolloutID: id, Tokens: []int32{1, 2}, LossMask: []bool{false, true},
 		Student: []float32{0, -1}, Teacher: []float32{0, -1}, Advantages: []float32{0, 0.5}}
 }
 
@@ -106,7 +106,7 @@ func TestLedgerFinishesOnlyAfterTheCheckpoint(t *testing.T) {
 	require.Equal(t, 2, done[0].Rows)
 	require.ElementsMatch(t, w.ids, done[0].IDs)
 	require.Equal(t, rollout.OutcomeDone, done[0].Report.Outcome)
-	rows, err := data.ReadCreditFile(w.creditPath())
+	rows, err := creditfile.Read(w.creditPath())
 	require.NoError(t, err)
 	require.Equal(t, w.ids[0], rows[0].RolloutID)
 	require.Equal(t, w.ids[1], rows[1].RolloutID)
@@ -160,7 +160,7 @@ func TestLedgerCrashAfterPublish(t *testing.T) {
 	st2, err := os.Stat(w.creditPath())
 	require.NoError(t, err)
 	require.Equal(t, st.ModTime(), st2.ModTime(), "published once")
-	rows, err := data.ReadCreditFile(w.creditPath())
+	rows, err := creditfile.Read(w.creditPath())
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	require.EqualValues(t, 1, w.spool.Journal().Totals().FilesDone)

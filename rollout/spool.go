@@ -26,8 +26,12 @@ const (
 // atomic rename into processing/ under a journal sequence number, decides every row,
 // and moves the file to done/ or failed/.
 //
-// One goroutine drives a Spool (claims and processing are sequential, in claim order);
-// Counts and the journal's totals may be read from others.
+// Two goroutines drive a Spool in the daemon: the ingest goroutine claims and
+// processes files, sequentially, in claim order; the device goroutine finishes
+// trained files (Finish, and Journal().MaybeCompact after it) through the ledger.
+// That is safe because Finish moves only its own claim's file, which ingest no longer
+// touches once the file is decided, and every journal update holds the journal's
+// mutex. Counts and the journal's totals may be read from any goroutine.
 type Spool struct {
 	root    string
 	journal *Journal

@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/hindsight-ai/hindsight/credit"
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -87,13 +87,13 @@ func (e *entry) fits(maxPos int) error {
 // creditRow builds the credit output row of e from the credit the trainer computed
 // at the weights before the update: in (the scored log-probs) and res. Its hints
 // are the ones scored, with the positions and tokens the teacher pass used.
-func creditRow(e *entry, in *credit.Rollout, res *credit.Result, step int64) (data.CreditRow, error) {
+func creditRow(e *entry, in *credit.Rollout, res *credit.Result, step int64) (creditfile.Row, error) {
 	r := e.item.Rollout
 	T := len(r.Tokens)
 	if len(in.Hints) != len(e.xr.Hints) {
-		return data.CreditRow{}, fmt.Errorf("credit row of %q: %d hinted spans scored, %d hints sent", r.ID, len(in.Hints), len(e.xr.Hints))
+		return creditfile.Row{}, fmt.Errorf("credit row of %q: %d hinted spans scored, %d hints sent", r.ID, len(in.Hints), len(e.xr.Hints))
 	}
-	row := data.CreditRow{RolloutID: r.ID, TaskID: r.TaskID, Tokens: append([]int32(nil), r.Tokens...),
+	row := creditfile.Row{RolloutID: r.ID, TaskID: r.TaskID, Tokens: append([]int32(nil), r.Tokens...),
 		Step: step, PolicyVersion: r.PolicyVersion, TeacherVersion: step - 1, Reward: r.Reward, HasReward: r.HasReward,
 		OutcomeAdv: float32(res.AOut), LossMask: make([]bool, T), Student: make([]float32, T),
 		Teacher: make([]float32, T), Advantages: make([]float32, T),
@@ -121,9 +121,9 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, step int64) (da
 		row.Rho[t] = float32(valueAt(res.Rho, t, 0))
 		row.Sampler[t] = float32(valueAt(in.Sampler, t, math.NaN()))
 	}
-	row.Segments = make([]data.CreditSegment, len(r.Segments))
+	row.Segments = make([]creditfile.Segment, len(r.Segments))
 	for k, s := range r.Segments {
-		cs := data.CreditSegment{Start: s.Start, End: s.End, Kind: s.KindName, Tool: s.Tool}
+		cs := creditfile.Segment{Start: s.Start, End: s.End, Kind: s.KindName, Tool: s.Tool}
 		if cs.Kind == "" {
 			cs.Kind = s.Kind.String()
 		}
@@ -140,7 +140,7 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, step int64) (da
 			row.Teacher[t] = float32(span.Teacher[t-span.Start])
 		}
 		h, sent := e.hints[k], e.xr.Hints[k]
-		row.Hints = append(row.Hints, data.CreditHint{Segment: int32(h.Segment), InsertAt: int32(span.Start),
+		row.Hints = append(row.Hints, creditfile.Hint{Segment: int32(h.Segment), InsertAt: int32(span.Start),
 			End: int32(span.End), Source: h.Source, Reason: string(h.Reason), Text: h.Text,
 			Tokens: append([]int32(nil), sent.Hint...)})
 	}

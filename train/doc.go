@@ -14,6 +14,6 @@
 // ledger's rule; the loop reports finished files to the Observer (FileDone).
 //
 // adapt.go is the one adapter between the stages' types: rollout.Rollout plus
-// teacher hints → xla.Rollout, and the trainer's credit → data.CreditRow, with the
+// teacher hints → xla.Rollout, and the trainer's credit → creditfile.Row, with the
 // one trainable-token rule (Trainable).
 package train

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -136,7 +137,7 @@ func TestLoopTrainsAFileToDone(t *testing.T) {
 	done := obs.done[0]
 	require.Equal(t, 3, done.Rows)
 	require.Equal(t, rollout.OutcomeDone, done.Report.Outcome)
-	rows, err := data.ReadCreditFile(done.CreditFile)
+	rows, err := creditfile.Read(done.CreditFile)
 	require.NoError(t, err)
 	require.Len(t, rows, 3)
 	require.EqualValues(t, 1, rows[0].Step)

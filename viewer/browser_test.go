@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
@@ -54,10 +54,10 @@ func nullable(x float32) *float64 {
 	return &v
 }
 
-func writePage(t *testing.T, path string, rows []data.CreditRow) string {
+func writePage(t *testing.T, path string, rows []creditfile.Row) string {
 	t.Helper()
-	credit := filepath.Join(t.TempDir(), filepath.Base(path)+data.CreditSuffix)
-	require.NoError(t, data.WriteCreditFile(credit, rows, true))
+	credit := filepath.Join(t.TempDir(), filepath.Base(path)+creditfile.Suffix)
+	require.NoError(t, creditfile.Write(credit, rows, true))
 	f, err := os.Create(path)
 	require.NoError(t, err)
 	defer f.Close()
@@ -67,10 +67,10 @@ func writePage(t *testing.T, path string, rows []data.CreditRow) string {
 
 // longRow is a credit row of n tokens over the byte tokenizer, with a segment and
 // a hint every 5,000 tokens.
-func longRow(n int) data.CreditRow {
+func longRow(n int) creditfile.Row {
 	rng := rand.New(rand.NewPCG(1, 2))
 	nan := float32(math.NaN())
-	r := data.CreditRow{RolloutID: "long", Tokens: make([]int32, n), LossMask: make([]bool, n), Student: make([]float32, n),
+	r := creditfile.Row{RolloutID: "long", Tokens: make([]int32, n), LossMask: make([]bool, n), Student: make([]float32, n),
 		Teacher: make([]float32, n), Advantages: make([]float32, n), Base: make([]float32, n), Delta: make([]float32, n),
 		Rho: make([]float32, n), Sampler: make([]float32, n), Tokenizer: tokenizer.BytesFingerprint}
 	text := tokenizer.NewBytes().EncodeText("the quick brown fox jumps over the lazy dog\n")
@@ -84,8 +84,8 @@ func longRow(n int) data.CreditRow {
 		r.Sampler[i] = r.Student[i]
 	}
 	for s := 0; s < n; s += 5000 {
-		r.Segments = append(r.Segments, data.CreditSegment{Start: int32(s), End: int32(min(s+5000, n)), Kind: "assistant"})
-		r.Hints = append(r.Hints, data.CreditHint{Segment: int32(s / 5000), InsertAt: int32(s + 10), End: int32(s + 20),
+		r.Segments = append(r.Segments, creditfile.Segment{Start: int32(s), End: int32(min(s+5000, n)), Kind: "assistant"})
+		r.Hints = append(r.Hints, creditfile.Hint{Segment: int32(s / 5000), InsertAt: int32(s + 10), End: int32(s + 20),
 			Source: "rules", Reason: "surprise", Text: "look again"})
 	}
 	return r
@@ -125,7 +125,7 @@ func TestViewerInBrowser(t *testing.T) {
 	}
 	const longN = 100_000
 	lr := longRow(longN)
-	long := writePage(t, filepath.Join(dir, "long.html"), []data.CreditRow{lr})
+	long := writePage(t, filepath.Join(dir, "long.html"), []creditfile.Row{lr})
 	spec := map[string]any{
 		"small": small, "tokens": tokens, "sortKey": "reward", "sortedIDs": []string{"roll-3", "roll-<1>", "roll-2"},
 		"long": long, "longTokens": longN, "longLastID": lr.Tokens[longN-1], "maxTokenNodes": 2500,

@@ -1,4 +1,4 @@
-// Package viewer renders credit output files (data.ReadCreditFile) as one
+// Package viewer renders credit output files (creditfile.Read) as one
 // self-contained HTML page: a sortable list of rollouts and, per rollout, its
 // tokens coloured by advantage with segments, hints and per-token numbers.
 //

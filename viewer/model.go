@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
@@ -52,7 +52,7 @@ type Rollout struct {
 	Rho      Numbers              `json:"rho"`
 	Sampler  Numbers              `json:"mu"`
 	Adv      Numbers              `json:"a"`
-	Segments []data.CreditSegment `json:"segments"`
+	Segments []creditfile.Segment `json:"segments"`
 	Hints    []Hint               `json:"hints"`
 }
 
@@ -103,7 +103,7 @@ func appendNumber(b []byte, x float32) []byte {
 // Build returns the page for the rows of the credit files. tok decodes the tokens
 // when not nil; else rows with the bytes-v1 fingerprint decode with the byte
 // tokenizer and others show token ids. clip is the credit gate's clip c.
-func Build(files []string, rows [][]data.CreditRow, tok tokenizer.Tokenizer, clip float64) (*Page, error) {
+func Build(files []string, rows [][]creditfile.Row, tok tokenizer.Tokenizer, clip float64) (*Page, error) {
 	if len(files) != len(rows) {
 		return nil, fmt.Errorf("build page: %d files, %d row sets", len(files), len(rows))
 	}
@@ -121,13 +121,13 @@ func Build(files []string, rows [][]data.CreditRow, tok tokenizer.Tokenizer, cli
 	return p, nil
 }
 
-func rollout(file string, r *data.CreditRow, tok, bytesTok tokenizer.Tokenizer, clip float64) (Rollout, error) {
+func rollout(file string, r *creditfile.Row, tok, bytesTok tokenizer.Tokenizer, clip float64) (Rollout, error) {
 	out := Rollout{File: file, ID: r.RolloutID, TaskID: r.TaskID, Step: r.Step, OutcomeAdv: Number(r.OutcomeAdv),
 		Tokenizer: r.Tokenizer, SchemaV2: r.Delta != nil, IDs: r.Tokens, Mask: r.LossMask,
 		Student: r.Student, Teacher: r.Teacher, Base: r.Base, Delta: r.Delta, Rho: r.Rho, Sampler: r.Sampler,
 		Adv: r.Advantages, Segments: r.Segments, Hints: []Hint{}}
 	if out.Segments == nil {
-		out.Segments = []data.CreditSegment{}
+		out.Segments = []creditfile.Segment{}
 	}
 	if r.HasReward {
 		rw := Number(r.Reward)

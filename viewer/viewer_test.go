@@ -13,23 +13,23 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
 // writeCreditFile writes a v2 credit file of two rollouts over the byte tokenizer
 // and returns its path and rows.
-func writeCreditFile(t *testing.T) (string, []data.CreditRow) {
+func writeCreditFile(t *testing.T) (string, []creditfile.Row) {
 	t.Helper()
 	nan := float32(math.NaN())
 	tok := tokenizer.NewBytes()
 	ids := tok.EncodeText("ls\n<ok> done")
 	T := len(ids)
-	row := data.CreditRow{RolloutID: "roll-<1>", TaskID: "task-a", Tokens: ids, Step: 5, PolicyVersion: 4, TeacherVersion: 4,
+	row := creditfile.Row{RolloutID: "roll-<1>", TaskID: "task-a", Tokens: ids, Step: 5, PolicyVersion: 4, TeacherVersion: 4,
 		Reward: 1, HasReward: true, OutcomeAdv: 0.5, Tokenizer: tokenizer.BytesFingerprint,
-		Segments: []data.CreditSegment{{Start: 0, End: 3, Kind: "tool_call", Tool: "shell", Status: "error"},
+		Segments: []creditfile.Segment{{Start: 0, End: 3, Kind: "tool_call", Tool: "shell", Status: "error"},
 			{Start: 3, End: int32(T), Kind: "assistant"}},
-		Hints: []data.CreditHint{{Segment: 1, InsertAt: 3, End: 6, Source: "rules", Reason: "tool_error", Text: "read </script> the error", Tokens: []int32{1, 2}}}}
+		Hints: []creditfile.Hint{{Segment: 1, InsertAt: 3, End: 6, Source: "rules", Reason: "tool_error", Text: "read </script> the error", Tokens: []int32{1, 2}}}}
 	for i := range T {
 		trained := i > 0
 		row.LossMask = append(row.LossMask, trained)
@@ -46,18 +46,18 @@ func writeCreditFile(t *testing.T) (string, []data.CreditRow) {
 		row.Base[i], row.Delta[i] = row.Student[i], float32(i-2) // Δ = 1, 2, 3: clip 2 clips two of three
 		row.Advantages[i] = 0.5 + 0.5*min(float32(i-2), 2)
 	}
-	other := data.CreditRow{RolloutID: "roll-2", Tokens: []int32{7, 8}, LossMask: []bool{false, true},
+	other := creditfile.Row{RolloutID: "roll-2", Tokens: []int32{7, 8}, LossMask: []bool{false, true},
 		Student: []float32{0, -1}, Teacher: []float32{nan, nan}, Advantages: []float32{0, -0.25}, OutcomeAdv: -0.25}
-	path := filepath.Join(t.TempDir(), "1-a"+data.CreditSuffix)
-	require.NoError(t, data.WriteCreditFile(path, []data.CreditRow{row, other}, true))
-	return path, []data.CreditRow{row, other}
+	path := filepath.Join(t.TempDir(), "1-a"+creditfile.Suffix)
+	require.NoError(t, creditfile.Write(path, []creditfile.Row{row, other}, true))
+	return path, []creditfile.Row{row, other}
 }
 
 func buildFrom(t *testing.T, tok tokenizer.Tokenizer, paths ...string) *Page {
 	t.Helper()
-	var rows [][]data.CreditRow
+	var rows [][]creditfile.Row
 	for _, p := range paths {
-		r, err := data.ReadCreditFile(p)
+		r, err := creditfile.Read(p)
 		require.NoError(t, err)
 		rows = append(rows, r)
 	}
@@ -137,7 +137,7 @@ func TestPageHoldsTheCreditFile(t *testing.T) {
 }
 
 func TestPageReadsSchemaV1(t *testing.T) {
-	p := buildFrom(t, tokenizer.NewBytes(), filepath.Join("..", "data", "testdata", "credit_v1.arrow"))
+	p := buildFrom(t, tokenizer.NewBytes(), filepath.Join("..", "data", "creditfile", "testdata", "credit_v1.arrow"))
 	require.Len(t, p.Rollouts, 2)
 	r := p.Rollouts[0]
 	require.False(t, r.SchemaV2)
@@ -179,17 +179,17 @@ func TestHandlerServesThePage(t *testing.T) {
 
 func TestBuildNamesTheBadToken(t *testing.T) {
 	path, _ := writeCreditFile(t)
-	rows, err := data.ReadCreditFile(path)
+	rows, err := creditfile.Read(path)
 	require.NoError(t, err)
 	rows[0].Tokens[2] = 1 << 20
-	_, err = Build([]string{path}, [][]data.CreditRow{rows}, nil, 2)
+	_, err = Build([]string{path}, [][]creditfile.Row{rows}, nil, 2)
 	require.ErrorContains(t, err, path+" row 0: decode token 2")
 }
 
 // BenchmarkPage100k builds and writes the page of one 100,000-token rollout (the
 // Go side of loading it: the browser side is measured by hand, see docs/teacher-and-credit.md "Credit viewer").
 func BenchmarkPage100k(b *testing.B) {
-	rows := [][]data.CreditRow{{longRow(100_000)}}
+	rows := [][]creditfile.Row{{longRow(100_000)}}
 	var buf bytes.Buffer
 	for b.Loop() {
 		buf.Reset()

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hindsight-ai/hindsight/credit"
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/viewer"
@@ -71,9 +71,9 @@ func inspectPage(files []string, model string, clip float64, stderr io.Writer) (
 		}
 		tok = t
 	}
-	rows := make([][]data.CreditRow, len(files))
+	rows := make([][]creditfile.Row, len(files))
 	for i, f := range files {
-		r, err := data.ReadCreditFile(f)
+		r, err := creditfile.Read(f)
 		if err != nil {
 			return nil, err
 		}

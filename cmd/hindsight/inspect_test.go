@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
@@ -23,13 +23,13 @@ func writeInspectCredit(t *testing.T) string {
 	t.Helper()
 	ids := tokenizer.NewBytes().EncodeText("héllo")
 	T := len(ids)
-	r := data.CreditRow{RolloutID: "r-inspect", Tokens: ids, Tokenizer: tokenizer.BytesFingerprint, LossMask: make([]bool, T),
+	r := creditfile.Row{RolloutID: "r-inspect", Tokens: ids, Tokenizer: tokenizer.BytesFingerprint, LossMask: make([]bool, T),
 		Student: make([]float32, T), Teacher: make([]float32, T), Advantages: make([]float32, T)}
 	for i := range r.Teacher {
 		r.Teacher[i] = float32(math.NaN())
 	}
-	path := filepath.Join(t.TempDir(), "1-x"+data.CreditSuffix)
-	require.NoError(t, data.WriteCreditFile(path, []data.CreditRow{r}, true))
+	path := filepath.Join(t.TempDir(), "1-x"+creditfile.Suffix)
+	require.NoError(t, creditfile.Write(path, []creditfile.Row{r}, true))
 	return path
 }
 

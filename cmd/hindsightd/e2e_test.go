@@ -85,8 +85,14 @@ func startDaemon(t *testing.T, args ...string) *proc {
 
 func startDaemonEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startDaemonBin(t, binDir, env, args...)
+}
+
+// startDaemonBin starts the hindsightd of the binary directory bin.
+func startDaemonBin(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(binDir, "hindsightd"), args...)
+	p.cmd = exec.Command(filepath.Join(bin, "hindsightd"), args...)
 	p.cmd.Stderr = p
 	p.cmd.Env = append(os.Environ(), env...)
 	require.NoError(t, p.cmd.Start())

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -88,6 +89,18 @@ func (l *loop) Ready(st *hindsightv1.Status) error {
 		b.GetModelDir(), b.GetParameters(), b.GetName(), l.lo.group, incoming)
 	for _, s := range l.cfg.Eval.Suites {
 		fmt.Fprintf(l.out, "eval after every checkpoint: %s (%s)\n", s.Name, s.Kind)
+	}
+	// Only this loop writes "loop-" files into incoming/, and the daemon holds the data
+	// directory's lock, so a "loop-*.arrow.tmp" there is a write a crash cut short.
+	stale, err := filepath.Glob(filepath.Join(incoming, "loop-*.arrow.tmp"))
+	if err != nil {
+		return fmt.Errorf("remove the collector's temp files: %w", err)
+	}
+	for _, p := range stale {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove the collector's temp files: %w", err)
+		}
+		fmt.Fprintf(l.out, "removed %s: a file the collector was still writing when the last run stopped; never in the spool, never read\n", p)
 	}
 	copts := collect.Options{ModelDir: modelDir, Checkpoints: l.cfg.CheckpointDir(), Out: incoming,
 		Backend: l.lo.backend, RunID: fmt.Sprintf("loop-%d", time.Now().Unix()),

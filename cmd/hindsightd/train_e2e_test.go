@@ -18,7 +18,10 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
+	"github.com/hindsight-ai/hindsight/internal/fusetest"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -119,7 +122,7 @@ func TestTrainEndToEnd(t *testing.T) {
 	require.Len(t, credits, 4)
 	rows := 0
 	for _, n := range credits {
-		rs, err := data.ReadCreditFile(filepath.Join(dataDir, "outputs", n))
+		rs, err := creditfile.Read(filepath.Join(dataDir, "outputs", n))
 		require.NoError(t, err)
 		for _, r := range rs {
 			require.Len(t, r.Student, len(r.Tokens))
@@ -158,17 +161,49 @@ func TestTrainEndToEnd(t *testing.T) {
 // TestSIGKILLWhileTraining kills the daemon at random moments while it trains,
 // restarts it, and checks that every rollout is in the final checkpoint exactly once
 // and that the weights equal those of a run that was never killed.
-func TestSIGKILLWhileTraining(t *testing.T) { sigkillWhileTraining(t, "") }
+func TestSIGKILLWhileTraining(t *testing.T) { sigkillWhileTraining(t, crashRun{}) }
 
 // TestSIGKILLWhileTrainingLoRA is TestSIGKILLWhileTraining for a LoRA run: the
 // merged root and the adapter equal the crash-free run's.
 func TestSIGKILLWhileTrainingLoRA(t *testing.T) {
-	sigkillWhileTraining(t, "  lora:\n    rank: 4\n    alpha: 8\n    targets: [q_proj, v_proj, down_proj]\n")
+	sigkillWhileTraining(t, crashRun{extra: "  lora:\n    rank: 4\n    alpha: 8\n    targets: [q_proj, v_proj, down_proj]\n"})
 }
 
-// sigkillWhileTraining runs the SIGKILL test with extra appended to the train:
-// section of the config.
-func sigkillWhileTraining(t *testing.T, extra string) {
+// TestSIGKILLWhileTrainingFallback is TestSIGKILLWhileTraining with renameat2's
+// RENAME_NOREPLACE refused (EPERM, injected at the system call seam by a binary built
+// with the fsfault tag): every claim, checkpoint, credit publish and done/ move goes
+// through the check-then-rename fallback.
+func TestSIGKILLWhileTrainingFallback(t *testing.T) {
+	sigkillWhileTraining(t, crashRun{bin: faultBinDir(t), env: []string{fsutil.FaultEnv + "=EPERM"}, fallback: true})
+}
+
+// TestSIGKILLWhileTrainingBindfs is TestSIGKILLWhileTraining with both data
+// directories on bindfs, a real FUSE file system without RENAME_NOREPLACE.
+func TestSIGKILLWhileTrainingBindfs(t *testing.T) {
+	sigkillWhileTraining(t, crashRun{dir: fusetest.Bindfs, fallback: true})
+}
+
+// crashRun varies the SIGKILL test.
+type crashRun struct {
+	extra    string                  // appended to the train: section of the config
+	bin      string                  // the binaries' directory; "": binDir
+	env      []string                // added to the daemon's environment
+	dir      func(testing.TB) string // makes a data directory; nil: t.TempDir
+	fallback bool                    // the daemon must report the check-then-rename fallback
+}
+
+// sigkillWhileTraining runs the SIGKILL test as cr says.
+func sigkillWhileTraining(t *testing.T, cr crashRun) {
+	extra := cr.extra
+	if cr.bin == "" {
+		cr.bin = binDir
+	}
+	if cr.dir == nil {
+		cr.dir = func(tb testing.TB) string { return tb.TempDir() }
+	}
+	start := func(args ...string) *proc {
+		return startDaemonBin(t, cr.bin, append([]string{"NOTIFY_SOCKET="}, cr.env...), args...)
+	}
 	stage := t.TempDir()
 	synthInto(t, stage, 12, 2)
 	names := listDir(t, stage)
@@ -193,24 +228,25 @@ func sigkillWhileTraining(t *testing.T, extra string) {
 		return path
 	}
 	run := func(dataDir string) {
-		p := startDaemon(t, "-config", cfg(dataDir))
+		p := start("-config", cfg(dataDir))
 		addr := p.waitReady(t)
 		waitTrained(t, p, addr, 12)
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 		require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+		requireRenameMode(t, p.log(), cr.fallback)
 	}
 
-	ref := t.TempDir()
+	ref := cr.dir(t)
 	seed(ref)
 	run(ref)
 
-	crash := t.TempDir()
+	crash := cr.dir(t)
 	seed(crash)
 	rng := rand.New(rand.NewPCG(3, 4))
 	const kills = 10
 	midTraining := 0
 	for k := 0; k < kills; k++ {
-		p := startDaemon(t, "-config", cfg(crash))
+		p := start("-config", cfg(crash))
 		p.waitReady(t)
 		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
@@ -222,6 +258,7 @@ func sigkillWhileTraining(t *testing.T, extra string) {
 	t.Logf("%d of %d kills left a checkpoint with part of the rollouts trained", midTraining, kills)
 	require.Positive(t, midTraining, "some kill must land in the middle of training, or this test proves nothing")
 	run(crash)
+	requireNoTemps(t, crash)
 
 	journal, _ := journalEntries(t, crash)
 	accepted := map[string]int{}
@@ -250,7 +287,7 @@ func sigkillWhileTraining(t *testing.T, extra string) {
 	require.Equal(t, refState.TrainedTotal, crashState.TrainedTotal)
 	credited := map[string]int{}
 	for _, n := range listDir(t, filepath.Join(crash, "outputs")) {
-		rs, err := data.ReadCreditFile(filepath.Join(crash, "outputs", n))
+		rs, err := creditfile.Read(filepath.Join(crash, "outputs", n))
 		require.NoError(t, err)
 		for _, r := range rs {
 			credited[r.RolloutID]++

@@ -3,13 +3,10 @@
 package fsutil
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
 )
 
 // SyncDir fsyncs a directory so that a rename or create inside it is durable.
@@ -76,30 +73,4 @@ func Commit(f *os.File, path string) error {
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
 	return SyncDir(filepath.Dir(path))
-}
-
-// RenameNoReplace renames oldpath to newpath, failing with an error wrapping
-// os.ErrExist instead of overwriting an existing newpath, then fsyncs both
-// directories. It uses renameat2(RENAME_NOREPLACE) and falls back to link+unlink on
-// file systems that lack it.
-func RenameNoReplace(oldpath, newpath string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-		if err = os.Link(oldpath, newpath); err == nil {
-			err = os.Remove(oldpath)
-		}
-	}
-	if err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("rename %s to %s: %w", oldpath, newpath, os.ErrExist)
-		}
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
-	}
-	if err := SyncDir(filepath.Dir(newpath)); err != nil {
-		return err
-	}
-	if filepath.Dir(oldpath) != filepath.Dir(newpath) {
-		return SyncDir(filepath.Dir(oldpath))
-	}
-	return nil
 }

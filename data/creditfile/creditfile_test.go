@@ -1,4 +1,4 @@
-package data
+package creditfile
 
 import (
 	"math"
@@ -13,22 +13,22 @@ import (
 
 func TestCreditFileRoundTrip(t *testing.T) {
 	nan := float32(math.NaN())
-	rows := []CreditRow{
+	rows := []Row{
 		{RolloutID: "a", TaskID: "t1", Tokens: []int32{1, 2, 3}, Step: 4, PolicyVersion: 2, TeacherVersion: 3,
 			Reward: 0.5, HasReward: true, OutcomeAdv: 0.25, LossMask: []bool{false, true, true},
 			Student: []float32{0, -1, -2}, Teacher: []float32{nan, -0.5, nan}, Advantages: []float32{0, 0.3, 0.25},
-			Hints: []CreditHint{{Segment: 2, InsertAt: 1, End: 2, Source: "rules", Reason: "tool_error", Text: "try x", Tokens: []int32{9, 8}}}},
+			Hints: []Hint{{Segment: 2, InsertAt: 1, End: 2, Source: "rules", Reason: "tool_error", Text: "try x", Tokens: []int32{9, 8}}}},
 		{RolloutID: "b", Tokens: []int32{5}, LossMask: []bool{false}, Student: []float32{0}, Teacher: []float32{nan}, Advantages: []float32{0}},
 	}
-	path := filepath.Join(t.TempDir(), "out", "x"+CreditSuffix)
-	ok, err := PublishCreditFile(path, rows)
+	path := filepath.Join(t.TempDir(), "out", "x"+Suffix)
+	ok, err := Publish(path, rows)
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = PublishCreditFile(path, rows[:1])
+	ok, err = Publish(path, rows[:1])
 	require.NoError(t, err)
 	require.False(t, ok, "a published file is never replaced")
 
-	got, err := ReadCreditFile(path)
+	got, err := Read(path)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.True(t, math.IsNaN(float64(got[0].Teacher[0])))
@@ -40,26 +40,26 @@ func TestCreditFileRoundTrip(t *testing.T) {
 	require.Empty(t, got[1].Hints)
 
 	staged := filepath.Join(t.TempDir(), "r.arrow")
-	require.NoError(t, WriteCreditFile(staged, rows[1:], false))
+	require.NoError(t, Write(staged, rows[1:], false))
 	require.NoError(t, SyncFiles([]string{staged}))
-	got, err = ReadCreditFile(staged)
+	got, err = Read(staged)
 	require.NoError(t, err)
 	require.Equal(t, "b", got[0].RolloutID)
 
-	require.Error(t, WriteCreditFile(staged, []CreditRow{{RolloutID: "c", Tokens: []int32{1}}}, true))
+	require.Error(t, Write(staged, []Row{{RolloutID: "c", Tokens: []int32{1}}}, true))
 }
 
 func TestCreditFileV2Columns(t *testing.T) {
 	nan := float32(math.NaN())
-	row := CreditRow{RolloutID: "a", Tokens: []int32{1, 2, 3}, LossMask: []bool{false, true, true},
+	row := Row{RolloutID: "a", Tokens: []int32{1, 2, 3}, LossMask: []bool{false, true, true},
 		Student: []float32{0, -1, -2}, Teacher: []float32{nan, -0.5, nan}, Advantages: []float32{0, 0.3, 0.25},
 		Base: []float32{nan, -1, nan}, Delta: []float32{nan, 0.5, nan}, Rho: []float32{0, 1, 0.9},
 		Sampler: []float32{nan, -1.1, -1.9}, Tokenizer: "bytes-v1",
-		Segments: []CreditSegment{{Start: 0, End: 1, Kind: "user"}, {Start: 1, End: 3, Kind: "tool_call", Tool: "grep", Status: "error"}}}
-	path := filepath.Join(t.TempDir(), "x"+CreditSuffix)
-	require.NoError(t, WriteCreditFile(path, []CreditRow{row, {RolloutID: "v1-like", Tokens: []int32{4},
+		Segments: []Segment{{Start: 0, End: 1, Kind: "user"}, {Start: 1, End: 3, Kind: "tool_call", Tool: "grep", Status: "error"}}}
+	path := filepath.Join(t.TempDir(), "x"+Suffix)
+	require.NoError(t, Write(path, []Row{row, {RolloutID: "v1-like", Tokens: []int32{4},
 		LossMask: []bool{true}, Student: []float32{-1}, Teacher: []float32{nan}, Advantages: []float32{1}}}, true))
-	got, err := ReadCreditFile(path)
+	got, err := Read(path)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	g := got[0]
@@ -74,14 +74,14 @@ func TestCreditFileV2Columns(t *testing.T) {
 	require.Equal(t, "", got[1].Tokenizer)
 
 	row.Delta = row.Delta[:2]
-	err = WriteCreditFile(path, []CreditRow{row}, true)
+	err = Write(path, []Row{row}, true)
 	require.ErrorContains(t, err, `rollout "a": 3 tokens, 2 deltas`)
 }
 
 // TestCreditFileReadsV1 reads a file written by the version 1 writer
 // (testdata/gen_credit_v1.go.txt): readers keep working across the v2 change.
 func TestCreditFileReadsV1(t *testing.T) {
-	rows, err := ReadCreditFile(filepath.Join("testdata", "credit_v1.arrow"))
+	rows, err := Read(filepath.Join("testdata", "credit_v1.arrow"))
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	r := rows[0]
@@ -100,15 +100,15 @@ func TestCreditFileReadsV1(t *testing.T) {
 
 func TestCreditFileRejectsUnknownVersion(t *testing.T) {
 	md := arrow.NewMetadata([]string{creditVersionKey}, []string{"9"})
-	schema := arrow.NewSchema(CreditSchema().Fields(), &md)
-	path := filepath.Join(t.TempDir(), "x"+CreditSuffix)
+	schema := arrow.NewSchema(Schema().Fields(), &md)
+	path := filepath.Join(t.TempDir(), "x"+Suffix)
 	f, err := os.Create(path)
 	require.NoError(t, err)
 	w, err := ipc.NewFileWriter(f, ipc.WithSchema(schema))
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 	require.NoError(t, f.Close())
-	_, err = ReadCreditFile(path)
+	_, err = Read(path)
 	require.ErrorContains(t, err, `credit schema version "9"`)
 	require.ErrorContains(t, err, path)
 }

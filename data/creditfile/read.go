@@ -1,4 +1,4 @@
-package data
+package creditfile
 
 import (
 	"fmt"
@@ -11,9 +11,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// ReadCreditFile reads every row of a credit output file of schema version 1 or 2.
+// Read reads every row of a credit output file of schema version 1 or 2.
 // Rows of a version 1 file have nil v2 fields.
-func ReadCreditFile(path string) ([]CreditRow, error) {
+func Read(path string) ([]Row, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read credit %s: %w", path, err)
@@ -28,7 +28,7 @@ func ReadCreditFile(path string) ([]CreditRow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read credit %s: %w", path, err)
 	}
-	var rows []CreditRow
+	var rows []Row
 	for i := 0; i < r.NumRecords(); i++ {
 		rec, err := r.RecordBatch(i)
 		if err != nil {
@@ -50,10 +50,10 @@ func creditFileVersion(schema *arrow.Schema) (v2 bool, err error) {
 	switch v {
 	case "1":
 		want = creditSchemaV1()
-	case CreditSchemaVersion:
-		want, v2 = CreditSchema(), true
+	case SchemaVersion:
+		want, v2 = Schema(), true
 	default:
-		return false, fmt.Errorf("credit schema version %q (metadata %s): this build reads 1 and %s", v, creditVersionKey, CreditSchemaVersion)
+		return false, fmt.Errorf("credit schema version %q (metadata %s): this build reads 1 and %s", v, creditVersionKey, SchemaVersion)
 	}
 	if !schema.Equal(want) {
 		return false, fmt.Errorf("schema %s is not the credit schema version %s", schema, v)
@@ -61,7 +61,7 @@ func creditFileVersion(schema *arrow.Schema) (v2 bool, err error) {
 	return v2, nil
 }
 
-func creditRows(rec arrow.RecordBatch, v2 bool) []CreditRow {
+func creditRows(rec arrow.RecordBatch, v2 bool) []Row {
 	c := rec.Column
 	id := c(0).(*array.String)
 	task := c(1).(*array.String)
@@ -106,7 +106,7 @@ func creditRows(rec arrow.RecordBatch, v2 bool) []CreditRow {
 		}
 		segs, tokz = c(17).(*array.List), c(18).(*array.String)
 	}
-	rows := make([]CreditRow, rec.NumRows())
+	rows := make([]Row, rec.NumRows())
 	for i := range rows {
 		r := &rows[i]
 		r.RolloutID = id.Value(i)
@@ -131,7 +131,7 @@ func creditRows(rec arrow.RecordBatch, v2 bool) []CreditRow {
 		for j := int(ha); j < int(hb); j++ {
 			tl := hs.Field(6).(*array.List)
 			ta, tb := tl.ValueOffsets(j)
-			r.Hints = append(r.Hints, CreditHint{
+			r.Hints = append(r.Hints, Hint{
 				Segment:  hs.Field(0).(*array.Int32).Value(j),
 				InsertAt: hs.Field(1).(*array.Int32).Value(j),
 				End:      hs.Field(2).(*array.Int32).Value(j),
@@ -154,7 +154,7 @@ func creditRows(rec arrow.RecordBatch, v2 bool) []CreditRow {
 }
 
 // creditSegments returns row i of the segments column; nil when null.
-func creditSegments(l *array.List, i int) []CreditSegment {
+func creditSegments(l *array.List, i int) []Segment {
 	if l.IsNull(i) {
 		return nil
 	}
@@ -167,9 +167,9 @@ func creditSegments(l *array.List, i int) []CreditSegment {
 		return a.Value(j)
 	}
 	a, b := l.ValueOffsets(i)
-	out := make([]CreditSegment, 0, b-a)
+	out := make([]Segment, 0, b-a)
 	for j := int(a); j < int(b); j++ {
-		out = append(out, CreditSegment{Start: st.Field(0).(*array.Int32).Value(j), End: st.Field(1).(*array.Int32).Value(j),
+		out = append(out, Segment{Start: st.Field(0).(*array.Int32).Value(j), End: st.Field(1).(*array.Int32).Value(j),
 			Kind: str(2, j), Tool: str(3, j), Status: str(4, j)})
 	}
 	return out

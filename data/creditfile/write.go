@@ -1,4 +1,4 @@
-package data
+package creditfile
 
 import (
 	"errors"
@@ -19,42 +19,42 @@ import (
 // Credit output files (`<output_dir>/<claimed>.credit.arrow`, Arrow IPC file format)
 // hold one row per trained rollout of one input file: what the trainer saw and the
 // per-token credit it applied, for audit and for other trainers. The schema is
-// CreditSchema; every per-token list has one entry per rollout token.
+// Schema; every per-token list has one entry per rollout token.
 
 // Column names of a credit output file.
 const (
-	CreditColRolloutID      = "rollout_id"
-	CreditColTaskID         = "task_id"
-	CreditColTokens         = "tokens"
-	CreditColStep           = "step"
-	CreditColPolicyVersion  = "policy_version"
-	CreditColTeacherVersion = "teacher_version"
-	CreditColReward         = "reward"
-	CreditColOutcomeAdv     = "outcome_advantage"
-	CreditColLossMask       = "loss_mask"
-	CreditColStudent        = "student_logprobs"
-	CreditColTeacher        = "teacher_logprobs"
-	CreditColAdvantages     = "advantages"
-	CreditColHints          = "hints"
+	ColRolloutID      = "rollout_id"
+	ColTaskID         = "task_id"
+	ColTokens         = "tokens"
+	ColStep           = "step"
+	ColPolicyVersion  = "policy_version"
+	ColTeacherVersion = "teacher_version"
+	ColReward         = "reward"
+	ColOutcomeAdv     = "outcome_advantage"
+	ColLossMask       = "loss_mask"
+	ColStudent        = "student_logprobs"
+	ColTeacher        = "teacher_logprobs"
+	ColAdvantages     = "advantages"
+	ColHints          = "hints"
 	// Schema v2 adds:
-	CreditColBase      = "base_logprobs"    // the log-prob Δ is measured against: s_t or q_t(∅); null outside hinted spans
-	CreditColDelta     = "deltas"           // Δ_t = q_t(h) − base_t, mean over covering spans; null outside
-	CreditColRho       = "rhos"             // ρ_t = min(exp(s_t − μ_t), ρ_max); 0 where not trained
-	CreditColSampler   = "sampler_logprobs" // μ_t, the sampler's log-prob; null where the rollout has none
-	CreditColSegments  = "segments"         // the rollout's segments: start, end, kind, tool, status
-	CreditColTokenizer = "tokenizer"        // tokenizer fingerprint of the rollout ("bytes-v1", "sha256:…")
+	ColBase      = "base_logprobs"    // the log-prob Δ is measured against: s_t or q_t(∅); null outside hinted spans
+	ColDelta     = "deltas"           // Δ_t = q_t(h) − base_t, mean over covering spans; null outside
+	ColRho       = "rhos"             // ρ_t = min(exp(s_t − μ_t), ρ_max); 0 where not trained
+	ColSampler   = "sampler_logprobs" // μ_t, the sampler's log-prob; null where the rollout has none
+	ColSegments  = "segments"         // the rollout's segments: start, end, kind, tool, status
+	ColTokenizer = "tokenizer"        // tokenizer fingerprint of the rollout ("bytes-v1", "sha256:…")
 )
 
-// CreditSchemaVersion is the value of the schema metadata key
+// SchemaVersion is the value of the schema metadata key
 // hindsight.credit_schema_version written today. Version 1 files (without the v2
-// columns) stay readable: ReadCreditFile accepts both.
-const CreditSchemaVersion = "2"
+// columns) stay readable: Read accepts both.
+const SchemaVersion = "2"
 
 // creditVersionKey is the schema metadata key holding the schema version.
 const creditVersionKey = "hindsight.credit_schema_version"
 
-// CreditSuffix ends the name of every credit output file.
-const CreditSuffix = ".credit.arrow"
+// Suffix ends the name of every credit output file.
+const Suffix = ".credit.arrow"
 
 var creditHintType = arrow.StructOf(
 	arrow.Field{Name: "segment", Type: arrow.PrimitiveTypes.Int32},
@@ -74,17 +74,17 @@ var creditSegmentType = arrow.StructOf(
 	arrow.Field{Name: "status", Type: arrow.BinaryTypes.String, Nullable: true},
 )
 
-// CreditSchema returns the schema of credit output files (version
-// CreditSchemaVersion): the version 1 columns followed by the v2 ones.
-func CreditSchema() *arrow.Schema {
-	md := arrow.NewMetadata([]string{creditVersionKey}, []string{CreditSchemaVersion})
+// Schema returns the schema of credit output files (version
+// SchemaVersion): the version 1 columns followed by the v2 ones.
+func Schema() *arrow.Schema {
+	md := arrow.NewMetadata([]string{creditVersionKey}, []string{SchemaVersion})
 	f32 := func(name string) arrow.Field {
 		return arrow.Field{Name: name, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32), Nullable: true}
 	}
 	fields := append(creditFieldsV1(),
-		f32(CreditColBase), f32(CreditColDelta), f32(CreditColRho), f32(CreditColSampler),
-		arrow.Field{Name: CreditColSegments, Type: arrow.ListOf(creditSegmentType), Nullable: true},
-		arrow.Field{Name: CreditColTokenizer, Type: arrow.BinaryTypes.String, Nullable: true})
+		f32(ColBase), f32(ColDelta), f32(ColRho), f32(ColSampler),
+		arrow.Field{Name: ColSegments, Type: arrow.ListOf(creditSegmentType), Nullable: true},
+		arrow.Field{Name: ColTokenizer, Type: arrow.BinaryTypes.String, Nullable: true})
 	return arrow.NewSchema(fields, &md)
 }
 
@@ -96,24 +96,24 @@ func creditSchemaV1() *arrow.Schema {
 
 func creditFieldsV1() []arrow.Field {
 	return []arrow.Field{
-		{Name: CreditColRolloutID, Type: arrow.BinaryTypes.String},
-		{Name: CreditColTaskID, Type: arrow.BinaryTypes.String, Nullable: true},
-		{Name: CreditColTokens, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Int32)},
-		{Name: CreditColStep, Type: arrow.PrimitiveTypes.Int64},
-		{Name: CreditColPolicyVersion, Type: arrow.PrimitiveTypes.Int64},
-		{Name: CreditColTeacherVersion, Type: arrow.PrimitiveTypes.Int64},
-		{Name: CreditColReward, Type: arrow.PrimitiveTypes.Float32, Nullable: true},
-		{Name: CreditColOutcomeAdv, Type: arrow.PrimitiveTypes.Float32},
-		{Name: CreditColLossMask, Type: arrow.LargeListOf(arrow.FixedWidthTypes.Boolean)},
-		{Name: CreditColStudent, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
-		{Name: CreditColTeacher, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
-		{Name: CreditColAdvantages, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
-		{Name: CreditColHints, Type: arrow.ListOf(creditHintType)},
+		{Name: ColRolloutID, Type: arrow.BinaryTypes.String},
+		{Name: ColTaskID, Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: ColTokens, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Int32)},
+		{Name: ColStep, Type: arrow.PrimitiveTypes.Int64},
+		{Name: ColPolicyVersion, Type: arrow.PrimitiveTypes.Int64},
+		{Name: ColTeacherVersion, Type: arrow.PrimitiveTypes.Int64},
+		{Name: ColReward, Type: arrow.PrimitiveTypes.Float32, Nullable: true},
+		{Name: ColOutcomeAdv, Type: arrow.PrimitiveTypes.Float32},
+		{Name: ColLossMask, Type: arrow.LargeListOf(arrow.FixedWidthTypes.Boolean)},
+		{Name: ColStudent, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
+		{Name: ColTeacher, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
+		{Name: ColAdvantages, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
+		{Name: ColHints, Type: arrow.ListOf(creditHintType)},
 	}
 }
 
-// CreditHint is one hint that was trained on.
-type CreditHint struct {
+// Hint is one hint that was trained on.
+type Hint struct {
 	Segment  int32  // index of the target segment in the rollout's segments
 	InsertAt int32  // token position the hint was inserted at
 	End      int32  // exclusive end of the re-scored range
@@ -123,9 +123,9 @@ type CreditHint struct {
 	Tokens   []int32 // the hint wrapped in the model's template, as inserted
 }
 
-// CreditRow is one trained rollout of a credit output file. Per-token slices have
+// Row is one trained rollout of a credit output file. Per-token slices have
 // len(Tokens) entries.
-type CreditRow struct {
+type Row struct {
 	RolloutID      string
 	TaskID         string // empty: null
 	Tokens         []int32
@@ -140,7 +140,7 @@ type CreditRow struct {
 	// Teacher holds q_t(h) inside hinted ranges, NaN (written as null) elsewhere.
 	Teacher    []float32
 	Advantages []float32 // A_t; 0 where not trained
-	Hints      []CreditHint
+	Hints      []Hint
 
 	// Schema v2. Each per-token slice is nil (written as a null list; always nil
 	// in rows read from a v1 file) or has len(Tokens) entries; NaN is written as null.
@@ -148,21 +148,21 @@ type CreditRow struct {
 	Delta     []float32 // Δ_t; NaN outside hinted spans
 	Rho       []float32 // ρ_t; 0 where not trained
 	Sampler   []float32 // μ_t; NaN where the sampler gave none
-	Segments  []CreditSegment
+	Segments  []Segment
 	Tokenizer string // tokenizer fingerprint; empty: null
 }
 
-// CreditSegment is one segment of a trained rollout (rollout.Segment as written).
-type CreditSegment struct {
+// Segment is one segment of a trained rollout (rollout.Segment as written).
+type Segment struct {
 	Start, End int32
 	Kind       string // system, user, assistant, reasoning, tool_call, tool_result
 	Tool       string // tool name; empty: null
 	Status     string // ok, error; empty: null (not a tool)
 }
 
-// WriteCredit writes rows as one Arrow IPC file to w.
-func WriteCredit(w io.Writer, rows []CreditRow) error {
-	schema := CreditSchema()
+// Encode writes rows as one Arrow IPC file to w.
+func Encode(w io.Writer, rows []Row) error {
+	schema := Schema()
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	defer b.Release()
 	f := b.Field
@@ -258,9 +258,9 @@ func WriteCredit(w io.Writer, rows []CreditRow) error {
 }
 
 // creditV2PerTokenCols names the v2 per-token columns in the order of v2PerToken.
-var creditV2PerTokenCols = [...]string{CreditColBase, CreditColDelta, CreditColRho, CreditColSampler}
+var creditV2PerTokenCols = [...]string{ColBase, ColDelta, ColRho, ColSampler}
 
-func (r *CreditRow) v2PerToken() [4][]float32 {
+func (r *Row) v2PerToken() [4][]float32 {
 	return [4][]float32{r.Base, r.Delta, r.Rho, r.Sampler}
 }
 
@@ -281,7 +281,7 @@ func appendF32s(b *array.LargeListBuilder, v []float32) {
 	}
 }
 
-func appendSegments(b *array.ListBuilder, segs []CreditSegment) {
+func appendSegments(b *array.ListBuilder, segs []Segment) {
 	if segs == nil {
 		b.AppendNull()
 		return
@@ -305,19 +305,19 @@ func appendSegments(b *array.ListBuilder, segs []CreditSegment) {
 	}
 }
 
-// WriteCreditFile writes rows to path through a temp file and a rename. With sync
+// Write writes rows to path through a temp file and a rename. With sync
 // false the data is not fsynced (the caller syncs it later, SyncCreditFiles); the
 // rename still makes a torn file impossible to observe under path.
-func WriteCreditFile(path string, rows []CreditRow, sync bool) error {
+func Write(path string, rows []Row, sync bool) error {
 	if sync {
-		return fsutil.WriteFile(path, 0o644, func(w io.Writer) error { return WriteCredit(w, rows) })
+		return fsutil.WriteFile(path, 0o644, func(w io.Writer) error { return Encode(w, rows) })
 	}
 	dir, base := filepath.Split(path)
 	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := WriteCredit(f, rows); err != nil {
+	if err := Encode(f, rows); err != nil {
 		f.Close()
 		os.Remove(f.Name())
 		return fmt.Errorf("write %s: %w", path, err)
@@ -356,10 +356,10 @@ func SyncFiles(paths []string) error {
 	return nil
 }
 
-// PublishCreditFile writes rows durably to path unless path exists: it never
+// Publish writes rows durably to path unless path exists: it never
 // replaces a published file, so a replay after a crash cannot publish twice.
 // published is false when path was already there.
-func PublishCreditFile(path string, rows []CreditRow) (published bool, err error) {
+func Publish(path string, rows []Row) (published bool, err error) {
 	dir, base := filepath.Split(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, fmt.Errorf("publish %s: %w", path, err)
@@ -372,7 +372,7 @@ func PublishCreditFile(path string, rows []CreditRow) (published bool, err error
 		return false, fmt.Errorf("publish %s: %w", path, err)
 	}
 	tmp := f.Name()
-	if err := WriteCredit(f, rows); err != nil {
+	if err := Encode(f, rows); err != nil {
 		f.Close()
 		os.Remove(tmp)
 		return false, fmt.Errorf("publish %s: %w", path, err)
