@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates docs/credit-viewer.png, the README's picture of the credit viewer:
+# Regenerates docs/credit-viewer.png, the picture of the credit viewer in docs/teacher-and-credit.md:
 # a hindsightd -demo run, its credit files through `hindsight inspect`, and a
 # screenshot in headless Chromium (viewer/testdata/browser/check.mjs) of the first
 # hinted rollout with its first token that has a Δ focused. Needs chromium and node.

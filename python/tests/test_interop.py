@@ -1,4 +1,4 @@
-"""The interop suite (rollout/testdata/interop, README "Interop") read by this package:
+"""The interop suite (rollout/testdata/interop, docs/rollouts.md "Interop") read by this package:
 the same verdicts as the Go reader's TestInterop."""
 
 from __future__ import annotations
