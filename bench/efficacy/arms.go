@@ -9,7 +9,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	"github.com/hindsight-ai/hindsight/internal/efficacy"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
 

@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hindsight-ai/hindsight/internal/efficacy"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
-	"github.com/hindsight-ai/hindsight/internal/efficacy"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/xla"
 )
