@@ -18,6 +18,7 @@ import (
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/train"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -299,7 +300,7 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *Hinter
 			st.Hints += len(hints)
 		}
 		rolls[i] = ro
-		batch[i] = toTrainer(ro, hints, 0)
+		batch[i] = train.ToTrainer(ro, hints, train.NewRule(spec.Credit, p.Tok))
 	}
 	met, err := tr.Step(ctx, batch)
 	if err != nil {
