@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -28,13 +29,17 @@ type loopRun struct {
 }
 
 // runFile runs the loop, as the daemon does (spool, ledger, Open, Run), over one file
-// of rollouts rs with credit config cc, until the file is done.
-func runFile(t *testing.T, rs []*rollout.Rollout, cc credit.Config) loopRun {
+// of rollouts rs with credit config cc, until the file is done. extra are files added
+// to the model directory.
+func runFile(t *testing.T, rs []*rollout.Rollout, cc credit.Config, extra map[string]string) loopRun {
 	t.Helper()
 	root := t.TempDir()
 	modelDir := filepath.Join(root, "model")
 	_, err := data.InitModel(modelDir, data.InitOptions{Preset: "tiny", Tokenizer: "bytes"})
 	require.NoError(t, err)
+	for n, b := range extra {
+		require.NoError(t, os.WriteFile(filepath.Join(modelDir, n), []byte(b), 0o644))
+	}
 
 	sp, err := rollout.OpenSpool(filepath.Join(root, "spool"), filepath.Join(root, "state", "journal.jsonl"),
 		rollout.ReadOptions{}, zerolog.Nop())
@@ -154,7 +159,7 @@ func TestLoopTrainsRolloutsWithoutLogProbsWhenAllowed(t *testing.T) {
 
 	cc := credit.DefaultConfig()
 	cc.AllowNoSampler = true
-	run := runFile(t, rs, cc)
+	run := runFile(t, rs, cc, nil)
 	require.Len(t, run.steps, 1)
 	met := run.steps[0]
 	require.True(t, met.Updated, run.log)
@@ -165,7 +170,7 @@ func TestLoopTrainsRolloutsWithoutLogProbsWhenAllowed(t *testing.T) {
 	require.Positive(t, changedTensors(t, run), "the weights moved")
 	require.NotContains(t, run.log, "step without update")
 
-	run = runFile(t, rs, credit.DefaultConfig())
+	run = runFile(t, rs, credit.DefaultConfig(), nil)
 	require.Len(t, run.steps, 1)
 	require.False(t, run.steps[0].Updated)
 	require.Zero(t, changedTensors(t, run), "no update: the weights stay")
@@ -173,4 +178,44 @@ func TestLoopTrainsRolloutsWithoutLogProbsWhenAllowed(t *testing.T) {
 	require.Contains(t, run.log, "step without update, weights unchanged: no trainable token in the batch: "+
 		"4 rollouts (demo-000000, demo-000001, demo-000002, demo-000003): no sampler log-probs, and credit.allow_no_sampler is false")
 	require.NotContains(t, run.log, "no hint credit")
+}
+
+// TestLoopCheckpointKeepsTheModelsFiles: the loop's checkpoint holds every file of a
+// transformers 5 model directory that is not weights, byte for byte (the chat
+// template in chat_template.jinja, the special-token maps, a SentencePiece model),
+// and no weights but its own model.safetensors.
+func TestLoopCheckpointKeepsTheModelsFiles(t *testing.T) {
+	extra := map[string]string{
+		"chat_template.jinja":          "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}",
+		"special_tokens_map.json":      `{"eos_token": "<|end|>"}`,
+		"added_tokens.json":            `{"<|end|>": 264}`,
+		"tokenizer.model":              "sentencepiece bytes",
+		"pytorch_model.bin":            "old weights",
+		"model.safetensors.index.json": `{"weight_map": {"lm_head.weight": "model-00001-of-00002.safetensors"}}`,
+		"model.gguf":                   "GGUF",
+	}
+	run := runFile(t, demos(2), credit.DefaultConfig(), extra)
+	entries, err := os.ReadDir(run.model)
+	require.NoError(t, err)
+	for _, e := range entries {
+		n := e.Name()
+		if n == data.SafetensorsFileName {
+			continue // the checkpoint's own weights
+		}
+		if data.IsWeightFile(n) {
+			require.NoFileExists(t, filepath.Join(run.checkpoint, n))
+			continue
+		}
+		want, err := os.ReadFile(filepath.Join(run.model, n))
+		require.NoError(t, err)
+		got, err := os.ReadFile(filepath.Join(run.checkpoint, n))
+		require.NoError(t, err, n)
+		require.Equal(t, string(want), string(got), n)
+	}
+	require.FileExists(t, filepath.Join(run.checkpoint, "chat_template.jinja"))
+	weights, err := filepath.Glob(filepath.Join(run.checkpoint, "*.safetensors"))
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Join(run.checkpoint, data.SafetensorsFileName)}, weights)
+	_, err = data.VerifyCheckpoint(run.checkpoint)
+	require.NoError(t, err, "the manifest lists the copied files")
 }

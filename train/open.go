@@ -58,7 +58,7 @@ func Open(o Options) (*Loop, error) {
 		}
 	}
 	lp.rule = NewRule(o.Credit, o.Tokenizer)
-	if lp.files, err = xla.ModelFiles(o.ModelDir); err != nil {
+	if lp.files, err = data.ModelFiles(o.ModelDir); err != nil {
 		return nil, err
 	}
 

@@ -168,7 +168,7 @@ func (r *Runner) trainer(spec ArmSpec, seed int64) (*xla.Trainer, error) {
 // saveReset writes the trainer's state as a checkpoint whose model file is bf16, so
 // that it carries f32 master weights that Trainer.Restore loads into the weights.
 func saveReset(tr *xla.Trainer, model string) (string, error) {
-	files, err := xla.ModelFiles(model)
+	files, err := data.ModelFiles(model)
 	if err != nil {
 		return "", err
 	}
