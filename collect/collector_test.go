@@ -73,7 +73,7 @@ func TestCollectorWritesSpoolFilesAndFollowsLatest(t *testing.T) {
 	require.NoError(t, err)
 	tr, err := xla.NewTrainer(b, m, xla.TrainerOptions{Budget: 64})
 	require.NoError(t, err)
-	files, err := xla.ModelFiles(modelDir)
+	files, err := data.ModelFiles(modelDir)
 	require.NoError(t, err)
 	ck, err := tr.Checkpoint(files, data.TrainerState{CreatedAt: time.Now()})
 	require.NoError(t, err)

@@ -63,8 +63,8 @@ func TrainerFile(dir, name string) string {
 // Checkpoint is what one checkpoint holds.
 type Checkpoint struct {
 	Step int64
-	// Files are written as they are: config.json, tokenizer.json,
-	// tokenizer_config.json, generation_config.json, …
+	// Files are written as they are: the model directory's non-weight files
+	// (ModelFiles: config.json, the tokenizer, chat template and generation files, …).
 	Files map[string][]byte
 	// Tensors maps a safetensors file name (model.safetensors, OptimizerFileName,
 	// TeacherFileName) to its tensors. A name is a file of the step directory or of

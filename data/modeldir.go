@@ -23,6 +23,8 @@ import (
 //	tokenizer.json                the tokenizer (its bytes give the fingerprint)
 //	tokenizer_config.json         for transformers' AutoTokenizer (not read here)
 //	generation_config.json        bos/eos for generation (not read here)
+//	chat_template.jinja, …        other tokenizer and chat files (not read here;
+//	                              checkpoints copy them: ModelFiles)
 //
 // The weights hold exactly the tensors of Config.Tensors(), with those shapes, as
 // F32, BF16 or F16. Close releases the weights' mappings.

@@ -128,8 +128,12 @@ func (r *Rollout) SetLogProbValidity(valid []byte, offset int) {
 	r.logProbValid, r.logProbBit = valid, offset
 }
 
-// LogProbValid reports whether token i has a sampler log-prob (is not null).
+// LogProbValid reports whether token i has a sampler log-prob (is not null). A null
+// logprobs list (LogProbs nil) has none.
 func (r *Rollout) LogProbValid(i int) bool {
+	if i >= len(r.LogProbs) {
+		return false
+	}
 	if r.logProbValid == nil {
 		return true
 	}

@@ -3,18 +3,111 @@ package train
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
-// Trainable is the one trainable-token rule: token i of r is trained when it lies in
-// a policy segment and has a sampler log-prob (rollout.Rollout.Trainable), and is
-// not position 0, which has no context to predict it from.
-func Trainable(r *rollout.Rollout, i int) bool { return i > 0 && r.Trainable(i) }
+// Rule is the one trainable-token rule (DESIGN.md "Trainable token"). Token i of a
+// rollout is trained when it lies in a policy segment (assistant, reasoning,
+// tool_call), has a sampler log-prob, and is not position 0, which has no context to
+// predict it from. A rollout with no sampler log-prob at all (a demonstration, a
+// person's corrected answer, a conversation recorded from an engine that returned
+// none) is trained only when AllowNoSampler (credit.allow_no_sampler, importance
+// weight 1), and then every token of its policy segments is, except the role header
+// the harness wrote at a segment's start (Header), which is context. The daemon's
+// loop and the efficacy experiment both use it, through ToTrainer.
+type Rule struct {
+	AllowNoSampler bool
+	// Header is the harness's role header that opens a policy turn, as token ids
+	// ("<|im_start|>assistant\n" in ChatML; HeaderFor). A policy segment of a
+	// rollout without log-probs that begins with it trains from the token after it;
+	// one that does not (a tool call continuing a turn) trains whole. Empty: no
+	// header.
+	Header []int32
+}
+
+// NewRule returns the rule of credit config cfg for a policy with tokenizer tok: its
+// allow_no_sampler and tok's assistant header (HeaderFor).
+func NewRule(cfg credit.Config, tok tokenizer.Tokenizer) Rule {
+	return Rule{AllowNoSampler: cfg.AllowNoSampler, Header: HeaderFor(tok)}
+}
+
+// roleHeaders are the assistant-turn headers of the chat formats hindsight knows,
+// each found by a special token that only tokenizers of that format have, in the
+// order they are tried.
+var roleHeaders = []struct{ special, header string }{
+	{"<|im_start|>", "<|im_start|>assistant\n"},                                  // ChatML: Qwen, SmolLM2, …
+	{"<|start_header_id|>", "<|start_header_id|>assistant<|end_header_id|>\n\n"}, // Llama 3
+	{"<｜Assistant｜>", "<｜Assistant｜>"},                                           // DeepSeek V3
+	{"<|assistant|>", "<|assistant|>"},                                           // the byte tokenizer
+}
+
+// HeaderFor returns the ids of the header that opens an assistant turn in tok's chat
+// format (ChatML, Llama 3, DeepSeek V3 or the byte tokenizer's), or nil when tok has
+// none of their special tokens (Mistral's assistant turn has no header).
+func HeaderFor(tok tokenizer.Tokenizer) []int32 {
+	for _, h := range roleHeaders {
+		if _, ok := tok.SpecialID(h.special); ok {
+			return tok.Encode(h.header)
+		}
+	}
+	return nil
+}
+
+// Mask returns the trainable tokens of r under the rule, one bool per token.
+func (ru Rule) Mask(r *rollout.Rollout) []bool {
+	m := make([]bool, len(r.Tokens))
+	if r.HasLogProbs() {
+		for i := 1; i < len(m); i++ {
+			m[i] = r.Trainable(i)
+		}
+		return m
+	}
+	if !ru.AllowNoSampler {
+		return m
+	}
+	for _, s := range r.Segments {
+		if !s.Kind.IsPolicy() {
+			continue
+		}
+		start, end := int(s.Start), int(s.End)
+		if h := len(ru.Header); h > 0 && end-start >= h && slices.Equal(r.Tokens[start:start+h], ru.Header) {
+			start += h
+		}
+		for i := max(start, 1); i < end; i++ {
+			m[i] = true
+		}
+	}
+	return m
+}
+
+// Why says why r has no trainable token under the rule, for a step that trains
+// nothing; "" when it has one.
+func (ru Rule) Why(r *rollout.Rollout) string {
+	if slices.Contains(ru.Mask(r), true) {
+		return ""
+	}
+	policy := false
+	for _, s := range r.Segments {
+		policy = policy || s.Kind.IsPolicy()
+	}
+	switch {
+	case !policy:
+		return "no assistant, reasoning or tool_call segment"
+	case !r.HasLogProbs() && !ru.AllowNoSampler:
+		return "no sampler log-probs, and credit.allow_no_sampler is false"
+	case !r.HasLogProbs():
+		return "its policy segments hold only the role header"
+	default:
+		return "no policy token after position 0 has a sampler log-prob"
+	}
+}
 
 // entry is one rollout of the batch as the trainer sees it. hints are the hints of
 // xr.Hints, in the same order: exactly what is scored, and so what its credit row
@@ -23,26 +116,25 @@ type entry struct {
 	item      *Item
 	xr        xla.Rollout
 	hints     []teacher.Hint
-	trainable int // tokens Trainable
+	trainable int // tokens of Rule.Mask
 	all       int // every token a step runs for it: the rollout, each hint and its re-scored span
 }
 
 // ToTrainer converts a rollout and the hints to score with it to the trainer's input,
-// with the one trainable rule (Trainable) and each hint's own empty-hint template
+// with the trainable mask of rule (Rule.Mask) and each hint's own empty-hint template
 // (teacher.Hint.Empty), built with its tokens, so a teacher reload between hinting and
 // scoring cannot mismatch them. The daemon's loop and the efficacy experiment both
 // use it.
-func ToTrainer(r *rollout.Rollout, hints []teacher.Hint) xla.Rollout {
+func ToTrainer(r *rollout.Rollout, hints []teacher.Hint, rule Rule) xla.Rollout {
 	T := len(r.Tokens)
 	xr := xla.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float32, T),
-		Trainable: make([]bool, T), Reward: float64(r.Reward), HasReward: r.HasReward}
+		Trainable: rule.Mask(r), Reward: float64(r.Reward), HasReward: r.HasReward}
 	for i := range T {
 		if lp, ok := r.LogProb(i); ok {
 			xr.Sampler[i] = lp
 		} else {
 			xr.Sampler[i] = float32(math.NaN())
 		}
-		xr.Trainable[i] = Trainable(r, i)
 	}
 	for _, h := range hints {
 		xr.Hints = append(xr.Hints, xla.HintedSegment{
@@ -53,11 +145,12 @@ func ToTrainer(r *rollout.Rollout, hints []teacher.Hint) xla.Rollout {
 	return xr
 }
 
-// adapt converts an item (a rollout and its teacher hints) to a batch entry.
-func adapt(it *Item) *entry {
+// adapt converts an item (a rollout and its teacher hints) to a batch entry under
+// rule.
+func adapt(it *Item, rule Rule) *entry {
 	r := it.Rollout
 	e := &entry{item: it, hints: append([]teacher.Hint(nil), it.hints.Hints...), all: len(r.Tokens)}
-	e.xr = ToTrainer(r, e.hints)
+	e.xr = ToTrainer(r, e.hints, rule)
 	for _, m := range e.xr.Trainable {
 		if m {
 			e.trainable++

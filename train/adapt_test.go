@@ -49,7 +49,7 @@ func TestAdaptKeepsEachHintsEmptyTemplate(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, old.Inserter().Empty(), reloaded.Inserter().Empty())
 
-	e := adapt(it)
+	e := adapt(it, Rule{})
 	require.Len(t, e.xr.Hints, len(it.hints.Hints))
 	for k, h := range e.xr.Hints {
 		require.Equal(t, old.Inserter().Empty(), h.EmptyHint, "hint %d", k)
@@ -66,7 +66,7 @@ func TestAdaptKeepsEachHintsEmptyTemplate(t *testing.T) {
 // match the hints sent is an error, not a row with the wrong hints.
 func TestCreditRowCarriesTheScoredHints(t *testing.T) {
 	it, _ := hintedItem(t, "Hint: ")
-	e := adapt(it)
+	e := adapt(it, Rule{})
 	sent := append([]teacher.Hint(nil), it.hints.Hints...)
 	T := len(it.Rollout.Tokens)
 	in := credit.Rollout{ID: it.Rollout.ID, Student: make([]float64, T), Trainable: e.xr.Trainable}
@@ -128,14 +128,17 @@ func TestCreditRowCarriesTheScoredHints(t *testing.T) {
 }
 
 // TestTrainableIsTheOneRule: the trainer's mask and the batch's token count both
-// come from Trainable, which never trains position 0.
+// come from the rule, which never trains position 0.
 func TestTrainableIsTheOneRule(t *testing.T) {
 	r := rollout.Synthesize(rollout.SynthOptions{Tokens: 600, Seed: 9}, 0)
-	e := adapt(&Item{Rollout: r})
+	rule := Rule{Header: HeaderFor(tokenizer.NewBytes())}
+	e := adapt(&Item{Rollout: r}, rule)
+	mask := rule.Mask(r)
 	n := 0
 	for i := range r.Tokens {
-		require.Equal(t, Trainable(r, i), e.xr.Trainable[i], "token %d", i)
-		if Trainable(r, i) {
+		require.Equal(t, i > 0 && r.Trainable(i), mask[i], "token %d", i)
+		require.Equal(t, mask[i], e.xr.Trainable[i], "token %d", i)
+		if mask[i] {
 			n++
 		}
 	}

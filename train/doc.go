@@ -15,5 +15,6 @@
 //
 // adapt.go is the one adapter between the stages' types: rollout.Rollout plus
 // teacher hints → xla.Rollout, and the trainer's credit → creditfile.Row, with the
-// one trainable-token rule (Trainable).
+// one trainable-token rule (Rule: a sampler log-prob, or credit.allow_no_sampler and
+// the role header).
 package train

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/ledger"
@@ -109,7 +110,10 @@ func (lp *Loop) take(ctx context.Context, it *Item, obs Observer) error {
 		lp.finished(obs, f)
 		return nil
 	}
-	e := adapt(it)
+	e := adapt(it, lp.rule)
+	if e.trainable == 0 {
+		lp.o.Log.Debug().Str("rollout_id", r.ID).Str("why", lp.rule.Why(r)).Msg("rollout has no trainable token")
+	}
 	if err := e.fits(lp.tr.Model().Config.MaxPositionEmbeddings); err != nil {
 		// A per-rollout problem, not a device failure: the rollout is counted as failed
 		// and its file goes on without it (it has no credit row).
@@ -178,8 +182,11 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 		log.Info().Int64("step", met.Step).Float64("loss", met.Loss).Float64("lr", met.LR).
 			Float64("grad_norm", met.GradNorm).Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).
 			Dur("took", met.Took).Msg("step")
+	} else if met.Credit.Tokens == 0 {
+		log.Warn().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took).
+			Msg("step without update, weights unchanged: no trainable token in the batch: " + lp.untrainable(batch))
 	} else {
-		log.Info().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took).
+		log.Info().Int64("step", met.Step).Int("rollouts", met.Rollouts).Int("tokens", met.Credit.Tokens).Dur("took", met.Took).
 			Msg("step without update: no hint credit, outcome advantage or KL term in the batch; weights unchanged")
 	}
 	for _, e := range batch {
@@ -189,4 +196,41 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 	obs.Stepped(met, lp.stepped)
 	obs.Heartbeat()
 	return nil
+}
+
+// maxNamed caps the rollout ids untrainable names for each reason.
+const maxNamed = 5
+
+// untrainable says why the rollouts of batch have no trainable token: each reason
+// (Rule.Why) with the number of rollouts it holds for and their ids, the first
+// maxNamed of them.
+func (lp *Loop) untrainable(batch []*entry) string {
+	var reasons []string
+	ids := map[string][]string{}
+	for _, e := range batch {
+		r := e.item.Rollout
+		why := lp.rule.Why(r)
+		if why == "" {
+			continue
+		}
+		if _, seen := ids[why]; !seen {
+			reasons = append(reasons, why)
+		}
+		ids[why] = append(ids[why], r.ID)
+	}
+	parts := make([]string, len(reasons))
+	for k, why := range reasons {
+		named := ids[why]
+		more := ""
+		if len(named) > maxNamed {
+			more = fmt.Sprintf(" and %d more", len(named)-maxNamed)
+			named = named[:maxNamed]
+		}
+		noun := "rollouts"
+		if len(ids[why]) == 1 {
+			noun = "rollout"
+		}
+		parts[k] = fmt.Sprintf("%d %s (%s%s): %s", len(ids[why]), noun, strings.Join(named, ", "), more, why)
+	}
+	return strings.Join(parts, "; ")
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -18,6 +19,7 @@ type Loop struct {
 	o     Options
 	tr    *xla.Trainer
 	files map[string][]byte // config.json and tokenizer files copied into checkpoints
+	rule  Rule              // the trainable-token rule: credit.allow_no_sampler, the role header
 	info  Info
 
 	batch       []*entry
@@ -51,7 +53,13 @@ func Open(o Options) (*Loop, error) {
 		return nil, fmt.Errorf("backend: %w", err)
 	}
 	name, dev := xla.BackendInfo(b)
-	if lp.files, err = xla.ModelFiles(o.ModelDir); err != nil {
+	if o.Tokenizer == nil {
+		if o.Tokenizer, err = tokenizer.Load(filepath.Join(o.ModelDir, data.TokenizerFileName)); err != nil {
+			return nil, fmt.Errorf("open trainer: %w", err)
+		}
+	}
+	lp.rule = NewRule(o.Credit, o.Tokenizer)
+	if lp.files, err = data.ModelFiles(o.ModelDir); err != nil {
 		return nil, err
 	}
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -31,8 +30,8 @@ import (
 // Only model.safetensors is at the top level, so a server that loads every
 // *.safetensors there (vLLM, SGLang) loads the policy alone. Checkpoints of older
 // versions keep the optimizer and teacher files at the top level; Restore reads both
-// layouts (data.TrainerFile). config.json and the tokenizer files come from the caller
-// (ModelFiles).
+// layouts (data.TrainerFile). config.json, the tokenizer and chat template files come
+// from the caller (data.ModelFiles).
 
 // Tensor-name prefixes of optimizer.safetensors.
 const (
@@ -47,24 +46,6 @@ type optimizerState struct {
 
 type teacherState struct {
 	Mode TeacherMode `json:"mode"`
-}
-
-// ModelFiles reads the non-weight files of model directory dir that a checkpoint
-// copies: config.json (required) and those of tokenizer.json, tokenizer_config.json
-// and generation_config.json that exist.
-func ModelFiles(dir string) (map[string][]byte, error) {
-	files := map[string][]byte{}
-	for _, n := range []string{data.ConfigFileName, data.TokenizerFileName, data.TokenizerConfigFileName, data.GenerationConfigFileName} {
-		b, err := os.ReadFile(filepath.Join(dir, n))
-		if errors.Is(err, os.ErrNotExist) && n != data.ConfigFileName {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("model files: %w", err)
-		}
-		files[n] = b
-	}
-	return files, nil
 }
 
 // HFName is the Hugging Face tensor name of a variable: the inverse of HFScope.
@@ -94,8 +75,8 @@ func tensorNamed(name string, t *tensors.Tensor, dtype safetensors.Dtype) safete
 }
 
 // Checkpoint returns the trainer's state after StepCount() steps as a
-// data.Checkpoint, with files (ModelFiles of the model directory: config.json and
-// the tokenizer files) written beside the tensors. state carries what the trainer
+// data.Checkpoint, with files (data.ModelFiles of the model directory: config.json,
+// the tokenizer and chat template files) written beside the tensors. state carries what the trainer
 // does not own (code version, effective config); its Trained, Baselines, RNG and
 // the optimizer and teacher entries of Extra are set here.
 func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) (*data.Checkpoint, error) {

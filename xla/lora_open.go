@@ -122,7 +122,7 @@ func WriteMerged(backend backends.Backend, dir, base, out string) error {
 	if err != nil {
 		return fmt.Errorf("merge: %w", err)
 	}
-	files, err := ModelFiles(baseDir)
+	files, err := data.ModelFiles(baseDir)
 	if err != nil {
 		return fmt.Errorf("merge: %w", err)
 	}

@@ -27,7 +27,7 @@ func TestLoRAMergeAndOpenAdapter(t *testing.T) {
 	require.NoError(t, err)
 	trainSteps(t, tr, rolloutPool(3, 21), 2)
 	randomizeB(t, m, 9, 0.05) // a visible update, beyond two small steps
-	files, err := ModelFiles(dir)
+	files, err := data.ModelFiles(dir)
 	require.NoError(t, err)
 	ck, err := tr.SaveCheckpoint(t.TempDir(), files, data.TrainerState{}, 1)
 	require.NoError(t, err)

@@ -122,7 +122,7 @@ func writePEFTAdapter(t *testing.T) {
 	tr, err := NewTrainer(newTestBackend(t), m, opts)
 	require.NoError(t, err)
 	trainSteps(t, tr, rolloutPool(6, 77), 6)
-	files, err := ModelFiles(base)
+	files, err := data.ModelFiles(base)
 	require.NoError(t, err)
 	ck, err := tr.SaveCheckpoint(t.TempDir(), files, data.TrainerState{}, 1)
 	require.NoError(t, err)

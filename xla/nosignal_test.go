@@ -64,7 +64,7 @@ func TestStepWithoutSignal(t *testing.T) {
 	require.Equal(t, 2, tr.ForgetTrained(func(id string) bool { return id == silent[0].ID || id == silent[1].ID }))
 	require.Equal(t, []string{signal[0].ID, signal[1].ID}, tr.Trained())
 	require.EqualValues(t, 4, tr.TrainedTotal())
-	files, err := ModelFiles(dir)
+	files, err := data.ModelFiles(dir)
 	require.NoError(t, err)
 	ck, err := tr.SaveCheckpoint(t.TempDir(), files, data.TrainerState{}, 1)
 	require.NoError(t, err)

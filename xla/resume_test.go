@@ -98,7 +98,7 @@ func TestExactResume(t *testing.T) {
 			first, err := NewTrainer(backend, open(dir), resumeOptions(open(dir)))
 			require.NoError(t, err)
 			trainSteps(t, first, pool, N)
-			files, err := ModelFiles(dir)
+			files, err := data.ModelFiles(dir)
 			require.NoError(t, err)
 			root := filepath.Join(t.TempDir(), "checkpoints")
 			ck, err := first.Checkpoint(files, data.TrainerState{CodeVersion: "test", Config: "x: 1\n"})
@@ -161,7 +161,7 @@ func TestCheckpointCorruptFallsBack(t *testing.T) {
 	opts.Credit.KLBeta = 0
 	tr, err := NewTrainer(backend, m, opts)
 	require.NoError(t, err)
-	files, err := ModelFiles(dir)
+	files, err := data.ModelFiles(dir)
 	require.NoError(t, err)
 	root := t.TempDir()
 	pool := rolloutPool(3, 5)

@@ -111,7 +111,7 @@ func TestCheckpointServable(t *testing.T) {
 	for _, v := range variables(tr.model) {
 		policy[HFName(v.Scope(), v.Name())] = tensors.MustCopyFlatData[float32](v.MustValue())
 	}
-	files, err := ModelFiles(dir)
+	files, err := data.ModelFiles(dir)
 	require.NoError(t, err)
 	ck, err := tr.Checkpoint(files, data.TrainerState{})
 	require.NoError(t, err)

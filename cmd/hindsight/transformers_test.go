@@ -147,7 +147,7 @@ func TestMakeTransformersCheckpoint(t *testing.T) {
 		_, err := tr.Step(t.Context(), batch)
 		require.NoError(t, err)
 	}
-	files, err := xla.ModelFiles(modelDir)
+	files, err := data.ModelFiles(modelDir)
 	require.NoError(t, err)
 	root := filepath.Join(transformersTestdata, "checkpoints")
 	require.NoError(t, os.RemoveAll(root))

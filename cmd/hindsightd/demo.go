@@ -109,8 +109,12 @@ func (dm *demo) Stepped(met xla.Metrics, stepped int64) {
 		eta = (time.Duration(float64(el) * float64(max(total-stepped, 0)) / float64(stepped))).Round(time.Second).String()
 	}
 	if !met.Updated {
-		fmt.Fprintf(dm.out, "  step %3d  no signal (no hint credit, no outcome advantage): weights unchanged  %5d/%d tokens  ETA %s\n",
-			met.Step, stepped, total, eta)
+		why := "no signal (no hint credit, no outcome advantage)"
+		if met.Credit.Tokens == 0 {
+			why = "no trainable token (the log says why)"
+		}
+		fmt.Fprintf(dm.out, "  step %3d  %s: weights unchanged  %5d/%d tokens  ETA %s\n",
+			met.Step, why, stepped, total, eta)
 		return
 	}
 	tps := float64(met.Tokens) / max(met.Took.Seconds(), 1e-9)

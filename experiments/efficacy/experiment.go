@@ -18,6 +18,7 @@ import (
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/train"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -167,7 +168,7 @@ func (r *Runner) trainer(spec ArmSpec, seed int64) (*xla.Trainer, error) {
 // saveReset writes the trainer's state as a checkpoint whose model file is bf16, so
 // that it carries f32 master weights that Trainer.Restore loads into the weights.
 func saveReset(tr *xla.Trainer, model string) (string, error) {
-	files, err := xla.ModelFiles(model)
+	files, err := data.ModelFiles(model)
 	if err != nil {
 		return "", err
 	}
@@ -299,7 +300,7 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *Hinter
 			st.Hints += len(hints)
 		}
 		rolls[i] = ro
-		batch[i] = toTrainer(ro, hints, 0)
+		batch[i] = train.ToTrainer(ro, hints, train.NewRule(spec.Credit, p.Tok))
 	}
 	met, err := tr.Step(ctx, batch)
 	if err != nil {

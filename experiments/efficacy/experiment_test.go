@@ -15,6 +15,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/train"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -171,7 +172,7 @@ func TestDemoTrainsOnlyTheRightCalls(t *testing.T) {
 		_, err = toolworld.Play(env, toolworld.NewNoisy(0.5, uint64(i)), 16)
 		require.NoError(t, err)
 		r := env.Rollout("d")
-		xr := maskMistakes(r, toTrainer(r, nil, 1))
+		xr := maskMistakes(r, train.ToTrainer(r, nil, train.NewRule(SFTCredit(), tok)))
 		for k, s := range r.Segments {
 			bad := s.Kind == rollout.KindToolCall && r.Segments[k+1].Status == rollout.StatusError
 			for p := s.Start; p < s.End; p++ {

@@ -10,8 +10,6 @@ import (
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
-	"github.com/hindsight-ai/hindsight/train"
-	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // HintStats count what the hint stage did over a run.
@@ -255,23 +253,4 @@ func LeaksAnswer(text string, t toolworld.Task) bool {
 		}
 	}
 	return false
-}
-
-// toTrainer converts a toolworld rollout and its hints to the trainer's input through
-// the daemon's one adapter (train.ToTrainer). A demonstration has no sampler log-probs
-// at all (scripted text is not sampled); docs/design.md makes such a rollout trainable only
-// when configured (credit.allow_no_sampler, importance weight 1), and then its policy
-// segments past their first header tokens (the harness's role header) are the targets.
-func toTrainer(r *rollout.Rollout, hints []teacher.Hint, header int) xla.Rollout {
-	xr := train.ToTrainer(r, hints)
-	if !r.HasLogProbs() {
-		for _, s := range r.Segments {
-			if s.Kind.IsPolicy() {
-				for i := int(s.Start) + header; i < int(s.End); i++ {
-					xr.Trainable[i] = i > 0
-				}
-			}
-		}
-	}
-	return xr
 }

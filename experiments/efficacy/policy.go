@@ -87,7 +87,7 @@ func CPUTime() time.Duration {
 // safetensors, config and tokenizer files of the model directory from), through a
 // temporary directory renamed into place.
 func SaveModel(tr *xla.Trainer, from, dir string) error {
-	files, err := xla.ModelFiles(from)
+	files, err := data.ModelFiles(from)
 	if err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}

@@ -75,6 +75,7 @@ func Probe(ctx context.Context, backend backends.Backend, dir string, w World, t
 	}
 	for i, e := range envs {
 		ro := e.Rollout(fmt.Sprintf("probe-%04d", i))
+		mask := train.Rule{}.Mask(ro)
 		s, cache, err := sc.Score(ctx, ro.Tokens)
 		if err != nil {
 			return nil, fmt.Errorf("probe: %w", err)
@@ -82,7 +83,7 @@ func Probe(ctx context.Context, backend backends.Backend, dir string, w World, t
 		for k, h := range hinters {
 			hints, err := h.Hints(ctx, ro, e.Task())
 			if err == nil && len(hints) > 0 {
-				err = probeHints(ctx, sc, cache, ro.Tokens, s, hints, func(t int) bool { return train.Trainable(ro, t) },
+				err = probeHints(ctx, sc, cache, ro.Tokens, s, hints, func(t int) bool { return mask[t] },
 					func(q, qe map[int]float64) {
 						out[k].Student.Add(ro, lookup(q, s, nil))
 						out[k].EmptyHint.Add(ro, lookup(q, nil, qe))

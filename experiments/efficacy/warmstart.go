@@ -12,6 +12,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/train"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -99,7 +100,7 @@ func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]xla.Rollout, int, in
 	if err != nil {
 		return nil, 0, 0, HintStats{}, err
 	}
-	header := len(tok.Encode(toolworld.BytesFormat.Assistant))
+	rule := train.NewRule(SFTCredit(), tok) // policy turns past their role header are the targets
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, cfg.Demos)
 	if err != nil {
 		return nil, 0, 0, HintStats{}, err
@@ -126,7 +127,7 @@ func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]xla.Rollout, int, in
 			hintTurns += a.hints
 		}
 		r.Reward, r.HasReward = 1, true
-		out = append(out, maskMistakes(r, toTrainer(r, nil, header)))
+		out = append(out, maskMistakes(r, train.ToTrainer(r, nil, rule)))
 	}
 	return out, hintDemos, hintTurns, h.Stats, nil
 }
