@@ -155,7 +155,7 @@ func TestHeaderFor(t *testing.T) {
 		{"mistral_nemo", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tok := loadGzTokenizer(t, filepath.Join("..", "data", "testdata", "tokenizers", tc.name, "tokenizer.json.gz"))
+			tok := loadGzTokenizer(t, filepath.Join("..", "data", "tokenizer", "testdata", "tokenizers", tc.name, "tokenizer.json.gz"))
 			h := HeaderFor(tok)
 			if tc.header == "" {
 				require.Empty(t, h)
