@@ -14,7 +14,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/rs/zerolog"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
@@ -214,12 +214,12 @@ type policy struct {
 func (p *policy) refresh() (bool, error) {
 	dir, step := p.modelDir, int64(0)
 	if p.root != "" {
-		if target, err := os.Readlink(filepath.Join(p.root, data.LatestLinkName)); err == nil {
+		if target, err := os.Readlink(filepath.Join(p.root, checkpoint.LatestLinkName)); err == nil {
 			ck := filepath.Join(p.root, target)
 			if p.sampler != nil && ck == p.dir {
 				return false, nil // latest has not moved: no need to hash its files again
 			}
-			if st, err := data.VerifyCheckpoint(ck); err == nil {
+			if st, err := checkpoint.Verify(ck); err == nil {
 				dir, step = ck, st.Step
 			} else {
 				p.log.Warn().Err(err).Str("checkpoint", ck).Msg("latest checkpoint does not verify; keeping the policy loaded")

@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -73,12 +73,12 @@ func TestCollectorWritesSpoolFilesAndFollowsLatest(t *testing.T) {
 	require.NoError(t, err)
 	tr, err := xla.NewTrainer(b, m, xla.TrainerOptions{Budget: 64})
 	require.NoError(t, err)
-	files, err := data.ModelFiles(modelDir)
+	files, err := checkpoint.ModelFiles(modelDir)
 	require.NoError(t, err)
-	ck, err := tr.Checkpoint(files, data.TrainerState{CreatedAt: time.Now()})
+	ck, err := tr.Checkpoint(files, checkpoint.TrainerState{CreatedAt: time.Now()})
 	require.NoError(t, err)
 	ck.Step, ck.State.Step = 5, 5 // as if five steps had been taken
-	_, err = data.WriteCheckpoint(ckRoot, ck, 2)
+	_, err = checkpoint.Write(ckRoot, ck, 2)
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "done"), 0o755))
 	require.NoError(t, os.Rename(filepath.Join(out, "run1-000000.arrow"), filepath.Join(root, "done", "run1-000000.arrow")))

@@ -24,7 +24,7 @@ import (
 //	tokenizer_config.json         for transformers' AutoTokenizer (not read here)
 //	generation_config.json        bos/eos for generation (not read here)
 //	chat_template.jinja, …        other tokenizer and chat files (not read here;
-//	                              checkpoints copy them: ModelFiles)
+//	                              checkpoints copy them: checkpoint.ModelFiles)
 //
 // The weights hold exactly the tensors of Config.Tensors(), with those shapes, as
 // F32, BF16 or F16. Close releases the weights' mappings.

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 )
 
 // maybeCheckpoint writes a checkpoint when one is due: every_steps steps since the
@@ -40,7 +40,7 @@ func (lp *Loop) checkpoint(ctx context.Context, obs Observer) error {
 		}
 		extra := map[string]json.RawMessage{}
 		extra["daemon"], _ = json.Marshal(map[string]any{"token_budget": lp.o.Config.TokenBudget, "model_dir": lp.o.ModelDir})
-		st := data.TrainerState{CreatedAt: time.Now().UTC(), CodeVersion: lp.o.Version, Config: string(lp.o.ConfigYAML), Extra: extra}
+		st := checkpoint.TrainerState{CreatedAt: time.Now().UTC(), CodeVersion: lp.o.Version, Config: string(lp.o.ConfigYAML), Extra: extra}
 		var err error
 		dir, err = lp.tr.SaveCheckpoint(lp.o.CheckpointDir, lp.files, st, lp.o.Config.Checkpoint.Keep)
 		return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -203,7 +204,7 @@ func TestLoopCheckpointKeepsTheModelsFiles(t *testing.T) {
 		if n == safetensors.FileName {
 			continue // the checkpoint's own weights
 		}
-		if data.IsWeightFile(n) {
+		if checkpoint.IsWeightFile(n) {
 			require.NoFileExists(t, filepath.Join(run.checkpoint, n))
 			continue
 		}
@@ -217,6 +218,6 @@ func TestLoopCheckpointKeepsTheModelsFiles(t *testing.T) {
 	weights, err := filepath.Glob(filepath.Join(run.checkpoint, "*.safetensors"))
 	require.NoError(t, err)
 	require.Equal(t, []string{filepath.Join(run.checkpoint, safetensors.FileName)}, weights)
-	_, err = data.VerifyCheckpoint(run.checkpoint)
+	_, err = checkpoint.Verify(run.checkpoint)
 	require.NoError(t, err, "the manifest lists the copied files")
 }

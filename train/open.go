@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -59,17 +60,17 @@ func Open(o Options) (*Loop, error) {
 		}
 	}
 	lp.rule = NewRule(o.Credit, o.Tokenizer)
-	if lp.files, err = data.ModelFiles(o.ModelDir); err != nil {
+	if lp.files, err = checkpoint.ModelFiles(o.ModelDir); err != nil {
 		return nil, err
 	}
 
 	var ckdir string
 	if o.ResumeFrom >= 0 {
-		ckdir = filepath.Join(o.CheckpointDir, data.StepDirName(o.ResumeFrom))
-		if _, err := data.VerifyCheckpoint(ckdir); err != nil {
+		ckdir = filepath.Join(o.CheckpointDir, checkpoint.StepDirName(o.ResumeFrom))
+		if _, err := checkpoint.Verify(ckdir); err != nil {
 			return nil, fmt.Errorf("resume from step %d: %w", o.ResumeFrom, err)
 		}
-	} else if ckdir, _, err = data.LatestCheckpoint(o.CheckpointDir, o.Log); err != nil {
+	} else if ckdir, _, err = checkpoint.Latest(o.CheckpointDir, o.Log); err != nil {
 		return nil, fmt.Errorf("find checkpoint: %w", err)
 	}
 	src := o.ModelDir

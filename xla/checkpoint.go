@@ -12,6 +12,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
@@ -30,8 +31,8 @@ import (
 // Only model.safetensors is at the top level, so a server that loads every
 // *.safetensors there (vLLM, SGLang) loads the policy alone. Checkpoints of older
 // versions keep the optimizer and teacher files at the top level; Restore reads both
-// layouts (data.TrainerFile). config.json, the tokenizer and chat template files come
-// from the caller (data.ModelFiles).
+// layouts (checkpoint.TrainerFile). config.json, the tokenizer and chat template files come
+// from the caller (checkpoint.ModelFiles).
 
 // Tensor-name prefixes of optimizer.safetensors.
 const (
@@ -75,11 +76,11 @@ func tensorNamed(name string, t *tensors.Tensor, dtype safetensors.Dtype) safete
 }
 
 // Checkpoint returns the trainer's state after StepCount() steps as a
-// data.Checkpoint, with files (data.ModelFiles of the model directory: config.json,
+// checkpoint.Contents, with files (checkpoint.ModelFiles of the model directory: config.json,
 // the tokenizer and chat template files) written beside the tensors. state carries what the trainer
 // does not own (code version, effective config); its Trained, Baselines, RNG and
 // the optimizer and teacher entries of Extra are set here.
-func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) (*data.Checkpoint, error) {
+func (tr *Trainer) Checkpoint(files map[string][]byte, state checkpoint.TrainerState) (*checkpoint.Contents, error) {
 	dtype := safetensors.DtypeF32
 	if raw, ok := files[data.ConfigFileName]; ok {
 		mc, err := data.ParseModelConfig(raw)
@@ -113,14 +114,14 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) 
 		}
 		opt = append(opt, master...)
 	}
-	ck := &data.Checkpoint{Step: tr.steps, Files: files,
-		Tensors: map[string][]safetensors.NamedTensor{safetensors.FileName: model, data.OptimizerFileName: opt}}
+	ck := &checkpoint.Contents{Step: tr.steps, Files: files,
+		Tensors: map[string][]safetensors.NamedTensor{safetensors.FileName: model, checkpoint.OptimizerFileName: opt}}
 	if tr.teacher != nil && tr.teacher.cfg.Mode != TeacherBase {
 		tt, err := namedTensors(trainables(tr.teacher.model), "", safetensors.DtypeF32)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: teacher: %w", err)
 		}
-		ck.Tensors[data.TeacherFileName] = tt
+		ck.Tensors[checkpoint.TeacherFileName] = tt
 	}
 	st := state
 	st.Trained = append([]string(nil), tr.trained...)
@@ -151,28 +152,28 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state data.TrainerState) 
 	return ck, nil
 }
 
-// SaveCheckpoint writes Checkpoint(files, state) under root with data.WriteCheckpoint
+// SaveCheckpoint writes Checkpoint(files, state) under root with checkpoint.Write
 // (atomic; the latest link moved; the newest keep kept) and returns its directory.
-func (tr *Trainer) SaveCheckpoint(root string, files map[string][]byte, state data.TrainerState, keep int) (string, error) {
+func (tr *Trainer) SaveCheckpoint(root string, files map[string][]byte, state checkpoint.TrainerState, keep int) (string, error) {
 	ck, err := tr.Checkpoint(files, state)
 	if err != nil {
 		return "", err
 	}
-	return data.WriteCheckpoint(root, ck, keep)
+	return checkpoint.Write(root, ck, keep)
 }
 
 // Restore loads the trainer's state from checkpoint directory dir, which must
-// verify (data.VerifyCheckpoint): master weights (when the model file is not F32;
+// verify (checkpoint.Verify): master weights (when the model file is not F32;
 // otherwise the weights the model was opened with must be the checkpoint's),
 // optimizer moments and step, teacher, baselines, RNG and trained rollout_ids. The
 // Trainer should be new, over the model opened from dir (OpenModel(dir)); a LoRA
 // Trainer over the base model directory, its adapters read from dir's adapter/.
-func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
-	st, err := data.VerifyCheckpoint(dir)
+func (tr *Trainer) Restore(dir string) (*checkpoint.TrainerState, error) {
+	st, err := checkpoint.Verify(dir)
 	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	fail := func(format string, a ...any) (*data.TrainerState, error) {
+	fail := func(format string, a ...any) (*checkpoint.TrainerState, error) {
 		return nil, fmt.Errorf("restore %s: %s", dir, fmt.Sprintf(format, a...))
 	}
 	var optSt optimizerState
@@ -185,7 +186,7 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 	if err := tr.loraRestore(dir, st); err != nil { // before the moments: it says which run wrote dir
 		return fail("%v", err)
 	}
-	of, err := safetensors.Open(data.TrainerFile(dir, data.OptimizerFileName))
+	of, err := safetensors.Open(checkpoint.TrainerFile(dir, checkpoint.OptimizerFileName))
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -233,7 +234,7 @@ func (tr *Trainer) Restore(dir string) (*data.TrainerState, error) {
 		}
 	}
 	if tr.teacher != nil && tr.teacher.cfg.Mode != TeacherBase {
-		tf, err := safetensors.Open(data.TrainerFile(dir, data.TeacherFileName))
+		tf, err := safetensors.Open(checkpoint.TrainerFile(dir, checkpoint.TeacherFileName))
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			// A checkpoint of a live-teacher run: the snapshot starts from the policy.

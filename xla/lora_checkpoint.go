@@ -13,7 +13,7 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
@@ -91,7 +91,7 @@ func adapterConfigJSON(cfg LoRAConfig) []byte {
 // biases, modules_to_save, per-layer rank or alpha patterns, a layer subset, a
 // regex target_modules, fan_in_fan_out.
 func ReadAdapterConfig(dir string) (LoRAConfig, error) {
-	path := filepath.Join(dir, filepath.Base(data.AdapterConfigFileName))
+	path := filepath.Join(dir, filepath.Base(checkpoint.AdapterConfigFileName))
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return LoRAConfig{}, fmt.Errorf("read adapter config: %w", err)
@@ -162,7 +162,7 @@ func LoadAdapter(m *Model, dir string) error {
 	if m.lora == nil {
 		return errors.New("load adapter: the model has no adapters")
 	}
-	path := filepath.Join(dir, filepath.Base(data.AdapterModelFileName))
+	path := filepath.Join(dir, filepath.Base(checkpoint.AdapterModelFileName))
 	f, err := safetensors.Open(path)
 	if err != nil {
 		return fmt.Errorf("load adapter: %w", err)
@@ -247,7 +247,7 @@ type loraState struct {
 
 // loraCheckpoint adds a LoRA run's files to ck: the merged policy as the root's
 // model.safetensors, the adapter directory and Extra["lora"].
-func (tr *Trainer) loraCheckpoint(ck *data.Checkpoint, dtype safetensors.Dtype, extra map[string]json.RawMessage) error {
+func (tr *Trainer) loraCheckpoint(ck *checkpoint.Contents, dtype safetensors.Dtype, extra map[string]json.RawMessage) error {
 	cfg := *tr.model.lora
 	merged, err := mergedTensors(tr.backend, tr.model, dtype)
 	if err != nil {
@@ -258,12 +258,12 @@ func (tr *Trainer) loraCheckpoint(ck *data.Checkpoint, dtype safetensors.Dtype, 
 		return fmt.Errorf("adapter: %w", err)
 	}
 	ck.Tensors[safetensors.FileName] = merged
-	ck.Tensors[data.AdapterModelFileName] = ad
+	ck.Tensors[checkpoint.AdapterModelFileName] = ad
 	files := make(map[string][]byte, len(ck.Files)+1)
 	for k, v := range ck.Files {
 		files[k] = v
 	}
-	files[data.AdapterConfigFileName] = adapterConfigJSON(cfg)
+	files[checkpoint.AdapterConfigFileName] = adapterConfigJSON(cfg)
 	ck.Files = files
 	extra["lora"], _ = json.Marshal(loraState{Rank: cfg.Rank, Alpha: cfg.Alpha, Targets: cfg.Targets})
 	return nil
@@ -271,7 +271,7 @@ func (tr *Trainer) loraCheckpoint(ck *data.Checkpoint, dtype safetensors.Dtype, 
 
 // loraRestore checks that checkpoint dir was written by a run of the same LoRA
 // config as tr's (or that neither is a LoRA run) and loads its adapters.
-func (tr *Trainer) loraRestore(dir string, st *data.TrainerState) error {
+func (tr *Trainer) loraRestore(dir string, st *checkpoint.TrainerState) error {
 	raw, has := st.Extra["lora"]
 	cfg := tr.model.lora
 	switch {
@@ -290,5 +290,5 @@ func (tr *Trainer) loraRestore(dir string, st *data.TrainerState) error {
 		return fmt.Errorf("train.lora: rank %d, alpha %g, targets %v, but the checkpoint's adapters have rank %d, alpha %g, targets %v",
 			cfg.Rank, cfg.Alpha, cfg.Targets, ls.Rank, ls.Alpha, ls.Targets)
 	}
-	return LoadAdapter(tr.model, filepath.Join(dir, data.AdapterDirName))
+	return LoadAdapter(tr.model, filepath.Join(dir, checkpoint.AdapterDirName))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
@@ -17,7 +18,7 @@ import (
 // IsAdapterDir reports whether dir is a PEFT adapter directory (adapter_config.json,
 // no config.json) rather than a model directory.
 func IsAdapterDir(dir string) bool {
-	_, errA := os.Stat(filepath.Join(dir, filepath.Base(data.AdapterConfigFileName)))
+	_, errA := os.Stat(filepath.Join(dir, filepath.Base(checkpoint.AdapterConfigFileName)))
 	_, errC := os.Stat(filepath.Join(dir, data.ConfigFileName))
 	return errA == nil && errors.Is(errC, os.ErrNotExist)
 }
@@ -92,10 +93,10 @@ func openAdapterPolicy(dir string) (*Model, tokenizer.Tokenizer, *data.ModelConf
 // beside out, every file fsynced, renamed into place, the parent fsynced.
 func WriteMerged(backend backends.Backend, dir, base, out string) error {
 	if !IsAdapterDir(dir) {
-		if sub := filepath.Join(dir, data.AdapterDirName); IsAdapterDir(sub) {
+		if sub := filepath.Join(dir, checkpoint.AdapterDirName); IsAdapterDir(sub) {
 			dir = sub
 		} else {
-			return fmt.Errorf("merge: %s is neither a PEFT adapter directory nor a checkpoint with %s/", dir, data.AdapterDirName)
+			return fmt.Errorf("merge: %s is neither a PEFT adapter directory nor a checkpoint with %s/", dir, checkpoint.AdapterDirName)
 		}
 	}
 	if _, err := os.Stat(out); err == nil {
@@ -122,7 +123,7 @@ func WriteMerged(backend backends.Backend, dir, base, out string) error {
 	if err != nil {
 		return fmt.Errorf("merge: %w", err)
 	}
-	files, err := data.ModelFiles(baseDir)
+	files, err := checkpoint.ModelFiles(baseDir)
 	if err != nil {
 		return fmt.Errorf("merge: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
@@ -27,9 +28,9 @@ func TestLoRAMergeAndOpenAdapter(t *testing.T) {
 	require.NoError(t, err)
 	trainSteps(t, tr, rolloutPool(3, 21), 2)
 	randomizeB(t, m, 9, 0.05) // a visible update, beyond two small steps
-	files, err := data.ModelFiles(dir)
+	files, err := checkpoint.ModelFiles(dir)
 	require.NoError(t, err)
-	ck, err := tr.SaveCheckpoint(t.TempDir(), files, data.TrainerState{}, 1)
+	ck, err := tr.SaveCheckpoint(t.TempDir(), files, checkpoint.TrainerState{}, 1)
 	require.NoError(t, err)
 
 	out := filepath.Join(t.TempDir(), "merged")
@@ -47,7 +48,7 @@ func TestLoRAMergeAndOpenAdapter(t *testing.T) {
 	require.ErrorContains(t, WriteMerged(backend, dir, "", filepath.Join(t.TempDir(), "x")), "neither a PEFT adapter directory nor a checkpoint")
 
 	tokens := testTokens(50, 265, 3)
-	adapted, _, _, err := OpenPolicy(filepath.Join(ck, data.AdapterDirName))
+	adapted, _, _, err := OpenPolicy(filepath.Join(ck, checkpoint.AdapterDirName))
 	require.NoError(t, err)
 	require.NotNil(t, adapted.LoRA())
 	merged, _, _, err := OpenPolicy(out)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
@@ -122,12 +122,12 @@ func writePEFTAdapter(t *testing.T) {
 	tr, err := NewTrainer(newTestBackend(t), m, opts)
 	require.NoError(t, err)
 	trainSteps(t, tr, rolloutPool(6, 77), 6)
-	files, err := data.ModelFiles(base)
+	files, err := checkpoint.ModelFiles(base)
 	require.NoError(t, err)
-	ck, err := tr.SaveCheckpoint(t.TempDir(), files, data.TrainerState{}, 1)
+	ck, err := tr.SaveCheckpoint(t.TempDir(), files, checkpoint.TrainerState{}, 1)
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(peftAdapterDir, 0o755))
-	for _, n := range []string{data.AdapterModelFileName, data.AdapterConfigFileName} {
+	for _, n := range []string{checkpoint.AdapterModelFileName, checkpoint.AdapterConfigFileName} {
 		b, err := os.ReadFile(filepath.Join(ck, n))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(peftAdapterDir, filepath.Base(n)), b, 0o644))

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
@@ -41,16 +42,16 @@ func TestLoRAExactResume(t *testing.T) {
 			first, err := NewTrainer(backend, open(), loraOptions(open()))
 			require.NoError(t, err)
 			trainSteps(t, first, pool, N)
-			files, err := data.ModelFiles(dir)
+			files, err := checkpoint.ModelFiles(dir)
 			require.NoError(t, err)
 			root := filepath.Join(t.TempDir(), "checkpoints")
-			ckdir, err := first.SaveCheckpoint(root, files, data.TrainerState{CodeVersion: "test"}, 2)
+			ckdir, err := first.SaveCheckpoint(root, files, checkpoint.TrainerState{CodeVersion: "test"}, 2)
 			require.NoError(t, err)
 			merged, err := mergedTensors(backend, first.model, safetensors.DtypeF32)
 			require.NoError(t, err)
 			first = nil
 
-			latest, _, err := data.LatestCheckpoint(root, zerolog.Nop())
+			latest, _, err := checkpoint.Latest(root, zerolog.Nop())
 			require.NoError(t, err)
 			require.Equal(t, ckdir, latest)
 			md, err := data.OpenModelDir(latest)
@@ -141,9 +142,9 @@ func TestLoRACheckpointFollowsPEFT(t *testing.T) {
 	tr, err := NewTrainer(backend, m, opts)
 	require.NoError(t, err)
 	trainSteps(t, tr, rolloutPool(3, 2), 1)
-	files, err := data.ModelFiles(dir)
+	files, err := checkpoint.ModelFiles(dir)
 	require.NoError(t, err)
-	ck, err := tr.SaveCheckpoint(t.TempDir(), files, data.TrainerState{}, 1)
+	ck, err := tr.SaveCheckpoint(t.TempDir(), files, checkpoint.TrainerState{}, 1)
 	require.NoError(t, err)
 
 	var top []string
@@ -156,7 +157,7 @@ func TestLoRACheckpointFollowsPEFT(t *testing.T) {
 	}
 	require.Equal(t, []string{"model.safetensors"}, top)
 
-	ad := filepath.Join(ck, data.AdapterDirName)
+	ad := filepath.Join(ck, checkpoint.AdapterDirName)
 	var cfg map[string]any
 	raw, err := os.ReadFile(filepath.Join(ad, "adapter_config.json"))
 	require.NoError(t, err)
@@ -200,15 +201,15 @@ func TestLoRACheckpointFollowsPEFT(t *testing.T) {
 		}
 	}
 	require.True(t, slices.Contains(names, "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"))
-	st, err := data.VerifyCheckpoint(ck)
+	st, err := checkpoint.Verify(ck)
 	require.NoError(t, err)
 	var ls loraState
 	require.NoError(t, json.Unmarshal(st.Extra["lora"], &ls))
 	require.Equal(t, loraState{Rank: 4, Alpha: 8, Targets: opts.LoRA.Targets}, ls)
-	mb, err := os.ReadFile(filepath.Join(ck, data.ManifestFileName))
+	mb, err := os.ReadFile(filepath.Join(ck, checkpoint.ManifestFileName))
 	require.NoError(t, err)
-	require.Contains(t, string(mb), data.AdapterModelFileName)
-	require.Contains(t, string(mb), data.AdapterConfigFileName)
+	require.Contains(t, string(mb), checkpoint.AdapterModelFileName)
+	require.Contains(t, string(mb), checkpoint.AdapterConfigFileName)
 
 	// PEFT's own reader of the config takes it back.
 	back, err := ReadAdapterConfig(ad)

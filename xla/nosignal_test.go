@@ -3,9 +3,8 @@ package xla
 import (
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/stretchr/testify/require"
-
-	"github.com/hindsight-ai/hindsight/data"
 )
 
 // TestStepWithoutSignal: a batch with no hint and no reward is a step without an
@@ -64,9 +63,9 @@ func TestStepWithoutSignal(t *testing.T) {
 	require.Equal(t, 2, tr.ForgetTrained(func(id string) bool { return id == silent[0].ID || id == silent[1].ID }))
 	require.Equal(t, []string{signal[0].ID, signal[1].ID}, tr.Trained())
 	require.EqualValues(t, 4, tr.TrainedTotal())
-	files, err := data.ModelFiles(dir)
+	files, err := checkpoint.ModelFiles(dir)
 	require.NoError(t, err)
-	ck, err := tr.SaveCheckpoint(t.TempDir(), files, data.TrainerState{}, 1)
+	ck, err := tr.SaveCheckpoint(t.TempDir(), files, checkpoint.TrainerState{}, 1)
 	require.NoError(t, err)
 	back := newTrainer(ck)
 	st, err := back.Restore(ck)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
@@ -98,24 +99,24 @@ func TestExactResume(t *testing.T) {
 			first, err := NewTrainer(backend, open(dir), resumeOptions(open(dir)))
 			require.NoError(t, err)
 			trainSteps(t, first, pool, N)
-			files, err := data.ModelFiles(dir)
+			files, err := checkpoint.ModelFiles(dir)
 			require.NoError(t, err)
 			root := filepath.Join(t.TempDir(), "checkpoints")
-			ck, err := first.Checkpoint(files, data.TrainerState{CodeVersion: "test", Config: "x: 1\n"})
+			ck, err := first.Checkpoint(files, checkpoint.TrainerState{CodeVersion: "test", Config: "x: 1\n"})
 			require.NoError(t, err)
 			if oldLayout {
-				for _, n := range []string{data.OptimizerFileName, data.TeacherFileName} {
+				for _, n := range []string{checkpoint.OptimizerFileName, checkpoint.TeacherFileName} {
 					ck.Tensors[filepath.Base(n)] = ck.Tensors[n]
 					delete(ck.Tensors, n)
 				}
 			}
-			ckdir, err := data.WriteCheckpoint(root, ck, 2)
+			ckdir, err := checkpoint.Write(root, ck, 2)
 			require.NoError(t, err)
-			_, err = os.Stat(filepath.Join(ckdir, data.TrainerDirName))
+			_, err = os.Stat(filepath.Join(ckdir, checkpoint.TrainerDirName))
 			require.Equal(t, oldLayout, os.IsNotExist(err), "trainer/ exists only in the new layout")
 			first = nil // the "kill"
 
-			latest, st, err := data.LatestCheckpoint(root, zerolog.Nop())
+			latest, st, err := checkpoint.Latest(root, zerolog.Nop())
 			require.NoError(t, err)
 			require.Equal(t, ckdir, latest)
 			require.EqualValues(t, N, st.Step)
@@ -161,25 +162,25 @@ func TestCheckpointCorruptFallsBack(t *testing.T) {
 	opts.Credit.KLBeta = 0
 	tr, err := NewTrainer(backend, m, opts)
 	require.NoError(t, err)
-	files, err := data.ModelFiles(dir)
+	files, err := checkpoint.ModelFiles(dir)
 	require.NoError(t, err)
 	root := t.TempDir()
 	pool := rolloutPool(3, 5)
 	var dirs []string
 	for range 2 {
 		trainSteps(t, tr, pool, 1)
-		d, err := tr.SaveCheckpoint(root, files, data.TrainerState{}, 3)
+		d, err := tr.SaveCheckpoint(root, files, checkpoint.TrainerState{}, 3)
 		require.NoError(t, err)
 		dirs = append(dirs, d)
 	}
-	f := filepath.Join(dirs[1], data.OptimizerFileName)
+	f := filepath.Join(dirs[1], checkpoint.OptimizerFileName)
 	b, err := os.ReadFile(f)
 	require.NoError(t, err)
 	b[len(b)-1] ^= 1
 	require.NoError(t, os.WriteFile(f, b, 0o644))
 	_, err = tr.Restore(dirs[1])
 	require.Error(t, err)
-	latest, st, err := data.LatestCheckpoint(root, zerolog.Nop())
+	latest, st, err := checkpoint.Latest(root, zerolog.Nop())
 	require.NoError(t, err)
 	require.Equal(t, dirs[0], latest)
 	require.EqualValues(t, 1, st.Step)

@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
 
@@ -111,23 +111,23 @@ func TestCheckpointServable(t *testing.T) {
 	for _, v := range variables(tr.model) {
 		policy[HFName(v.Scope(), v.Name())] = tensors.MustCopyFlatData[float32](v.MustValue())
 	}
-	files, err := data.ModelFiles(dir)
+	files, err := checkpoint.ModelFiles(dir)
 	require.NoError(t, err)
-	ck, err := tr.Checkpoint(files, data.TrainerState{})
+	ck, err := tr.Checkpoint(files, checkpoint.TrainerState{})
 	require.NoError(t, err)
-	require.Contains(t, ck.Tensors, data.TeacherFileName)
+	require.Contains(t, ck.Tensors, checkpoint.TeacherFileName)
 
-	ckdir, err := data.WriteCheckpoint(filepath.Join(t.TempDir(), "new"), ck, 0)
+	ckdir, err := checkpoint.Write(filepath.Join(t.TempDir(), "new"), ck, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{filepath.Join(ckdir, safetensors.FileName)}, serverWeightFiles(t, ckdir))
 	require.Equal(t, policy, serverTensors(t, ckdir))
 
 	// The old layout, written as older versions did: the listing picks up three files.
-	for _, n := range []string{data.OptimizerFileName, data.TeacherFileName} {
+	for _, n := range []string{checkpoint.OptimizerFileName, checkpoint.TeacherFileName} {
 		ck.Tensors[filepath.Base(n)] = ck.Tensors[n]
 		delete(ck.Tensors, n)
 	}
-	olddir, err := data.WriteCheckpoint(filepath.Join(t.TempDir(), "old"), ck, 0)
+	olddir, err := checkpoint.Write(filepath.Join(t.TempDir(), "old"), ck, 0)
 	require.NoError(t, err)
 	got := serverWeightFiles(t, olddir)
 	slices.Sort(got)

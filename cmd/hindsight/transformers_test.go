@@ -16,6 +16,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -147,10 +148,10 @@ func TestMakeTransformersCheckpoint(t *testing.T) {
 		_, err := tr.Step(t.Context(), batch)
 		require.NoError(t, err)
 	}
-	files, err := data.ModelFiles(modelDir)
+	files, err := checkpoint.ModelFiles(modelDir)
 	require.NoError(t, err)
 	root := filepath.Join(transformersTestdata, "checkpoints")
 	require.NoError(t, os.RemoveAll(root))
-	_, err = tr.SaveCheckpoint(root, files, data.TrainerState{CodeVersion: "TestMakeTransformersCheckpoint"}, 1)
+	_, err = tr.SaveCheckpoint(root, files, checkpoint.TrainerState{CodeVersion: "TestMakeTransformersCheckpoint"}, 1)
 	require.NoError(t, err)
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/eval"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
@@ -108,7 +108,7 @@ eval:
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(steps), 2)
 	for _, dir := range steps {
-		ts, err := data.VerifyCheckpoint(dir)
+		ts, err := checkpoint.Verify(dir)
 		require.NoError(t, err)
 		for _, suite := range []string{"heldout", "ext"} {
 			r, ok := evals[suite][ts.Step]

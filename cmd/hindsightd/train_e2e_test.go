@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
-	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
@@ -131,7 +131,7 @@ func TestTrainEndToEnd(t *testing.T) {
 		rows += len(rs)
 	}
 	require.Equal(t, 8, rows)
-	dir, state, err := data.LatestCheckpoint(filepath.Join(dataDir, "checkpoints"), zerolog.Nop())
+	dir, state, err := checkpoint.Latest(filepath.Join(dataDir, "checkpoints"), zerolog.Nop())
 	require.NoError(t, err)
 	require.NotEmpty(t, dir)
 	require.EqualValues(t, 8, state.TrainedTotal)
@@ -149,7 +149,7 @@ func TestTrainEndToEnd(t *testing.T) {
 	waitTrained(t, p, addr, 12)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
-	_, state, err = data.LatestCheckpoint(filepath.Join(dataDir, "checkpoints"), zerolog.Nop())
+	_, state, err = checkpoint.Latest(filepath.Join(dataDir, "checkpoints"), zerolog.Nop())
 	require.NoError(t, err)
 	require.EqualValues(t, 12, state.TrainedTotal)
 	require.LessOrEqual(t, len(state.Trained), 4)
@@ -251,7 +251,7 @@ func sigkillWhileTraining(t *testing.T, cr crashRun) {
 		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 		p.wait(t, 10*time.Second)
-		if _, st, err := data.LatestCheckpoint(filepath.Join(crash, "checkpoints"), zerolog.Nop()); err == nil && st != nil && st.TrainedTotal < 12 {
+		if _, st, err := checkpoint.Latest(filepath.Join(crash, "checkpoints"), zerolog.Nop()); err == nil && st != nil && st.TrainedTotal < 12 {
 			midTraining++
 		}
 	}
@@ -271,11 +271,11 @@ func sigkillWhileTraining(t *testing.T, cr crashRun) {
 	}
 	require.Len(t, accepted, 12)
 	var refDir, crashDir string
-	var refState, crashState *data.TrainerState
+	var refState, crashState *checkpoint.TrainerState
 	var err error
-	refDir, refState, err = data.LatestCheckpoint(filepath.Join(ref, "checkpoints"), zerolog.Nop())
+	refDir, refState, err = checkpoint.Latest(filepath.Join(ref, "checkpoints"), zerolog.Nop())
 	require.NoError(t, err)
-	crashDir, crashState, err = data.LatestCheckpoint(filepath.Join(crash, "checkpoints"), zerolog.Nop())
+	crashDir, crashState, err = checkpoint.Latest(filepath.Join(crash, "checkpoints"), zerolog.Nop())
 	require.NoError(t, err)
 	for id, n := range accepted {
 		require.Equal(t, 1, n, "journal accepts %s once", id)
@@ -299,7 +299,7 @@ func sigkillWhileTraining(t *testing.T, cr crashRun) {
 
 	files := []string{safetensors.FileName}
 	if extra != "" {
-		files = append(files, data.AdapterModelFileName)
+		files = append(files, checkpoint.AdapterModelFileName)
 	}
 	for _, f := range files {
 		worst := maxTensorDiff(t, filepath.Join(refDir, f), filepath.Join(crashDir, f))

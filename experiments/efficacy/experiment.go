@@ -15,6 +15,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/collect"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
@@ -168,7 +169,7 @@ func (r *Runner) trainer(spec ArmSpec, seed int64) (*xla.Trainer, error) {
 // saveReset writes the trainer's state as a checkpoint whose model file is bf16, so
 // that it carries f32 master weights that Trainer.Restore loads into the weights.
 func saveReset(tr *xla.Trainer, model string) (string, error) {
-	files, err := data.ModelFiles(model)
+	files, err := checkpoint.ModelFiles(model)
 	if err != nil {
 		return "", err
 	}
@@ -181,7 +182,7 @@ func saveReset(tr *xla.Trainer, model string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, err := tr.SaveCheckpoint(root, files, data.TrainerState{}, 1)
+	dir, err := tr.SaveCheckpoint(root, files, checkpoint.TrainerState{}, 1)
 	if err != nil {
 		return "", fmt.Errorf("reset checkpoint: %w", err)
 	}

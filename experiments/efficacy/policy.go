@@ -12,6 +12,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/collect"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
@@ -87,11 +88,11 @@ func CPUTime() time.Duration {
 // safetensors, config and tokenizer files of the model directory from), through a
 // temporary directory renamed into place.
 func SaveModel(tr *xla.Trainer, from, dir string) error {
-	files, err := data.ModelFiles(from)
+	files, err := checkpoint.ModelFiles(from)
 	if err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
-	ck, err := tr.Checkpoint(files, data.TrainerState{})
+	ck, err := tr.Checkpoint(files, checkpoint.TrainerState{})
 	if err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}

@@ -1,4 +1,4 @@
-package data
+package checkpoint
 
 import (
 	"os"
@@ -17,7 +17,7 @@ func TestCheckpointTrainerSubdir(t *testing.T) {
 	ck := testCheckpoint(1, 16)
 	ck.Tensors[OptimizerFileName] = []safetensors.NamedTensor{{Name: "exp_avg.w", Dtype: safetensors.DtypeF32, Shape: []int{16}, Values: make([]float32, 16)}}
 	ck.Tensors[TeacherFileName] = ck.Tensors["model.safetensors"]
-	dir, err := WriteCheckpoint(root, ck, 0)
+	dir, err := Write(root, ck, 0)
 	require.NoError(t, err)
 
 	top, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
@@ -27,17 +27,17 @@ func TestCheckpointTrainerSubdir(t *testing.T) {
 		require.FileExists(t, filepath.Join(dir, TrainerDirName, filepath.Base(n)))
 		require.Equal(t, filepath.Join(dir, n), TrainerFile(dir, n))
 	}
-	_, err = VerifyCheckpoint(dir)
+	_, err = Verify(dir)
 	require.NoError(t, err)
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, OptimizerFileName), []byte("x"), 0o644))
-	_, err = VerifyCheckpoint(dir)
+	_, err = Verify(dir)
 	require.ErrorContains(t, err, OptimizerFileName)
 
 	for _, bad := range []string{"trainer", "trainer/", "other/x.safetensors", "trainer/../x", "trainer/a/b", "../x", ".hidden"} {
 		ck := testCheckpoint(2, 4)
 		ck.Files[bad] = []byte("x")
-		_, err := WriteCheckpoint(t.TempDir(), ck, 0)
+		_, err := Write(t.TempDir(), ck, 0)
 		require.ErrorContains(t, err, "bad checkpoint file name", bad)
 	}
 }

@@ -1,4 +1,4 @@
-package data
+package checkpoint
 
 import (
 	"bytes"
@@ -17,12 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func testCheckpoint(step int64, n int) *Checkpoint {
+func testCheckpoint(step int64, n int) *Contents {
 	vals := make([]float32, n)
 	for i := range vals {
 		vals[i] = float32(step) + float32(i)/float32(n)
 	}
-	return &Checkpoint{
+	return &Contents{
 		Step:    step,
 		Files:   map[string][]byte{"config.json": []byte(`{"model_type":"llama"}`)},
 		Tensors: map[string][]safetensors.NamedTensor{"model.safetensors": {{Name: "w", Dtype: safetensors.DtypeF32, Shape: []int{n}, Values: vals}}},
@@ -33,14 +33,14 @@ func testCheckpoint(step int64, n int) *Checkpoint {
 func TestCheckpointWriteVerifyPrune(t *testing.T) {
 	root := t.TempDir()
 	for step := int64(1); step <= 4; step++ {
-		dir, err := WriteCheckpoint(root, testCheckpoint(step, 64), 2)
+		dir, err := Write(root, testCheckpoint(step, 64), 2)
 		require.NoError(t, err)
 		require.Equal(t, filepath.Join(root, StepDirName(step)), dir)
 	}
 	steps, err := Steps(root)
 	require.NoError(t, err)
 	require.Equal(t, []int64{3, 4}, steps, "the last 2 are kept")
-	dir, st, err := LatestCheckpoint(root, zerolog.Nop())
+	dir, st, err := Latest(root, zerolog.Nop())
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(root, "step-000004"), dir)
 	require.Equal(t, int64(4), st.Step)
@@ -57,11 +57,11 @@ func TestCheckpointWriteVerifyPrune(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, float32(4), vals[0])
 
-	_, err = WriteCheckpoint(root, testCheckpoint(4, 8), 2)
+	_, err = Write(root, testCheckpoint(4, 8), 2)
 	require.ErrorContains(t, err, "already exists")
 
 	// No checkpoint yet is not an error.
-	dir, st, err = LatestCheckpoint(filepath.Join(root, "none"), zerolog.Nop())
+	dir, st, err = Latest(filepath.Join(root, "none"), zerolog.Nop())
 	require.NoError(t, err)
 	require.Empty(t, dir)
 	require.Nil(t, st)
@@ -82,12 +82,12 @@ func TestCheckpointCorruptLatestFallsBack(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
 			for step := int64(1); step <= 3; step++ {
-				_, err := WriteCheckpoint(root, testCheckpoint(step, 32), 0)
+				_, err := Write(root, testCheckpoint(step, 32), 0)
 				require.NoError(t, err)
 			}
 			corrupt(filepath.Join(root, "step-000003"))
 			var logs bytes.Buffer
-			dir, st, err := LatestCheckpoint(root, zerolog.New(&logs))
+			dir, st, err := Latest(root, zerolog.New(&logs))
 			require.NoError(t, err)
 			require.Equal(t, filepath.Join(root, "step-000002"), dir)
 			require.Equal(t, int64(2), st.Step)
@@ -96,10 +96,10 @@ func TestCheckpointCorruptLatestFallsBack(t *testing.T) {
 		})
 	}
 	root := t.TempDir()
-	_, err := WriteCheckpoint(root, testCheckpoint(1, 8), 0)
+	_, err := Write(root, testCheckpoint(1, 8), 0)
 	require.NoError(t, err)
 	os.Remove(filepath.Join(root, "step-000001", ManifestFileName))
-	_, _, err = LatestCheckpoint(root, zerolog.Nop())
+	_, _, err = Latest(root, zerolog.Nop())
 	require.ErrorContains(t, err, "none of the 1 checkpoints")
 }
 
@@ -121,7 +121,7 @@ func TestCheckpointSIGKILL(t *testing.T) {
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		cmd.Wait()
 
-		dir, st, err := LatestCheckpoint(root, zerolog.Nop())
+		dir, st, err := Latest(root, zerolog.Nop())
 		require.NoError(t, err, "round %d", round)
 		if dir == "" {
 			continue
@@ -149,7 +149,7 @@ func TestCheckpointChild(t *testing.T) {
 	}
 	from, _ := strconv.ParseInt(os.Getenv("HINDSIGHT_CKPT_FROM"), 10, 64)
 	for step := from; ; step++ {
-		if _, err := WriteCheckpoint(root, testCheckpoint(step, 1<<18), 3); err != nil {
+		if _, err := Write(root, testCheckpoint(step, 1<<18), 3); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -158,13 +158,13 @@ func TestCheckpointChild(t *testing.T) {
 func TestCheckpointStaleLatestIsRepaired(t *testing.T) {
 	root := t.TempDir()
 	for step := int64(1); step <= 2; step++ {
-		_, err := WriteCheckpoint(root, testCheckpoint(step, 8), 0)
+		_, err := Write(root, testCheckpoint(step, 8), 0)
 		require.NoError(t, err)
 	}
 	// A crash after step 2's rename, before the link moved; and a leftover temp dir.
 	require.NoError(t, pointLatest(root, "step-000001"))
 	require.NoError(t, os.Mkdir(filepath.Join(root, ".tmp-step-000003-123"), 0o755))
-	dir, st, err := LatestCheckpoint(root, zerolog.Nop())
+	dir, st, err := Latest(root, zerolog.Nop())
 	require.NoError(t, err)
 	require.Equal(t, int64(2), st.Step)
 	require.Equal(t, filepath.Join(root, "step-000002"), dir)

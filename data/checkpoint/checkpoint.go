@@ -1,4 +1,4 @@
-package data
+package checkpoint
 
 import (
 	"crypto/sha256"
@@ -61,7 +61,7 @@ func TrainerFile(dir, name string) string {
 }
 
 // Checkpoint is what one checkpoint holds.
-type Checkpoint struct {
+type Contents struct {
 	Step int64
 	// Files are written as they are: the model directory's non-weight files
 	// (ModelFiles: config.json, the tokenizer, chat template and generation files, …).
@@ -119,7 +119,7 @@ var stepDirRe = regexp.MustCompile(`^step-(\d{6,})$`)
 // the latest link moved to it, then all but the newest keep step directories removed.
 // A crash at any point leaves either no new directory or a complete one; the latest
 // link always names a complete one. keep < 1 keeps every checkpoint.
-func WriteCheckpoint(root string, ck *Checkpoint, keep int) (string, error) {
+func Write(root string, ck *Contents, keep int) (string, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
@@ -160,7 +160,7 @@ func WriteCheckpoint(root string, ck *Checkpoint, keep int) (string, error) {
 }
 
 // writeCheckpointFiles writes every file of ck into dir, the manifest last.
-func writeCheckpointFiles(dir string, ck *Checkpoint) error {
+func writeCheckpointFiles(dir string, ck *Contents) error {
 	st := ck.State
 	st.Step = ck.Step
 	if st.CreatedAt.IsZero() {
@@ -348,7 +348,7 @@ func removeStaleTemps(root string) error {
 // VerifyCheckpoint checks a step directory against its manifest and returns its
 // trainer state. Any missing, resized or altered file, or a missing manifest (an
 // interrupted write), is an error naming the file.
-func VerifyCheckpoint(dir string) (*TrainerState, error) {
+func Verify(dir string) (*TrainerState, error) {
 	mb, err := os.ReadFile(filepath.Join(dir, ManifestFileName))
 	if err != nil {
 		return nil, fmt.Errorf("verify checkpoint %s: %w", dir, err)
@@ -397,7 +397,7 @@ func VerifyCheckpoint(dir string) (*TrainerState, error) {
 // The latest link is repaired when it names another (a crash between the rename of
 // a new step directory and the move of the link leaves it one step behind). It
 // returns "" and a nil state when there is no checkpoint yet.
-func LatestCheckpoint(root string, log zerolog.Logger) (string, *TrainerState, error) {
+func Latest(root string, log zerolog.Logger) (string, *TrainerState, error) {
 	if err := removeStaleTemps(root); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", nil, err
 	}
@@ -408,7 +408,7 @@ func LatestCheckpoint(root string, log zerolog.Logger) (string, *TrainerState, e
 	for i := len(steps) - 1; i >= 0; i-- {
 		name := StepDirName(steps[i])
 		d := filepath.Join(root, name)
-		st, err := VerifyCheckpoint(d)
+		st, err := Verify(d)
 		if err != nil {
 			log.Error().Err(err).Str("checkpoint", d).Msg("checkpoint does not verify; falling back to an older one")
 			continue

@@ -1,4 +1,4 @@
-package data
+package checkpoint
 
 import (
 	"maps"
@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,16 +22,16 @@ const chatTemplate = "{% for message in messages %}{{'<|im_start|>' + message['r
 // chat_template.jinja, and transformers 4's, with it inside tokenizer_config.json.
 func TestModelFiles(t *testing.T) {
 	kept := map[string]string{
-		ConfigFileName:            `{"model_type": "llama"}`,
-		TokenizerFileName:         `{"model": {}}`,
-		GenerationConfigFileName:  `{"eos_token_id": 2}`,
-		"special_tokens_map.json": `{"eos_token": "<|im_end|>"}`,
-		"added_tokens.json":       `{"<|im_end|>": 2}`,
-		"tokenizer.model":         "sentencepiece",
-		"vocab.json":              `{"a": 0}`,
-		"merges.txt":              "a b\n",
-		"README.md":               "# a model card\n",
-		"LICENSE":                 "Apache-2.0\n",
+		data.ConfigFileName:           `{"model_type": "llama"}`,
+		data.TokenizerFileName:        `{"model": {}}`,
+		data.GenerationConfigFileName: `{"eos_token_id": 2}`,
+		"special_tokens_map.json":     `{"eos_token": "<|im_end|>"}`,
+		"added_tokens.json":           `{"<|im_end|>": 2}`,
+		"tokenizer.model":             "sentencepiece",
+		"vocab.json":                  `{"a": 0}`,
+		"merges.txt":                  "a b\n",
+		"README.md":                   "# a model card\n",
+		"LICENSE":                     "Apache-2.0\n",
 	}
 	dropped := []string{
 		"model.safetensors", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
@@ -44,10 +45,10 @@ func TestModelFiles(t *testing.T) {
 		files map[string]string // what the template adds
 	}{
 		{"transformers 5: chat_template.jinja", map[string]string{
-			"chat_template.jinja":   chatTemplate,
-			TokenizerConfigFileName: `{"tokenizer_class": "GPT2Tokenizer"}`}},
+			"chat_template.jinja":        chatTemplate,
+			data.TokenizerConfigFileName: `{"tokenizer_class": "GPT2Tokenizer"}`}},
 		{"transformers 4: chat_template in tokenizer_config.json", map[string]string{
-			TokenizerConfigFileName: `{"tokenizer_class": "GPT2Tokenizer", "chat_template": "` + chatTemplate + `"}`}},
+			data.TokenizerConfigFileName: `{"tokenizer_class": "GPT2Tokenizer", "chat_template": "` + chatTemplate + `"}`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -59,15 +60,15 @@ func TestModelFiles(t *testing.T) {
 				want[n] = []byte(b)
 			}
 			for n, b := range want {
-				if n == TokenizerFileName {
+				if n == data.TokenizerFileName {
 					continue
 				}
 				require.NoError(t, os.WriteFile(filepath.Join(dir, n), b, 0o644))
 			}
 			// A Hugging Face cache snapshot: the files are links to blobs.
 			blob := filepath.Join(t.TempDir(), "blob")
-			require.NoError(t, os.WriteFile(blob, want[TokenizerFileName], 0o644))
-			require.NoError(t, os.Symlink(blob, filepath.Join(dir, TokenizerFileName)))
+			require.NoError(t, os.WriteFile(blob, want[data.TokenizerFileName], 0o644))
+			require.NoError(t, os.Symlink(blob, filepath.Join(dir, data.TokenizerFileName)))
 			for _, n := range dropped {
 				require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte("weights"), 0o644))
 			}
@@ -86,10 +87,10 @@ func TestModelFiles(t *testing.T) {
 // TestModelFilesNeedsConfig: a directory without config.json is no model directory.
 func TestModelFilesNeedsConfig(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, TokenizerFileName), []byte("{}"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, data.TokenizerFileName), []byte("{}"), 0o644))
 	_, err := ModelFiles(dir)
 	require.ErrorIs(t, err, os.ErrNotExist)
-	require.ErrorContains(t, err, ConfigFileName)
+	require.ErrorContains(t, err, data.ConfigFileName)
 }
 
 // TestIsWeightFile: what loaders glob as weights, and tokenizer files that only look

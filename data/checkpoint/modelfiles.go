@@ -1,4 +1,4 @@
-package data
+package checkpoint
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/hindsight-ai/hindsight/data"
 )
 
 // weightSuffixes end the names of files that some loader reads as weights: the
@@ -69,8 +71,8 @@ func ModelFiles(dir string) (map[string][]byte, error) {
 			return nil, fmt.Errorf("model files: %w", err)
 		}
 	}
-	if _, ok := files[ConfigFileName]; !ok {
-		return nil, fmt.Errorf("model files: %s: %w", filepath.Join(dir, ConfigFileName), os.ErrNotExist)
+	if _, ok := files[data.ConfigFileName]; !ok {
+		return nil, fmt.Errorf("model files: %s: %w", filepath.Join(dir, data.ConfigFileName), os.ErrNotExist)
 	}
 	return files, nil
 }
