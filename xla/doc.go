@@ -23,8 +23,12 @@
 //
 // Weights load from a data.ModelDir (or any Weights) through a strict name table
 // whose context scopes are the checkpoint's tensor names: "model.layers.0.mlp.up_proj.weight"
-// is variable "weight" in scope "/model/layers/0/mlp/up_proj". The package never
-// parses files itself.
+// is variable "weight" in scope "/model/layers/0/mlp/up_proj". Model files
+// (config.json, safetensors, tokenizers, the checkpoint layout) are parsed by data/;
+// xla parses only what it alone defines: its own sections of a checkpoint's
+// trainer_state.json (optimizer, teacher, baselines, RNG, LoRA) and a PEFT
+// adapter's adapter_config.json (lora_checkpoint.go), whose fields map one to one
+// onto LoRAConfig and are checked against what the LoRA graph computes.
 //
 // With LoRA (lora.go) a projection's scope also holds lora_A [r, in] and lora_B
 // [out, r]; linear adds (α/r)·(x·Aᵀ)·Bᵀ, only those are trained, and checkpoints
