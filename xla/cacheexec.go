@@ -31,10 +31,11 @@ func newCacheExecs(backend backends.Backend, m *Model) (cacheExecs, error) {
 	var err error
 	cfg := m.Config
 	e.zeros, err = newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
-		capacity := lengthOf(in[0])
+		size := listOf(in).next()
+		capacity := lengthOf(size)
 		out := make([]*Node, 2*cfg.NumHiddenLayers)
 		for i := range out {
-			out[i] = Zeros(in[0].Graph(), shapes.Make(in[0].DType(), capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim))
+			out[i] = Zeros(size.Graph(), shapes.Make(size.DType(), capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim))
 		}
 		return out
 	})

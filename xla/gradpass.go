@@ -238,6 +238,20 @@ func (v *cacheViews) drop() {
 	v.view, v.capacity = nil, 0
 }
 
+// trainCut is how many cache positions a training chunk whose last position is
+// end-1 attends to: the chunk gets the cache cut to them. The span of
+// spanFor(end, unit) (unit: the training chunk), or with BucketAttention the
+// capacity bucket ≥ end. The training graph attends over the cut in one masked
+// softmax, since its backward keeps the probabilities anyway (there is no
+// recompute backward here): chunk × heads × cut floats, which the trainer's
+// AttentionScores budget bounds by halving the chunk.
+func (s *Scorer) trainCut(end, unit int) int {
+	if s.bucket {
+		return s.capacityFor(end)
+	}
+	return spanFor(end, unit).Len()
+}
+
 // trainChunkFor is the training chunk for rem remaining positions against a cache
 // of capacity positions: chunk, divided by 4 (≥ minChunk) while that still holds
 // rem, then halved (≥ minChunk) while chunk × heads × capacity > scores.
