@@ -60,7 +60,7 @@ type gradPass struct {
 	execs   map[Backprop]*mlctx.Exec
 	shrink  *Exec          // the first c positions of every cache tensor
 	stats   AttentionStats // chunk executions against a cache (GradientStats)
-	seen    map[[2]int]bool
+	seen    map[[2]int]bool // (chunk, cut) pairs run
 }
 
 func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
