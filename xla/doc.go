@@ -34,6 +34,15 @@
 // [out, r]; linear adds (α/r)·(x·Aᵀ)·Bᵀ, only those are trained, and checkpoints
 // write them as a PEFT adapter beside the merged policy (lora_checkpoint.go).
 //
+// Where things are: the decoder (model.go, rope.go) has one attention
+// (attention.go) over a KV-cache layout (kvcache_graph.go in a graph; kvcache.go
+// and kvcache_paged.go on the device: contiguous and paged), whose causal spans and
+// online softmax are attention_blocked.go; executables take and return flat lists
+// that each layout reads and packs itself (execio.go). Scoring is scorer*.go and
+// hinted.go; training is train*.go, the loss and its gradient per Backprop mode
+// loss.go and gradpass.go, adamw.go, teachermode.go, checkpoint.go; sampling is
+// sampler*.go; LoRA is lora*.go.
+//
 // Matrix products the model builds get a GEMM-based gradient (see gemm.go) instead of
 // GoMLX v0.26.0's broadcast-multiply rule, which materialises [batch, M, N, K].
 package xla
