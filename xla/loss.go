@@ -58,8 +58,8 @@ type gradPass struct {
 	backend backends.Backend
 	params  []*mlctx.Variable // the trained variables (trainables), in context order
 	execs   map[Backprop]*mlctx.Exec
-	shrink  *Exec          // the first c positions of every cache tensor
-	stats   AttentionStats // chunk executions against a cache (GradientStats)
+	shrink  *Exec           // the first c positions of every cache tensor
+	stats   AttentionStats  // chunk executions against a cache (GradientStats)
 	seen    map[[2]int]bool // (chunk, cut) pairs run
 }
 
