@@ -13,7 +13,7 @@ import (
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
-// Rule is the one trainable-token rule (DESIGN.md "Trainable token"). Token i of a
+// Rule is the one trainable-token rule (docs/design.md "Rollout file", Trainable token). Token i of a
 // rollout is trained when it lies in a policy segment (assistant, reasoning,
 // tool_call), has a sampler log-prob, and is not position 0, which has no context to
 // predict it from. A rollout with no sampler log-prob at all (a demonstration, a

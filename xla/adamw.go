@@ -98,8 +98,9 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 	o.exec, err = NewExec(backend, func(in []*Node) []*Node {
 		// in: lr, decay factor (1 − lr·wd), 1/bc1, 1/√bc2, clip norm, then
 		// params, grads, m, v.
-		lr, decay, ibc1, isbc2, clip := in[0], in[1], in[2], in[3], in[4]
-		ps, gs, ms, vs := in[5:5+np], in[5+np:5+2*np], in[5+2*np:5+3*np], in[5+3*np:5+4*np]
+		l := listOf(in)
+		lr, decay, ibc1, isbc2, clip := l.next(), l.next(), l.next(), l.next(), l.next()
+		ps, gs, ms, vs := l.take(np), l.take(np), l.take(np), l.take(np)
 		g := lr.Graph()
 		var sq *Node
 		for _, x := range gs {
@@ -172,10 +173,12 @@ func (o *adamW) apply(params, grads []*tensors.Tensor) (newParams []*tensors.Ten
 		}
 	}
 	np := len(params)
-	norm = float64(tensors.ToScalar[float32](out[0]))
-	out[0].FinalizeAll()
-	o.m = out[1+np : 1+2*np]
-	o.v = out[1+2*np:]
+	r := listOf(out)
+	normT := r.next()
+	norm = float64(tensors.ToScalar[float32](normT))
+	normT.FinalizeAll()
+	newParams = r.take(np)
+	o.m, o.v = r.take(np), r.take(np)
 	o.step++
-	return out[1 : 1+np], norm, lr, nil
+	return newParams, norm, lr, nil
 }

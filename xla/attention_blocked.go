@@ -10,9 +10,9 @@ import (
 
 // Causal attention cost for long rollouts (docs/performance.md "Long rollouts: causal attention
 // cost"). A scoring chunk at positions start…end-1 needs the keys of positions < end
-// only: its own, and those of the pages before it (paged.go), which it attends to
-// in blocks of up to MaxBlockPages pages with an online softmax (running max and
-// sum, rescaled per block), so no [chunk, span] score tensor exists, only
+// only: its own, and those of the pages before it (scorer_paged.go), which it
+// attends to in blocks of up to MaxBlockPages pages with an online softmax (running
+// max and sum, rescaled per block), so no [chunk, span] score tensor exists, only
 // [chunk, block] ones, one after another. The training pass cuts its contiguous
 // cache to the same spans (Scorer.trainCut).
 //

@@ -144,7 +144,7 @@ func BenchmarkTrainChunkPeak32k(b *testing.B) {
 	for _, chunk := range []int{64, 128} {
 		b.Run(fmt.Sprintf("T=%d/chunk=%d", T, chunk), func(b *testing.B) {
 			m := testModel(b, tinyFields(map[string]any{"max_position_embeddings": 131072}), 71)
-			s, err := NewScorer(backend, m, ScorerOptions{Chunk: chunk})
+			s, err := NewScorer(backend, m, ScorerOptions{Chunk: chunk, BucketAttention: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -177,13 +177,9 @@ func BenchmarkTrainChunkPeak32k(b *testing.B) {
 					tensors.FromFlatDataAndDimensions(make([]float32, chunk), 1, chunk),
 					tensors.FromFlatDataAndDimensions(make([]float32, chunk), 1, chunk),
 				}
-				for _, t := range append(append([]*tensors.Tensor{}, cache.k...), cache.v...) {
-					args = append(args, t)
-				}
-				for _, t := range acc {
-					args = append(args, t)
-				}
-				out, err := p.cached.Exec(args...)
+				args = append(args, anys(cache.layout.tensors())...)
+				args = append(args, anys(acc)...)
+				out, err := p.execs[BackpropTruncated].Exec(args...)
 				if err != nil {
 					b.Fatal(err)
 				}

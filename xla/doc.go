@@ -23,12 +23,25 @@
 //
 // Weights load from a data.ModelDir (or any Weights) through a strict name table
 // whose context scopes are the checkpoint's tensor names: "model.layers.0.mlp.up_proj.weight"
-// is variable "weight" in scope "/model/layers/0/mlp/up_proj". The package never
-// parses files itself.
+// is variable "weight" in scope "/model/layers/0/mlp/up_proj". Model files
+// (config.json, safetensors, tokenizers, the checkpoint layout) are parsed by data/;
+// xla parses only what it alone defines: its own sections of a checkpoint's
+// trainer_state.json (optimizer, teacher, baselines, RNG, LoRA) and a PEFT
+// adapter's adapter_config.json (lora_checkpoint.go), whose fields map one to one
+// onto LoRAConfig and are checked against what the LoRA graph computes.
 //
 // With LoRA (lora.go) a projection's scope also holds lora_A [r, in] and lora_B
 // [out, r]; linear adds (α/r)·(x·Aᵀ)·Bᵀ, only those are trained, and checkpoints
 // write them as a PEFT adapter beside the merged policy (lora_checkpoint.go).
+//
+// Where things are: the decoder (model.go, rope.go) has one attention
+// (attention.go) over a KV-cache layout (kvcache_graph.go in a graph; kvcache.go
+// and kvcache_paged.go on the device: contiguous and paged), whose causal spans and
+// online softmax are attention_blocked.go; executables take and return flat lists
+// that each layout reads and packs itself (execio.go). Scoring is scorer*.go and
+// hinted.go; training is train*.go, the loss and its gradient per Backprop mode
+// loss.go and gradpass.go, adamw.go, teachermode.go, checkpoint.go; sampling is
+// sampler*.go; LoRA is lora*.go.
 //
 // Matrix products the model builds get a GEMM-based gradient (see gemm.go) instead of
 // GoMLX v0.26.0's broadcast-multiply rule, which materialises [batch, M, N, K].

@@ -116,7 +116,7 @@ func TestTrainingGradientHasNoBMNK(t *testing.T) {
 
 	run := func() (grads []*tensors.Tensor, offenders []string) {
 		e, err := mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, tok, tgt *Node) []*Node {
-			h, _, _ := decoder(ctx, cfg, tok, ScalarZero(tok.Graph(), tok.DType()), nil, nil)
+			h := decoder(ctx, cfg, tok, ScalarZero(tok.Graph(), tok.DType()), chunkOnly{})
 			loss := ReduceAllSum(tokenLogProbs(ctx, cfg, h, tgt))
 			var params []*Node
 			for v := range ctx.IterVariables() {

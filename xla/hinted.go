@@ -81,11 +81,8 @@ func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCach
 		}
 		first := len(z) - (sg.End - sg.Start) // index in z of y_a
 		q := make([]float32, sg.End-sg.Start)
-		c := &KVCache{model: s.model, Len: pos, Capacity: prefix.Capacity, k: slices.Clone(prefix.k), v: slices.Clone(prefix.v)}
-		if prefix.pages != nil {
-			c.pages = prefix.pages.shared()
-		}
-		err := s.run(ctx, c, z, pos, false, func(j int, lp float32) {
+		c := &KVCache{model: s.model, Len: pos, layout: prefix.layout.share()}
+		err := s.run(ctx, c, z, pos, func(j int, lp float32) {
 			if k := j + 1 - first; k >= 0 && k < len(q) {
 				q[k] = lp
 			}

@@ -2,79 +2,63 @@ package xla
 
 import (
 	"errors"
-	"slices"
 
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
 // KVCache holds every layer's keys and values of the positions a Scorer has run,
 // on the device, indexed by absolute position. Positions 0…Len-1 are valid; the
-// rest (padding) are scratch. A Scorer's own caches are paged: per layer, pages of
-// Chunk positions ([Chunk, 1, kv_heads, head_dim] float32 for K and for V), so a
-// chunk step reads the pages it attends to and returns only the one or two pages
-// it wrote, and the cache is never copied whole (GoMLX v0.26 cannot update a
-// donated buffer in place: a step that returned the whole cache held two of it).
-// The training pass reads the cache contiguously (per layer a [Capacity, 1,
-// kv_heads, head_dim] tensor, earlier chunks' K/V as constants: docs/design.md, "Long
-// rollouts"); Scorer.flatten makes that form once. ScoreHinted reuses a cache as
-// the prefix of every hinted segment: pages are never modified, only replaced, so
-// a copy shares them. A cache belongs to the model that filled it. Close frees the
-// device memory; a cache is not safe for concurrent use.
+// rest (padding) are scratch. How the tensors are laid out is its cacheLayout: a
+// Scorer's own caches are paged (pagedCache: a chunk step reads the pages it
+// attends to and returns only the one or two pages it wrote, so the cache is never
+// copied whole); the training pass reads the cache contiguously (contiguousCache;
+// earlier chunks' K/V as constants: docs/design.md, "Long rollouts"), and
+// Scorer.flatten makes that form once. ScoreHinted reuses a cache as the prefix of
+// every hinted segment: a shared copy (cacheLayout.share) never modifies the
+// prefix's tensors, only replaces them. A cache belongs to the model that filled
+// it. Close frees the device memory; a cache is not safe for concurrent use.
 type KVCache struct {
-	model    *Model
-	Len      int // valid positions, the tokens it has seen
-	Capacity int // positions the tensors hold (pages × page size, or a bucket ≥ Len)
-	k, v     []*tensors.Tensor
-	pages    *kvPages // the paged form; nil when contiguous (k, v)
+	model  *Model
+	Len    int // valid positions, the tokens it has seen
+	layout cacheLayout
 }
 
-// kvPages is the paged form of a KVCache: page i of a layer holds positions
-// i·size … (i+1)·size−1.
-type kvPages struct {
-	size int
-	k, v [][]*tensors.Tensor // [layer][page]
-	// owned[i] says page i was made for this cache (else it is shared with the
-	// cache it was copied from, which frees it).
-	owned []bool
+// cacheLayout is how a KVCache holds its tensors on the device, one implementation
+// per layout (ollama's kvcache.Cache): *pagedCache and *contiguousCache. The
+// graph side of each is pagedNodes and contiguousNodes (kvcache_graph.go).
+type cacheLayout interface {
+	// capacity is the number of positions the tensors hold.
+	capacity() int
+	// tensors lists every K and V tensor, those shared with another cache included.
+	tensors() []*tensors.Tensor
+	// share returns a copy that refers to the same tensors and owns none of them.
+	share() cacheLayout
+	// close frees the tensors it owns.
+	close() error
 }
 
-// count is the number of pages per layer.
-func (p *kvPages) count() int { return len(p.owned) }
-
-// set makes k and v page i of layer l, freeing the pages they replace if owned.
-// The caller marks owned[i] once every layer's page i is set.
-func (p *kvPages) set(l, i int, k, v *tensors.Tensor) {
-	for i >= len(p.owned) {
-		for j := range p.k {
-			p.k[j], p.v[j] = append(p.k[j], nil), append(p.v[j], nil)
-		}
-		p.owned = append(p.owned, false)
+// Capacity is the number of positions the cache's tensors hold (pages × page
+// size, or a bucket ≥ Len); 0 once closed.
+func (c *KVCache) Capacity() int {
+	if c.layout == nil {
+		return 0
 	}
-	if p.owned[i] {
-		p.k[l][i].FinalizeAll()
-		p.v[l][i].FinalizeAll()
-	}
-	p.k[l][i], p.v[l][i] = k, v
-}
-
-// shared returns a copy of p whose pages are all p's (none owned).
-func (p *kvPages) shared() *kvPages {
-	q := &kvPages{size: p.size, owned: make([]bool, len(p.owned))}
-	for l := range p.k {
-		q.k = append(q.k, slices.Clone(p.k[l]))
-		q.v = append(q.v, slices.Clone(p.v[l]))
-	}
-	return q
+	return c.layout.capacity()
 }
 
 // closed says whether the cache has been closed (or never filled).
-func (c *KVCache) closed() bool { return c.k == nil && c.pages == nil }
+func (c *KVCache) closed() bool { return c.layout == nil }
 
 // Bytes is the device memory the cache holds (pages shared with another cache
 // included).
 func (c *KVCache) Bytes() int64 {
 	var n int64
-	for _, t := range c.tensors() {
+	if c.layout == nil {
+		return 0
+	}
+	for _, t := range c.layout.tensors() {
 		if t != nil {
 			n += int64(t.Shape().Memory())
 		}
@@ -82,38 +66,77 @@ func (c *KVCache) Bytes() int64 {
 	return n
 }
 
-// tensors lists every K and V tensor the cache refers to.
-func (c *KVCache) tensors() []*tensors.Tensor {
-	all := append(append([]*tensors.Tensor{}, c.k...), c.v...)
-	if c.pages != nil {
-		for l := range c.pages.k {
-			all = append(append(all, c.pages.k[l]...), c.pages.v[l]...)
-		}
-	}
-	return all
-}
-
-// Close releases the cache's tensors (a paged cache's own pages only). The cache
-// is unusable afterwards.
+// Close releases the cache's tensors (a shared copy's own ones only). The cache is
+// unusable afterwards.
 func (c *KVCache) Close() error {
-	if c == nil {
+	if c == nil || c.layout == nil {
 		return nil
 	}
+	err := c.layout.close()
+	c.layout, c.Len = nil, 0
+	return err
+}
+
+// contiguousCache is the contiguous layout: per layer a K and a V
+// [capacity, batch, kv_heads, head_dim] tensor. A chunk step takes them all and
+// returns them all, written (replace).
+type contiguousCache struct {
+	kv kvPair[*tensors.Tensor]
+	// shared says the tensors are another cache's (a hinted segment's prefix):
+	// they are neither donated nor freed, only replaced.
+	shared bool
+}
+
+func (c *contiguousCache) capacity() int { return c.kv.K[0].Shape().Dimensions[0] }
+
+func (c *contiguousCache) tensors() []*tensors.Tensor { return c.kv.all() }
+
+func (c *contiguousCache) share() cacheLayout {
+	return &contiguousCache{kv: kvPair[*tensors.Tensor]{K: append([]*tensors.Tensor(nil), c.kv.K...), V: append([]*tensors.Tensor(nil), c.kv.V...)}, shared: true}
+}
+
+func (c *contiguousCache) close() error {
 	var errs []error
-	for _, t := range append(c.k, c.v...) {
-		if t != nil {
+	if !c.shared {
+		for _, t := range c.kv.all() {
 			errs = append(errs, t.FinalizeAll())
 		}
 	}
-	if p := c.pages; p != nil {
-		for l := range p.k {
-			for i, own := range p.owned {
-				if own {
-					errs = append(errs, p.k[l][i].FinalizeAll(), p.v[l][i].FinalizeAll())
-				}
-			}
+	c.kv = kvPair[*tensors.Tensor]{}
+	return errors.Join(errs...)
+}
+
+// args returns the tensors as a step's cache inputs (takeContiguous's order). Its
+// own tensors are donated, so a backend can write the updated cache in place
+// (XLA's DynamicUpdateSlice) instead of holding two copies; shared ones, or a
+// buffer shared with the host (which cannot be donated), are passed as they are.
+func (c *contiguousCache) args(backend backends.Backend) []any {
+	if c.shared {
+		return anys(c.kv.all())
+	}
+	var args []any
+	for _, t := range c.kv.all() {
+		args = append(args, donated(t, backend))
+	}
+	return args
+}
+
+// replace takes kv as the cache's tensors, freeing what is left of its own old
+// ones (all of them, or what donation left).
+func (c *contiguousCache) replace(kv kvPair[*tensors.Tensor]) {
+	if !c.shared {
+		finalize(c.kv.all())
+	}
+	c.kv, c.shared = kv, false
+}
+
+// donated returns t's buffer donated to the next execution where the backend allows
+// (the executable then updates it in place), else t itself.
+func donated(t *tensors.Tensor, backend backends.Backend) any {
+	if !t.IsShared() {
+		if d, err := graph.DonateTensorBuffer(t, backend, 0); err == nil {
+			return d
 		}
 	}
-	c.k, c.v, c.pages, c.Len, c.Capacity = nil, nil, nil, 0, 0
-	return errors.Join(errs...)
+	return t
 }

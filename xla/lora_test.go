@@ -174,19 +174,13 @@ func loraGrads(t *testing.T, tr *Trainer, tokens []int32, w []float32, mode Back
 	acc := tr.grad.zeroGrads()
 	terms := chunkTerms{Weight: w}
 	var err error
-	switch mode {
-	case BackpropFull:
-		_, err = tr.grad.accumulate(t.Context(), tr.scorer, tokens, nil, terms, 16, 0, acc)
-	default:
-		_, cache, serr := tr.scorer.Score(t.Context(), tokens)
-		require.NoError(t, serr)
+	var cache *KVCache
+	if mode != BackpropFull {
+		_, cache, err = tr.scorer.Score(t.Context(), tokens)
+		require.NoError(t, err)
 		defer cache.Close()
-		pass := tr.grad.accumulate
-		if mode == BackpropExact {
-			pass = tr.grad.accumulateExact
-		}
-		_, err = pass(t.Context(), tr.scorer, tokens, cache, terms, 16, 0, acc)
 	}
+	_, err = tr.grad.accumulate(t.Context(), mode, tr.scorer, tokens, cache, terms, 16, 0, acc)
 	require.NoError(t, err)
 	var out [][]float32
 	for _, a := range acc {

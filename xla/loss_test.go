@@ -105,7 +105,7 @@ func TestDeviceLossMatchesCredit(t *testing.T) {
 					}
 				}
 			}
-			pr, err := p.accumulate(t.Context(), s, toks[i], caches[i], terms, 16, 0, acc)
+			pr, err := p.accumulate(t.Context(), BackpropTruncated, s, toks[i], caches[i], terms, 16, 0, acc)
 			require.NoError(t, err)
 			devLoss += pr.Loss
 			logp[i] = f64s(pr.LogProb)
@@ -133,7 +133,11 @@ func TestDeviceLossMatchesCredit(t *testing.T) {
 func gradOf(t *testing.T, p *gradPass, s *Scorer, tokens []int32, cache *KVCache, terms chunkTerms, chunk int) []float64 {
 	t.Helper()
 	acc := p.zeroGrads()
-	_, err := p.accumulate(t.Context(), s, tokens, cache, terms, chunk, 0, acc)
+	mode := BackpropTruncated
+	if cache == nil {
+		mode = BackpropFull
+	}
+	_, err := p.accumulate(t.Context(), mode, s, tokens, cache, terms, chunk, 0, acc)
 	require.NoError(t, err)
 	var out []float64
 	for _, a := range acc {
@@ -261,7 +265,7 @@ func TestExactChunkedGradient(t *testing.T) {
 		return out, res
 	}
 	full, fullRes := grad(func(acc []*tensors.Tensor) (passResult, error) {
-		return p.accumulate(t.Context(), s, tokens, nil, terms, T, 0, acc)
+		return p.accumulate(t.Context(), BackpropFull, s, tokens, nil, terms, T, 0, acc)
 	})
 	var scale float64
 	for _, g := range full {
@@ -269,10 +273,10 @@ func TestExactChunkedGradient(t *testing.T) {
 	}
 	for _, chunk := range []int{16, 32, 64} {
 		exact, res := grad(func(acc []*tensors.Tensor) (passResult, error) {
-			return p.accumulateExact(t.Context(), s, tokens, cache, terms, chunk, 0, acc)
+			return p.accumulate(t.Context(), BackpropExact, s, tokens, cache, terms, chunk, 0, acc)
 		})
 		truncated, _ := grad(func(acc []*tensors.Tensor) (passResult, error) {
-			return p.accumulate(t.Context(), s, tokens, cache, terms, chunk, 0, acc)
+			return p.accumulate(t.Context(), BackpropTruncated, s, tokens, cache, terms, chunk, 0, acc)
 		})
 		t.Logf("chunk %d: cosine(exact, full) = %.7f, cosine(truncated, full) = %.4f", chunk, cosine(full, exact), cosine(full, truncated))
 		for i := range full {

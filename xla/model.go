@@ -64,48 +64,13 @@ func mlp(ctx *context.Context, c Config, x *Node) *Node {
 	return linear(ctx.In("down_proj"), Mul(Mul(gate, Sigmoid(gate)), up), c.MLPBias)
 }
 
-// decoder runs the embedding, the layers and the final norm over one chunk of
-// positions start…start+seq-1. With caches (one k and one v per layer) each layer
-// writes its keys and values there and attends to the cache; with nil caches the
-// chunk attends only to itself.
+// decoder runs the embedding, every layer and the final norm over one chunk of
+// positions start…start+seq-1, each layer attending through its layer of cache
+// (which also takes the chunk's keys and values: chunkOnly for none).
 //
-//	tokens: [batch, seq] int32; start: scalar int32, or [batch] int32 per-row positions with seq = 1 (decoding);
-//	kCache, vCache: layers × [capacity, batch, kv, hd] or nil
-//	→ hidden [batch, seq, hidden], updated caches
-func decoder(ctx *context.Context, c Config, tokens, start *Node, kCache, vCache []*Node) (hidden *Node, kOut, vOut []*Node) {
-	if kCache != nil {
-		kOut, vOut = make([]*Node, c.NumHiddenLayers), make([]*Node, c.NumHiddenLayers)
-	}
-	hidden = decoderLayers(ctx, c, tokens, start, func(i int, actx *context.Context, x, cos, sin *Node) *Node {
-		var kc, vc *Node
-		if kCache != nil {
-			kc, vc = kCache[i], vCache[i]
-		}
-		a, ko, vo := attention(actx, c, x, start, cos, sin, kc, vc)
-		if kCache != nil {
-			kOut[i], vOut[i] = ko, vo
-		}
-		return a
-	})
-	return hidden, kOut, vOut
-}
-
-// decoderPaged is decoder against a paged KV cache (attentionPaged): per layer
-// the past pages of the chunk's span and the head page it writes; it returns per
-// layer the two pages written.
-func decoderPaged(ctx *context.Context, c Config, tokens, start, offset *Node, pastK, pastV [][]*Node, perBlock int, headK, headV []*Node) (hidden *Node, kPages, vPages [][2]*Node) {
-	kPages, vPages = make([][2]*Node, c.NumHiddenLayers), make([][2]*Node, c.NumHiddenLayers)
-	hidden = decoderLayers(ctx, c, tokens, start, func(i int, actx *context.Context, x, cos, sin *Node) *Node {
-		var a *Node
-		a, kPages[i], vPages[i] = attentionPaged(actx, c, x, start, offset, cos, sin, pastK[i], pastV[i], perBlock, headK[i], headV[i])
-		return a
-	})
-	return hidden, kPages, vPages
-}
-
-// decoderLayers runs the embedding, every layer (attend: layer i's attention of its
-// normed input x, in the scope actx) and the final norm over one chunk.
-func decoderLayers(ctx *context.Context, c Config, tokens, start *Node, attend func(i int, actx *context.Context, x, cos, sin *Node) *Node) *Node {
+//	tokens: [batch, seq] int32; start: scalar int32, or [batch] int32 per-row
+//	positions with seq = 1 (decoding) → hidden [batch, seq, hidden]
+func decoder(ctx *context.Context, c Config, tokens, start *Node, cache graphCache) *Node {
 	g := tokens.Graph()
 	dims := tokens.Shape().Dimensions
 	b, t := dims[0], dims[1]
@@ -115,7 +80,7 @@ func decoderLayers(ctx *context.Context, c Config, tokens, start *Node, attend f
 	cos, sin := ropeTables(c, start, t)
 	for i := range c.NumHiddenLayers {
 		lctx := mctx.In("layers").In(strconv.Itoa(i))
-		x = Add(x, attend(i, lctx.In("self_attn"), rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), cos, sin))
+		x = Add(x, attention(lctx.In("self_attn"), c, rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), start, cos, sin, cache.layer(i)))
 		x = Add(x, mlp(lctx.In("mlp"), c, rmsNorm(lctx.In("post_attention_layernorm"), x, c.RMSNormEps)))
 	}
 	return rmsNorm(mctx.In("norm"), x, c.RMSNormEps)

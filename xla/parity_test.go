@@ -50,7 +50,7 @@ func fullLogProbs(t testing.TB, m *Model, tokens []int32) []float32 {
 	t.Helper()
 	cfg := m.Config
 	e, err := mlctx.NewExec(newTestBackend(t), m.ctx, func(ctx *mlctx.Context, tok, tgt *Node) *Node {
-		h, _, _ := decoder(ctx, cfg, tok, ScalarZero(tok.Graph(), tok.DType()), nil, nil)
+		h := decoder(ctx, cfg, tok, ScalarZero(tok.Graph(), tok.DType()), chunkOnly{})
 		return tokenLogProbs(ctx, cfg, h, tgt)
 	})
 	require.NoError(t, err)

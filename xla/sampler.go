@@ -4,15 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"sync"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
 
@@ -82,9 +77,9 @@ type Sampler struct {
 	backend backends.Backend
 	chunk   int
 	mu      sync.Mutex
-	prefill *mlctx.Exec // tokens [b, n], start, caches → Σhidden, caches
-	step    *mlctx.Exec // tokens [b], pos [b], caches → logits [b, vocab], caches
-	grow    *mlctx.Exec // caches → caches of a larger capacity
+	prefill *mlctx.Exec // tokens [b, n], start, a contiguous cache → Σhidden, the cache
+	step    *mlctx.Exec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
+	grow    *mlctx.Exec // lengthArg(capacity), a cache → the cache at that capacity
 	// headroom is how many new tokens the first cache bucket holds beyond the
 	// longest prompt (more are reached by doubling).
 	headroom int
@@ -111,23 +106,26 @@ func NewSampler(backend backends.Backend, m *Model, chunk int) (*Sampler, error)
 	cfg := m.Config
 	nl := cfg.NumHiddenLayers
 	var err error
-	s.prefill, err = mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
+	s.prefill, err = newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
+		l := listOf(in)
+		tokens, start := l.next(), l.next()
+		cache := takeContiguous(l, nl)
 		// The final hidden state leaves as one float: v0.26.0's pure-Go backend
 		// panics (index out of range) running a graph with nodes no output uses.
-		h, kOut, vOut := decoder(ctx, cfg, in[0], in[1], in[2:2+nl], in[2+nl:2+2*nl])
-		return append(append([]*Node{ReduceAllSum(h)}, kOut...), vOut...)
+		h := decoder(ctx, cfg, tokens, start, cache)
+		return append([]*Node{ReduceAllSum(h)}, cache.outputs()...)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
-	s.prefill.SetMaxCache(-1)
-	s.step, err = mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
-		return decodeStep(ctx, cfg, in[0], in[1], in[2:2+nl], in[2+nl:2+2*nl])
+	s.step, err = newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
+		l := listOf(in)
+		tokens, pos := l.next(), l.next()
+		return decodeStep(ctx, cfg, tokens, pos, takeContiguous(l, nl))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
-	s.step.SetMaxCache(-1)
 	if s.grow, err = newGrowExec(backend, m); err != nil {
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
@@ -137,13 +135,13 @@ func NewSampler(backend backends.Backend, m *Model, chunk int) (*Sampler, error)
 // decodeStep feeds one token per row at the row's own position and returns the
 // next-token logits and the caches with the rows' keys and values written.
 //
-//	tokens, pos: [batch] int32; kCache, vCache: layers × [capacity, batch, kv, hd]
-//	→ [logits [batch, vocab], kOut…, vOut…]
-func decodeStep(ctx *mlctx.Context, c Config, tokens, pos *Node, kCache, vCache []*Node) []*Node {
+//	tokens, pos: [batch] int32; cache: layers × [capacity, batch, kv, hd]
+//	→ [logits [batch, vocab], the cache's outputs…]
+func decodeStep(ctx *mlctx.Context, c Config, tokens, pos *Node, cache *contiguousNodes) []*Node {
 	b := tokens.Shape().Dimensions[0]
-	hidden, kOut, vOut := decoder(ctx, c, Reshape(tokens, b, 1), pos, kCache, vCache) // [b, 1, hidden]
+	hidden := decoder(ctx, c, Reshape(tokens, b, 1), pos, cache) // [b, 1, hidden]
 	logits := Reshape(headLogits(ctx, c, hidden), b, c.VocabSize)
-	return append(append([]*Node{logits}, kOut...), vOut...)
+	return append([]*Node{logits}, cache.outputs()...)
 }
 
 // Model is the model the Sampler runs.
@@ -184,175 +182,9 @@ func (s *Sampler) Generate(ctx context.Context, prompts [][]int32, opts SampleOp
 		return nil, fmt.Errorf("generate: %w", err)
 	}
 	c := s.newCache(len(prompts), capacity)
-	defer c.Close()
+	defer c.close()
 	if err := s.runPrefill(ctx, c, prompts); err != nil {
 		return nil, err
 	}
 	return s.decode(ctx, c, prompts, opts)
-}
-
-// newCache returns zeroed caches for b rows of capacity positions.
-func (s *Sampler) newCache(b, capacity int) *KVCache {
-	cfg := s.model.Config
-	c := &KVCache{model: s.model, Capacity: capacity}
-	for range cfg.NumHiddenLayers {
-		c.k = append(c.k, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, b, cfg.NumKeyValueHeads, cfg.HeadDim)))
-		c.v = append(c.v, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, b, cfg.NumKeyValueHeads, cfg.HeadDim)))
-	}
-	return c
-}
-
-// runPrefill writes the keys and values of every prompt but its last token into c,
-// all rows at positions 0…, right-padded with token 0: a padded position of row r
-// lies at or after its last prompt token, which decoding overwrites before any
-// query can see it.
-func (s *Sampler) runPrefill(ctx context.Context, c *KVCache, prompts [][]int32) error {
-	b, n := len(prompts), 0
-	for _, p := range prompts {
-		n = max(n, len(p)-1)
-	}
-	heads := s.model.Config.NumAttentionHeads
-	for off := 0; off < n; {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		// The chunk: a power of two ≤ Chunk that holds what is left (≥ minChunk),
-		// halved while one chunk's attention scores exceed the default budget.
-		size := minChunk
-		for size < s.chunk && size < n-off {
-			size *= 2
-		}
-		for size/2 >= minChunk && b*heads*size*c.Capacity > DefaultAttentionScores {
-			size /= 2
-		}
-		tok := make([]int32, b*size)
-		for r, p := range prompts {
-			if off < len(p)-1 {
-				copy(tok[r*size:(r+1)*size], p[off:len(p)-1])
-			}
-		}
-		args := []any{tensors.FromFlatDataAndDimensions(tok, b, size), tensors.FromScalar(int32(off))}
-		out, err := s.prefill.Exec(append(args, c.donate(s.backend)...)...)
-		if err != nil {
-			return fmt.Errorf("prefill at %d: %w", off, err)
-		}
-		out[0].FinalizeAll()
-		c.replace(out[1:])
-		off += size
-	}
-	return nil
-}
-
-// donate returns c's tensors as arguments, donated where the backend allows.
-func (c *KVCache) donate(backend backends.Backend) []any {
-	var args []any
-	for _, t := range append(slices.Clone(c.k), c.v...) {
-		args = append(args, donated(t, backend))
-	}
-	return args
-}
-
-// replace frees what donation left of c's tensors and takes out (k… then v…).
-func (c *KVCache) replace(out []*tensors.Tensor) {
-	for _, t := range append(slices.Clone(c.k), c.v...) {
-		t.FinalizeAll()
-	}
-	nl := len(c.k)
-	c.k, c.v = out[:nl], out[nl:]
-}
-
-// decode feeds every row's last prompt token, then each sampled token, one step at
-// a time, until every row has stopped.
-func (s *Sampler) decode(ctx context.Context, c *KVCache, prompts [][]int32, opts SampleOptions) ([]Sample, error) {
-	b, vocab, maxPos := len(prompts), s.model.Config.VocabSize, s.model.Config.MaxPositionEmbeddings
-	out := make([]Sample, b)
-	cur, pos := make([]int32, b), make([]int32, b)
-	rngs := make([]*rand.Rand, b)
-	for r, p := range prompts {
-		cur[r], pos[r] = p[len(p)-1], int32(len(p)-1)
-		rngs[r] = rand.New(rand.NewPCG(opts.Seed, uint64(r)))
-	}
-	var scratch pickScratch
-	for step, live := 0, b; live > 0; step++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if need := int(slices.Max(pos)) + 1; need > c.Capacity {
-			if err := s.growCache(c, need); err != nil {
-				return nil, err
-			}
-		}
-		args := []any{tensors.FromFlatDataAndDimensions(slices.Clone(cur), b), tensors.FromFlatDataAndDimensions(slices.Clone(pos), b)}
-		res, err := s.step.Exec(append(args, c.donate(s.backend)...)...)
-		if err != nil {
-			return nil, fmt.Errorf("decode at step %d: %w", step, err)
-		}
-		logits := tensors.MustCopyFlatData[float32](res[0])
-		res[0].FinalizeAll()
-		c.replace(res[1:])
-		for r := range out {
-			o := &out[r]
-			if o.Reason != "" {
-				continue
-			}
-			tok, lp, plp := pick(logits[r*vocab:(r+1)*vocab], opts, rngs[r], &scratch)
-			o.Tokens = append(o.Tokens, tok)
-			o.LogProbs = append(o.LogProbs, float32(lp))
-			o.PolicyLogProbs = append(o.PolicyLogProbs, float32(plp))
-			switch {
-			case slices.Contains(opts.Stop, tok):
-				o.Reason = StopToken
-			case len(o.Tokens) == opts.MaxNew:
-				o.Reason = StopLength
-			case int(pos[r])+2 >= maxPos: // the token just sampled sits at pos+1, the last position
-				o.Reason = StopContext
-			default:
-				cur[r], pos[r] = tok, pos[r]+1
-				continue
-			}
-			live--
-		}
-	}
-	return out, nil
-}
-
-// growCache doubles c's capacity until it holds n positions.
-func (s *Sampler) growCache(c *KVCache, n int) error {
-	capacity := c.Capacity
-	for capacity < n {
-		capacity *= 2
-	}
-	args := []any{make([]float32, capacity)}
-	for _, t := range append(slices.Clone(c.k), c.v...) {
-		args = append(args, t)
-	}
-	out, err := s.grow.Exec(args...)
-	if err != nil {
-		return fmt.Errorf("grow kv cache to %d: %w", capacity, err)
-	}
-	c.replace(out)
-	c.Capacity = capacity
-	return nil
-}
-
-// newGrowExec returns the executable that copies caches into a larger capacity
-// (zeros after the old positions).
-//
-//	in[0]: a dummy [newCapacity]; in[1:]: caches [capacity, batch, kv, hd] → [newCapacity, batch, kv, hd] each
-func newGrowExec(backend backends.Backend, m *Model) (*mlctx.Exec, error) {
-	e, err := mlctx.NewExec(backend, m.ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
-		newCap := in[0].Shape().Dimensions[0]
-		out := make([]*Node, len(in)-1)
-		for i, x := range in[1:] {
-			d := x.Shape().Dimensions
-			pad := Zeros(x.Graph(), shapes.Make(x.DType(), newCap-d[0], d[1], d[2], d[3]))
-			out[i] = Concatenate([]*Node{x, pad}, 0)
-		}
-		return out
-	})
-	if err != nil {
-		return nil, err
-	}
-	e.SetMaxCache(-1)
-	return e, nil
 }

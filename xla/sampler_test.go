@@ -78,7 +78,7 @@ func lastLogits(t *testing.T, m *Model, tokens []int32) []float32 {
 	t.Helper()
 	cfg := m.Config
 	e, err := mlctx.NewExec(newTestBackend(t), m.ctx, func(ctx *mlctx.Context, tok *Node) *Node {
-		h, _, _ := decoder(ctx, cfg, tok, ScalarZero(tok.Graph(), tok.DType()), nil, nil)
+		h := decoder(ctx, cfg, tok, ScalarZero(tok.Graph(), tok.DType()), chunkOnly{})
 		return headLogits(ctx, cfg, h)
 	})
 	require.NoError(t, err)

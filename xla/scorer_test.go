@@ -34,7 +34,7 @@ func TestScoreChunkedEqualsUnchunked(t *testing.T) {
 	require.Len(t, chunked, n)
 	require.True(t, math.IsNaN(float64(chunked[0])))
 	require.Equal(t, n, cache.Len)
-	require.Equal(t, n, cache.Capacity)
+	require.Equal(t, n, cache.Capacity())
 	var worst float64
 	for i := 1; i < n; i++ {
 		worst = math.Max(worst, math.Abs(float64(chunked[i]-full[i-1])))
@@ -105,7 +105,7 @@ func TestScoreHintedEqualsSplicedPass(t *testing.T) {
 	_, student, err := s.Score(t.Context(), tokens)
 	require.NoError(t, err)
 	defer student.Close()
-	pages, bytes := student.tensors(), student.Bytes()
+	pages, bytes := student.layout.tensors(), student.Bytes()
 	segs := []Segment{
 		{Start: 10, End: 30, Hint: testTokens(5, v, 23)},
 		{Start: 31, End: 90, Hint: testTokens(40, v, 24)},    // hint + segment cross chunks
@@ -129,7 +129,7 @@ func TestScoreHintedEqualsSplicedPass(t *testing.T) {
 	}
 	// The student's cache is untouched (its pages are shared with the segments'
 	// copies, never written or freed by them): scoring again with it gives the same.
-	require.Equal(t, pages, student.tensors())
+	require.Equal(t, pages, student.layout.tensors())
 	require.Equal(t, bytes, student.Bytes())
 	q2, err := s.ScoreHinted(t.Context(), tokens, student, segs)
 	require.NoError(t, err)

@@ -90,3 +90,19 @@ func (s *Scorer) timedExec(e *mlctx.Exec, key string, cache bool, args []any) ([
 	}
 	return out, err
 }
+
+// count adds one chunk execution to the gradient pass's stats.
+func (p *gradPass) count(n, cut int) {
+	p.stats.Steps++
+	p.stats.AttendedPairs += int64(n) * int64(cut)
+	if key := [2]int{n, cut}; !p.seen[key] {
+		p.seen[key] = true
+		p.stats.Programs++
+	}
+}
+
+// GradientStats counts the gradient passes' chunk executions against a KV cache
+// (truncated and exact backprop) since the Trainer was made: AttendedPairs sums
+// chunk × cache positions attended; Programs counts distinct (chunk, cut) shapes
+// (each mode compiles its own). For benchmarks.
+func (tr *Trainer) GradientStats() AttentionStats { return tr.grad.stats }

@@ -120,11 +120,12 @@ func TestNewCacheOnDevice(t *testing.T) {
 	c, err := bucket.newCache(40)
 	require.NoError(t, err)
 	defer c.Close()
-	require.Equal(t, 64, c.Capacity)
-	require.Len(t, c.k, cfg.NumHiddenLayers)
-	require.Len(t, c.v, cfg.NumHiddenLayers)
+	require.Equal(t, 64, c.Capacity())
+	cc := c.layout.(*contiguousCache)
+	require.Len(t, cc.kv.K, cfg.NumHiddenLayers)
+	require.Len(t, cc.kv.V, cfg.NumHiddenLayers)
 	require.Equal(t, int64(2*cfg.NumHiddenLayers*64*cfg.NumKeyValueHeads*cfg.HeadDim*4), c.Bytes())
-	for _, x := range append(append([]*tensors.Tensor{}, c.k...), c.v...) {
+	for _, x := range cc.kv.all() {
 		onDevice(x, 64)
 		zeros(x)
 	}
@@ -134,10 +135,10 @@ func TestNewCacheOnDevice(t *testing.T) {
 	_, pc, err := paged.Score(t.Context(), testTokens(40, cfg.VocabSize, 3))
 	require.NoError(t, err)
 	defer pc.Close()
-	require.Equal(t, 48, pc.Capacity, "3 pages of 16")
+	require.Equal(t, 48, pc.Capacity(), "3 pages of 16")
 	require.Equal(t, 40, pc.Len)
 	require.Equal(t, int64(2*cfg.NumHiddenLayers*48*cfg.NumKeyValueHeads*cfg.HeadDim*4), pc.Bytes())
-	for _, x := range pc.tensors() {
+	for _, x := range pc.layout.tensors() {
 		onDevice(x, 16)
 	}
 	onDevice(paged.zeroPage, 16)

@@ -2,7 +2,7 @@ package xla
 
 // StateBytes is the memory a Trainer holds between steps, by part, in bytes (all
 // float32): what LoRA shrinks. Activations and the KV cache come on top during a
-// step (internal/gpubench's memory model).
+// step (bench/gpubench's memory model).
 type StateBytes struct {
 	Weights   int64 // every weight of the policy, adapters included
 	Trainable int64 // the weights the optimizer updates (the adapters under LoRA)

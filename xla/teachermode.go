@@ -95,12 +95,14 @@ func newTeacher(backend backends.Backend, cfg TeacherConfig, student *Model, opt
 	}
 	if cfg.Mode == TeacherEMA {
 		t.ema, err = NewExec(backend, func(in []*Node) []*Node {
-			rate := in[0]
-			n := (len(in) - 1) / 2
+			// in: the rate, the teacher's weights, the student's (as many).
+			l := listOf(in)
+			rate := l.next()
+			n := l.len() / 2
+			tws, sws := l.take(n), l.take(n)
 			out := make([]*Node, n)
 			for i := range n {
-				tw, sw := in[1+i], in[1+n+i]
-				out[i] = Add(tw, Mul(Sub(sw, tw), rate))
+				out[i] = Add(tws[i], Mul(Sub(sws[i], tws[i]), rate))
 			}
 			return out
 		})

@@ -1,7 +1,6 @@
 package xla
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -45,35 +44,6 @@ type TrainerOptions struct {
 	Ref *Model
 	// Seed seeds the trainer's random stream (Rand), saved in checkpoints.
 	Seed uint64
-}
-
-// Backprop is how a rollout's gradient reaches across chunks (docs/design.md "Long
-// rollouts").
-type Backprop string
-
-const (
-	// BackpropTruncated: earlier chunks' K/V come from the scoring pass as constants.
-	// The cheapest; the gradient misses how a chunk's tokens shape later chunks'
-	// attention (cosine with the exact gradient ~0.86–0.96, docs/training.md "Training").
-	BackpropTruncated Backprop = "truncated"
-	// BackpropExact: the chunks run last to first, each passing the cotangent of the
-	// earlier positions' K/V back: the exact gradient, with activation memory bounded
-	// by the chunk, plus cotangent buffers the size of the KV cache (~0.95× the
-	// tokens/s of truncated on XLA CPU).
-	BackpropExact Backprop = "exact"
-	// BackpropFull: one causal pass over the rollout without a cache: the exact
-	// gradient, with activation memory that grows with the rollout (tests, short
-	// rollouts).
-	BackpropFull Backprop = "full"
-)
-
-// Validate names a mode that is none of the three ("" is truncated).
-func (b Backprop) Validate() error {
-	switch b {
-	case "", BackpropTruncated, BackpropExact, BackpropFull:
-		return nil
-	}
-	return fmt.Errorf("%q, want truncated, exact or full", string(b))
 }
 
 // DefaultChunkTrain is the default TrainerOptions.Chunk.
@@ -176,6 +146,9 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	if err := opts.Backprop.Validate(); err != nil {
 		return nil, fmt.Errorf("new trainer: backprop: %w", err)
 	}
+	if opts.Backprop == "" {
+		opts.Backprop = BackpropTruncated
+	}
 	if opts.Chunk <= 0 {
 		opts.Chunk = DefaultChunkTrain
 	}
@@ -269,228 +242,4 @@ func (tr *Trainer) teacherScorer() (*Scorer, bool) {
 		return tr.scorer, true
 	}
 	return tr.teacher.scorer, false
-}
-
-// scored is one rollout after the scoring passes.
-type scored struct {
-	cache *KVCache
-	ref   []float64
-}
-
-// Step applies one optimizer step for batch: the student pass of every rollout
-// (log-probs and KV cache), the teacher pass of every hinted segment, credit.Step
-// over the batch, the gradient of the loss over chunks and rollouts, and AdamW. The
-// outcome baselines are updated only when the step succeeds. An error leaves the
-// weights as they were unless it came from the device during the update.
-//
-// A batch without signal (every rollout skipped or weighted 0, and no KL term) is a
-// step without an update (Metrics.Updated false): AdamW with a zero gradient would
-// still move the weights through momentum and weight decay, so it does not run. The
-// rollouts count as trained and the step is counted (StepCount), not the update.
-func (tr *Trainer) Step(ctx context.Context, batch []Rollout) (Metrics, error) {
-	t0 := time.Now()
-	if len(batch) == 0 {
-		return Metrics{}, errors.New("train step: empty batch")
-	}
-	rs := make([]credit.Rollout, len(batch))
-	sc := make([]scored, len(batch))
-	defer func() {
-		for _, s := range sc {
-			s.cache.Close()
-		}
-	}()
-	budget := tr.opts.Budget
-	count, scoredTokens := 0, 0
-	for i := range batch {
-		r := &batch[i]
-		cr, s, err := tr.score(ctx, r)
-		if err != nil {
-			return Metrics{}, fmt.Errorf("train step: rollout %q: %w", r.ID, err)
-		}
-		rs[i], sc[i] = cr, s
-		for _, m := range cr.Trainable {
-			if m {
-				count++
-			}
-		}
-		scoredTokens += len(r.Tokens)
-		for _, h := range r.Hints {
-			scoredTokens += len(h.Hint) + h.End - h.Start
-		}
-	}
-	scoreTook := time.Since(t0)
-	if budget == 0 {
-		budget = max(count, 1)
-	}
-	b := cloneBaselines(tr.baselines)
-	res, stats, err := credit.Step(tr.opts.Credit, rs, b, budget)
-	if err != nil {
-		return Metrics{}, fmt.Errorf("train step: %w", err)
-	}
-	acc := tr.grad.zeroGrads()
-	met := Metrics{Rollouts: len(batch), Credit: stats, ScoredTokens: scoredTokens, ScoreTook: scoreTook,
-		Inputs: rs, Results: res}
-	signal := false
-	for i := range batch {
-		terms, ok := tr.terms(&rs[i], &res[i], sc[i].ref, budget)
-		if !ok {
-			continue
-		}
-		signal = true
-		pass := tr.grad.accumulate
-		cache := sc[i].cache
-		switch tr.opts.Backprop {
-		case BackpropExact:
-			pass = tr.grad.accumulateExact
-		case BackpropFull:
-			cache = nil
-		}
-		pr, err := pass(ctx, tr.scorer, batch[i].Tokens, cache, terms, tr.opts.Chunk, tr.opts.AttentionScores, acc)
-		if err != nil {
-			for _, a := range acc {
-				a.FinalizeAll()
-			}
-			return Metrics{}, fmt.Errorf("train step: rollout %q: %w", batch[i].ID, err)
-		}
-		met.Loss += pr.Loss
-		met.Tokens += len(batch[i].Tokens)
-	}
-	if signal {
-		if err := tr.update(acc, &met); err != nil {
-			return Metrics{}, fmt.Errorf("train step: %w", err)
-		}
-	} else {
-		for _, a := range acc {
-			a.FinalizeAll()
-		}
-		met.LR = tr.opts.Optimizer.LRAt(tr.opt.step)
-	}
-	tr.steps++
-	met.Step = tr.steps
-	tr.baselines = b
-	for i := range batch {
-		tr.trained = append(tr.trained, batch[i].ID)
-	}
-	tr.trainedTotal += int64(len(batch))
-	met.Took = time.Since(t0)
-	return met, nil
-}
-
-// update applies AdamW with the accumulated gradient and moves the teacher.
-func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
-	params := make([]*tensors.Tensor, len(tr.grad.params))
-	for i, v := range tr.grad.params {
-		params[i] = v.MustValue()
-	}
-	newP, norm, lr, err := tr.opt.apply(params, acc)
-	if err != nil {
-		return err
-	}
-	for i, v := range tr.grad.params {
-		if err := v.SetValue(newP[i]); err != nil {
-			return fmt.Errorf("set %s: %w", v.ScopeAndName(), err)
-		}
-	}
-	met.Updated, met.LR, met.GradNorm = true, lr, norm
-	return tr.teacher.update(tr.model, tr.opt.step)
-}
-
-// score runs the student, teacher and reference passes of r and returns its credit
-// inputs and its KV cache.
-func (tr *Trainer) score(ctx context.Context, r *Rollout) (credit.Rollout, scored, error) {
-	T := len(r.Tokens)
-	if len(r.Sampler) != T || len(r.Trainable) != T {
-		return credit.Rollout{}, scored{}, fmt.Errorf("%d tokens, %d sampler log-probs, %d trainable flags", T, len(r.Sampler), len(r.Trainable))
-	}
-	s, cache, err := tr.scorer.Score(ctx, r.Tokens)
-	if err != nil {
-		return credit.Rollout{}, scored{}, err
-	}
-	sc := scored{cache: cache}
-	cr := credit.Rollout{ID: r.ID, TaskID: r.TaskID, Student: f64s(s), Sampler: f64s(r.Sampler),
-		Trainable: append([]bool(nil), r.Trainable...), Reward: r.Reward, HasReward: r.HasReward}
-	cr.Trainable[0] = false
-	if len(r.Hints) > 0 {
-		tsc, shared := tr.teacherScorer()
-		prefix := cache
-		if !shared {
-			prefix = nil
-		}
-		segs := make([]Segment, len(r.Hints))
-		for k, h := range r.Hints {
-			segs[k] = h.Segment
-		}
-		q, err := tsc.ScoreHinted(ctx, r.Tokens, prefix, segs)
-		if err != nil {
-			return cr, sc, fmt.Errorf("teacher pass: %w", err)
-		}
-		var e [][]float32
-		if tr.opts.Credit.Base == credit.BaseEmptyHint {
-			for k, h := range r.Hints {
-				segs[k].Hint = h.EmptyHint
-			}
-			if e, err = tsc.ScoreHinted(ctx, r.Tokens, prefix, segs); err != nil {
-				return cr, sc, fmt.Errorf("empty-hint pass: %w", err)
-			}
-		}
-		for k, h := range r.Hints {
-			span := credit.HintSpan{Start: h.Start, End: h.End, Teacher: f64s(q[k])}
-			if e != nil {
-				span.EmptyHint = f64s(e[k])
-			}
-			cr.Hints = append(cr.Hints, span)
-		}
-	}
-	if tr.ref != nil {
-		ref, rc, err := tr.ref.Score(ctx, r.Tokens)
-		if err != nil {
-			return cr, sc, fmt.Errorf("reference pass: %w", err)
-		}
-		rc.Close()
-		cr.Ref = f64s(ref)
-		sc.ref = cr.Ref
-	}
-	return cr, sc, nil
-}
-
-// terms turns one rollout's credit into the loss inputs; ok is false when the
-// rollout contributes nothing (skipped, or every weight 0 without KL).
-func (tr *Trainer) terms(r *credit.Rollout, res *credit.Result, ref []float64, budget int) (chunkTerms, bool) {
-	if res.Skipped {
-		return chunkTerms{}, false
-	}
-	T := len(res.Weight)
-	ct := chunkTerms{Weight: make([]float32, T)}
-	any := false
-	for t, w := range res.Weight {
-		ct.Weight[t] = float32(w)
-		any = any || w != 0
-	}
-	if beta := tr.opts.Credit.KLBeta; beta > 0 {
-		ct.KLCoef, ct.Ref = make([]float32, T), make([]float32, T)
-		for t, m := range r.Trainable {
-			if m {
-				ct.KLCoef[t] = float32(beta / float64(budget))
-				ct.Ref[t] = float32(ref[t])
-				any = true
-			}
-		}
-	}
-	return ct, any
-}
-
-func f64s(xs []float32) []float64 {
-	out := make([]float64, len(xs))
-	for i, x := range xs {
-		out[i] = float64(x)
-	}
-	return out
-}
-
-func cloneBaselines(b *credit.Baselines) *credit.Baselines {
-	c := &credit.Baselines{Task: make(map[string]float64, len(b.Task)), Global: b.Global, Seen: b.Seen}
-	for k, v := range b.Task {
-		c.Task[k] = v
-	}
-	return c
 }

@@ -145,7 +145,7 @@ func greedy(t *testing.T, m *Model, seq []int32, n int) []int32 {
 	t.Helper()
 	cfg := m.Config
 	e, err := mlctx.NewExec(newTestBackend(t), m.ctx, func(ctx *mlctx.Context, tok *Node) *Node {
-		h, _, _ := decoder(ctx, cfg, tok, ScalarZero(tok.Graph(), dtypes.Int32), nil, nil)
+		h := decoder(ctx, cfg, tok, ScalarZero(tok.Graph(), dtypes.Int32), chunkOnly{})
 		w := weight(ctx.InAbsPath("/model/embed_tokens"), tok.Graph(), "weight")
 		return ArgMax(dot(h, []int{2}, nil, w, []int{1}, nil), 2, dtypes.Int32) // [1, seq]
 	})

@@ -13,11 +13,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hindsight-ai/hindsight/internal/gpubench"
+	"github.com/hindsight-ai/hindsight/bench/gpubench"
 )
 
 // benchGPUCmd is `hindsight bench-gpu -out DIR [-cpu] …`: every stage of the GPU
-// run (internal/gpubench) in one binary, driven by bench/gpu/run.sh.
+// run (bench/gpubench) in one binary, driven by bench/gpu/run.sh.
 func benchGPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hindsight bench-gpu", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -81,7 +81,7 @@ func EstimateMemory(c *data.ModelConfig, T, chunk int, lora, exact bool) MemEsti
 		e.Cotangent = e.KVCache
 	}
 	// A scoring chunk's scores are one block of its causal span at a time, ≤
-	// MaxBlockPages pages of DefaultChunk positions, whatever T is (xla/paged.go).
+	// MaxBlockPages pages of DefaultChunk positions, whatever T is (xla/scorer_paged.go).
 	block := min(capacity, int64(xla.MaxBlockPages*xla.DefaultChunk))
 	sc := halve(int64(xla.DefaultChunk), heads*block, xla.DefaultAttentionScores)
 	e.Score = f32 * (sc*(6*d+3*inter) + 2*sc*int64(c.VocabSize) + 2*sc*heads*block)

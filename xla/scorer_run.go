@@ -1,0 +1,172 @@
+package xla
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// chunkNodes are a chunk step's first inputs (chunkArgs): the chunk's tokens and
+// their targets (the next tokens), [batch, seq] int32, and its first position,
+// scalar int32.
+type chunkNodes struct{ tokens, targets, start *Node }
+
+// takeChunk reads chunkArgs' inputs from l.
+func takeChunk(l *list[*Node]) chunkNodes { return chunkNodes{l.next(), l.next(), l.next()} }
+
+// chunkArgs are a chunk step's first inputs: the n tokens of seq from off (padded
+// with 0), their targets (the next tokens), and the chunk's first position.
+func chunkArgs(seq []int32, off, n, pos int) []any {
+	tok := make([]int32, n)
+	tgt := make([]int32, n)
+	copy(tok, seq[off:])
+	if off+1 < len(seq) {
+		copy(tgt, seq[off+1:])
+	}
+	return []any{
+		tensors.FromFlatDataAndDimensions(tok, 1, n),
+		tensors.FromFlatDataAndDimensions(tgt, 1, n),
+		tensors.FromScalar(int32(pos)),
+	}
+}
+
+// newScoreExec returns a scoring step over the cache layout take reads: inputs
+// chunkArgs, then the cache; outputs the chunk's log-probs [1, seq], then the
+// cache's outputs.
+func newScoreExec(backend backends.Backend, m *Model, take func(*list[*Node]) graphCache) (*mlctx.Exec, error) {
+	cfg := m.Config
+	return newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
+		l := listOf(in)
+		ch := takeChunk(l)
+		cache := take(l)
+		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
+		return append([]*Node{tokenLogProbs(ctx, cfg, hidden, ch.targets)}, cache.outputs()...)
+	})
+}
+
+// newModelExec is mlctx.NewExec over m's variables, keeping every shape it compiles
+// (the callers bucket shapes to a few).
+func newModelExec(backend backends.Backend, m *Model, fn func(*mlctx.Context, []*Node) []*Node) (*mlctx.Exec, error) {
+	e, err := mlctx.NewExec(backend, m.ctx, fn)
+	if err != nil {
+		return nil, err
+	}
+	e.SetMaxCache(-1)
+	return e, nil
+}
+
+// newCache returns an empty cache: paged (pages are added as chunks run), or with
+// BucketAttention a contiguous one with room for n positions, made on the device.
+func (s *Scorer) newCache(n int) (*KVCache, error) {
+	nl := s.model.Config.NumHiddenLayers
+	if !s.bucket {
+		return &KVCache{model: s.model, layout: newPagedCache(nl, s.chunk)}, nil
+	}
+	capacity := s.capacityFor(n)
+	out, err := s.timedExec(s.caches.zeros, fmt.Sprintf("zeros %d", capacity), true, []any{lengthArg(capacity)})
+	if err != nil {
+		return nil, fmt.Errorf("new kv cache of %d: %w", capacity, err)
+	}
+	return &KVCache{model: s.model, layout: &contiguousCache{kv: takeKV(listOf(out), nl)}}, nil
+}
+
+// ensure grows c (a new set of tensors) so that it holds n positions.
+func (s *Scorer) ensure(c *contiguousCache, n int) error {
+	if n <= c.capacity() {
+		return nil
+	}
+	capacity := s.capacityFor(n)
+	args := append([]any{lengthArg(capacity)}, anys(c.kv.all())...)
+	out, err := s.timedExec(s.caches.grow, fmt.Sprintf("grow %d→%d", c.capacity(), capacity), true, args)
+	if err != nil {
+		return fmt.Errorf("grow kv cache to %d: %w", capacity, err)
+	}
+	c.replace(takeKV(listOf(out), s.model.Config.NumHiddenLayers))
+	return nil
+}
+
+// run feeds seq, at positions start…, through the model chunk by chunk, writing
+// K/V into c (growing it as needed) and calling emit(i, lp) with lp = log p(seq[i+1]
+// | …, seq[:i+1]) for i < len(seq)-1.
+func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, emit func(i int, lp float32)) error {
+	if err := s.model.place(s.backend); err != nil {
+		return err
+	}
+	s.stats.Passes++
+	s.stats.Tokens += len(seq)
+	var err error
+	switch l := c.layout.(type) {
+	case *pagedCache:
+		err = s.runPaged(ctx, l, seq, start, emit)
+	case *contiguousCache:
+		err = s.runContiguous(ctx, l, seq, start, emit)
+	default:
+		err = errors.New("score: the KV cache is closed")
+	}
+	if err != nil {
+		return err
+	}
+	c.Len = start + len(seq)
+	return nil
+}
+
+// runContiguous is run for a contiguous cache (BucketAttention): every chunk
+// attends over the cache's whole capacity bucket.
+func (s *Scorer) runContiguous(ctx context.Context, c *contiguousCache, seq []int32, start int, emit func(i int, lp float32)) error {
+	nl := s.model.Config.NumHiddenLayers
+	for off := 0; off < len(seq); {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		end := start + off + min(len(seq)-off, s.chunk) // past the widest chunk's last position
+		n := s.chunkFor(len(seq)-off, max(c.capacity(), s.capacityFor(end)))
+		if err := s.ensure(c, start+off+n); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		capacity := c.capacity()
+		s.count(n, capacity, capacity)
+		args := append(chunkArgs(seq, off, n, start+off), c.args(s.backend)...)
+		s.stats.CopySeconds += time.Since(t0).Seconds()
+		out, err := s.timedExec(s.step, fmt.Sprintf("step %d@%d", n, capacity), false, args)
+		if err != nil {
+			return fmt.Errorf("score chunk at %d: %w", start+off, err)
+		}
+		r := listOf(out)
+		s.emitChunk(r.next(), off, n, len(seq), emit)
+		c.replace(takeKV(r, nl))
+		off += n
+	}
+	return nil
+}
+
+// emitChunk copies a chunk step's log-probs to the host, frees them, and calls
+// emit for those of the chunk's n positions from off that are in seq (of length
+// total), not padding.
+func (s *Scorer) emitChunk(lp *tensors.Tensor, off, n, total int, emit func(i int, lp float32)) {
+	t0 := time.Now()
+	lps := tensors.MustCopyFlatData[float32](lp)
+	lp.FinalizeAll()
+	s.stats.CopySeconds += time.Since(t0).Seconds()
+	s.stats.Positions += n
+	for i := 0; i < n && off+i < total; i++ {
+		emit(off+i, lps[i])
+	}
+}
+
+// count adds one chunk execution to the attention stats.
+func (s *Scorer) count(n, capacity, attended int) {
+	st := &s.stats.Attention
+	st.Steps++
+	st.AttendedPairs += int64(n) * int64(attended)
+	if key := [3]int{n, capacity, attended}; !s.seen[key] {
+		s.seen[key] = true
+		st.Programs++
+	}
+}
