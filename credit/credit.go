@@ -5,19 +5,28 @@ import (
 	"math"
 )
 
-// HintSpan is the teacher pass of one hinted segment: the hint was inserted at Start
-// (insert_at, the start of the policy turn) and tokens [Start, End) were re-scored.
+// HintSpan is one hinted segment of a rollout: the hint's tokens h (already wrapped
+// in the model's hint template) inserted before position Start (insert_at, the start
+// of the policy turn), and the rollout's tokens [Start, End) re-scored after them. The
+// trainer reads Hint and Empty and fills Teacher and EmptyHint (the teacher pass);
+// credit reads the last two.
 type HintSpan struct {
-	Start, End int
+	Start, End int       // half-open token range [a, b) of the rollout; Start is insert_at
+	Hint       []int32   // h; may be empty (then q_t is the plain s_t recomputed)
+	Empty      []int32   // the same template with an empty hint, scored for base empty_hint
 	Teacher    []float64 // q_t(h) for t in [Start, End), nats
 	EmptyHint  []float64 // q_t(∅) for the same positions; required when Base is empty_hint
 }
 
-// Rollout is what credit needs of one rollout. Slices indexed by token position have
-// the rollout's length T; only trainable positions are read.
+// Rollout is one rollout at the token level: the one shape the trainer (xla) and the
+// credit math share. The adapter (train.ToTrainer) fills the rollout's own fields;
+// the trainer's scoring passes fill Student, Ref and each hint's Teacher and
+// EmptyHint on its own copy. Slices indexed by token position have the rollout's
+// length T; credit reads only trainable positions.
 type Rollout struct {
 	ID        string
 	TaskID    string    // outcome baseline group; empty means a group of its own
+	Tokens    []int32   // y, what the trainer scores (credit does not read them)
 	Student   []float64 // s_t = log π(y_t | y_<t), nats
 	Sampler   []float64 // μ_t, the sampler's log-prob; NaN where null (not sampled)
 	Trainable []bool    // m_t (docs/design.md: policy segment and non-null log-prob)

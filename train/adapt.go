@@ -114,7 +114,7 @@ func (ru Rule) Why(r *rollout.Rollout) string {
 // reports.
 type entry struct {
 	item      *Item
-	xr        xla.Rollout
+	xr        credit.Rollout
 	hints     []teacher.Hint
 	trainable int // tokens of Rule.Mask
 	all       int // every token a step runs for it: the rollout, each hint and its re-scored span
@@ -125,22 +125,19 @@ type entry struct {
 // (teacher.Hint.Empty), built with its tokens, so a teacher reload between hinting and
 // scoring cannot mismatch them. The daemon's loop and the efficacy experiment both
 // use it.
-func ToTrainer(r *rollout.Rollout, hints []teacher.Hint, rule Rule) xla.Rollout {
+func ToTrainer(r *rollout.Rollout, hints []teacher.Hint, rule Rule) credit.Rollout {
 	T := len(r.Tokens)
-	xr := xla.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float32, T),
+	xr := credit.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float64, T),
 		Trainable: rule.Mask(r), Reward: float64(r.Reward), HasReward: r.HasReward}
 	for i := range T {
 		if lp, ok := r.LogProb(i); ok {
-			xr.Sampler[i] = lp
+			xr.Sampler[i] = float64(lp)
 		} else {
-			xr.Sampler[i] = float32(math.NaN())
+			xr.Sampler[i] = math.NaN()
 		}
 	}
 	for _, h := range hints {
-		xr.Hints = append(xr.Hints, xla.HintedSegment{
-			Segment:   xla.Segment{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens},
-			EmptyHint: h.Empty,
-		})
+		xr.Hints = append(xr.Hints, credit.HintSpan{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens, Empty: h.Empty})
 	}
 	return xr
 }

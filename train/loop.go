@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/ledger"
-	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // Run takes items in order from in until it is closed or ctx ends, then finishes:
@@ -158,7 +158,7 @@ func (lp *Loop) batchFull() bool {
 // the credit rows, staged in the ledger.
 func (lp *Loop) step(ctx context.Context, obs Observer) error {
 	batch := lp.batch
-	xb := make([]xla.Rollout, len(batch))
+	xb := make([]credit.Rollout, len(batch))
 	for i, e := range batch {
 		xb[i] = e.xr
 	}

@@ -57,18 +57,18 @@ func BenchmarkLoRAStep(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				r := Rollout{ID: "r", TaskID: "t", Tokens: testTokens(T, mc.VocabSize, 52), Sampler: make([]float32, T),
+				r := credit.Rollout{ID: "r", TaskID: "t", Tokens: testTokens(T, mc.VocabSize, 52), Sampler: make([]float64, T),
 					Trainable: make([]bool, T), Reward: 1, HasReward: true,
-					Hints: []HintedSegment{{Segment: Segment{Start: T / 2, End: T/2 + T/4, Hint: testTokens(16, mc.VocabSize, 53)}}}}
+					Hints: []credit.HintSpan{{Start: T / 2, End: T/2 + T/4, Hint: testTokens(16, mc.VocabSize, 53)}}}
 				trainable := 0
 				for t := range T {
-					r.Sampler[t] = float32(math.NaN())
+					r.Sampler[t] = math.NaN()
 					if t >= 16 {
 						r.Trainable[t], r.Sampler[t] = true, -2
 						trainable++
 					}
 				}
-				met, err := tr.Step(b.Context(), []Rollout{r}) // compiles
+				met, err := tr.Step(b.Context(), []credit.Rollout{r}) // compiles
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -77,7 +77,7 @@ func BenchmarkLoRAStep(b *testing.B) {
 				}
 				b.ResetTimer()
 				for b.Loop() {
-					if _, err := tr.Step(b.Context(), []Rollout{r}); err != nil {
+					if _, err := tr.Step(b.Context(), []credit.Rollout{r}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -5,18 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/hindsight-ai/hindsight/credit"
 )
 
-// Segment is one hinted segment of a rollout: Hint (tokens, already wrapped in the
-// model's hint template) is inserted before position Start, and the rollout's
-// tokens Start…End-1 are scored after it.
-type Segment struct {
-	Start, End int     // half-open token range [a, b) of the rollout; Start is insert_at
-	Hint       []int32 // h; may be empty (then q_t is the plain s_t recomputed)
-}
-
-// ScoreHinted returns, for each segment k, q_t = log π(y_t | y_<a, h_k, y_a…y_<t) for
-// t in [a_k, b_k) (nats, End−Start values per segment).
+// ScoreHinted returns, for each hinted segment k, q_t = log π(y_t | y_<a, h_k,
+// y_a…y_<t) for t in [a_k, b_k) (nats, End−Start values per segment): h_k is
+// segs[k].Hint, inserted before position a_k = segs[k].Start (it reads only Start, End
+// and Hint).
 //
 // prefix is a KV cache of the rollout from this Scorer's model (Score's second
 // result) that covers every segment's prefix y_<a; it is shared, not modified, and
@@ -24,7 +20,7 @@ type Segment struct {
 // frozen or EMA teacher has separate weights), the prefix up to the last segment's
 // start is computed first with this Scorer's own weights. Each segment then runs
 // only its hint and its own tokens, chunk by chunk, on a copy of the prefix.
-func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCache, segs []Segment) ([][]float32, error) {
+func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan) ([][]float32, error) {
 	if len(segs) == 0 {
 		return nil, nil
 	}

@@ -3,6 +3,7 @@ package xla
 import (
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/stretchr/testify/require"
 )
@@ -25,11 +26,11 @@ func TestStepWithoutSignal(t *testing.T) {
 		return tr
 	}
 	pool := rolloutPool(4, 21)
-	silent := []Rollout{pool[0], pool[1]}
+	silent := []credit.Rollout{pool[0], pool[1]}
 	for i := range silent {
 		silent[i].ID, silent[i].Hints, silent[i].HasReward = "silent"+silent[i].ID, nil, false
 	}
-	signal := []Rollout{pool[2], pool[3]}
+	signal := []credit.Rollout{pool[2], pool[3]}
 
 	tr := newTrainer(dir)
 	w0, m0, t0 := weightsOf(tr.model), momentsOf(tr), weightsOf(tr.teacher.model)

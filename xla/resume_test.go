@@ -21,21 +21,21 @@ import (
 
 // rolloutPool is a few random rollouts over the byte vocabulary: trainable runs,
 // sampler log-probs, rewards in two task groups and a lone task, and hints.
-func rolloutPool(n int, seed uint64) []Rollout {
+func rolloutPool(n int, seed uint64) []credit.Rollout {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	var pool []Rollout
+	var pool []credit.Rollout
 	for i := range n {
 		T := 40 + rng.IntN(50)
-		r := Rollout{ID: fmt.Sprintf("r%d", i), TaskID: []string{"a", "b", "lone"}[i%3], Tokens: testTokens(T, 265, seed+uint64(i)),
-			Sampler: make([]float32, T), Trainable: make([]bool, T), Reward: float64(rng.IntN(2)), HasReward: i%4 != 3}
+		r := credit.Rollout{ID: fmt.Sprintf("r%d", i), TaskID: []string{"a", "b", "lone"}[i%3], Tokens: testTokens(T, 265, seed+uint64(i)),
+			Sampler: make([]float64, T), Trainable: make([]bool, T), Reward: float64(rng.IntN(2)), HasReward: i%4 != 3}
 		for t := range T {
-			r.Sampler[t] = float32(math.NaN())
+			r.Sampler[t] = math.NaN()
 			if t > 10 && rng.IntN(4) > 0 {
-				r.Trainable[t], r.Sampler[t] = true, float32(-0.1-3*rng.Float64())
+				r.Trainable[t], r.Sampler[t] = true, -0.1-3*rng.Float64()
 			}
 		}
 		a := 12 + rng.IntN(T-20)
-		r.Hints = []HintedSegment{{Segment: Segment{Start: a, End: a + 1 + rng.IntN(min(10, T-a-1)), Hint: testTokens(3+rng.IntN(4), 265, seed+100+uint64(i))}}}
+		r.Hints = []credit.HintSpan{{Start: a, End: a + 1 + rng.IntN(min(10, T-a-1)), Hint: testTokens(3+rng.IntN(4), 265, seed+100+uint64(i))}}
 		pool = append(pool, r)
 	}
 	return pool
@@ -52,10 +52,10 @@ func resumeOptions(ref *Model) TrainerOptions {
 
 // trainSteps runs n steps, each on two rollouts of pool drawn with the trainer's
 // own random stream (so a resume must restore it).
-func trainSteps(t *testing.T, tr *Trainer, pool []Rollout, n int) {
+func trainSteps(t *testing.T, tr *Trainer, pool []credit.Rollout, n int) {
 	t.Helper()
 	for range n {
-		batch := []Rollout{pool[tr.Rand().IntN(len(pool))], pool[tr.Rand().IntN(len(pool))]}
+		batch := []credit.Rollout{pool[tr.Rand().IntN(len(pool))], pool[tr.Rand().IntN(len(pool))]}
 		_, err := tr.Step(t.Context(), batch)
 		require.NoError(t, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -87,7 +88,7 @@ func TestScoreTooLong(t *testing.T) {
 	_, c, err := s.Score(t.Context(), testTokens(64, m.Config.VocabSize, 1))
 	require.NoError(t, err)
 	defer c.Close()
-	_, err = s.ScoreHinted(t.Context(), testTokens(64, m.Config.VocabSize, 1), c, []Segment{{Start: 60, End: 64, Hint: []int32{1}}})
+	_, err = s.ScoreHinted(t.Context(), testTokens(64, m.Config.VocabSize, 1), c, []credit.HintSpan{{Start: 60, End: 64, Hint: []int32{1}}})
 	require.ErrorIs(t, err, ErrTooLong)
 	_, _, err = s.Score(t.Context(), []int32{1, 265})
 	require.ErrorContains(t, err, "token 265 at position 1 is outside the vocabulary [0, 265)")
@@ -106,7 +107,7 @@ func TestScoreHintedEqualsSplicedPass(t *testing.T) {
 	require.NoError(t, err)
 	defer student.Close()
 	pages, bytes := student.layout.tensors(), student.Bytes()
-	segs := []Segment{
+	segs := []credit.HintSpan{
 		{Start: 10, End: 30, Hint: testTokens(5, v, 23)},
 		{Start: 31, End: 90, Hint: testTokens(40, v, 24)},    // hint + segment cross chunks
 		{Start: 120, End: 200, Hint: testTokens(100, v, 25)}, // needs a larger cache bucket
@@ -150,8 +151,8 @@ func TestScoreHintedSeparateTeacher(t *testing.T) {
 	_, sc, err := ss.Score(t.Context(), tokens)
 	require.NoError(t, err)
 	defer sc.Close()
-	seg := Segment{Start: 40, End: 70, Hint: testTokens(12, v, 34)}
-	q, err := ts.ScoreHinted(t.Context(), tokens, sc, []Segment{seg}) // student cache: ignored
+	seg := credit.HintSpan{Start: 40, End: 70, Hint: testTokens(12, v, 34)}
+	q, err := ts.ScoreHinted(t.Context(), tokens, sc, []credit.HintSpan{seg}) // student cache: ignored
 	require.NoError(t, err)
 	ref, c, err := ts.Score(t.Context(), slices.Concat(tokens[:seg.Start], seg.Hint, tokens[seg.Start:seg.End]))
 	require.NoError(t, err)

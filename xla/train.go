@@ -53,27 +53,6 @@ const DefaultChunkTrain = 256
 // float32 (64 MiB per score-sized tensor).
 const DefaultTrainAttentionScores = 1 << 24
 
-// Rollout is one rollout as the trainer takes it: its tokens, the sampler's
-// log-probs, which tokens are trainable (docs/design.md), its outcome and its hinted
-// segments.
-type Rollout struct {
-	ID        string
-	TaskID    string
-	Tokens    []int32
-	Sampler   []float32 // μ_t; NaN where the token was not sampled (null)
-	Trainable []bool    // m_t; position 0 (no context) is never trained
-	Reward    float64
-	HasReward bool
-	Hints     []HintedSegment
-}
-
-// HintedSegment is a Segment (hint h inserted at Start, tokens [Start, End)
-// re-scored) plus, for credit base empty_hint, the same template with an empty hint.
-type HintedSegment struct {
-	Segment
-	EmptyHint []int32
-}
-
 // Metrics describe one optimizer step.
 type Metrics struct {
 	Step int64 // steps done, this one included (StepCount)

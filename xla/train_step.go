@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -27,7 +28,7 @@ type scored struct {
 // step without an update (Metrics.Updated false): AdamW with a zero gradient would
 // still move the weights through momentum and weight decay, so it does not run. The
 // rollouts count as trained and the step is counted (StepCount), not the update.
-func (tr *Trainer) Step(ctx context.Context, batch []Rollout) (Metrics, error) {
+func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, error) {
 	t0 := time.Now()
 	if len(batch) == 0 {
 		return Metrics{}, errors.New("train step: empty batch")
@@ -127,9 +128,10 @@ func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
 	return tr.teacher.update(tr.model, tr.opt.step)
 }
 
-// score runs the student, teacher and reference passes of r and returns its credit
-// inputs and its KV cache.
-func (tr *Trainer) score(ctx context.Context, r *Rollout) (credit.Rollout, scored, error) {
+// score runs the student, teacher and reference passes of r and returns a copy of it
+// with their log-probs filled in (Student, Ref, each hint's Teacher and EmptyHint),
+// and its KV cache. r itself is not modified.
+func (tr *Trainer) score(ctx context.Context, r *credit.Rollout) (credit.Rollout, scored, error) {
 	T := len(r.Tokens)
 	if len(r.Sampler) != T || len(r.Trainable) != T {
 		return credit.Rollout{}, scored{}, fmt.Errorf("%d tokens, %d sampler log-probs, %d trainable flags", T, len(r.Sampler), len(r.Trainable))
@@ -139,38 +141,36 @@ func (tr *Trainer) score(ctx context.Context, r *Rollout) (credit.Rollout, score
 		return credit.Rollout{}, scored{}, err
 	}
 	sc := scored{cache: cache}
-	cr := credit.Rollout{ID: r.ID, TaskID: r.TaskID, Student: f64s(s), Sampler: f64s(r.Sampler),
-		Trainable: append([]bool(nil), r.Trainable...), Reward: r.Reward, HasReward: r.HasReward}
+	cr := *r
+	cr.Student, cr.Ref = f64s(s), nil
+	cr.Trainable = append([]bool(nil), r.Trainable...)
 	cr.Trainable[0] = false
-	if len(r.Hints) > 0 {
+	cr.Hints = slices.Clone(r.Hints)
+	if len(cr.Hints) > 0 {
 		tsc, shared := tr.teacherScorer()
 		prefix := cache
 		if !shared {
 			prefix = nil
 		}
-		segs := make([]Segment, len(r.Hints))
-		for k, h := range r.Hints {
-			segs[k] = h.Segment
-		}
-		q, err := tsc.ScoreHinted(ctx, r.Tokens, prefix, segs)
+		q, err := tsc.ScoreHinted(ctx, r.Tokens, prefix, cr.Hints)
 		if err != nil {
 			return cr, sc, fmt.Errorf("teacher pass: %w", err)
 		}
 		var e [][]float32
 		if tr.opts.Credit.Base == credit.BaseEmptyHint {
-			for k, h := range r.Hints {
-				segs[k].Hint = h.EmptyHint
+			empty := slices.Clone(cr.Hints)
+			for k := range empty {
+				empty[k].Hint = empty[k].Empty
 			}
-			if e, err = tsc.ScoreHinted(ctx, r.Tokens, prefix, segs); err != nil {
+			if e, err = tsc.ScoreHinted(ctx, r.Tokens, prefix, empty); err != nil {
 				return cr, sc, fmt.Errorf("empty-hint pass: %w", err)
 			}
 		}
-		for k, h := range r.Hints {
-			span := credit.HintSpan{Start: h.Start, End: h.End, Teacher: f64s(q[k])}
+		for k := range cr.Hints {
+			cr.Hints[k].Teacher, cr.Hints[k].EmptyHint = f64s(q[k]), nil
 			if e != nil {
-				span.EmptyHint = f64s(e[k])
+				cr.Hints[k].EmptyHint = f64s(e[k])
 			}
-			cr.Hints = append(cr.Hints, span)
 		}
 	}
 	if tr.ref != nil {

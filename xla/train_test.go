@@ -193,7 +193,7 @@ func TestHintRaisesOrLowersSegment(t *testing.T) {
 		s, c, err := ps.Score(t.Context(), tokens)
 		require.NoError(t, err)
 		defer c.Close()
-		q, err := ps.ScoreHinted(t.Context(), tokens, c, []Segment{{Start: a, End: b, Hint: hint}})
+		q, err := ps.ScoreHinted(t.Context(), tokens, c, []credit.HintSpan{{Start: a, End: b, Hint: hint}})
 		require.NoError(t, err)
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for i := a; i < b; i++ {
@@ -234,17 +234,17 @@ func TestHintRaisesOrLowersSegment(t *testing.T) {
 				Optimizer: AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1},
 				Teacher:   TeacherConfig{Mode: TeacherFrozen}})
 			require.NoError(t, err)
-			r := Rollout{ID: "r", Tokens: tokens, Sampler: make([]float32, T), Trainable: make([]bool, T),
-				Hints: []HintedSegment{{Segment: Segment{Start: a, End: b, Hint: tc.hint}}}}
+			r := credit.Rollout{ID: "r", Tokens: tokens, Sampler: make([]float64, T), Trainable: make([]bool, T),
+				Hints: []credit.HintSpan{{Start: a, End: b, Hint: tc.hint}}}
 			for i := range T {
-				r.Sampler[i] = float32(math.NaN())
+				r.Sampler[i] = math.NaN()
 				if i >= a && i < b {
-					r.Trainable[i], r.Sampler[i] = true, s[i] // ρ = 1
+					r.Trainable[i], r.Sampler[i] = true, float64(s[i]) // ρ = 1
 				}
 			}
 			before := segmentLogProb(t, tr.Scorer(), tokens, a, b)
 			for range 5 {
-				met, err := tr.Step(t.Context(), []Rollout{r})
+				met, err := tr.Step(t.Context(), []credit.Rollout{r})
 				require.NoError(t, err)
 				require.Equal(t, b-a, met.Credit.HintTokens)
 			}
@@ -265,7 +265,7 @@ func weightsOf(m *Model) [][]float32 {
 }
 
 // stepMoves takes one step of tr on pool and returns how far it moved each weight of m.
-func stepMoves(t *testing.T, tr *Trainer, m *Model, pool []Rollout) [][]float32 {
+func stepMoves(t *testing.T, tr *Trainer, m *Model, pool []credit.Rollout) [][]float32 {
 	t.Helper()
 	moved := weightsOf(m)
 	_, err := tr.Step(t.Context(), pool)
@@ -283,9 +283,9 @@ func stepMoves(t *testing.T, tr *Trainer, m *Model, pool []Rollout) [][]float32 
 func TestTeacherModes(t *testing.T) {
 	backend := newTestBackend(t)
 	tokens := testTokens(40, 265, 41)
-	r := Rollout{ID: "r", Tokens: tokens, Sampler: make([]float32, 40), Trainable: make([]bool, 40),
+	r := credit.Rollout{ID: "r", Tokens: tokens, Sampler: make([]float64, 40), Trainable: make([]bool, 40),
 		Reward: 1, HasReward: true, TaskID: "t",
-		Hints: []HintedSegment{{Segment: Segment{Start: 20, End: 30, Hint: testTokens(3, 265, 42)}}}}
+		Hints: []credit.HintSpan{{Start: 20, End: 30, Hint: testTokens(3, 265, 42)}}}
 	for i := range 40 {
 		r.Sampler[i] = -5
 		r.Trainable[i] = i >= 16
@@ -298,7 +298,7 @@ func TestTeacherModes(t *testing.T) {
 		return tr
 	}
 	step := func(tr *Trainer) {
-		_, err := tr.Step(t.Context(), []Rollout{r})
+		_, err := tr.Step(t.Context(), []credit.Rollout{r})
 		require.NoError(t, err)
 	}
 

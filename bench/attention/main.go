@@ -371,9 +371,9 @@ func trainRun(ctx context.Context, backend backends.Backend, dir string, tokens 
 		return nil, err
 	}
 	T := len(tokens)
-	r := xla.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float32, T), Trainable: make([]bool, T), Reward: 1, HasReward: true}
+	r := credit.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float64, T), Trainable: make([]bool, T), Reward: 1, HasReward: true}
 	for t := 1; t < T; t++ {
-		r.Sampler[t], r.Trainable[t] = float32(-math.Log(float64(m.Config.VocabSize))), true
+		r.Sampler[t], r.Trainable[t] = -math.Log(float64(m.Config.VocabSize)), true
 	}
 	res := &trainResult{T: T}
 	var gs, ss xla.AttentionStats
@@ -385,7 +385,7 @@ func trainRun(ctx context.Context, backend backends.Backend, dir string, tokens 
 		resetPeak()
 		gs0, ss0 := tr.GradientStats(), tr.Scorer().Stats().Attention
 		t0 := time.Now()
-		met, err := tr.Step(ctx, []xla.Rollout{r})
+		met, err := tr.Step(ctx, []credit.Rollout{r})
 		took := time.Since(t0)
 		if err != nil {
 			return nil, err

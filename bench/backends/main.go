@@ -47,6 +47,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/internal/benchutil"
 
 	"github.com/gomlx/gomlx/backends"
@@ -308,7 +309,7 @@ func runGo(ctx context.Context, o options, be backendRun, dir string, tokens []i
 	}
 	r := trainRollout(tokens, tm.Config.VocabSize)
 	res.Train, err = measure(T, o, func(first bool) error {
-		met, err := tr.Step(ctx, []xla.Rollout{r})
+		met, err := tr.Step(ctx, []credit.Rollout{r})
 		if first {
 			res.TrainLoss = met.Loss
 		}
@@ -322,13 +323,13 @@ func runGo(ctx context.Context, o options, be backendRun, dir string, tokens []i
 
 // trainRollout is the training rollout: tokens, the first 16 untrainable, sampler
 // log-prob −2 elsewhere, reward 1, one hinted segment [T/2, T/2+64) with a 16-token hint.
-func trainRollout(tokens []int32, vocab int) xla.Rollout {
+func trainRollout(tokens []int32, vocab int) credit.Rollout {
 	T := len(tokens)
-	r := xla.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float32, T),
+	r := credit.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float64, T),
 		Trainable: make([]bool, T), Reward: 1, HasReward: true,
-		Hints: []xla.HintedSegment{{Segment: xla.Segment{Start: T / 2, End: T/2 + 64, Hint: benchutil.Tokens(16, vocab, 99, 2)}}}}
+		Hints: []credit.HintSpan{{Start: T / 2, End: T/2 + 64, Hint: benchutil.Tokens(16, vocab, 99, 2)}}}
 	for t := range T {
-		r.Sampler[t] = float32(math.NaN())
+		r.Sampler[t] = math.NaN()
 		if t >= 16 {
 			r.Trainable[t], r.Sampler[t] = true, -2
 		}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/internal/benchutil"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -78,7 +79,7 @@ func (b *bench) stageLong(ctx context.Context) error {
 			}
 			var met xla.Metrics
 			step := func() error {
-				met, err = tr.Step(ctx, []xla.Rollout{trainRollout(tokens)})
+				met, err = tr.Step(ctx, []credit.Rollout{trainRollout(tokens)})
 				return err
 			}
 			if b.opts.CPU {

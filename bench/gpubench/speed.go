@@ -96,7 +96,7 @@ func (b *bench) speed(ctx context.Context, preset string, T int) error {
 	b.mem.reset()
 	var met xla.Metrics
 	sec, first, err = bestOf(ctx, b.opts.Reps, func() error {
-		met, err = tr.Step(ctx, []xla.Rollout{r})
+		met, err = tr.Step(ctx, []credit.Rollout{r})
 		return err
 	})
 	if err != nil {
@@ -161,14 +161,14 @@ func trainerOptions(chunk int, mode xla.Backprop) xla.TrainerOptions {
 
 // trainRollout is a rollout of tokens with every position after the first
 // trainable, sampled at log-prob −2, reward 1.
-func trainRollout(tokens []int32) xla.Rollout {
+func trainRollout(tokens []int32) credit.Rollout {
 	T := len(tokens)
-	r := xla.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float32, T), Trainable: make([]bool, T),
+	r := credit.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float64, T), Trainable: make([]bool, T),
 		Reward: 1, HasReward: true}
 	for t := range T {
 		r.Trainable[t], r.Sampler[t] = t > 0, -2
 	}
-	r.Sampler[0] = float32(math.NaN())
+	r.Sampler[0] = math.NaN()
 	return r
 }
 

@@ -131,13 +131,13 @@ func TestMakeTransformersCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	texts := []string{"the grep call failed because the path was wrong", "search_code finds the function in one call", "ok", "the tests pass now"}
 	for step := range 4 {
-		var batch []xla.Rollout
+		var batch []credit.Rollout
 		for i, s := range texts {
 			toks := append([]int32{tokenizer.BytesBOS}, []int32(nil)...)
 			for _, c := range []byte(s) {
 				toks = append(toks, int32(c))
 			}
-			r := xla.Rollout{ID: fmt.Sprintf("s%d-%d", step, i), TaskID: "t", Tokens: toks, Sampler: make([]float32, len(toks)),
+			r := credit.Rollout{ID: fmt.Sprintf("s%d-%d", step, i), TaskID: "t", Tokens: toks, Sampler: make([]float64, len(toks)),
 				Trainable: make([]bool, len(toks)), Reward: float64(i % 2), HasReward: true}
 			for j := range toks {
 				r.Sampler[j] = -5

@@ -14,6 +14,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/collect"
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -288,7 +289,7 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *Hinter
 		return StepStat{}, err
 	}
 	st := StepStat{Step: step, Success: collect.Summarize(envs).Success}
-	batch := make([]xla.Rollout, len(envs))
+	batch := make([]credit.Rollout, len(envs))
 	rolls := make([]*rollout.Rollout, len(envs))
 	for i, e := range envs {
 		ro := e.Rollout(fmt.Sprintf("s%d-%04d-%03d", seed, step, i))

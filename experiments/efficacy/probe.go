@@ -106,10 +106,10 @@ func Probe(ctx context.Context, backend backends.Backend, dir string, w World, t
 // hands the per-token q(h) and q(∅) of trainable positions to got.
 func probeHints(ctx context.Context, sc *xla.Scorer, cache *xla.KVCache, tokens []int32, s []float32, hints []teacher.Hint,
 	trainable func(int) bool, got func(q, qe map[int]float64)) error {
-	var segs []xla.Segment
+	var segs []credit.HintSpan
 	for _, h := range hints {
-		segs = append(segs, xla.Segment{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens})
-		segs = append(segs, xla.Segment{Start: int(h.InsertAt), End: int(h.End), Hint: h.Empty})
+		segs = append(segs, credit.HintSpan{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens})
+		segs = append(segs, credit.HintSpan{Start: int(h.InsertAt), End: int(h.End), Hint: h.Empty})
 	}
 	qs, err := sc.ScoreHinted(ctx, tokens, cache, segs)
 	if err != nil {

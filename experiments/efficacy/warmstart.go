@@ -95,7 +95,7 @@ func (a *demoAgent) Hint(env *toolworld.Env) string {
 
 // Demos plays n demonstrations of the train split with noisy agents and returns
 // them as trainer rollouts (reward 1, SFT) with the number that hold a hint turn.
-func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]xla.Rollout, int, int, HintStats, error) {
+func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]credit.Rollout, int, int, HintStats, error) {
 	h, err := NewHinter(tok)
 	if err != nil {
 		return nil, 0, 0, HintStats{}, err
@@ -105,7 +105,7 @@ func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]xla.Rollout, int, in
 	if err != nil {
 		return nil, 0, 0, HintStats{}, err
 	}
-	var out []xla.Rollout
+	var out []credit.Rollout
 	hintDemos, hintTurns := 0, 0
 	for i, t := range tasks {
 		env, err := toolworld.New(t, tok, toolworld.Options{MaxTokens: cfg.DemoMaxTokens, MaxCalls: cfg.World.MaxCalls + 3})
@@ -135,7 +135,7 @@ func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]xla.Rollout, int, in
 // maskMistakes leaves the failed calls of a demonstration out of its trainable
 // tokens: they stay as context (what a mistake and its error look like, before the
 // recovery) but are not imitated.
-func maskMistakes(r *rollout.Rollout, xr xla.Rollout) xla.Rollout {
+func maskMistakes(r *rollout.Rollout, xr credit.Rollout) credit.Rollout {
 	for k, s := range r.Segments {
 		if s.Kind == rollout.KindToolCall && k+1 < len(r.Segments) && r.Segments[k+1].Status == rollout.StatusError {
 			for i := s.Start; i < s.End; i++ {
@@ -195,7 +195,7 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 	order := rng.Perm(len(demos))
 	next := 0
 	for step := 1; step <= cfg.Steps; step++ {
-		batch := make([]xla.Rollout, 0, cfg.Batch)
+		batch := make([]credit.Rollout, 0, cfg.Batch)
 		for len(batch) < cfg.Batch {
 			if next == len(order) {
 				order, next = rng.Perm(len(demos)), 0
