@@ -52,7 +52,7 @@ func TestAdaptKeepsEachHintsEmptyTemplate(t *testing.T) {
 	e := adapt(it, Rule{})
 	require.Len(t, e.xr.Hints, len(it.hints.Hints))
 	for k, h := range e.xr.Hints {
-		require.Equal(t, old.Inserter().Empty(), h.EmptyHint, "hint %d", k)
+		require.Equal(t, old.Inserter().Empty(), h.Empty, "hint %d", k)
 		require.Equal(t, it.hints.Hints[k].Tokens, h.Hint, "hint %d", k)
 		wrapped, err := old.Inserter().Wrap(it.hints.Hints[k].Text)
 		require.NoError(t, err)
