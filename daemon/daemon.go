@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		d.events = noEvents{}
 	}
 	d.notify = newNotifier(d.log)
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := fsutil.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
 	lock, err := lockDataDir(cfg.DataDir)

@@ -17,6 +17,7 @@ import (
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -62,7 +63,8 @@ func startPagesServer(t *testing.T, dir string) string {
 	p.At, p.Loss = p.At.Add(time.Second), 1.25
 	h.add(p)
 	s, base := startServer(t, func() *hindsightv1.Status { return st }, nil)
-	s.SetPages(Pages{History: h.points, CreditDir: dir, Clip: 2})
+	s.SetPages(Pages{History: h.points, CreditDir: dir, Clip: 2,
+		Storage: &fsutil.Features{FSType: "nfs", HardLinks: true, Symlinks: true}})
 	return base
 }
 
@@ -105,8 +107,11 @@ func TestHistoryJSON(t *testing.T) {
 		Status  map[string]any `json:"status"`
 		History []HistoryPoint `json:"history"`
 		Files   []creditFile   `json:"files"`
+		Storage map[string]any `json:"storage"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &doc))
+	require.Equal(t, map[string]any{"fs_type": "nfs", "rename_noreplace": false, "hard_links": true, "symlinks": true,
+		"rename_mode": "check-then-rename"}, doc.Storage)
 	require.Equal(t, "STATE_READY", doc.Status["state"])
 	require.Len(t, doc.History, 2)
 	p := doc.History[1]

@@ -160,7 +160,7 @@ func writeDirAtomic(dir string, force bool, fill func(tmp string) error) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := fsutil.MkdirAll(parent, 0o755); err != nil {
 		return err
 	}
 	tmp, err := os.MkdirTemp(parent, "."+base+".tmp-*")

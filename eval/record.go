@@ -60,11 +60,11 @@ type Recorder struct {
 // cut off; any other undecodable line is an error naming the line.
 func OpenRecorder(path string) (*Recorder, error) {
 	r := &Recorder{path: path, latest: map[string]Result{}, best: map[string]Result{}}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := fsutil.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("open evals %s: %w", path, err)
 	}
 	_, statErr := os.Stat(path)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := fsutil.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open evals %s: %w", path, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hindsight-ai/hindsight/data/creditfile"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -167,7 +167,7 @@ func (l *Ledger) Drop(ctx context.Context, f *File) (*Finished, error) {
 func (l *Ledger) Stage(ctx context.Context, f *File, row int, cr creditfile.Row) error {
 	p := filepath.Join(l.stageDir(f.Report.Claimed), fmt.Sprintf("%06d.arrow", row))
 	err := l.o.Retry(ctx, "stage credit rows", p, func() error {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := fsutil.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
 		return creditfile.Write(p, []creditfile.Row{cr}, false)

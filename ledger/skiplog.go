@@ -24,7 +24,7 @@ type skipLog struct {
 // the ids that keep does not hold, when there are such: the skips of finished files
 // are never needed again.
 func openSkipLog(path string, keep map[string]bool) (*skipLog, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := fsutil.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("open skip log: %w", err)
 	}
 	l := &skipLog{ids: map[string]bool{}}
@@ -57,7 +57,7 @@ func openSkipLog(path string, keep map[string]bool) (*skipLog, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("open skip log: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := fsutil.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open skip log: %w", err)
 	}

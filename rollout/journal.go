@@ -11,6 +11,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // Journal operations. The journal is a file of JSON lines, one Entry each, appended and
@@ -132,7 +134,7 @@ func openJournal(path string, autoCompact bool) (*Journal, error) {
 	if err := removeCompactTemps(path); err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := fsutil.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}

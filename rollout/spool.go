@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
+
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // Spool folders under the spool root.
@@ -43,11 +45,11 @@ type Spool struct {
 // journalPath.
 func OpenSpool(root, journalPath string, opts ReadOptions, log zerolog.Logger) (*Spool, error) {
 	for _, d := range []string{DirIncoming, DirProcessing, DirDone, DirFailed} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+		if err := fsutil.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return nil, fmt.Errorf("create spool: %w", err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(journalPath), 0o755); err != nil {
+	if err := fsutil.MkdirAll(filepath.Dir(journalPath), 0o755); err != nil {
 		return nil, fmt.Errorf("create journal dir: %w", err)
 	}
 	j, err := OpenJournal(journalPath)

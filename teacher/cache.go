@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // Cache keeps LLM hints on disk so that a restart (or the crash replay of docs/design.md)
@@ -28,7 +30,7 @@ type cacheEntry struct {
 
 // OpenCache returns the cache in dir, creating it.
 func OpenCache(dir string) (*Cache, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fsutil.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("open hint cache: %w", err)
 	}
 	return &Cache{dir: dir}, nil
@@ -80,7 +82,7 @@ func (c *Cache) Put(key, text string) error {
 // write, fsync, rename, fsync the directory.
 func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fsutil.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(dir, ".tmp-*")

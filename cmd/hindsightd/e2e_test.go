@@ -333,6 +333,7 @@ func TestSIGKILLWhileIngesting(t *testing.T) {
 	// Whichever of the two copies was claimed second holds only duplicates.
 	require.ElementsMatch(t, []string{rollout.OutcomeDone, rollout.OutcomeFailed},
 		[]string{outcomeOf(claimed, finished, "redrop.arrow"), outcomeOf(claimed, finished, "kill-0003.arrow")})
+	requireNoTemps(t, data)
 }
 
 func unfinished(entries []rollout.Entry) int {
@@ -424,6 +425,8 @@ func TestServeStatusAndDrain(t *testing.T) {
 	resp.Body.Close()
 	require.Contains(t, metrics.String(), `hindsight_rollouts_total{decision="accepted"} 6`)
 	require.Contains(t, metrics.String(), `hindsight_files_total{outcome="quarantined"} 1`)
+	require.Regexp(t, `hindsight_storage_feature\{feature="rename_noreplace",fs_type="[^"]+"\} [01]`, metrics.String())
+	require.Contains(t, p.log(), `"component":"storage"`, "the start-up storage line")
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p.wait(t, 30*time.Second), p.log())

@@ -120,7 +120,7 @@ var stepDirRe = regexp.MustCompile(`^step-(\d{6,})$`)
 // A crash at any point leaves either no new directory or a complete one; the latest
 // link always names a complete one. keep < 1 keeps every checkpoint.
 func Write(root string, ck *Contents, keep int) (string, error) {
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := fsutil.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
 	name := StepDirName(ck.Step)

@@ -361,7 +361,7 @@ func SyncFiles(paths []string) error {
 // published is false when path was already there.
 func Publish(path string, rows []Row) (published bool, err error) {
 	dir, base := filepath.Split(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fsutil.MkdirAll(dir, 0o755); err != nil {
 		return false, fmt.Errorf("publish %s: %w", path, err)
 	}
 	if _, err := os.Stat(path); err == nil {

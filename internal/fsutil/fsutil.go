@@ -74,3 +74,47 @@ func Commit(f *os.File, path string) error {
 	}
 	return SyncDir(filepath.Dir(path))
 }
+
+// MkdirAll is os.MkdirAll whose new directories are durable: after making each
+// missing directory it fsyncs the one holding it, so that a power cut cannot take a
+// directory away, with the files later renamed into it, once they are synced.
+func MkdirAll(dir string, perm os.FileMode) error {
+	dir = filepath.Clean(dir)
+	if st, err := os.Stat(dir); err == nil {
+		if !st.IsDir() {
+			return fmt.Errorf("make dir %s: not a directory", dir)
+		}
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := MkdirAll(parent, perm); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, perm); err != nil {
+		if os.IsExist(err) {
+			return nil
+		}
+		return fmt.Errorf("make dir %s: %w", dir, err)
+	}
+	return SyncDir(parent)
+}
+
+// OpenFile is os.OpenFile whose newly created file is durable: when flag has
+// os.O_CREATE and the file did not exist, the directory holding it is fsynced, so a
+// power cut cannot take away the file whose contents were fsynced (a journal).
+func OpenFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+	_, statErr := os.Lstat(path)
+	f, err := os.OpenFile(path, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	if flag&os.O_CREATE != 0 && os.IsNotExist(statErr) {
+		if err := SyncDir(filepath.Dir(path)); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}

@@ -20,8 +20,8 @@
 //     durable by fsyncing the directory it left and the one it entered.
 //   - Cut replaces the live state by the durable one. The durable state after any cut
 //     is a state a POSIX file system may legally be in after a power loss, and the
-//     strictest one: ext4, xfs and btrfs keep more (their journals commit metadata in
-//     order, a few seconds later at most), so code correct here is correct there.
+//     strictest one: journaling file systems such as ext4 and xfs usually keep more
+//     (they commit metadata in order), so code correct here is correct there.
 //
 // Limits: it does not tear a single write or fsync (a cut lands between operations,
 // never inside one), reorder the durable effects of one fsync, lose an fsync that

@@ -120,3 +120,27 @@ func TestCutAt(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ents, "the temp file was never linked durably")
 }
+
+// TestNewDirectoriesNeedTheirParentSynced: a file fsynced and renamed into a new
+// directory is lost at a cut unless the directory's own entry was synced too, which
+// fsutil.MkdirAll and fsutil.OpenFile do and os.MkdirAll does not.
+func TestNewDirectoriesNeedTheirParentSynced(t *testing.T) {
+	f := New(Options{})
+	dir := mount(t, f)
+	p := func(n string) string { return filepath.Join(dir, n) }
+	require.NoError(t, os.MkdirAll(p("plain/sub"), 0o755))
+	require.NoError(t, fsutil.WriteFileBytes(p("plain/sub/f"), []byte("x"), 0o644))
+	require.NoError(t, fsutil.MkdirAll(p("durable/sub"), 0o755))
+	require.NoError(t, fsutil.WriteFileBytes(p("durable/sub/f"), []byte("x"), 0o644))
+	j, err := fsutil.OpenFile(p("journal"), os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = j.WriteString("line\n")
+	require.NoError(t, err)
+	require.NoError(t, j.Sync())
+	require.NoError(t, j.Close())
+
+	cut(t, f, dir)
+	require.NoDirExists(t, p("plain/sub"), "plain/ is durable (the root was synced since) but empty")
+	require.Equal(t, "x", read(t, p("durable/sub/f")))
+	require.Equal(t, "line\n", read(t, p("journal")))
+}
