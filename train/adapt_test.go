@@ -143,3 +143,11 @@ func TestTrainableIsTheOneRule(t *testing.T) {
 	require.Equal(t, n, e.trainable)
 	require.Positive(t, n)
 }
+
+func TestDeviceCredit(t *testing.T) {
+	c := credit.DefaultConfig()
+	require.NoError(t, DeviceCredit(c))
+	c.Distill.Mode = credit.DistillTopK
+	err := DeviceCredit(c)
+	require.ErrorContains(t, err, "credit.distill.mode: topk")
+}
