@@ -44,7 +44,7 @@ func distillTopK(cfg credit.DistillConfig, logits, ids, lp, tail *Node) *Node {
 	// (row, id) pairs: Gather and Scatter index the [n, vocab] logits with them.
 	rows := Iota(g, shapes.Make(dtypes.Int32, n, k), 0)
 	at := Stack([]*Node{rows, ConvertDType(ids, dtypes.Int32)}, 2) // [n, k, 2]
-	l := Sub(Gather(logits, at), ExpandAxes(lse, -1))            // [n, k] student log-probs of the ids
+	l := Sub(Gather(logits, at), ExpandAxes(lse, -1))              // [n, k] student log-probs of the ids
 	a := ConvertDType(lp, dt)
 	if k < vocab {
 		// The student's tail: log Σ exp over the ids not in the row's top k, over lse.
@@ -103,6 +103,43 @@ func bucketDivergence(cfg credit.DistillConfig, l, a *Node) *Node {
 		d = Min(d, Scalar(g, dt, c))
 	}
 	return d
+}
+
+// teacherTopK returns the teacher's side of mode topk for a chunk: the k most likely
+// ids of each row, their log-probs and the row's tail log-prob (the log of the mass of
+// every other id; −Inf when k ≥ vocab, then k is vocab). GoMLX has no sort or top-k
+// op, so it takes k rounds of ArgMax, each masking the id it found: k passes over the
+// chunk's [n, vocab] logits, no gradient. Ties go to the lower id, as credit.NewTopK
+// breaks them, where the backend's ArgMax returns the first maximum.
+//
+//	logits: [n, vocab] teacher logits → ids [n, k'] int32, lp [n, k'], tail [n]; k' = min(k, vocab)
+func teacherTopK(logits *Node, k int) (ids, lp, tail *Node) {
+	g := logits.Graph()
+	logits = StopGradient(logits)
+	n, vocab := logits.Shape().Dimensions[0], logits.Shape().Dimensions[1]
+	dt := logits.DType()
+	k = min(k, vocab)
+	lse := ExpandAxes(rowLogSumExp(logits), -1) // [n, 1]
+	rows := Iota(g, shapes.Make(dtypes.Int32, n), 0)
+	cur := logits
+	idList, valList := make([]*Node, k), make([]*Node, k)
+	for i := range k {
+		id := ConvertDType(ArgMax(cur, 1), dtypes.Int32) // [n]
+		at := Stack([]*Node{rows, id}, 1)                // [n, 2]
+		idList[i], valList[i] = id, Gather(cur, at)      // [n]
+		if i+1 < k || k < vocab {
+			hit := Scatter(at, Ones(g, shapes.Make(dt, n)), shapes.Make(dt, n, vocab), false, true)
+			cur = Where(GreaterThan(hit, ZerosLike(hit)), Infinity(g, dt, -1), cur)
+		}
+	}
+	ids = Stack(idList, 1)           // [n, k]
+	lp = Sub(Stack(valList, 1), lse) // [n, k]
+	if k < vocab {
+		tail = Sub(rowLogSumExp(cur), Squeeze(lse, -1))
+	} else {
+		tail = BroadcastToDims(Infinity(g, dt, -1), n) // no other id
+	}
+	return ids, lp, tail
 }
 
 // rowLogSumExp returns log Σ_v exp(x[i, v]), summed as vocabLogSumExp does (float64

@@ -140,3 +140,44 @@ func TestDistillGraphMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// TestTeacherTopK: the device's top k of teacher logits are credit.NewTopK's ids,
+// log-probs and tail; fed to distillTopK they give the reference divergence.
+func TestTeacherTopK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	const n, V = 4, 9
+	c := newDistillCase(rng, n, V) // c.teacher rows are log-probs: logits up to a constant
+	cfg := credit.DefaultDistillConfig()
+	cfg.Mode = credit.DistillTopK
+	for _, k := range []int{1, 4, V, V + 3} {
+		K := min(k, V)
+		e, err := NewExec(newTestBackend(t), func(in []*Node) []*Node {
+			ids, lp, tail := teacherTopK(AddScalar(in[1], 3), k) // shifted: logits, not log-probs
+			return []*Node{ids, lp, tail, distillTopK(cfg, in[0], ids, lp, tail)}
+		})
+		require.NoError(t, err)
+		var flatZ, flatT []float64
+		for i := range n {
+			flatZ, flatT = append(flatZ, c.z[i]...), append(flatT, c.teacher[i]...)
+		}
+		out, err := e.Exec(tensors.FromFlatDataAndDimensions(flatZ, n, V), tensors.FromFlatDataAndDimensions(flatT, n, V))
+		require.NoError(t, err)
+		ids := tensors.MustCopyFlatData[int32](out[0])
+		lp, tail, d := tensors.MustCopyFlatData[float64](out[1]), tensors.MustCopyFlatData[float64](out[2]), tensors.MustCopyFlatData[float64](out[3])
+		require.Len(t, ids, n*K)
+		for i := range n {
+			want := credit.NewTopK(c.teacher[i], k)
+			for b := range K {
+				require.EqualValues(t, want.IDs[b], ids[i*K+b], "k=%d row %d bucket %d", k, i, b)
+				require.InDelta(t, want.LogProbs[b], lp[i*K+b], 1e-12)
+			}
+			if math.IsInf(want.Tail, -1) {
+				require.True(t, math.IsInf(tail[i], -1), "k=%d: no tail", k)
+			} else {
+				require.InDelta(t, want.Tail, tail[i], 1e-12)
+			}
+			wd, _ := credit.DistillPosition(cfg, c.z[i], want)
+			require.InDelta(t, wd, d[i], 1e-9, "k=%d row %d: D", k, i)
+		}
+	}
+}
