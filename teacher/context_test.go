@@ -266,3 +266,30 @@ func TestContextConfigValidate(t *testing.T) {
 	}
 	require.NoError(t, DefaultContextConfig().Validate(""))
 }
+
+// TestRenderSolutionChatTemplates: with real chat formats the rendered sibling keeps
+// the model's own text (Qwen's <tool_call> added token included, as text) and drops
+// the special markers and role headers.
+func TestRenderSolutionChatTemplates(t *testing.T) {
+	for _, tc := range []struct{ tok, header, end, toolHeader string }{
+		{"qwen3", "<|im_start|>assistant\n", "<|im_end|>\n", "<|im_start|>user\n"},
+		{"llama3", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", "<|start_header_id|>ipython<|end_header_id|>\n\n"},
+	} {
+		t.Run(tc.tok, func(t *testing.T) {
+			tok, _ := loadTokenizer(t, tc.tok)
+			r := &rollout.Rollout{ID: "sib"}
+			add := func(kind rollout.SegmentKind, text string) {
+				start := int32(len(r.Tokens))
+				r.Tokens = append(r.Tokens, tok.Encode(text)...)
+				r.Segments = append(r.Segments, rollout.Segment{Start: start, End: int32(len(r.Tokens)), Kind: kind})
+			}
+			add(rollout.KindUser, "<|im_start|>user\nfind the timeout<|im_end|>\n")
+			add(rollout.KindToolCall, tc.header+`<tool_call>{"name":"search_code"}</tool_call>`+tc.end)
+			add(rollout.KindToolResult, tc.toolHeader+"config.go:12: Timeout = 30"+tc.end)
+			add(rollout.KindAssistant, tc.header+"It is 30."+tc.end)
+			sol, err := RenderSolution(tok, r)
+			require.NoError(t, err)
+			require.Equal(t, "<tool_call>{\"name\":\"search_code\"}</tool_call>\nconfig.go:12: Timeout = 30\nIt is 30.", sol)
+		})
+	}
+}
