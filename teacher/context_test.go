@@ -293,3 +293,17 @@ func TestRenderSolutionChatTemplates(t *testing.T) {
 		})
 	}
 }
+
+// TestSiblingKeepsAHintMadeWithoutRun: a hint built by hand (Context unset, as the
+// efficacy harness builds them) keeps its text when the sibling is added.
+func TestSiblingKeepsAHintMadeWithoutRun(t *testing.T) {
+	h := newContextHinter(t, ContextSibling)
+	step := siblingStep()
+	sel, ok := responseSelection(step[0].Rollout)
+	require.True(t, ok)
+	step[0].Hints = []Hint{{Selection: sel, Text: "Search before you read.", Source: "rules"}}
+	out := h.Siblings(step)
+	require.Len(t, out[0], 1)
+	require.Equal(t, "sibling+hint", out[0][0].Context.Kind())
+	require.Contains(t, decode(t, out[0][0].Tokens), "Hint: Search before you read.")
+}

@@ -65,6 +65,9 @@ func (h *Hinter) Siblings(step []StepRollout) [][]Hint {
 		r, sibID := step[i].Rollout, step[pick.Sibling].Rollout.ID
 		hints := make([]Hint, 0, max(1, len(step[i].Hints)))
 		for _, hint := range step[i].Hints {
+			if hint.Context.Hint == "" && hint.Context.Feedback == "" {
+				hint.Context.Hint = hint.Text // a hint made without Run (its Context unset)
+			}
 			hint.Context.Sibling, hint.Sibling = sol, sibID
 			hint.Tokens = h.inserter.WrapContext(cfg, hint.Context)
 			hints = append(hints, hint)
