@@ -179,18 +179,23 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 		}
 		res.Rho[t] = rho
 		if r.HasReward && nm.out > 0 {
-			res.WeightOut[t] = rho * cfg.LambdaOut * aout / nm.out
+			res.WeightOut[t] = rho * (cfg.LambdaOut * aout) / nm.out // as DESIGN.md's loss always computed it
 		}
 		res.Adv[t] = cfg.LambdaOut * aout
 		res.Weight[t] = res.WeightOut[t]
 		if cover[t] == 0 || nm.distill == 0 {
 			continue
 		}
-		if cfg.Distill.Mode == DistillSampledToken {
+		switch {
+		case cfg.Distill.Mode != DistillSampledToken:
+			res.DistillWeight[t] = nm.lambdaH / nm.distill
+		case cfg.Normalize == NormalizeSeparate:
 			res.Adv[t] += nm.lambdaH * res.AHint[t]
 			res.Weight[t] += rho * nm.lambdaH * res.AHint[t] / nm.distill
-		} else {
-			res.DistillWeight[t] = nm.lambdaH / nm.distill
+		default:
+			// DESIGN.md's loss, computed as it always was (bit for bit: runs compare).
+			res.Adv[t] += nm.lambdaH * res.AHint[t]
+			res.Weight[t] = rho * res.Adv[t] / nm.out
 		}
 	}
 	return res

@@ -138,3 +138,24 @@ func TestConfigValidateNamesNewFields(t *testing.T) {
 	require.Equal(t, NormalizeBudget, c.Normalize)
 	require.Equal(t, DistillSampledToken, c.Distill.Mode)
 }
+
+// TestBudgetWeightsBitForBit: under normalize budget the weights are exactly the
+// formula DESIGN.md gives, ρ·(λ_out·A_out + λ_hint·A_hint)/N, to the last bit, so runs
+// before and after the split compare.
+func TestBudgetWeightsBitForBit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.LambdaOut, cfg.LambdaHint = 0.7, 0.3
+	rs := twoRollouts()
+	rs[1].Sampler = []float64{-1, -1.3, -0.9, -1.1, -1.7}
+	res, _, err := Step(cfg, rs, NewBaselines(), 97)
+	require.NoError(t, err)
+	for i, r := range res {
+		for tt, m := range rs[i].Trainable {
+			if !m {
+				continue
+			}
+			want := r.Rho[tt] * (cfg.LambdaOut*r.AOut + cfg.LambdaHint*r.AHint[tt]) / 97
+			require.Equal(t, want, r.Weight[tt], "rollout %d token %d", i, tt)
+		}
+	}
+}
