@@ -59,6 +59,7 @@ type FeedbackContextConfig struct {
 // "The environment answered this turn's call with:\n{feedback}" up to 256 tokens.
 func DefaultContextConfig() ContextConfig {
 	return ContextConfig{
+		Sources: []string{}, // not nil: a YAML round trip gives back an empty list
 		Sibling: SiblingContextConfig{Template: "A correct attempt:\n{solution}\nNow solve it yourself.",
 			SuccessReward: 1, MaxTokens: 2048},
 		Feedback: FeedbackContextConfig{Template: "The environment answered this turn's call with:\n{feedback}", MaxTokens: 256},
