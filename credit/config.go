@@ -40,6 +40,28 @@ const (
 	GateTanh Gate = "tanh" // c·tanh(Δ/c)
 )
 
+// Normalize says how the loss terms are normalised.
+type Normalize string
+
+// The normalisations.
+const (
+	// NormalizeBudget divides every term by N, the step's token budget, and mixes the
+	// hint advantage into the outcome advantage: A_t = λ_out·A_out + λ_hint·A_hint,t
+	// (DESIGN.md's loss; the default).
+	NormalizeBudget Normalize = "budget"
+	// NormalizeSeparate keeps the outcome term and the distillation term apart, each
+	// divided by its own token count and weighed by λ_out and λ_distill:
+	//
+	//	loss = λ_out/N_out·Σ −ρ_t·A_out·log π_θ(y_t) + λ_distill/N_distill·Σ ℓ_t
+	//
+	// N_out: trainable tokens of the rollouts with a reward; N_distill: trainable tokens
+	// inside a teacher span; ℓ_t = −ρ_t·A_hint,t·log π_θ(y_t) in mode sampled_token, the
+	// divergence D_t of DistillPosition in modes topk and full. A step with one hinted
+	// rollout among many then still gets the whole distillation weight, and a step with
+	// no reward the whole outcome weight is not spent on nothing.
+	NormalizeSeparate Normalize = "separate"
+)
+
 // Config holds the knobs of the credit math. Defaults: DefaultConfig.
 type Config struct {
 	Base Base `yaml:"base"`
@@ -62,13 +84,24 @@ type Config struct {
 	// AllowNoSampler makes rollouts without any sampler log-prob trainable, with
 	// importance weight 1 (they are counted in Stats either way).
 	AllowNoSampler bool `yaml:"allow_no_sampler"`
+	// Normalize is budget (default: every term over N, the hint mixed into A_t with
+	// λ_hint) or separate (the outcome and distillation terms each over their own
+	// token count, weighed by λ_out and λ_distill).
+	Normalize Normalize `yaml:"normalize"`
+	// LambdaDistill weighs the distillation term under normalize: separate (where it
+	// takes λ_hint's place).
+	LambdaDistill float64 `yaml:"lambda_distill"`
+	// Distill is how the teacher's view becomes a loss (credit.distill).
+	Distill DistillConfig `yaml:"distill"`
 }
 
 // DefaultConfig returns the defaults: base s_t, clip at 2 nats, λ_out = 1, λ_hint = 0.5
 // (a clipped hint advantage spans ±1, the same order as a 0/1 reward's advantage),
-// ρ_max = 2, no KL, baseline rate 0.1.
+// ρ_max = 2, no KL, baseline rate 0.1; budget normalisation, λ_distill = 1 for when
+// it is separate; distillation sampled_token (DefaultDistillConfig).
 func DefaultConfig() Config {
-	return Config{Base: BaseStudent, Gate: GateClip, Clip: 2, LambdaOut: 1, LambdaHint: 0.5, RhoMax: 2, Baseline: BaselineGroup, BaselineRate: 0.1}
+	return Config{Base: BaseStudent, Gate: GateClip, Clip: 2, LambdaOut: 1, LambdaHint: 0.5, RhoMax: 2, Baseline: BaselineGroup, BaselineRate: 0.1,
+		Normalize: NormalizeBudget, LambdaDistill: 1, Distill: DefaultDistillConfig()}
 }
 
 // Validate names the first bad field.
@@ -85,6 +118,16 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("baseline: %q is not group or none", c.Baseline)
 	}
+	switch c.Normalize {
+	case NormalizeBudget, NormalizeSeparate:
+	case "":
+		c.Normalize = NormalizeBudget // configs and checkpoints written before the field
+	default:
+		return fmt.Errorf("normalize: %q is not budget or separate", c.Normalize)
+	}
+	if err := c.Distill.Validate("distill."); err != nil {
+		return err
+	}
 	switch c.Gate {
 	case GateClip, GateTanh:
 	default:
@@ -94,7 +137,7 @@ func (c *Config) Validate() error {
 		name string
 		v    float64
 		pos  bool
-	}{{"clip", c.Clip, true}, {"lambda_out", c.LambdaOut, false}, {"lambda_hint", c.LambdaHint, false},
+	}{{"clip", c.Clip, true}, {"lambda_out", c.LambdaOut, false}, {"lambda_hint", c.LambdaHint, false}, {"lambda_distill", c.LambdaDistill, false},
 		{"rho_max", c.RhoMax, true}, {"kl_beta", c.KLBeta, false}, {"baseline_rate", c.BaselineRate, false}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || (f.pos && f.v == 0) {
 			want := "non-negative"

@@ -41,11 +41,22 @@ type Result struct {
 	AOut  float64   // outcome advantage (reward units), the same for every trainable token
 	Delta []float64 // Δ_t, mean over the spans covering t; NaN outside every span
 	AHint []float64 // gated hint advantage (nats); 0 outside spans
-	Adv   []float64 // A_t = λ_out·A_out + λ_hint·A_hint,t; 0 where not trainable
-	Rho   []float64 // ρ_t = min(exp(s_t − μ_t), ρ_max); 1 where μ is missing; 0 where not trainable
-	// Weight is m_t·ρ_t·A_t / N: the loss is −Σ_t Weight_t·log π_θ(y_t | y_<t) (plus the
-	// KL term), with ρ and A held constant.
+	// Adv is A_t = λ_out·A_out + λ·A_hint,t, λ being λ_hint (normalize budget) or
+	// λ_distill (separate); 0 where not trainable. In modes topk and full the hint is
+	// not in it (the divergence is its own term): A_t = λ_out·A_out.
+	Adv []float64
+	Rho []float64 // ρ_t = min(exp(s_t − μ_t), ρ_max); 1 where μ is missing; 0 where not trainable
+	// Weight is m_t·ρ_t·A_t / N under normalize budget; under separate the outcome
+	// part is over N_out and the hint part over N_distill. The loss is
+	// −Σ_t Weight_t·log π_θ(y_t | y_<t) (plus the distillation and KL terms), with ρ
+	// and A held constant.
 	Weight []float64
+	// WeightOut is the outcome part of Weight (the rest is the sampled-token hint).
+	WeightOut []float64
+	// DistillWeight is the coefficient of the divergence D_t (DistillPosition) in the
+	// loss, modes topk and full: λ/N or λ_distill/N_distill at trainable tokens inside a
+	// teacher span, else 0 (all 0 in mode sampled_token).
+	DistillWeight []float64
 	// NoSampler is true when the rollout has no sampler log-prob at all; Skipped when
 	// it was therefore left out (Config.AllowNoSampler false): its weights are 0.
 	NoSampler, Skipped bool
@@ -77,19 +88,63 @@ func Step(cfg Config, rs []Rollout, b *Baselines, budget int) ([]Result, Stats, 
 			}
 		}
 	}
+	nm := stepNorms(cfg, rs, budget)
 	out := make([]Result, len(rs))
 	for i := range rs {
-		out[i] = rolloutCredit(cfg, &rs[i], aout[i], float64(budget))
+		out[i] = rolloutCredit(cfg, &rs[i], aout[i], nm)
 	}
 	b.update(cfg.BaselineRate, rs)
-	return out, summarize(cfg, rs, out), nil
+	return out, summarize(cfg, rs, out, nm), nil
+}
+
+// norms are the denominators and weights of one step's loss terms: every term over N
+// (budget), or the outcome term over N_out and the distillation term over N_distill
+// (separate). A count of 0 leaves its term out.
+type norms struct {
+	out, distill   float64 // denominators
+	lambdaH        float64 // λ_hint or λ_distill
+	nOut, nDistill int     // the token counts (for Stats)
+}
+
+// stepNorms counts the step's outcome and distillation tokens: trainable tokens of
+// rollouts that train (not skipped for missing sampler log-probs), with a reward, and
+// inside at least one teacher span.
+func stepNorms(cfg Config, rs []Rollout, budget int) norms {
+	nm := norms{out: float64(budget), distill: float64(budget), lambdaH: cfg.LambdaHint}
+	for i := range rs {
+		r := &rs[i]
+		if !anyFinite(r.Sampler, r.Trainable) && !cfg.AllowNoSampler {
+			continue
+		}
+		covered := make([]bool, len(r.Trainable))
+		for _, h := range r.Hints {
+			for t := h.Start; t < h.End; t++ {
+				covered[t] = true
+			}
+		}
+		for t, m := range r.Trainable {
+			if !m {
+				continue
+			}
+			if r.HasReward {
+				nm.nOut++
+			}
+			if covered[t] {
+				nm.nDistill++
+			}
+		}
+	}
+	if cfg.Normalize == NormalizeSeparate {
+		nm.out, nm.distill, nm.lambdaH = float64(nm.nOut), float64(nm.nDistill), cfg.LambdaDistill
+	}
+	return nm
 }
 
 // rolloutCredit computes one rollout's per-token credit.
-func rolloutCredit(cfg Config, r *Rollout, aout float64, n float64) Result {
+func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 	T := len(r.Student)
 	res := Result{AOut: aout, Delta: make([]float64, T), AHint: make([]float64, T), Adv: make([]float64, T),
-		Rho: make([]float64, T), Weight: make([]float64, T)}
+		Rho: make([]float64, T), Weight: make([]float64, T), WeightOut: make([]float64, T), DistillWeight: make([]float64, T)}
 	cover := make([]int, T)
 	for t := range res.Delta {
 		res.Delta[t] = math.NaN()
@@ -132,8 +187,25 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, n float64) Result {
 			rho = math.Min(math.Exp(r.Student[t]-mu), cfg.RhoMax)
 		}
 		res.Rho[t] = rho
-		res.Adv[t] = cfg.LambdaOut*aout + cfg.LambdaHint*res.AHint[t]
-		res.Weight[t] = rho * res.Adv[t] / n
+		if r.HasReward && nm.out > 0 {
+			res.WeightOut[t] = rho * (cfg.LambdaOut * aout) / nm.out // as DESIGN.md's loss always computed it
+		}
+		res.Adv[t] = cfg.LambdaOut * aout
+		res.Weight[t] = res.WeightOut[t]
+		if cover[t] == 0 || nm.distill == 0 {
+			continue
+		}
+		switch {
+		case cfg.Distill.Mode != DistillSampledToken:
+			res.DistillWeight[t] = nm.lambdaH / nm.distill
+		case cfg.Normalize == NormalizeSeparate:
+			res.Adv[t] += nm.lambdaH * res.AHint[t]
+			res.Weight[t] += rho * nm.lambdaH * res.AHint[t] / nm.distill
+		default:
+			// DESIGN.md's loss, computed as it always was (bit for bit: runs compare).
+			res.Adv[t] += nm.lambdaH * res.AHint[t]
+			res.Weight[t] = rho * res.Adv[t] / nm.out
+		}
 	}
 	return res
 }
@@ -162,7 +234,8 @@ func anyFinite(xs []float64, mask []bool) bool {
 //	loss = −Σ_i Σ_t Weight_t·logp_t + (β/N)·Σ_i Σ_t m_t·k3_t,  k3 = exp(r−l) − (r−l) − 1
 //
 // where k3 is the non-negative, unbiased per-token estimator of KL(π_θ‖π_ref) on
-// tokens sampled from π_θ (l = logp_t, r = Ref_t).
+// tokens sampled from π_θ (l = logp_t, r = Ref_t). The divergence term of modes topk
+// and full needs the divergences: LossTerms.
 func Loss(cfg Config, rs []Rollout, res []Result, logp [][]float64, budget int) float64 {
 	var loss float64
 	for i := range res {
@@ -171,16 +244,64 @@ func Loss(cfg Config, rs []Rollout, res []Result, logp [][]float64, budget int) 
 				loss -= w * logp[i][t]
 			}
 		}
-		if cfg.KLBeta > 0 && !res[i].Skipped {
-			for t, m := range rs[i].Trainable {
-				if m {
-					x := rs[i].Ref[t] - logp[i][t]
-					loss += cfg.KLBeta / float64(budget) * (math.Exp(x) - x - 1)
-				}
+	}
+	return loss + klTerm(cfg, rs, res, logp, budget)
+}
+
+// klTerm is (β/N)·Σ_i Σ_t m_t·k3_t over the rollouts that train.
+func klTerm(cfg Config, rs []Rollout, res []Result, logp [][]float64, budget int) float64 {
+	var kl float64
+	if cfg.KLBeta == 0 {
+		return 0
+	}
+	for i := range res {
+		if res[i].Skipped {
+			continue
+		}
+		for t, m := range rs[i].Trainable {
+			if m {
+				x := rs[i].Ref[t] - logp[i][t]
+				kl += cfg.KLBeta / float64(budget) * (math.Exp(x) - x - 1)
 			}
 		}
 	}
-	return loss
+	return kl
+}
+
+// Terms are the values of the loss's terms for one step (float64 reference).
+type Terms struct {
+	// Out is −Σ WeightOut_t·log π_θ(y_t), the outcome policy-gradient term.
+	Out float64
+	// Distill is the distillation term: −Σ (Weight_t − WeightOut_t)·log π_θ(y_t) in
+	// mode sampled_token, Σ DistillWeight_t·D_t in modes topk and full.
+	Distill float64
+	// KL is the β-weighted KL(π_θ‖π_ref) penalty.
+	KL float64
+}
+
+// Total is the loss: Out + Distill + KL.
+func (t Terms) Total() float64 { return t.Out + t.Distill + t.KL }
+
+// LossTerms is Loss split into its terms. div[i][t] is D_t of rollout i (the divergence
+// of DistillPosition at the positions DistillWeight covers); nil in mode sampled_token.
+func LossTerms(cfg Config, rs []Rollout, res []Result, logp, div [][]float64, budget int) Terms {
+	var tm Terms
+	for i := range res {
+		for t, w := range res[i].Weight {
+			wo := valueOr(res[i].WeightOut, t)
+			if wo != 0 {
+				tm.Out -= wo * logp[i][t]
+			}
+			if w != wo {
+				tm.Distill -= (w - wo) * logp[i][t]
+			}
+			if dw := valueOr(res[i].DistillWeight, t); dw != 0 {
+				tm.Distill += dw * div[i][t]
+			}
+		}
+	}
+	tm.KL = klTerm(cfg, rs, res, logp, budget)
+	return tm
 }
 
 // check validates one rollout's inputs and names the rollout, field and position.

@@ -28,10 +28,28 @@ type Stats struct {
 	AHintAbsMean, AOutMean, AOutAbsMean float64
 	// NoSampler counts rollouts without sampler log-probs; Skipped those left out.
 	NoSampler, Skipped int
+	// The two loss terms kept apart (DESIGN.md: neither may silently swamp the other).
+	// OutTokens and DistillTokens are their token counts (the denominators under
+	// normalize: separate): trainable tokens of rollouts with a reward, and trainable
+	// tokens inside a teacher span. OutWeightAbs is Σ_t |outcome part of Weight_t| and
+	// DistillWeightAbs Σ_t |hint part of Weight_t| (sampled_token) or Σ_t
+	// DistillWeight_t (topk, full): each term's gradient is a sum of per-token
+	// gradients of log π (or of D_t) with these coefficients, so their ratio is the
+	// terms' relative pull on the step. The values of the terms need the policy's
+	// log-probs: LossTerms.
+	OutTokens, DistillTokens       int
+	OutWeightAbs, DistillWeightAbs float64
 }
 
-func summarize(cfg Config, rs []Rollout, res []Result) Stats {
-	s := Stats{Rollouts: len(rs)}
+func summarize(cfg Config, rs []Rollout, res []Result, nm norms) Stats {
+	s := Stats{Rollouts: len(rs), OutTokens: nm.nOut, DistillTokens: nm.nDistill}
+	for i := range res {
+		for t, w := range res[i].Weight {
+			wo := valueOr(res[i].WeightOut, t)
+			s.OutWeightAbs += math.Abs(wo)
+			s.DistillWeightAbs += math.Abs(w-wo) + math.Abs(valueOr(res[i].DistillWeight, t))
+		}
+	}
 	var deltas, rhos []float64
 	var sumAH float64
 	var nOut int
@@ -100,6 +118,13 @@ func summarize(cfg Config, rs []Rollout, res []Result) Stats {
 		}
 	}
 	return s
+}
+
+func valueOr(v []float64, t int) float64 {
+	if t < len(v) {
+		return v[t]
+	}
+	return 0
 }
 
 // percentile is the nearest-rank percentile of sorted xs.

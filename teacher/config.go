@@ -42,6 +42,9 @@ type Config struct {
 	// CacheDir holds the on-disk cache of LLM hints; empty disables it (the daemon
 	// points it under its data directory).
 	CacheDir string `yaml:"cache_dir"`
+	// Context is what the teacher sees besides a written hint: a successful sibling,
+	// the environment's feedback (docs/distillation.md).
+	Context ContextConfig `yaml:"context"`
 }
 
 // DefaultConfig returns the defaults: the feedback and rules teachers (openai needs a
@@ -57,6 +60,7 @@ func DefaultConfig() Config {
 		Template:      DefaultTemplate(),
 		MaxHintTokens: 256,
 		Leak:          DefaultLeakConfig(),
+		Context:       DefaultContextConfig(),
 	}
 }
 
@@ -96,5 +100,8 @@ func (c Config) Validate(prefix string) error {
 	if c.MaxHintTokens < 0 {
 		return fmt.Errorf("%smax_hint_tokens: must be ≥ 0, got %d", prefix, c.MaxHintTokens)
 	}
-	return c.Leak.Validate(prefix + "leak.")
+	if err := c.Leak.Validate(prefix + "leak."); err != nil {
+		return err
+	}
+	return c.Context.Validate(prefix + "context.")
 }

@@ -30,6 +30,7 @@ type Hinter struct {
 	teacher  Teacher
 	guard    *LeakGuard
 	inserter *Inserter
+	tok      tokenizer.Tokenizer
 	stats    *Stats
 	log      zerolog.Logger
 }
@@ -78,6 +79,7 @@ func New(cfg Config, deps Deps) (*Hinter, error) {
 		teacher:  Compose(ts...),
 		guard:    NewLeakGuard(cfg.Leak, deps.Tokenizer),
 		inserter: in,
+		tok:      deps.Tokenizer,
 		stats:    deps.Stats,
 		log:      log,
 	}, nil
@@ -126,38 +128,60 @@ func (h *Hinter) Run(ctx context.Context, r *rollout.Rollout) (Result, error) {
 	for _, hint := range hints {
 		log := h.log.Debug().Str("rollout_id", r.ID).Int("segment", hint.Segment).
 			Str("reason", string(hint.Reason)).Str("source", hint.Source)
+		// The environment's feedback for the turn's failed call, when configured: it
+		// stays in the teacher's context whatever becomes of the written hint.
+		var fb string
+		if h.cfg.Context.Uses(ContextFeedback) {
+			if fb, err = EnvFeedback(h.tok, r, hint.Selection); err != nil {
+				h.log.Debug().Str("rollout_id", r.ID).Int("segment", hint.Segment).Err(err).Msg("no feedback context")
+				fb = ""
+			}
+			fb = capTokens(h.tok, fb, h.cfg.Context.Feedback.MaxTokens)
+		}
+		ctxOnly := func(outcome string) {
+			if fb == "" {
+				return
+			}
+			hint.Text, hint.Source, hint.Err, hint.Leak = "", "context", nil, nil
+			// A fresh event: the one above may have been sent already.
+			h.keep(&res, hint, Context{Feedback: fb}, h.log.Debug().Str("rollout_id", r.ID).Int("segment", hint.Segment).
+				Str("reason", string(hint.Reason)).Str("source", hint.Source).Str("hint_outcome", outcome))
+		}
 		switch {
 		case hint.Text == "" && hint.Err != nil:
 			res.Failed = append(res.Failed, hint)
 			h.stats.failed[KindOf(hint.Err)].Add(1)
 			log.Str("outcome", "failed").Str("kind", KindOf(hint.Err).String()).Msg("no hint")
+			ctxOnly("failed")
 			continue
 		case hint.Text == "":
-			h.stats.noHint.Add(1)
-			log.Str("outcome", "none").Msg("no hint")
+			if fb == "" {
+				h.stats.noHint.Add(1)
+				log.Str("outcome", "none").Msg("no hint")
+			}
+			ctxOnly("none")
 			continue
 		}
-		if leak := h.guard.Check(r, hint.Selection, hint.Text); leak != nil {
+		ctx := Context{Feedback: fb, Hint: hint.Text}
+		if leak := h.guard.Check(r, hint.Selection, hint.Text, ctx.Shown()...); leak != nil {
 			hint.Leak = leak
 			res.Leaks = append(res.Leaks, hint)
 			h.stats.leakFlagged.Add(1)
 			if h.cfg.Leak.Action == "drop" {
 				h.stats.leakDropped.Add(1)
 				log.Str("outcome", "leak").Str("leak", leak.String()).Msg("hint dropped")
+				ctxOnly("leak")
 				continue
 			}
 		}
-		toks, err := h.inserter.Wrap(hint.Text)
-		if err != nil {
+		if _, err := h.inserter.Wrap(hint.Text); err != nil {
 			res.TooLong = append(res.TooLong, hint)
 			h.stats.tooLong.Add(1)
 			log.Str("outcome", "too_long").Err(err).Msg("hint dropped")
+			ctxOnly("too_long")
 			continue
 		}
-		hint.Tokens, hint.Empty = toks, h.inserter.Empty()
-		res.Hints = append(res.Hints, hint)
-		h.stats.hint(hint.Source)
-		log.Str("outcome", "hint").Int("tokens", len(toks)).Bool("cached", hint.Cached).Msg("hint")
+		h.keep(&res, hint, ctx, log)
 	}
 	if len(res.Failed) > 0 {
 		if h.cfg.OnFailure == OnFailureHold {
@@ -168,4 +192,35 @@ func (h *Hinter) Run(ctx context.Context, r *rollout.Rollout) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// keep wraps hint's context into its template tokens and adds it to res.Hints.
+func (h *Hinter) keep(res *Result, hint Hint, ctx Context, log *zerolog.Event) {
+	hint.Context = ctx
+	hint.Tokens, hint.Empty = h.inserter.WrapContext(h.cfg.Context, ctx), h.inserter.Empty()
+	res.Hints = append(res.Hints, hint)
+	h.stats.hint(hint.Source)
+	if ctx.Feedback != "" {
+		h.stats.context(ContextFeedback)
+	}
+	if ctx.Hint == "" {
+		h.stats.context("context_only")
+	}
+	log.Str("outcome", "hint").Str("context", ctx.Kind()).Int("tokens", len(hint.Tokens)).Bool("cached", hint.Cached).Msg("hint")
+}
+
+// capTokens returns text cut to its first max tokens (0: no cap).
+func capTokens(tok tokenizer.Tokenizer, text string, max int) string {
+	if max <= 0 || text == "" {
+		return text
+	}
+	ids := tok.EncodeText(text)
+	if len(ids) <= max {
+		return text
+	}
+	cut, err := tok.Decode(ids[:max])
+	if err != nil {
+		return ""
+	}
+	return cut + "…"
 }

@@ -2,6 +2,7 @@ package teacher
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -67,10 +68,25 @@ func NewLeakGuard(cfg LeakConfig, tok tokenizer.Tokenizer) *LeakGuard {
 	return &LeakGuard{cfg: cfg, tok: tok}
 }
 
-// Check returns the first leak of hint text for sel in r, or nil.
-func (g *LeakGuard) Check(r *rollout.Rollout, sel Selection, text string) *Leak {
+// Check returns the first leak of hint text for sel in r, or nil. A run the teacher's
+// context already shows is no leak: the guard is meant for written hints, and a hint
+// may repeat what the visible prefix (every token before InsertAt: the task prompt,
+// earlier turns and tool results) states, or what shown holds (a sibling's solution,
+// the environment feedback placed in the context).
+func (g *LeakGuard) Check(r *rollout.Rollout, sel Selection, text string, shown ...string) *Leak {
 	hintIDs := g.tok.EncodeText(text)
 	hintText := normalize(text)
+	shownIDs := [][]int32{r.Tokens[:sel.InsertAt]}
+	var shownText [][]byte
+	if len(hintText) >= g.cfg.MinRunChars {
+		if s, err := g.tok.Decode(r.Tokens[:sel.InsertAt]); err == nil {
+			shownText = append(shownText, []byte(normalize(s)))
+		}
+	}
+	for _, s := range shown {
+		shownIDs = append(shownIDs, g.tok.EncodeText(s))
+		shownText = append(shownText, []byte(normalize(s)))
+	}
 	refs := []struct {
 		from       string
 		seg        int
@@ -87,11 +103,11 @@ func (g *LeakGuard) Check(r *rollout.Rollout, sel Selection, text string) *Leak 
 	}
 	for _, ref := range refs {
 		ids := r.Tokens[ref.start:ref.end]
-		nt := longestRun(hintIDs, ids, g.cfg.MinRunTokens)
+		nt := longestRun(hintIDs, ids, g.cfg.MinRunTokens, shownIDs...)
 		nc := 0
 		if len(hintText) >= g.cfg.MinRunChars {
 			if s, err := g.tok.Decode(ids); err == nil {
-				nc = longestRun([]byte(hintText), []byte(normalize(s)), g.cfg.MinRunChars)
+				nc = longestRun([]byte(hintText), []byte(normalize(s)), g.cfg.MinRunChars, shownText...)
 			}
 		}
 		if nt > 0 || nc > 0 {
@@ -121,33 +137,35 @@ func normalize(s string) string {
 }
 
 // longestRun returns the length of the longest run that hint and ref share, if it is
-// at least k long, else 0. It hashes every k-window of hint once and rolls a window
-// over ref, so it is linear in len(ref) however long ref is.
-func longestRun[T int32 | byte](hint, ref []T, k int) int {
+// at least k long, else 0. A run counts only from a k-window of hint that no slice of
+// shown holds: copying what the context already shows is no leak. It hashes every
+// k-window of hint once and rolls a window over ref (and over each shown slice), so it
+// is linear in len(ref) and len(shown) however long they are.
+func longestRun[T int32 | byte](hint, ref []T, k int, shown ...[]T) int {
 	if k <= 0 || len(hint) < k || len(ref) < k {
 		return 0
 	}
-	const base = 1_000_003
-	var pow uint64 = 1 // base^(k-1)
-	for range k - 1 {
-		pow *= base
-	}
-	hash := func(w []T) uint64 {
-		var h uint64
-		for _, v := range w {
-			h = h*base + uint64(v) + 1
-		}
-		return h
-	}
 	starts := map[uint64][]int{}
 	for i := 0; i+k <= len(hint); i++ {
-		h := hash(hint[i : i+k])
+		h := windowHash(hint[i : i+k])
 		starts[h] = append(starts[h], i)
 	}
+	seen := make([]bool, len(hint)) // hint windows (by start) that shown holds
+	for _, sh := range shown {
+		rollWindows(sh, k, func(j int, h uint64) {
+			for _, i := range starts[h] {
+				if !seen[i] && slices.Equal(hint[i:i+k], sh[j:j+k]) {
+					seen[i] = true
+				}
+			}
+		})
+	}
 	best := 0
-	h := hash(ref[:k])
-	for j := 0; ; j++ {
+	rollWindows(ref, k, func(j int, h uint64) {
 		for _, i := range starts[h] {
+			if seen[i] {
+				continue
+			}
 			n := 0
 			for i+n < len(hint) && j+n < len(ref) && hint[i+n] == ref[j+n] {
 				n++
@@ -156,10 +174,36 @@ func longestRun[T int32 | byte](hint, ref []T, k int) int {
 				best = n
 			}
 		}
-		if j+k >= len(ref) {
-			break
-		}
-		h = (h-(uint64(ref[j])+1)*pow)*base + uint64(ref[j+k]) + 1
-	}
+	})
 	return best
+}
+
+const runHashBase = 1_000_003
+
+// windowHash is the polynomial hash of w that rollWindows rolls.
+func windowHash[T int32 | byte](w []T) uint64 {
+	var h uint64
+	for _, v := range w {
+		h = h*runHashBase + uint64(v) + 1
+	}
+	return h
+}
+
+// rollWindows calls f with the start and hash of every k-window of xs, in order.
+func rollWindows[T int32 | byte](xs []T, k int, f func(j int, h uint64)) {
+	if len(xs) < k {
+		return
+	}
+	var pow uint64 = 1 // base^(k-1)
+	for range k - 1 {
+		pow *= runHashBase
+	}
+	h := windowHash(xs[:k])
+	for j := 0; ; j++ {
+		f(j, h)
+		if j+k >= len(xs) {
+			return
+		}
+		h = (h-(uint64(xs[j])+1)*pow)*runHashBase + uint64(xs[j+k]) + 1
+	}
 }

@@ -113,3 +113,35 @@ func TestLeakConfigValidate(t *testing.T) {
 	c.MinRunTokens = 0
 	require.ErrorContains(t, c.Validate("teacher.leak."), "teacher.leak.min_run_tokens")
 }
+
+// TestLeakGuardAllowsWhatTheContextShows: a hint may repeat what the task prompt (the
+// visible prefix) or the teacher's other context (a sibling) already shows, even when
+// the same text comes again in later tool output; a run that goes beyond it still
+// counts.
+func TestLeakGuardAllowsWhatTheContextShows(t *testing.T) {
+	r := build(sys(sysTools), user("fix the failing test; it expects: want timeout 30s\n"),
+		think("<think>search</think>"), call("grep", `<tool_call>{"name":"grep","arguments":{"pattern":"ParseConfig","path":"pkg/cfg"}}</tool_call>`),
+		result("grep", rollout.StatusError, "error: grep: pkg/cfg: no such file or directory\n"),
+		think("<think>run the tests</think>"), call("run_tests", `<tool_call>{"name":"run_tests"}</tool_call>`),
+		result("run_tests", rollout.StatusOK, "--- FAIL: TestParseConfig: config_test.go:42: want timeout 30s, got 0s\n"),
+		say("Done.\n"))
+	sel := target(r, 3, ReasonToolError, 4)
+	g := NewLeakGuard(DefaultLeakConfig(), tokenizer.NewBytes())
+	require.Nil(t, g.Check(r, sel, "The prompt says it: want timeout 30s. Make the code set it."),
+		"the prompt states it")
+	l := g.Check(r, sel, "Look: config_test.go:42: want timeout 30s, got 0s")
+	require.NotNil(t, l, "the file and line come from the future")
+	require.Equal(t, "tool_output", l.From)
+	sibling := "run_tests\n--- FAIL: TestParseConfig: config_test.go:42: want timeout 30s, got 0s\nthen edit config.go"
+	require.Nil(t, g.Check(r, sel, "Look: config_test.go:42: want timeout 30s, got 0s", sibling),
+		"the sibling in the teacher's context shows it")
+}
+
+func TestLongestRunShown(t *testing.T) {
+	hint, ref := []byte("--hello world--"), []byte("say hello world!")
+	require.Equal(t, 11, longestRun(hint, ref, 4))
+	require.Equal(t, 0, longestRun(hint, ref, 4, []byte("hello world")), "all shown")
+	// Shown only "hello": its windows "hell" and "ello" are; "llo " is not, and the run
+	// from there ("llo world") counts.
+	require.Equal(t, 9, longestRun(hint, ref, 4, []byte("hello")))
+}

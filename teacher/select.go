@@ -26,6 +26,11 @@ const (
 	ReasonSurprise Reason = "surprise"
 )
 
+// ReasonSibling: a rollout below its group's best with a successful sibling and no
+// other selection; the whole response, scored with the sibling in front (made by
+// Hinter.Siblings, not by Select).
+const ReasonSibling Reason = "sibling"
+
 var allReasons = []Reason{ReasonFeedback, ReasonNegativeRating, ReasonToolError, ReasonSurprise}
 
 // Selection is one place in a rollout that gets a hint. The teacher pass re-scores the

@@ -17,6 +17,7 @@ type Stats struct {
 	faults, failed                      [numFailureKinds]atomic.Int64
 	mu                                  sync.Mutex
 	hints                               map[string]int64 // by source; few keys
+	contexts                            map[string]int64 // by context event; few keys
 	breakerState                        atomic.Value     // string
 }
 
@@ -47,6 +48,12 @@ type Snapshot struct {
 	Held, OutcomeOnly int64
 	BreakerOpens      int64  // times the circuit breaker opened
 	BreakerState      string // closed, open, half_open; empty without an LLM teacher
+	// Contexts counts the teacher contexts: "feedback" (selections given the
+	// environment's feedback), "context_only" (of all hints kept, those without a
+	// written hint), "sibling" (rollouts given a successful sibling),
+	// "sibling_no_success" (rollouts below their group's best whose group had no
+	// success), "sibling_too_long" (siblings over sibling.max_tokens, not used).
+	Contexts map[string]int64
 }
 
 // Snapshot returns the current counters.
@@ -69,6 +76,7 @@ func (s *Stats) Snapshot() Snapshot {
 		Hints:        map[string]int64{},
 		Failed:       map[string]int64{},
 		Faults:       map[string]int64{},
+		Contexts:     map[string]int64{},
 	}
 	if v, ok := s.breakerState.Load().(string); ok {
 		snap.BreakerState = v
@@ -85,6 +93,9 @@ func (s *Stats) Snapshot() Snapshot {
 	for k, v := range s.hints {
 		snap.Hints[k] = v
 	}
+	for k, v := range s.contexts {
+		snap.Contexts[k] = v
+	}
 	s.mu.Unlock()
 	return snap
 }
@@ -97,5 +108,14 @@ func (s *Stats) hint(source string) {
 		s.hints = map[string]int64{}
 	}
 	s.hints[source]++
+	s.mu.Unlock()
+}
+
+func (s *Stats) context(event string) {
+	s.mu.Lock()
+	if s.contexts == nil {
+		s.contexts = map[string]int64{}
+	}
+	s.contexts[event]++
 	s.mu.Unlock()
 }

@@ -33,6 +33,11 @@ type Hint struct {
 	Empty []int32
 	// Leak is set when the leak guard flagged the hint.
 	Leak *Leak
+	// Context is everything Tokens wrap: the sibling's solution, the environment's
+	// feedback, and the hint text kept (Context.Hint; "" when only context is left).
+	Context Context
+	// Sibling is the rollout id of the sibling in Context; "" when none.
+	Sibling string
 }
 
 // Teacher writes hints for the selected segments of one rollout.

@@ -245,3 +245,50 @@ func valueAt(v []float64, t int, def float64) float64 {
 	}
 	return def
 }
+
+// withSiblings returns batch with the step-wide teacher contexts of siblings applied
+// (Options.Siblings): an entry whose hints changed is adapted again with them (under rule), unless
+// the longer context no longer fits maxPos positions, in which case it keeps its own
+// hints (and the second result counts it). Entries are replaced, never modified: the
+// items keep the teacher's result as it was.
+func withSiblings(batch []*entry, siblings func([]teacher.StepRollout) [][]teacher.Hint, rule Rule, maxPos int) ([]*entry, int) {
+	step := make([]teacher.StepRollout, len(batch))
+	for i, e := range batch {
+		// Every rollout of a batch is accepted: the spool only hands out accepted ones.
+		step[i] = teacher.StepRollout{Rollout: e.item.Rollout, Accepted: true, Hints: e.hints}
+	}
+	hs := siblings(step)
+	out := make([]*entry, len(batch))
+	tooLong := 0
+	for i, e := range batch {
+		out[i] = e
+		if i >= len(hs) || sameHints(hs[i], e.hints) {
+			continue
+		}
+		ne := &entry{item: e.item, hints: hs[i], all: len(e.item.Rollout.Tokens)}
+		ne.xr = ToTrainer(e.item.Rollout, ne.hints, rule)
+		ne.trainable = e.trainable
+		for _, h := range ne.hints {
+			ne.all += len(h.Tokens) + int(h.End-h.InsertAt)
+		}
+		if ne.fits(maxPos) != nil {
+			tooLong++
+			continue
+		}
+		out[i] = ne
+	}
+	return out, tooLong
+}
+
+// sameHints reports whether a and b are the same hints with the same tokens.
+func sameHints(a, b []teacher.Hint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if a[k].InsertAt != b[k].InsertAt || a[k].End != b[k].End || !slices.Equal(a[k].Tokens, b[k].Tokens) {
+			return false
+		}
+	}
+	return true
+}

@@ -146,3 +146,51 @@ func TestTrainableIsTheOneRule(t *testing.T) {
 	require.Equal(t, n, e.trainable)
 	require.Positive(t, n)
 }
+
+func TestDeviceCredit(t *testing.T) {
+	c := credit.DefaultConfig()
+	require.NoError(t, DeviceCredit(c))
+	c.Distill.Mode = credit.DistillTopK
+	err := DeviceCredit(c)
+	require.ErrorContains(t, err, "credit.distill.mode: topk")
+}
+
+// TestWithSiblings: the failed rollout of a task is scored with the step's success of
+// the same task in front of its hints; the item keeps the teacher's result; a context
+// too long for the model keeps the rollout's own hints.
+func TestWithSiblings(t *testing.T) {
+	cfg := teacher.DefaultConfig()
+	cfg.Template = teacher.Template{Preset: "bytes", Label: "Hint: "}
+	cfg.Context.Sources = []string{teacher.ContextSibling}
+	cfg.Context.Sibling.MaxTokens = 0
+	h, err := teacher.New(cfg, teacher.Deps{Tokenizer: tokenizer.NewBytes(), Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	var batch []*entry
+	for i, reward := range []float32{0, 1} {
+		r := rollout.Synthesize(rollout.SynthOptions{Tokens: 1500, Seed: 5}, i)
+		r.TaskID, r.Reward, r.HasReward = "task", reward, true
+		res, err := h.Run(t.Context(), r)
+		require.NoError(t, err)
+		it := NewItem(&ledger.File{}, i, r)
+		it.Resolve(res)
+		batch = append(batch, adapt(it, Rule{}))
+	}
+	own := append([]teacher.Hint(nil), batch[0].hints...)
+	out, tooLong := withSiblings(batch, h.Siblings, Rule{}, 1<<20)
+	require.Zero(t, tooLong)
+	require.Same(t, batch[1], out[1], "the success is left alone")
+	require.NotSame(t, batch[0], out[0])
+	require.NotEmpty(t, out[0].hints)
+	for k, hint := range out[0].hints {
+		require.Equal(t, batch[1].item.Rollout.ID, hint.Sibling)
+		require.Equal(t, hint.Tokens, out[0].xr.Hints[k].Hint, "what is scored is the sibling context")
+		require.Greater(t, len(hint.Tokens), 0)
+	}
+	require.Greater(t, out[0].all, batch[0].all)
+	require.Equal(t, own, batch[0].item.hints.Hints, "the item keeps the teacher's result")
+	require.Equal(t, own, batch[0].hints)
+
+	out, tooLong = withSiblings(batch, h.Siblings, Rule{}, len(batch[0].item.Rollout.Tokens)+200)
+	require.Equal(t, 1, tooLong)
+	require.Same(t, batch[0], out[0], "too long for the model: its own hints")
+}

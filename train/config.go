@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -136,6 +137,18 @@ func (c Config) Validate(prefix string) error {
 	}
 	if c.TeacherModel.Mode == xla.TeacherBase && !c.LoRA.Enabled() {
 		return fmt.Errorf("%steacher_model.mode: base is the base model with the LoRA adapters off; it needs %slora.rank > 0", prefix, prefix)
+	}
+	return nil
+}
+
+// DeviceCredit reports a credit setting that the credit math accepts but the device
+// does not train yet: the distillation modes topk and full need the teacher's top-k
+// (or full) log-probs and the divergence in the loss graph (issue 26, after the xla/
+// restructure). Without this check such a config would silently train on the outcome
+// term alone, the distillation term's weights being ignored.
+func DeviceCredit(c credit.Config) error {
+	if m := c.Distill.Mode; m != "" && m != credit.DistillSampledToken {
+		return fmt.Errorf("credit.distill.mode: %s is not trained on the device yet (use sampled_token)", m)
 	}
 	return nil
 }

@@ -158,6 +158,13 @@ func (lp *Loop) batchFull() bool {
 // the credit rows, staged in the ledger.
 func (lp *Loop) step(ctx context.Context, obs Observer) error {
 	batch := lp.batch
+	if lp.o.Siblings != nil {
+		var tooLong int
+		batch, tooLong = withSiblings(batch, lp.o.Siblings, lp.rule, lp.tr.Model().Config.MaxPositionEmbeddings)
+		if tooLong > 0 {
+			lp.o.Log.Warn().Int("rollouts", tooLong).Msg("sibling context left out: the hinted sequence would pass max_position_embeddings")
+		}
+	}
 	xb := make([]credit.Rollout, len(batch))
 	for i, e := range batch {
 		xb[i] = e.xr

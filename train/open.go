@@ -41,6 +41,9 @@ func Open(o Options) (*Loop, error) {
 	if o.Ledger == nil || o.Pause == nil {
 		return nil, errors.New("open trainer: no ledger or pause state")
 	}
+	if err := DeviceCredit(o.Credit); err != nil {
+		return nil, err
+	}
 	if o.Busy == nil {
 		o.Busy = func() bool { return false }
 	}

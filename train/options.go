@@ -110,6 +110,11 @@ type Options struct {
 	// Busy reports whether work is still on its way upstream (a file being decided or
 	// read, rollouts with the teacher): the loop is idle only when it is not.
 	Busy func() bool
+	// Siblings, when set, gives each step's rollouts their teacher contexts that need
+	// the whole step (teacher.context: sibling) just before the step: the daemon
+	// passes its current teacher's Hinter.Siblings. nil: hints as the teacher left
+	// them.
+	Siblings func(step []teacher.StepRollout) [][]teacher.Hint
 	// AfterCheckpoint, when set, runs on the device goroutine after each checkpoint
 	// (after the files it finished); an error stops the loop.
 	AfterCheckpoint func(ctx context.Context, c Checkpoint) error

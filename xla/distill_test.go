@@ -1,0 +1,183 @@
+package xla
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/credit"
+)
+
+// distillCase is one chunk: student logits and the teacher's full log-probs, n rows.
+type distillCase struct {
+	z, teacher [][]float64
+}
+
+func newDistillCase(rng *rand.Rand, n, V int) distillCase {
+	var c distillCase
+	for range n {
+		z, t := make([]float64, V), make([]float64, V)
+		for j := range V {
+			z[j], t[j] = 2*rng.NormFloat64(), 2*rng.NormFloat64()
+		}
+		c.z, c.teacher = append(c.z, z), append(c.teacher, credit.LogSoftmax(t))
+	}
+	return c
+}
+
+// runDistill runs build on the case in dtype dt and returns D_t and ∂(Σ_t D_t)/∂logits.
+func runDistill(t *testing.T, dt dtypes.DType, c distillCase, k int,
+	build func(logits, ids, lp, tail, teacher *Node) *Node) ([]float64, [][]float64) {
+	t.Helper()
+	n, V := len(c.z), len(c.z[0])
+	tks := make([]credit.TopK, n)
+	for i := range n {
+		tks[i] = credit.NewTopK(c.teacher[i], k)
+	}
+	K := len(tks[0].IDs)
+	flatZ, flatT := make([]float64, 0, n*V), make([]float64, 0, n*V)
+	ids, lp, tail := make([]int32, 0, n*K), make([]float64, 0, n*K), make([]float64, n)
+	for i := range n {
+		flatZ, flatT = append(flatZ, c.z[i]...), append(flatT, c.teacher[i]...)
+		for b, id := range tks[i].IDs {
+			ids, lp = append(ids, int32(id)), append(lp, tks[i].LogProbs[b])
+		}
+		tail[i] = tks[i].Tail
+		if math.IsInf(tail[i], -1) {
+			tail[i] = 0 // no tail bucket: unused
+		}
+	}
+	toDT := func(x []float64, dims ...int) *tensors.Tensor {
+		if dt == dtypes.Float32 {
+			f := make([]float32, len(x))
+			for i, v := range x {
+				f[i] = float32(v)
+			}
+			return tensors.FromFlatDataAndDimensions(f, dims...)
+		}
+		return tensors.FromFlatDataAndDimensions(x, dims...)
+	}
+	e, err := NewExec(newTestBackend(t), func(in []*Node) []*Node {
+		d := build(in[0], in[1], in[2], in[3], in[4])
+		return []*Node{d, Gradient(ReduceAllSum(d), in[0])[0]}
+	})
+	require.NoError(t, err)
+	out, err := e.Exec(toDT(flatZ, n, V), tensors.FromFlatDataAndDimensions(ids, n, K), toDT(lp, n, K), toDT(tail, n), toDT(flatT, n, V))
+	require.NoError(t, err)
+	read := func(x *tensors.Tensor) []float64 {
+		if dt == dtypes.Float32 {
+			f := tensors.MustCopyFlatData[float32](x)
+			r := make([]float64, len(f))
+			for i, v := range f {
+				r[i] = float64(v)
+			}
+			return r
+		}
+		return tensors.MustCopyFlatData[float64](x)
+	}
+	d, g := read(out[0]), read(out[1])
+	grad := make([][]float64, n)
+	for i := range n {
+		grad[i] = g[i*V : (i+1)*V]
+	}
+	return d, grad
+}
+
+// TestDistillGraphMatchesReference: the device divergence of modes topk and full and
+// its gradient in the student's logits equal credit's float64 reference, for every
+// divergence, clip and k (1, inside the vocabulary, the whole vocabulary, past it), in
+// float64 to 1e-9 and in float32 to float32 rounding.
+func TestDistillGraphMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	const n, V = 3, 7
+	c := newDistillCase(rng, n, V)
+	for _, div := range []credit.Divergence{credit.DivReverseKL, credit.DivForwardKL, credit.DivJSD} {
+		for _, clip := range []struct {
+			c     float64
+			scope credit.ClipScope
+		}{{0, credit.ClipEntry}, {0.05, credit.ClipEntry}, {0.3, credit.ClipToken}} {
+			cfg := credit.DefaultDistillConfig()
+			cfg.Mode, cfg.Divergence, cfg.Clip, cfg.ClipScope = credit.DistillTopK, div, clip.c, clip.scope
+			if div == credit.DivJSD {
+				cfg.JSDAlpha = 0.3
+			}
+			for _, k := range []int{1, 3, V, V + 2} {
+				for _, dt := range []dtypes.DType{dtypes.Float64, dtypes.Float32} {
+					name := fmt.Sprintf("%s clip %v/%s k=%d %s", div, clip.c, clip.scope, k, dt)
+					tol := 1e-9
+					if dt == dtypes.Float32 {
+						tol = 2e-5
+					}
+					d, g := runDistill(t, dt, c, k, func(logits, ids, lp, tail, _ *Node) *Node {
+						return distillTopK(cfg, logits, ids, lp, tail)
+					})
+					for i := range n {
+						wd, wg := credit.DistillPosition(cfg, c.z[i], credit.NewTopK(c.teacher[i], k))
+						require.InDelta(t, wd, d[i], tol, "%s: D[%d]", name, i)
+						for j := range V {
+							require.InDelta(t, wg[j], g[i][j], tol, "%s: ∂D[%d]/∂z[%d]", name, i, j)
+						}
+					}
+				}
+			}
+			name := fmt.Sprintf("full %s clip %v/%s", div, clip.c, clip.scope)
+			d, g := runDistill(t, dtypes.Float64, c, V, func(logits, _, _, _, teacher *Node) *Node {
+				return distillFull(cfg, logits, teacher)
+			})
+			for i := range n {
+				wd, wg := credit.DistillPosition(cfg, c.z[i], credit.NewTopK(c.teacher[i], V))
+				require.InDelta(t, wd, d[i], 1e-9, "%s: D[%d]", name, i)
+				for j := range V {
+					require.InDelta(t, wg[j], g[i][j], 1e-9, "%s: ∂D[%d]/∂z[%d]", name, i, j)
+				}
+			}
+		}
+	}
+}
+
+// TestTeacherTopK: the device's top k of teacher logits are credit.NewTopK's ids,
+// log-probs and tail; fed to distillTopK they give the reference divergence.
+func TestTeacherTopK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	const n, V = 4, 9
+	c := newDistillCase(rng, n, V) // c.teacher rows are log-probs: logits up to a constant
+	cfg := credit.DefaultDistillConfig()
+	cfg.Mode = credit.DistillTopK
+	for _, k := range []int{1, 4, V, V + 3} {
+		K := min(k, V)
+		e, err := NewExec(newTestBackend(t), func(in []*Node) []*Node {
+			ids, lp, tail := teacherTopK(AddScalar(in[1], 3), k) // shifted: logits, not log-probs
+			return []*Node{ids, lp, tail, distillTopK(cfg, in[0], ids, lp, tail)}
+		})
+		require.NoError(t, err)
+		var flatZ, flatT []float64
+		for i := range n {
+			flatZ, flatT = append(flatZ, c.z[i]...), append(flatT, c.teacher[i]...)
+		}
+		out, err := e.Exec(tensors.FromFlatDataAndDimensions(flatZ, n, V), tensors.FromFlatDataAndDimensions(flatT, n, V))
+		require.NoError(t, err)
+		ids := tensors.MustCopyFlatData[int32](out[0])
+		lp, tail, d := tensors.MustCopyFlatData[float64](out[1]), tensors.MustCopyFlatData[float64](out[2]), tensors.MustCopyFlatData[float64](out[3])
+		require.Len(t, ids, n*K)
+		for i := range n {
+			want := credit.NewTopK(c.teacher[i], k)
+			for b := range K {
+				require.EqualValues(t, want.IDs[b], ids[i*K+b], "k=%d row %d bucket %d", k, i, b)
+				require.InDelta(t, want.LogProbs[b], lp[i*K+b], 1e-12)
+			}
+			if math.IsInf(want.Tail, -1) {
+				require.True(t, math.IsInf(tail[i], -1), "k=%d: no tail", k)
+			} else {
+				require.InDelta(t, want.Tail, tail[i], 1e-12)
+			}
+			wd, _ := credit.DistillPosition(cfg, c.z[i], want)
+			require.InDelta(t, wd, d[i], 1e-9, "k=%d row %d: D", k, i)
+		}
+	}
+}
