@@ -45,6 +45,7 @@ func TestParseConfig(t *testing.T) {
 			require.Equal(t, xla.BackpropExact, c.Train.Backprop)
 		}},
 		{name: "bad backprop", yaml: "train:\n  backprop: sideways\n", err: `train.backprop: "sideways", want truncated, exact or full`},
+		{name: "distill mode not on the device", yaml: "credit:\n  distill:\n    mode: topk\n", err: "credit.distill.mode: topk is not trained on the device yet"},
 		{name: "negative batch rollouts", yaml: "train:\n  max_batch_rollouts: -1\n", err: "train.max_batch_rollouts: -1"},
 		{name: "negative batch tokens", yaml: "train:\n  max_batch_tokens: -5\n", err: "train.max_batch_tokens: -5"},
 	}

@@ -64,7 +64,10 @@ func (d *daemon) openTraining() error {
 		Ledger: d.ledger, Retry: d.retryDiskFull, Pause: d.pauser,
 		Busy:            func() bool { return d.ingesting.Load() || d.q.busy() },
 		AfterCheckpoint: d.evalCheckpoint,
-		Log:             d.opts.Log,
+		// The teacher of the moment (a SIGHUP may have replaced it) picks each step's
+		// sibling contexts (teacher.context sources: sibling).
+		Siblings: func(step []teacher.StepRollout) [][]teacher.Hint { return d.hinter.Load().Siblings(step) },
+		Log:      d.opts.Log,
 	})
 	if err != nil {
 		d.ledger.Close()
