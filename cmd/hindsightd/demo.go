@@ -12,6 +12,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/daemon"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -60,6 +61,10 @@ func (dm *demo) incoming() string { return filepath.Join(dm.cfg.SpoolDir(), roll
 func (dm *demo) Ready(st *hindsightv1.Status) error {
 	dm.before = st
 	fmt.Fprintf(dm.out, "hindsightd demo: data directory %s\n", st.GetDataDir())
+	// The daemon logged its probe, but the demo shows errors only: say it here too.
+	if f, err := fsutil.Probe(st.GetDataDir()); err == nil {
+		fmt.Fprintf(dm.out, "storage: %s, renames: %s\n", f.FSType, f.RenameMode())
+	}
 	training := st.GetTraining() != nil
 	if training {
 		b := st.GetBackend()

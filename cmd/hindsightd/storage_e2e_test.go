@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,30 +17,6 @@ import (
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/internal/fusetest"
 )
-
-var (
-	faultOnce sync.Once
-	faultDir  string
-	faultErr  error
-)
-
-// faultBinDir builds, once, hindsightd and hindsight with the fsfault tag (renameat2
-// refuses RENAME_NOREPLACE when fsutil.FaultEnv says so) and returns their directory.
-func faultBinDir(t *testing.T) string {
-	t.Helper()
-	faultOnce.Do(func() {
-		faultDir = filepath.Join(binDir, "fsfault")
-		build := exec.Command("go", "build", "-tags", "fsfault", "-o", faultDir+"/",
-			"github.com/hindsight-ai/hindsight/cmd/hindsightd", "github.com/hindsight-ai/hindsight/cmd/hindsight")
-		out, err := build.CombinedOutput()
-		if err != nil {
-			faultErr = err
-			faultDir = string(out)
-		}
-	})
-	require.NoError(t, faultErr, "build the fsfault binaries: %s", faultDir)
-	return faultDir
-}
 
 var renameModeRe = regexp.MustCompile(`"rename_mode":"([^"]+)"`)
 
@@ -76,11 +51,12 @@ func requireNoTemps(t *testing.T, dataDir string) {
 	require.Empty(t, left, "temp entries survived a restart")
 }
 
-// demoOn runs hindsightd -demo twice in dir (the second run adds new rollouts, not
-// duplicates) with the binaries of bin and env, and returns the first run's output.
-func demoOn(t *testing.T, bin, dir string, env []string) string {
+// demoOn runs hindsightd -demo in dir with env, and with again a second time on the
+// same data directory (it adds new rollouts, not duplicates); it returns the first
+// run's output.
+func demoOn(t *testing.T, dir string, env []string, again bool) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(bin, "hindsightd"), "-demo")
+	cmd := exec.Command(filepath.Join(binDir, "hindsightd"), "-demo")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
@@ -89,7 +65,11 @@ func demoOn(t *testing.T, bin, dir string, env []string) string {
 	data := filepath.Join(dir, "hindsight-data")
 	require.Len(t, listDir(t, filepath.Join(data, "spool", "done")), 4)
 	require.NotEmpty(t, listDir(t, filepath.Join(data, "checkpoints")))
-	cmd = exec.Command(filepath.Join(bin, "hindsightd"), "-demo", "-data-dir", data)
+	if !again {
+		requireNoTemps(t, data)
+		return string(out)
+	}
+	cmd = exec.Command(filepath.Join(binDir, "hindsightd"), "-demo", "-data-dir", data)
 	cmd.Env = append(os.Environ(), env...)
 	out2, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out2))
@@ -102,7 +82,8 @@ func demoOn(t *testing.T, bin, dir string, env []string) string {
 // checkpoint used to fail (a directory cannot be hard-linked).
 func TestDemoBindfs(t *testing.T) {
 	dir := fusetest.Bindfs(t)
-	demoOn(t, binDir, dir, nil)
+	out := demoOn(t, dir, nil, true)
+	require.Contains(t, out, "storage: fuse, renames: check-then-rename")
 	f, err := fsutil.Probe(dir)
 	require.NoError(t, err)
 	require.False(t, f.RenameNoReplace, "bindfs refuses RENAME_NOREPLACE: %s", f)
@@ -111,5 +92,6 @@ func TestDemoBindfs(t *testing.T) {
 // TestDemoFallback runs the demo with RENAME_NOREPLACE refused (EINVAL, as NFS does)
 // at the system call seam.
 func TestDemoFallback(t *testing.T) {
-	demoOn(t, faultBinDir(t), t.TempDir(), []string{fsutil.FaultEnv + "=EINVAL"})
+	out := demoOn(t, t.TempDir(), []string{fsutil.FaultEnv + "=EINVAL"}, false)
+	require.Contains(t, out, "renames: check-then-rename", "the demo must say that the fallback was used")
 }

@@ -171,10 +171,10 @@ func TestSIGKILLWhileTrainingLoRA(t *testing.T) {
 
 // TestSIGKILLWhileTrainingFallback is TestSIGKILLWhileTraining with renameat2's
 // RENAME_NOREPLACE refused (EPERM, injected at the system call seam by a binary built
-// with the fsfault tag): every claim, checkpoint, credit publish and done/ move goes
+// with the fsfault tag, as TestMain builds them): every claim, checkpoint, credit publish and done/ move goes
 // through the check-then-rename fallback.
 func TestSIGKILLWhileTrainingFallback(t *testing.T) {
-	sigkillWhileTraining(t, crashRun{bin: faultBinDir(t), env: []string{fsutil.FaultEnv + "=EPERM"}, fallback: true})
+	sigkillWhileTraining(t, crashRun{env: []string{fsutil.FaultEnv + "=EPERM"}, fallback: true})
 }
 
 // TestSIGKILLWhileTrainingBindfs is TestSIGKILLWhileTraining with both data
@@ -186,7 +186,6 @@ func TestSIGKILLWhileTrainingBindfs(t *testing.T) {
 // crashRun varies the SIGKILL test.
 type crashRun struct {
 	extra    string                  // appended to the train: section of the config
-	bin      string                  // the binaries' directory; "": binDir
 	env      []string                // added to the daemon's environment
 	dir      func(testing.TB) string // makes a data directory; nil: t.TempDir
 	fallback bool                    // the daemon must report the check-then-rename fallback
@@ -195,14 +194,11 @@ type crashRun struct {
 // sigkillWhileTraining runs the SIGKILL test as cr says.
 func sigkillWhileTraining(t *testing.T, cr crashRun) {
 	extra := cr.extra
-	if cr.bin == "" {
-		cr.bin = binDir
-	}
 	if cr.dir == nil {
 		cr.dir = func(tb testing.TB) string { return tb.TempDir() }
 	}
 	start := func(args ...string) *proc {
-		return startDaemonBin(t, cr.bin, append([]string{"NOTIFY_SOCKET="}, cr.env...), args...)
+		return startDaemonBin(t, binDir, append([]string{"NOTIFY_SOCKET="}, cr.env...), args...)
 	}
 	stage := t.TempDir()
 	synthInto(t, stage, 12, 2)

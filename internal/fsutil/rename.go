@@ -48,7 +48,7 @@ func Refused(err error) bool {
 // leaves the file under both names (an incoming file claimed twice).
 func RenameNoReplace(oldpath, newpath string) error {
 	err := renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
-	if err != nil && Refused(err) && !errors.Is(err, unix.EEXIST) {
+	if err != nil && Refused(err) {
 		err = checkThenRename(oldpath, newpath)
 	}
 	if err != nil {
