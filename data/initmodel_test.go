@@ -2,9 +2,7 @@ package data
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -198,7 +197,7 @@ func TestInitModelChatTemplateOnlyForBytes(t *testing.T) {
 		template any
 	}{
 		{"bytes tokenizer.json", tokenizer.BytesJSON(), tokenizer.BytesChatTemplate},
-		{"qwen3 tokenizer.json", gunzipFixture(t, filepath.Join("tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz")), nil},
+		{"qwen3 tokenizer.json", tokenizertest.JSON(t, "qwen3"), nil},
 	} {
 		src := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(src, TokenizerFileName), tc.tokJSON, 0o644))
@@ -226,17 +225,4 @@ func TestInitWeightsDeterministic(t *testing.T) {
 	for i, s := range c.Tensors() {
 		require.Equal(t, s.Name, a[i].Name, "in the config's order")
 	}
-}
-
-// gunzipFixture returns the gunzipped bytes of the fixture at path.
-func gunzipFixture(t *testing.T, path string) []byte {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	return raw
 }

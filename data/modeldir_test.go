@@ -8,6 +8,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -62,8 +63,7 @@ func TestOpenModelDirWith(t *testing.T) {
 	require.Equal(t, tokenizer.BytesFingerprint, m.Tokenizer.Fingerprint())
 	require.NoError(t, m.Close())
 
-	qwen, err := tokenizer.ParseJSON(gunzipFixture(t, filepath.Join("tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz")))
-	require.NoError(t, err)
+	qwen := tokenizertest.Load(t, "qwen3")
 	_, err = OpenModelDirWith(dir, qwen)
 	require.ErrorContains(t, err, "tokenizer.json: fingerprint bytes-v1, want "+qwen.Fingerprint())
 }

@@ -1,15 +1,13 @@
 package teacher
 
 import (
-	"compress/gzip"
-	"io"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -82,25 +80,9 @@ const sysTools = "You are a coding agent. Tools: read_file, grep, search_code, r
 func loadTokenizer(t *testing.T, name string) (tokenizer.Tokenizer, string) {
 	t.Helper()
 	if name == "bytes" {
-		return tokenizer.NewBytes(), filepath.Join("..", "data", "tokenizer", "testdata", "tokenizers", "bytes", "tokenizer.json")
+		return tokenizer.NewBytes(), filepath.Join(tokenizertest.Dir(), "bytes", "tokenizer.json")
 	}
-	dir := filepath.Join("..", "data", "tokenizer", "testdata", "tokenizers", name)
-	path := filepath.Join(dir, "tokenizer.json")
-	if _, err := os.Stat(path); err != nil {
-		f, err := os.Open(path + ".gz")
-		if err != nil {
-			t.Skipf("tokenizer %s not present: %v", name, err)
-		}
-		defer f.Close()
-		zr, err := gzip.NewReader(f)
-		require.NoError(t, err)
-		path = filepath.Join(t.TempDir(), "tokenizer.json")
-		out, err := os.Create(path)
-		require.NoError(t, err)
-		_, err = io.Copy(out, zr)
-		require.NoError(t, err)
-		require.NoError(t, out.Close())
-	}
+	path := filepath.Join(tokenizertest.WriteDir(t, name), "tokenizer.json")
 	tok, err := tokenizer.Load(path)
 	require.NoError(t, err)
 	return tok, path

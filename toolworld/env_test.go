@@ -1,10 +1,6 @@
 package toolworld
 
 import (
-	"compress/gzip"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -29,17 +26,8 @@ func qwen3(t *testing.T) tokenizer.Tokenizer {
 	if qwen3Tok.tok != nil {
 		return qwen3Tok.tok
 	}
-	f, err := os.Open(filepath.Join("..", "data", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz"))
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	tok, err := tokenizer.ParseJSON(raw)
-	require.NoError(t, err)
-	qwen3Tok.tok = tok
-	return tok
+	qwen3Tok.tok = tokenizertest.Load(t, "qwen3")
+	return qwen3Tok.tok
 }
 
 const fakeLogProb = -0.5

@@ -1,17 +1,13 @@
 package train
 
 import (
-	"compress/gzip"
-	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -155,7 +151,7 @@ func TestHeaderFor(t *testing.T) {
 		{"mistral_nemo", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tok := loadGzTokenizer(t, filepath.Join("..", "data", "tokenizer", "testdata", "tokenizers", tc.name, "tokenizer.json.gz"))
+			tok := tokenizertest.Load(t, tc.name)
 			h := HeaderFor(tok)
 			if tc.header == "" {
 				require.Empty(t, h)
@@ -167,23 +163,4 @@ func TestHeaderFor(t *testing.T) {
 			require.Equal(t, tc.header, text)
 		})
 	}
-}
-
-// loadGzTokenizer loads a gzipped tokenizer.json.
-func loadGzTokenizer(t *testing.T, path string) tokenizer.Tokenizer {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	out := filepath.Join(t.TempDir(), data.TokenizerFileName)
-	w, err := os.Create(out)
-	require.NoError(t, err)
-	_, err = io.Copy(w, zr)
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
-	tok, err := tokenizer.Load(out)
-	require.NoError(t, err)
-	return tok
 }

@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,22 +18,7 @@ func runTokenize(t *testing.T, stdin string, args ...string) (code int, stdout, 
 }
 
 // llama3Dir writes the test Llama 3 tokenizer.json into a temp directory.
-func llama3Dir(t *testing.T) string { return fixtureDir(t, "llama3") }
-
-// fixtureDir writes data/testdata's tokenizer.json of name into a temp directory.
-func fixtureDir(t *testing.T, name string) string {
-	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "data", "tokenizer", "testdata", "tokenizers", name, "tokenizer.json.gz"))
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), raw, 0o644))
-	return dir
-}
+func llama3Dir(t *testing.T) string { return tokenizertest.WriteDir(t, "llama3") }
 
 func TestTokenizeBytes(t *testing.T) {
 	code, out, errs := runTokenize(t, "hi<|end|>", "-tokenizer", "bytes")
@@ -76,7 +59,7 @@ func TestTokenizeHF(t *testing.T) {
 // TestTokenizeText: -plain still matches Qwen's <think> (an added token not marked
 // special), -text matches no added token; both decode back to the input.
 func TestTokenizeText(t *testing.T) {
-	dir := fixtureDir(t, "qwen3")
+	dir := tokenizertest.WriteDir(t, "qwen3")
 	in := "<think>x</think> <|im_end|>"
 	code, plain, errs := runTokenize(t, in, "-tokenizer", dir, "-plain")
 	require.Equal(t, 0, code, errs)
