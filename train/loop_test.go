@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/credit"
-	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -67,43 +66,17 @@ func (never) DiskFull() bool                  { return false }
 // is written, the after-checkpoint hook sees its weights on the device goroutine, and
 // the ledger finishes the file, which the Observer hears as a file-done event.
 func TestLoopTrainsAFileToDone(t *testing.T) {
-	root := t.TempDir()
-	modelDir := filepath.Join(root, "model")
-	_, err := data.InitModel(modelDir, data.InitOptions{Preset: "tiny", Tokenizer: "bytes"})
-	require.NoError(t, err)
-	md, err := data.OpenModelDir(modelDir)
-	require.NoError(t, err)
-	defer md.Close()
+	fx := newLoopFixture(t, nil, func(incoming string) {
+		_, err := rollout.WriteSynth(incoming, rollout.SynthOptions{N: 3, PerFile: 3, Tokens: 256, Seed: 4, IDPrefix: "loop"})
+		require.NoError(t, err)
+	})
+	require.Equal(t, 3, fx.rep.Accepted)
+	root, md, sp, c, rep := fx.root, fx.md, fx.sp, fx.claim, fx.rep
 
-	sp, err := rollout.OpenSpool(filepath.Join(root, "spool"), filepath.Join(root, "state", "journal.jsonl"),
-		rollout.ReadOptions{}, zerolog.Nop())
-	require.NoError(t, err)
-	defer sp.Close()
-	_, err = rollout.WriteSynth(sp.Dir(rollout.DirIncoming), rollout.SynthOptions{N: 3, PerFile: 3, Tokens: 256, Seed: 4, IDPrefix: "loop"})
-	require.NoError(t, err)
-	names, err := sp.Pending()
-	require.NoError(t, err)
-	c, err := sp.Claim(names[0])
-	require.NoError(t, err)
-	rep, err := sp.Process(t.Context(), c)
-	require.NoError(t, err)
-	require.Equal(t, 3, rep.Accepted)
-
-	l, err := ledger.Open(ledger.Options{SkipLog: filepath.Join(root, "state", "skipped.txt"),
-		StagingDir: filepath.Join(root, "state", "credit"), OutputDir: filepath.Join(root, "outputs"),
-		Unfinished: sp.Journal().Unfinished(),
-		Finish: func(_ context.Context, c *rollout.ClaimState, rep *rollout.FileReport) error {
-			return sp.Finish(c, rep)
-		}})
-	require.NoError(t, err)
-	defer l.Close()
-
-	cfg := DefaultConfig()
-	cfg.TokenBudget, cfg.IdleFlush, cfg.Checkpoint.EverySteps = 1<<20, 50*time.Millisecond, 0
 	var hooked []Checkpoint
-	lp, err := Open(Options{Config: cfg, Credit: credit.DefaultConfig(), Backend: xla.ResolveBackend("", ""),
-		ModelDir: modelDir, Tokenizer: md.Tokenizer, CheckpointDir: filepath.Join(root, "checkpoints"), ResumeFrom: -1,
-		Ledger: l, Pause: never{}, Log: zerolog.Nop(),
+	lp, err := Open(Options{Config: idleConfig(), Credit: credit.DefaultConfig(), Backend: xla.ResolveBackend("", ""),
+		ModelDir: fx.modelDir, Tokenizer: md.Tokenizer, CheckpointDir: filepath.Join(root, "checkpoints"), ResumeFrom: -1,
+		Ledger: fx.ledger, Pause: never{}, Log: zerolog.Nop(),
 		AfterCheckpoint: func(_ context.Context, c Checkpoint) error {
 			require.Equal(t, c.Step, c.Trainer.StepCount())
 			hooked = append(hooked, c)
@@ -112,22 +85,7 @@ func TestLoopTrainsAFileToDone(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, lp.Info().Step)
 
-	in := make(chan *Item, 8)
-	f := &ledger.File{Claim: c, Report: rep}
-	require.NoError(t, sp.Accepted(c, func(row int, r *rollout.Rollout) bool {
-		it := NewItem(f, row, r.Clone())
-		it.Resolve(teacher.Result{})
-		in <- it
-		return true
-	}))
-	in <- NewEnd(f, 0)
-
-	obs := &recorder{}
-	ran := make(chan error, 1)
-	go func() { ran <- lp.Run(t.Context(), t.Context(), in, obs) }()
-	require.Eventually(t, func() bool { return obs.finished() == 1 }, 2*time.Minute, 20*time.Millisecond)
-	close(in)
-	require.NoError(t, <-ran)
+	obs := fx.run(t, lp, nil)
 
 	require.Len(t, obs.steps, 1, "one idle step for the partial batch")
 	require.Equal(t, 3, obs.steps[0].Rollouts)

@@ -6,18 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/credit"
-	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
-	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
-	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -35,64 +31,27 @@ type loopRun struct {
 // to the model directory.
 func runFile(t *testing.T, rs []*rollout.Rollout, cc credit.Config, extra map[string]string) loopRun {
 	t.Helper()
-	root := t.TempDir()
-	modelDir := filepath.Join(root, "model")
-	_, err := data.InitModel(modelDir, data.InitOptions{Preset: "tiny", Tokenizer: "bytes"})
-	require.NoError(t, err)
-	for n, b := range extra {
-		require.NoError(t, os.WriteFile(filepath.Join(modelDir, n), []byte(b), 0o644))
-	}
-
-	sp, err := rollout.OpenSpool(filepath.Join(root, "spool"), filepath.Join(root, "state", "journal.jsonl"),
-		rollout.ReadOptions{}, zerolog.Nop())
-	require.NoError(t, err)
-	defer sp.Close()
-	require.NoError(t, rollout.WriteFile(filepath.Join(sp.Dir(rollout.DirIncoming), "demos.arrow"), rs, rollout.WriteOptions{}))
-	names, err := sp.Pending()
-	require.NoError(t, err)
-	c, err := sp.Claim(names[0])
-	require.NoError(t, err)
-	rep, err := sp.Process(t.Context(), c)
-	require.NoError(t, err)
-	require.Equal(t, len(rs), rep.Accepted, "%v", rep.Problems)
-
-	l, err := ledger.Open(ledger.Options{SkipLog: filepath.Join(root, "state", "skipped.txt"),
-		StagingDir: filepath.Join(root, "state", "credit"), OutputDir: filepath.Join(root, "outputs"),
-		Unfinished: sp.Journal().Unfinished(),
-		Finish: func(_ context.Context, c *rollout.ClaimState, rep *rollout.FileReport) error {
-			return sp.Finish(c, rep)
-		}})
-	require.NoError(t, err)
-	defer l.Close()
+	fx := newLoopFixture(t, func(dir string) {
+		for n, b := range extra {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte(b), 0o644))
+		}
+	}, func(incoming string) {
+		require.NoError(t, rollout.WriteFile(filepath.Join(incoming, "demos.arrow"), rs, rollout.WriteOptions{}))
+	})
+	require.Equal(t, len(rs), fx.rep.Accepted, "%v", fx.rep.Problems)
+	modelDir := fx.modelDir
 
 	var logs bytes.Buffer
-	cfg := DefaultConfig()
-	cfg.TokenBudget, cfg.IdleFlush, cfg.Checkpoint.EverySteps = 1<<20, 50*time.Millisecond, 0
 	var dirs []string
-	lp, err := Open(Options{Config: cfg, Credit: cc, Backend: xla.ResolveBackend("", ""),
-		ModelDir: modelDir, CheckpointDir: filepath.Join(root, "checkpoints"), ResumeFrom: -1,
-		Ledger: l, Pause: never{}, Log: zerolog.New(&logs),
+	lp, err := Open(Options{Config: idleConfig(), Credit: cc, Backend: xla.ResolveBackend("", ""),
+		ModelDir: modelDir, CheckpointDir: filepath.Join(fx.root, "checkpoints"), ResumeFrom: -1,
+		Ledger: fx.ledger, Pause: never{}, Log: zerolog.New(&logs),
 		AfterCheckpoint: func(_ context.Context, c Checkpoint) error {
 			dirs = append(dirs, c.Dir)
 			return nil
 		}})
 	require.NoError(t, err)
-
-	in := make(chan *Item, len(rs)+1)
-	f := &ledger.File{Claim: c, Report: rep}
-	require.NoError(t, sp.Accepted(c, func(row int, r *rollout.Rollout) bool {
-		it := NewItem(f, row, r.Clone())
-		it.Resolve(teacher.Result{})
-		in <- it
-		return true
-	}))
-	in <- NewEnd(f, 0)
-	obs := &recorder{}
-	ran := make(chan error, 1)
-	go func() { ran <- lp.Run(t.Context(), t.Context(), in, obs) }()
-	require.Eventually(t, func() bool { return obs.finished() == 1 }, 2*time.Minute, 20*time.Millisecond)
-	close(in)
-	require.NoError(t, <-ran)
+	obs := fx.run(t, lp, nil)
 	require.Len(t, dirs, 1)
 	return loopRun{steps: obs.steps, log: logs.String(), model: modelDir, checkpoint: dirs[0]}
 }
