@@ -62,18 +62,7 @@ func TestPowerCut(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		fusetest.Unavailable(t, "no /dev/fuse: "+err.Error())
 	}
-	stage := t.TempDir()
-	synthInto(t, stage, 12, 2)
-	names := listDir(t, stage)
-	seed := func(dataDir string) {
-		in := filepath.Join(dataDir, "spool", "incoming")
-		require.NoError(t, os.MkdirAll(in, 0o755))
-		for _, n := range names {
-			b, err := os.ReadFile(filepath.Join(stage, n))
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(filepath.Join(in, n), b, 0o644))
-		}
-	}
+	names, seed := stagedRollouts(t, 12, 2)
 	clean := func(dataDir string) {
 		p := startDaemon(t, "-config", trainConfigSteps(t, dataDir, 128, 1))
 		addr := p.waitReady(t)

@@ -84,6 +84,26 @@ func synthInto(t *testing.T, dir string, n, perFile int) {
 	require.Equal(t, 0, code, stderr)
 }
 
+// stagedRollouts synthesizes n rollouts, perFile to a file, once, and returns a
+// the files' names and a function that copies the same files into a data directory's
+// spool/incoming/, so runs that must see identical input (a clean run and a crashed
+// one) get it.
+func stagedRollouts(t *testing.T, n, perFile int) ([]string, func(dataDir string)) {
+	t.Helper()
+	stage := t.TempDir()
+	synthInto(t, stage, n, perFile)
+	names := listDir(t, stage)
+	return names, func(dataDir string) {
+		in := filepath.Join(dataDir, "spool", "incoming")
+		require.NoError(t, os.MkdirAll(in, 0o755))
+		for _, n := range names {
+			b, err := os.ReadFile(filepath.Join(stage, n))
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(in, n), b, 0o644))
+		}
+	}
+}
+
 // spoolWithRollouts makes a data directory whose incoming/ holds n synthetic
 // rollouts, perFile to a file, and a config for it with the given train: lines
 // (indented by two spaces); it returns the data directory and the config's path.
@@ -200,18 +220,7 @@ func sigkillWhileTraining(t *testing.T, cr crashRun) {
 	start := func(args ...string) *proc {
 		return startDaemonBin(t, binDir, append([]string{"NOTIFY_SOCKET="}, cr.env...), args...)
 	}
-	stage := t.TempDir()
-	synthInto(t, stage, 12, 2)
-	names := listDir(t, stage)
-	seed := func(dataDir string) {
-		in := filepath.Join(dataDir, "spool", "incoming")
-		require.NoError(t, os.MkdirAll(in, 0o755))
-		for _, n := range names {
-			b, err := os.ReadFile(filepath.Join(stage, n))
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(filepath.Join(in, n), b, 0o644))
-		}
-	}
+	_, seed := stagedRollouts(t, 12, 2)
 	cfg := func(dataDir string) string {
 		path := trainConfigSteps(t, dataDir, 128, 1)
 		if extra != "" {
