@@ -15,6 +15,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/eval"
+	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/teacher"
 )
 
@@ -41,6 +42,9 @@ type Config struct {
 	Train     TrainConfig    `yaml:"train"`
 	// Eval lists the suites run after each checkpoint (evals.jsonl, status, metrics).
 	Eval eval.Config `yaml:"eval"`
+	// Gateway is the OpenAI-compatible chat completions server that records
+	// conversations as rollouts (docs/gateway.md); off by default.
+	Gateway gateway.Config `yaml:"gateway"`
 	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
 	// stopping the servers.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -98,6 +102,7 @@ func DefaultConfig() Config {
 		Credit:          credit.DefaultConfig(),
 		Train:           DefaultTrainConfig(),
 		Eval:            eval.DefaultConfig(),
+		Gateway:         gateway.DefaultConfig(),
 		ShutdownTimeout: 30 * time.Second,
 		DiskFullRetry:   30 * time.Second,
 	}
@@ -194,6 +199,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("credit.%w", err)
 	}
 	if err := c.Train.Validate("train."); err != nil {
+		return err
+	}
+	if err := c.Gateway.Validate(); err != nil {
 		return err
 	}
 	return c.Eval.Validate("eval.")

@@ -26,6 +26,9 @@ func (d *daemon) stages(work context.Context) []stage {
 		{"publish", d.publishLoop},
 		{"watchdog", func(ctx context.Context) error { d.notify.watchdog(ctx, d.watchdogAlive); return nil }},
 	}
+	if d.gateway != nil {
+		s = append(s, stage{"gateway", d.gateway.Run})
+	}
 	if !d.training() {
 		return append(s, stage{"ingest", func(ctx context.Context) error { return d.ingestLoop(ctx, work) }})
 	}
@@ -84,6 +87,9 @@ func (d *daemon) serve(ctx context.Context) error {
 		return err
 	}
 	d.stats.listenAddr = srv.Addr()
+	if err := d.openGateway(); err != nil {
+		return err
+	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
