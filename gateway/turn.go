@@ -26,18 +26,29 @@ type piece struct {
 // delta renders what msgs adds to the first k (already recorded) messages: one piece
 // per new message, each the difference between the template's renders of msgs[:i]
 // and msgs[:i+1], and the generation prompt. The earlier turns are never rendered
-// into tokens again: only these differences are. ok is false when a render of the
-// prefix is not a prefix of the whole (a template that renders history differently
-// once it grows, e.g. one that drops earlier reasoning): then the session cannot
-// continue without drift.
+// into tokens again: only these differences are. Some templates render history
+// differently once it grows (Qwen3 drops the reasoning of assistant turns before the
+// last user message): then the differences are taken over the last recorded message
+// alone, which such templates render the same way before and after. ok is false when
+// neither gives a consistent difference: the session cannot continue without drift.
 func delta(t *chatTemplate, msgs []chatMessage, tools []any, k int) (pieces []piece, gen string, ok bool, err error) {
-	full, err := t.render(msgs, tools, true)
+	pieces, gen, ok, err = deltaFrom(t, msgs, tools, k, 0)
+	if err == nil && !ok && k > 1 {
+		pieces, gen, ok, err = deltaFrom(t, msgs, tools, k, k-1)
+	}
+	return pieces, gen, ok, err
+}
+
+// deltaFrom is delta over the messages from lo on (the rendered context starts at
+// msgs[lo]).
+func deltaFrom(t *chatTemplate, msgs []chatMessage, tools []any, k, lo int) (pieces []piece, gen string, ok bool, err error) {
+	full, err := t.render(msgs[lo:], tools, true)
 	if err != nil {
 		return nil, "", false, err
 	}
 	at := ""
-	if k > 0 {
-		if at, err = t.render(msgs[:k], tools, false); err != nil {
+	if k > lo {
+		if at, err = t.render(msgs[lo:k], tools, false); err != nil {
 			return nil, "", false, err
 		}
 		if !strings.HasPrefix(full, at) {
@@ -46,7 +57,7 @@ func delta(t *chatTemplate, msgs []chatMessage, tools []any, k int) (pieces []pi
 	}
 	start := at
 	for i := k; i < len(msgs); i++ {
-		r, err := t.render(msgs[:i+1], tools, false)
+		r, err := t.render(msgs[lo:i+1], tools, false)
 		if err != nil || !strings.HasPrefix(r, at) || !strings.HasPrefix(full, r) {
 			// The template does not render message by message: the new messages
 			// become one piece, with the last one's role.
