@@ -27,7 +27,7 @@ func TestJournalDropsTornTurn(t *testing.T) {
 	lp := float32(-0.5)
 	require.NoError(t, s.appendTurn(dir, &turnRecord{Turn: 1, Messages: []chatMessage{{Role: "user", Content: "hi"}},
 		Tokens: []int32{1, 2, 3}, LogProbs: []*float32{nil, nil, &lp},
-		Segments: []segRecord{{Start: 0, End: 2, Kind: "user", Status: -1}, {Start: 2, End: 3, Kind: "assistant", Status: -1}},
+		Segments:      []segRecord{{Start: 0, End: 2, Kind: "user", Status: -1}, {Start: 2, End: 3, Kind: "assistant", Status: -1}},
 		PolicyVersion: 4, Tokenizer: "bytes-v1"}))
 	s.journal.Close()
 	path := journalPath(dir, "s1")
