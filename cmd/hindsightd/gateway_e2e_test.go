@@ -31,6 +31,13 @@ const gatewayKey = "hs-test-key-0123456789"
 // the same daemon.
 func startGateway(t *testing.T, dataDir string) (*proc, string) {
 	t.Helper()
+	return startGatewayWith(t, dataDir, "train: {enabled: false}\n", "")
+}
+
+// startGatewayWith is startGateway with the config's train: section and extra
+// gateway keys (", key: value" each) of the caller's.
+func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc, string) {
+	t.Helper()
 	modelDir := filepath.Join(dataDir, "model")
 	if _, err := os.Stat(modelDir); err != nil {
 		_, stderr, code := runCLI(t, "init-model", "-out", modelDir, "-seed", "2")
@@ -38,8 +45,8 @@ func startGateway(t *testing.T, dataDir string) (*proc, string) {
 	}
 	keys := filepath.Join(dataDir, "keys")
 	require.NoError(t, os.WriteFile(keys, []byte("# gateway test key\n"+gateway.HashKey(gatewayKey)+"\n"), 0o600))
-	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json, level: debug}\nmodel: {dir: %s}\ntrain: {enabled: false}\n"+
-		"gateway: {enabled: true, listen: 127.0.0.1:0, keys_file: %s, idle_timeout: 1h}\n", dataDir, modelDir, keys)
+	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json, level: debug}\nmodel: {dir: %s}\n%s"+
+		"gateway: {enabled: true, listen: 127.0.0.1:0, keys_file: %s, idle_timeout: 1h%s}\n", dataDir, modelDir, train, keys, gatewayExtra)
 	path := filepath.Join(dataDir, "hindsightd.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 	p := startDaemon(t, "-config", path)
@@ -300,6 +307,38 @@ func TestGatewaySIGKILLKeepsAcknowledgedTurns(t *testing.T) {
 	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p2.wait(t, 30*time.Second))
 	require.Len(t, mustGlob(t, filepath.Join(dataDir, "spool", "*", "*gateway-*.arrow")), 1, "the session is written once")
+}
+
+// TestGatewaySwapsCheckpoint runs the outer loop: a session recorded by the
+// gateway is trained on, the checkpoint it gives is swapped into the gateway
+// without a restart, and requests sent all the while are each answered.
+func TestGatewaySwapsCheckpoint(t *testing.T) {
+	dataDir := t.TempDir()
+	p, base := startGatewayWith(t, dataDir, "train: {idle_flush: 200ms, checkpoint: {every_steps: 1}}\n", ", reload_interval: 50ms")
+	body := `{"model":"hindsight","messages":[{"role":"user","content":"hello"}],"max_tokens":8,"seed":1}`
+	status, v := post(t, base+"/chat/completions", gatewayKey, "swap-1", body)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, "hindsight-step-0", v["system_fingerprint"])
+	status, v = post(t, base+"/sessions/swap-1/close", gatewayKey, "", `{"reward": 1, "task_id": "greet"}`)
+	require.Equal(t, 200, status, v)
+
+	// Requests keep coming while the daemon trains on the session and the gateway
+	// swaps the checkpoint in; every one is answered, the last by the new policy.
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := 0; ; i++ {
+		require.True(t, time.Now().Before(deadline), "no checkpoint served in time:\n%s", p.log())
+		status, v := post(t, base+"/chat/completions", gatewayKey, fmt.Sprintf("load-%d", i), body)
+		require.Equal(t, 200, status, v)
+		if v["system_fingerprint"] != "hindsight-step-0" {
+			require.Regexp(t, `^hindsight-step-[1-9]\d*$`, v["system_fingerprint"])
+			break
+		}
+	}
+	require.Contains(t, p.log(), `"message":"serving policy"`)
+	resp, err := http.Get(base + "/models")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 401, resp.StatusCode, "models needs the key too")
 }
 
 func mustGlob(t *testing.T, pattern string) []string {
