@@ -170,6 +170,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", g.chat)
 	mux.HandleFunc("GET /v1/models", g.models)
 	mux.HandleFunc("POST /v1/sessions/{id}/close", g.closeSession)
+	mux.HandleFunc("POST /v1/feedback", g.feedback)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path), Type: "invalid_request_error"})
 	})

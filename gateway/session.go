@@ -35,6 +35,11 @@ type session struct {
 	journal  *os.File
 	ended    bool // written (or being written) to the spool; a request that finds it retries
 	used     time.Time
+	// rating is a person's −1/0/+1 rating of the whole conversation (nil: none);
+	// replySeg[n] is the index in segments of turn n+1's reply, where a comment on
+	// that turn goes.
+	rating   *int8
+	replySeg []int
 	busy     int // requests holding or waiting for the session (guarded by the Gateway's mu)
 }
 
@@ -51,6 +56,11 @@ type turnRecord struct {
 	Reward        *float32      `json:"reward,omitempty"`
 	PolicyVersion int64         `json:"policy_version"`
 	Tokenizer     string        `json:"tokenizer"`
+	// Rating, Comment and CommentTurn are a person's feedback (POST /v1/feedback),
+	// in a record of their own.
+	Rating      *int8  `json:"rating,omitempty"`
+	Comment     string `json:"comment,omitempty"`
+	CommentTurn int    `json:"comment_turn,omitempty"`
 }
 
 // segRecord is a segment in a journal line.
@@ -112,6 +122,19 @@ func (s *session) apply(rec *turnRecord) {
 	for _, sr := range rec.Segments {
 		k, _ := rollout.ParseSegmentKind(sr.Kind)
 		s.segments = append(s.segments, rollout.Segment{Start: sr.Start, End: sr.End, Kind: k, Tool: sr.Tool, Status: rollout.ToolStatus(sr.Status)})
+	}
+	if len(rec.Tokens) > 0 && len(rec.Segments) > 0 { // a turn: its reply is its last segment
+		s.replySeg = append(s.replySeg, len(s.segments)-1)
+	}
+	if rec.Rating != nil {
+		s.rating = rec.Rating
+	}
+	if rec.Comment != "" && rec.CommentTurn >= 1 && rec.CommentTurn <= len(s.replySeg) {
+		seg := &s.segments[s.replySeg[rec.CommentTurn-1]]
+		if seg.Feedback != "" {
+			seg.Feedback += "\n"
+		}
+		seg.Feedback += rec.Comment
 	}
 	if rec.TaskID != "" {
 		s.taskID = rec.TaskID
@@ -180,6 +203,9 @@ func (s *session) rollout() *rollout.Rollout {
 	r.SetLogProbValidity(bitmap, 0)
 	if s.reward != nil {
 		r.Reward, r.HasReward = *s.reward, true
+	}
+	if s.rating != nil {
+		r.Feedback, r.HasFeedback = *s.rating, true
 	}
 	return r
 }

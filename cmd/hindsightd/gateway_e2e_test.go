@@ -267,18 +267,21 @@ func TestGatewayErrorsAndAuth(t *testing.T) {
 	require.NotContains(t, p.log(), gatewayKey)
 }
 
-// TestGatewaySIGKILLKeepsAcknowledgedTurns answers two turns of a session, kills
-// the daemon with SIGKILL, restarts it, continues the session for a third turn and
-// closes it: the rollout holds all three turns' sampled tokens, exactly once.
+// TestGatewaySIGKILLKeepsAcknowledgedTurns answers two turns of a session and
+// takes a person's rating and comment, kills the daemon with SIGKILL, restarts it, continues the session for a third turn and
+// closes it: the rollout holds all three turns' sampled tokens and the feedback,
+// exactly once.
 func TestGatewaySIGKILLKeepsAcknowledgedTurns(t *testing.T) {
 	dataDir := t.TempDir()
 	p, base := startGateway(t, dataDir)
 	msgs := []map[string]any{{"role": "user", "content": "count with me"}}
 	var want []int32
+	var ids []string // completion ids
 	turn := func(base string) {
 		body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs, "max_tokens": 8, "logprobs": true, "seed": len(msgs)})
 		status, v := post(t, base+"/chat/completions", gatewayKey, "kill-1", string(body))
 		require.Equal(t, 200, status, v)
+		ids = append(ids, v["id"].(string))
 		ch := v["choices"].([]any)[0].(map[string]any)
 		for _, e := range ch["logprobs"].(map[string]any)["content"].([]any) {
 			want = append(want, int32(e.(map[string]any)["token_id"].(float64)))
@@ -287,6 +290,12 @@ func TestGatewaySIGKILLKeepsAcknowledgedTurns(t *testing.T) {
 	}
 	turn(base)
 	turn(base)
+	// A person rates the conversation and comments on the first reply.
+	status, v := post(t, base+"/feedback", gatewayKey, "", `{"completion_id":"`+ids[0]+`","rating":-1,"comment":"say what you count"}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, float64(1), v["turn"])
+	status, v = post(t, base+"/feedback", gatewayKey, "", `{"session_id":"kill-1","rating":3}`)
+	require.Equal(t, 400, status, v)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	p.wait(t, 10*time.Second)
 	require.FileExists(t, filepath.Join(dataDir, "state", "gateway", "kill-1.jsonl"))
@@ -294,15 +303,21 @@ func TestGatewaySIGKILLKeepsAcknowledgedTurns(t *testing.T) {
 	p2, base2 := startGateway(t, dataDir)
 	require.Contains(t, p2.log(), "session reopened from its journal")
 	turn(base2)
-	status, v := post(t, base2+"/sessions/kill-1/close", gatewayKey, "", `{"reward": 1}`)
+	status, v = post(t, base2+"/sessions/kill-1/close", gatewayKey, "", `{"reward": 1}`)
 	require.Equal(t, 200, status, v)
 	require.Equal(t, float64(3), v["turns"])
 	got := doneRollouts(t, dataDir, 1)
 	ro := got["kill-1"]
 	require.NotNil(t, ro)
-	ids, _ := sampledOf(ro)
-	require.Equal(t, want, ids)
+	sampled, _ := sampledOf(ro)
+	require.Equal(t, want, sampled)
 	require.Equal(t, []string{"user", "assistant", "user", "assistant", "user", "assistant"}, kinds(ro))
+	require.True(t, ro.HasFeedback)
+	require.Equal(t, int8(-1), ro.Feedback)
+	require.Equal(t, "say what you count", ro.Segments[1].Feedback, "the comment is on the first reply")
+	require.Empty(t, ro.Segments[3].Feedback)
+	status, v = post(t, base2+"/feedback", gatewayKey, "", `{"session_id":"kill-1","rating":1}`)
+	require.Equal(t, 404, status, "a written session takes no more feedback (late feedback is not joined yet): %v", v)
 	require.NoFileExists(t, filepath.Join(dataDir, "state", "gateway", "kill-1.jsonl"))
 	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p2.wait(t, 30*time.Second))
