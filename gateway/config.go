@@ -25,6 +25,10 @@ type Config struct {
 	MaxTokens int `yaml:"max_tokens"`
 	// MaxRequestBytes bounds a request body.
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	// MaxPending bounds the chat requests in the gateway at once (sampling or
+	// waiting for the sampler, which runs one at a time); one more is refused with
+	// 429 instead of queueing without bound.
+	MaxPending int `yaml:"max_pending"`
 	// ReloadInterval is how often the checkpoint root's `latest` link is looked at;
 	// a new checkpoint is swapped in without dropping a request.
 	ReloadInterval time.Duration `yaml:"reload_interval"`
@@ -38,6 +42,7 @@ func DefaultConfig() Config {
 		IdleTimeout:     10 * time.Minute,
 		MaxTokens:       512,
 		MaxRequestBytes: 8 << 20,
+		MaxPending:      64,
 		ReloadInterval:  2 * time.Second,
 	}
 }
@@ -58,6 +63,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway.max_tokens %d: want > 0", c.MaxTokens)
 	case c.MaxRequestBytes <= 0:
 		return fmt.Errorf("gateway.max_request_bytes %d: want > 0", c.MaxRequestBytes)
+	case c.MaxPending <= 0:
+		return fmt.Errorf("gateway.max_pending %d: want > 0", c.MaxPending)
 	case c.ReloadInterval <= 0:
 		return fmt.Errorf("gateway.reload_interval %s: want > 0", c.ReloadInterval)
 	}

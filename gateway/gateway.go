@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -49,6 +50,7 @@ type Gateway struct {
 	sessions map[string]*session
 	srv      *http.Server
 	ln       net.Listener
+	pending  atomic.Int64 // chat requests in the gateway (Config.MaxPending)
 }
 
 // New opens the policy, the API keys and the open sessions' journals (sessions a

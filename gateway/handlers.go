@@ -16,6 +16,13 @@ const SessionHeader = "X-Hindsight-Session"
 
 // chat is POST /v1/chat/completions.
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
+	if n := g.pending.Add(1); n > int64(g.cfg.MaxPending) {
+		g.pending.Add(-1)
+		code := "too_many_requests"
+		writeError(w, &apiError{status: http.StatusTooManyRequests, Message: fmt.Sprintf("%d requests pending (gateway.max_pending); retry later", g.cfg.MaxPending), Type: "rate_limit_error", Code: &code})
+		return
+	}
+	defer g.pending.Add(-1)
 	var req ChatRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, g.cfg.MaxRequestBytes))
 	if err := dec.Decode(&req); err != nil {
