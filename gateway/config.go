@@ -29,6 +29,10 @@ type Config struct {
 	// waiting for the sampler, which runs one at a time); one more is refused with
 	// 429 instead of queueing without bound.
 	MaxPending int `yaml:"max_pending"`
+	// TLSCertFile and TLSKeyFile (PEM) make the gateway serve HTTPS; both or
+	// neither.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
 	// ReloadInterval is how often the checkpoint root's `latest` link is looked at;
 	// a new checkpoint is swapped in without dropping a request.
 	ReloadInterval time.Duration `yaml:"reload_interval"`
@@ -65,6 +69,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway.max_request_bytes %d: want > 0", c.MaxRequestBytes)
 	case c.MaxPending <= 0:
 		return fmt.Errorf("gateway.max_pending %d: want > 0", c.MaxPending)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return errors.New("gateway.tls_cert_file and gateway.tls_key_file: give both or neither")
 	case c.ReloadInterval <= 0:
 		return fmt.Errorf("gateway.reload_interval %s: want > 0", c.ReloadInterval)
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -51,6 +52,7 @@ type Gateway struct {
 	srv      *http.Server
 	ln       net.Listener
 	pending  atomic.Int64 // chat requests in the gateway (Config.MaxPending)
+	tls      *tls.Config  // nil: plain HTTP
 }
 
 // New opens the policy, the API keys and the open sessions' journals (sessions a
@@ -77,6 +79,13 @@ func New(opts Options) (*Gateway, error) {
 	g.pol = &policies{backend: backend, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
 	if err := g.pol.refresh(); err != nil {
 		return nil, fmt.Errorf("open gateway: %w", err)
+	}
+	if g.cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(g.cfg.TLSCertFile, g.cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load gateway.tls_cert_file / tls_key_file: %w", err)
+		}
+		g.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	if err := g.recover(); err != nil {
 		return nil, err
@@ -128,10 +137,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	g.srv = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	g.srv = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: g.tls}
 	errc := make(chan error, 1)
-	go func() { errc <- g.srv.Serve(g.ln) }()
-	g.log.Info().Str("listen", g.Addr()).Str("model", g.cfg.ModelName).Bool("auth", g.keys != nil).Msg("gateway serving")
+	go func() {
+		if g.tls != nil {
+			errc <- g.srv.ServeTLS(g.ln, "", "")
+		} else {
+			errc <- g.srv.Serve(g.ln)
+		}
+	}()
+	g.log.Info().Str("listen", g.Addr()).Str("model", g.cfg.ModelName).Bool("auth", g.keys != nil).Bool("tls", g.tls != nil).Msg("gateway serving")
 	tick := time.NewTicker(min(max(g.cfg.IdleTimeout/10, 10*time.Millisecond), time.Second))
 	defer tick.Stop()
 	reload := time.NewTicker(g.cfg.ReloadInterval)

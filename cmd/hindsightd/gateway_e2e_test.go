@@ -2,9 +2,18 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -354,6 +363,54 @@ func TestGatewaySwapsCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 401, resp.StatusCode, "models needs the key too")
+}
+
+// TestGatewayTLS serves the gateway over HTTPS from certificate and key files: a
+// client that trusts the certificate gets answers, a plain-HTTP request does not.
+func TestGatewayTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	_, base := startGatewayWith(t, t.TempDir(), "train: {enabled: false}\n",
+		fmt.Sprintf(", tls_cert_file: %s, tls_key_file: %s", certFile, keyFile))
+	secure := strings.Replace(base, "http://", "https://", 1)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, secure+"/chat/completions",
+		strings.NewReader(`{"model":"hindsight","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+gatewayKey)
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	plain, err := http.Get(base + "/models")
+	require.NoError(t, err)
+	plain.Body.Close()
+	require.Equal(t, http.StatusBadRequest, plain.StatusCode, "an HTTPS server refuses plain HTTP")
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key as PEM
+// files and returns them with a pool that trusts the certificate.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hindsight-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	kb, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
+	return certFile, keyFile, pool
 }
 
 func mustGlob(t *testing.T, pattern string) []string {
