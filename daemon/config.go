@@ -45,6 +45,9 @@ type Config struct {
 	// Gateway is the OpenAI-compatible chat completions server that records
 	// conversations as rollouts (docs/gateway.md); off by default.
 	Gateway gateway.Config `yaml:"gateway"`
+	// EngineHooks tell serving engines (SGLang, vLLM LoRA) about each new
+	// checkpoint (docs/gateway.md "Engine hooks").
+	EngineHooks []gateway.HookConfig `yaml:"engine_hooks"`
 	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
 	// stopping the servers.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -103,6 +106,7 @@ func DefaultConfig() Config {
 		Train:           DefaultTrainConfig(),
 		Eval:            eval.DefaultConfig(),
 		Gateway:         gateway.DefaultConfig(),
+		EngineHooks:     []gateway.HookConfig{},
 		ShutdownTimeout: 30 * time.Second,
 		DiskFullRetry:   30 * time.Second,
 	}
@@ -202,6 +206,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Gateway.Validate(); err != nil {
+		return err
+	}
+	if err := gateway.ValidateHooks(c.EngineHooks); err != nil {
 		return err
 	}
 	return c.Eval.Validate("eval.")

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/hindsight-ai/hindsight/gateway"
 )
 
 // stage is one goroutine of a run.
@@ -28,6 +30,10 @@ func (d *daemon) stages(work context.Context) []stage {
 	}
 	if d.gateway != nil {
 		s = append(s, stage{"gateway", d.gateway.Run})
+	}
+	if len(d.cfg.EngineHooks) > 0 && d.training() {
+		h := &gateway.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
+		s = append(s, stage{"engine_hooks", h.Run})
 	}
 	if !d.training() {
 		return append(s, stage{"ingest", func(ctx context.Context) error { return d.ingestLoop(ctx, work) }})

@@ -15,11 +15,13 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -335,10 +337,29 @@ func TestGatewaySIGKILLKeepsAcknowledgedTurns(t *testing.T) {
 
 // TestGatewaySwapsCheckpoint runs the outer loop: a session recorded by the
 // gateway is trained on, the checkpoint it gives is swapped into the gateway
-// without a restart, and requests sent all the while are each answered.
+// without a restart, and requests sent all the while are each answered. An
+// SGLang-style engine (a real HTTP server standing in for SGLang's
+// /update_weights_from_disk) that fails the first call is told again and gets the
+// checkpoint's path.
 func TestGatewaySwapsCheckpoint(t *testing.T) {
 	dataDir := t.TempDir()
-	p, base := startGatewayWith(t, dataDir, "train: {idle_flush: 200ms, checkpoint: {every_steps: 1}}\n", ", reload_interval: 50ms")
+	calls := make(chan string, 64)
+	var n atomic.Int32
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			ModelPath string `json:"model_path"`
+		}
+		json.NewDecoder(r.Body).Decode(&body)
+		calls <- r.URL.Path + " " + body.ModelPath
+		if n.Add(1) == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, `{"success": true}`)
+	}))
+	defer engine.Close()
+	p, base := startGatewayWith(t, dataDir, "train: {idle_flush: 200ms, checkpoint: {every_steps: 1}}\n"+
+		"engine_hooks: [{kind: sglang, url: "+engine.URL+", attempts: 3}]\n", ", reload_interval: 50ms")
 	body := `{"model":"hindsight","messages":[{"role":"user","content":"hello"}],"max_tokens":8,"seed":1}`
 	status, v := post(t, base+"/chat/completions", gatewayKey, "swap-1", body)
 	require.Equal(t, 200, status, v)
@@ -359,6 +380,15 @@ func TestGatewaySwapsCheckpoint(t *testing.T) {
 		}
 	}
 	require.Contains(t, p.log(), `"message":"serving policy"`)
+	for i := range 2 {
+		select {
+		case c := <-calls:
+			require.Regexp(t, `^/update_weights_from_disk /.*/checkpoints/step-\d+$`, c, "call %d", i+1)
+		case <-time.After(time.Minute):
+			t.Fatalf("the engine was called %d times, want 2 (a failure, then the retry):\n%s", i, p.log())
+		}
+	}
+	require.Contains(t, p.log(), "engine hook failed; retrying")
 	resp, err := http.Get(base + "/models")
 	require.NoError(t, err)
 	resp.Body.Close()
