@@ -15,6 +15,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/eval"
+	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/train"
 )
@@ -42,6 +43,12 @@ type Config struct {
 	Train     TrainConfig    `yaml:"train"`
 	// Eval lists the suites run after each checkpoint (evals.jsonl, status, metrics).
 	Eval eval.Config `yaml:"eval"`
+	// Gateway is the OpenAI-compatible chat completions server that records
+	// conversations as rollouts (docs/gateway.md); off by default.
+	Gateway gateway.Config `yaml:"gateway"`
+	// EngineHooks tell serving engines (SGLang, vLLM LoRA) about each new
+	// checkpoint (docs/gateway.md "Engine hooks").
+	EngineHooks []gateway.HookConfig `yaml:"engine_hooks"`
 	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
 	// stopping the servers.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -99,6 +106,8 @@ func DefaultConfig() Config {
 		Credit:          credit.DefaultConfig(),
 		Train:           DefaultTrainConfig(),
 		Eval:            eval.DefaultConfig(),
+		Gateway:         gateway.DefaultConfig(),
+		EngineHooks:     []gateway.HookConfig{},
 		ShutdownTimeout: 30 * time.Second,
 		DiskFullRetry:   30 * time.Second,
 	}
@@ -198,6 +207,12 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Train.Validate("train."); err != nil {
+		return err
+	}
+	if err := c.Gateway.Validate(); err != nil {
+		return err
+	}
+	if err := gateway.ValidateHooks(c.EngineHooks); err != nil {
 		return err
 	}
 	return c.Eval.Validate("eval.")

@@ -13,6 +13,7 @@ import (
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -71,6 +72,7 @@ type Events interface {
 // serialises updates with its mutex, so the two goroutines never race. Everything
 // else reads published snapshots.
 type daemon struct {
+	gateway *gateway.Gateway // nil unless gateway.enabled
 	cfg     Config
 	opts    Options
 	log     zerolog.Logger

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/hindsight-ai/hindsight/gateway"
 )
 
 // stage is one goroutine of a run.
@@ -25,6 +27,13 @@ func (d *daemon) stages(work context.Context) []stage {
 		{"watch", d.watch},
 		{"publish", d.publishLoop},
 		{"watchdog", func(ctx context.Context) error { d.notify.watchdog(ctx, d.watchdogAlive); return nil }},
+	}
+	if d.gateway != nil {
+		s = append(s, stage{"gateway", d.gateway.Run})
+	}
+	if len(d.cfg.EngineHooks) > 0 && d.training() {
+		h := &gateway.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
+		s = append(s, stage{"engine_hooks", h.Run})
 	}
 	if !d.training() {
 		return append(s, stage{"ingest", func(ctx context.Context) error { return d.ingestLoop(ctx, work) }})
@@ -84,6 +93,9 @@ func (d *daemon) serve(ctx context.Context) error {
 		return err
 	}
 	d.stats.listenAddr = srv.Addr()
+	if err := d.openGateway(); err != nil {
+		return err
+	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

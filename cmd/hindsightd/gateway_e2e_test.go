@@ -1,0 +1,478 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/gateway"
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// gatewayKey is the API key the gateway tests use; only its hash is on disk.
+const gatewayKey = "hs-test-key-0123456789"
+
+// startGateway starts hindsightd with training off and the gateway on a free port,
+// serving a tiny byte-tokenizer model (hindsight init-model), and returns the
+// daemon, its data directory and the gateway's base URL. The same dataDir restarts
+// the same daemon.
+func startGateway(t *testing.T, dataDir string) (*proc, string) {
+	t.Helper()
+	return startGatewayWith(t, dataDir, "train: {enabled: false}\n", "")
+}
+
+// startGatewayWith is startGateway with the config's train: section and extra
+// gateway keys (", key: value" each) of the caller's.
+func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc, string) {
+	t.Helper()
+	modelDir := filepath.Join(dataDir, "model")
+	if _, err := os.Stat(modelDir); err != nil {
+		_, stderr, code := runCLI(t, "init-model", "-out", modelDir, "-seed", "2")
+		require.Equal(t, 0, code, stderr)
+	}
+	keys := filepath.Join(dataDir, "keys")
+	require.NoError(t, os.WriteFile(keys, []byte("# gateway test key\n"+gateway.HashKey(gatewayKey)+"\n"), 0o600))
+	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json, level: debug}\nmodel: {dir: %s}\n%s"+
+		"gateway: {enabled: true, listen: 127.0.0.1:0, keys_file: %s, idle_timeout: 1h%s}\n", dataDir, modelDir, train, keys, gatewayExtra)
+	path := filepath.Join(dataDir, "hindsightd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+	p := startDaemon(t, "-config", path)
+	p.waitReady(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := gatewayRe.FindStringSubmatch(p.log()); m != nil {
+			return p, "http://" + m[1] + "/v1"
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("gateway not serving:\n%s", p.log())
+	return nil, ""
+}
+
+var gatewayRe = regexp.MustCompile(`"component":"gateway","listen":"([^"]+)"[^\n]*"message":"gateway serving"`)
+
+// post sends body to the gateway with the test key (key "" sends none) and an
+// optional session header; it returns the status and the decoded JSON answer.
+func post(t *testing.T, url, key, session, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if session != "" {
+		req.Header.Set(gateway.SessionHeader, session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(b, &v), string(b))
+	return resp.StatusCode, v
+}
+
+// doneRollouts waits until the spool has finished n gateway files (training is
+// off: a decided file goes to done/) and returns their rollouts by id.
+func doneRollouts(t *testing.T, dataDir string, n int) map[string]*rollout.Rollout {
+	t.Helper()
+	spool := filepath.Join(dataDir, "spool")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		names, _ := filepath.Glob(filepath.Join(spool, "done", "*gateway-*.arrow"))
+		if len(names) >= n {
+			require.Empty(t, listDir(t, filepath.Join(spool, "failed")), "no gateway file is rejected")
+			out := map[string]*rollout.Rollout{}
+			for _, name := range names {
+				r, err := rollout.OpenReader(name, rollout.ReadOptions{})
+				require.NoError(t, err)
+				for r.Next() {
+					require.Empty(t, r.Problems())
+					ro := r.Rollout().Clone()
+					out[ro.ID] = ro
+				}
+				require.NoError(t, r.Close())
+			}
+			return out
+		}
+		require.True(t, time.Now().Before(deadline), "spool did not finish %d gateway files: done/ has %v", n, names)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sampledOf returns the rollout's tokens and log-probs where the log-prob is not
+// null: what the sampler produced, in order.
+func sampledOf(ro *rollout.Rollout) ([]int32, []float32) {
+	var ids []int32
+	var lps []float32
+	for i, tok := range ro.Tokens {
+		if lp, ok := ro.LogProb(i); ok {
+			ids, lps = append(ids, tok), append(lps, lp)
+		}
+	}
+	return ids, lps
+}
+
+// kinds lists a rollout's segment kinds (with tool names).
+func kinds(ro *rollout.Rollout) []string {
+	var out []string
+	for _, s := range ro.Segments {
+		k := s.Kind.String()
+		if s.Tool != "" {
+			k += ":" + s.Tool
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// rescore checks that every non-null log-prob of ro equals the model's own score
+// of the token within 1e-5 (the client asked for temperature 1, top_p 1).
+func rescore(t *testing.T, modelDir string, ro *rollout.Rollout) {
+	t.Helper()
+	m, _, _, err := xla.OpenPolicy(modelDir)
+	require.NoError(t, err)
+	backend, err := xla.NewBackend(xla.ResolveBackend("", ""))
+	require.NoError(t, err)
+	sc, err := xla.NewScorer(backend, m, xla.ScorerOptions{})
+	require.NoError(t, err)
+	lp, cache, err := sc.Score(t.Context(), ro.Tokens)
+	require.NoError(t, err)
+	cache.Close()
+	n := 0
+	for i := range ro.Tokens {
+		if v, ok := ro.LogProb(i); ok {
+			require.InDelta(t, lp[i], v, 1e-5, "rollout %s token %d", ro.ID, i)
+			n++
+		}
+	}
+	require.Positive(t, n)
+}
+
+// TestGatewayOpenAIClient drives the gateway with the official openai Python
+// package: a three-turn tool-calling conversation matched by message prefix and a
+// two-turn streamed one under a session header. The rollouts the sessions become
+// pass the spool's validation, hold exactly the tokens and log-probs the client
+// was sent, and their log-probs equal the model's re-score.
+func TestGatewayOpenAIClient(t *testing.T) {
+	python := pythonWith(t, "openai", "pyarrow")
+	dataDir := t.TempDir()
+	p, base := startGateway(t, dataDir)
+	out := filepath.Join(t.TempDir(), "client.json")
+	cmd := exec.CommandContext(t.Context(), python, "../../gateway/testdata/openai_client.py", base, gatewayKey, out)
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s\ndaemon log:\n%s", b, p.log())
+	require.NotContains(t, p.log(), gatewayKey, "the API key is never logged")
+
+	var rec struct {
+		Models   []string `json:"models"`
+		Sessions map[string]struct {
+			Kind  string `json:"kind"`
+			Turns []struct {
+				Content  string    `json:"content"`
+				Finish   string    `json:"finish_reason"`
+				TokenIDs []int32   `json:"token_ids"`
+				Logprobs []float64 `json:"logprobs"`
+			} `json:"turns"`
+		} `json:"sessions"`
+	}
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &rec))
+	require.Equal(t, []string{"hindsight"}, rec.Models)
+	require.Len(t, rec.Sessions, 2)
+
+	got := doneRollouts(t, dataDir, 2)
+	for id, s := range rec.Sessions {
+		ro := got[id]
+		require.NotNil(t, ro, "session %s has a rollout", id)
+		require.Equal(t, "task-"+id, ro.TaskID)
+		require.True(t, ro.HasReward)
+		require.Equal(t, "bytes-v1", ro.Tokenizer)
+		var wantIDs []int32
+		var wantLPs []float64
+		for _, tn := range s.Turns {
+			require.NotEmpty(t, tn.TokenIDs)
+			wantIDs, wantLPs = append(wantIDs, tn.TokenIDs...), append(wantLPs, tn.Logprobs...)
+		}
+		ids, lps := sampledOf(ro)
+		require.Equal(t, wantIDs, ids, "session %s: the rollout's sampled tokens are the ones the client got", id)
+		for i := range lps {
+			require.InDelta(t, wantLPs[i], lps[i], 1e-6)
+		}
+		switch s.Kind {
+		case "tools":
+			require.Equal(t, []string{"system", "user", "assistant", "tool_result:get_weather", "assistant", "user", "assistant"}, kinds(ro))
+		case "stream":
+			require.Equal(t, []string{"user", "assistant", "user", "assistant"}, kinds(ro))
+		}
+		rescore(t, filepath.Join(dataDir, "model"), ro)
+	}
+	_, stderr, code := runCLI(t, append([]string{"validate"}, mustGlob(t, filepath.Join(dataDir, "spool", "done", "*gateway-*.arrow"))...)...)
+	require.Equal(t, 0, code, stderr)
+}
+
+// TestGatewayErrorsAndAuth sends what curl would: requests without a key, with a
+// wrong one, malformed JSON, an unknown model, a conversation longer than the
+// model's context; each gets its OpenAI-style error and the daemon keeps serving.
+func TestGatewayErrorsAndAuth(t *testing.T) {
+	p, base := startGateway(t, t.TempDir())
+	chat := base + "/chat/completions"
+	ok := `{"model":"hindsight","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	for _, tc := range []struct {
+		name, key, body string
+		status          int
+		typ, code       string
+	}{
+		{"no key", "", ok, 401, "invalid_request_error", "invalid_api_key"},
+		{"wrong key", "hs-wrong", ok, 401, "invalid_request_error", "invalid_api_key"},
+		{"malformed JSON", gatewayKey, `{"model":"hindsight","messages":[`, 400, "invalid_request_error", ""},
+		{"unknown model", gatewayKey, `{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error", "model_not_found"},
+		{"no messages", gatewayKey, `{"model":"hindsight","messages":[]}`, 400, "invalid_request_error", ""},
+		{"bad role", gatewayKey, `{"model":"hindsight","messages":[{"role":"wizard","content":"hi"}]}`, 400, "invalid_request_error", ""},
+		{"too long", gatewayKey, `{"model":"hindsight","messages":[{"role":"user","content":"` + strings.Repeat("a", 131072) + `"}]}`, 400, "invalid_request_error", "context_length_exceeded"},
+		{"bad temperature", gatewayKey, `{"model":"hindsight","messages":[{"role":"user","content":"hi"}],"temperature":-1}`, 400, "invalid_request_error", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, v := post(t, chat, tc.key, "", tc.body)
+			require.Equal(t, tc.status, status, v)
+			e, _ := v["error"].(map[string]any)
+			require.NotNil(t, e, v)
+			require.NotEmpty(t, e["message"])
+			require.Equal(t, tc.typ, e["type"])
+			if tc.code != "" {
+				require.Equal(t, tc.code, e["code"])
+			}
+		})
+	}
+	status, v := post(t, chat, gatewayKey, "", ok)
+	require.Equal(t, 200, status, v)
+	status, _ = post(t, base+"/sessions/nope/close", gatewayKey, "", "{}")
+	require.Equal(t, 404, status)
+	require.NotContains(t, p.log(), gatewayKey)
+}
+
+// TestGatewaySIGKILLKeepsAcknowledgedTurns answers two turns of a session and
+// takes a person's rating and comment, kills the daemon with SIGKILL, restarts it, continues the session for a third turn and
+// closes it: the rollout holds all three turns' sampled tokens and the feedback,
+// exactly once.
+func TestGatewaySIGKILLKeepsAcknowledgedTurns(t *testing.T) {
+	dataDir := t.TempDir()
+	p, base := startGateway(t, dataDir)
+	msgs := []map[string]any{{"role": "user", "content": "count with me"}}
+	var want []int32
+	var ids []string // completion ids
+	turn := func(base string) {
+		body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs, "max_tokens": 8, "logprobs": true, "seed": len(msgs)})
+		status, v := post(t, base+"/chat/completions", gatewayKey, "kill-1", string(body))
+		require.Equal(t, 200, status, v)
+		ids = append(ids, v["id"].(string))
+		ch := v["choices"].([]any)[0].(map[string]any)
+		for _, e := range ch["logprobs"].(map[string]any)["content"].([]any) {
+			want = append(want, int32(e.(map[string]any)["token_id"].(float64)))
+		}
+		msgs = append(msgs, ch["message"].(map[string]any), map[string]any{"role": "user", "content": "go on"})
+	}
+	turn(base)
+	turn(base)
+	// A person rates the conversation and comments on the first reply.
+	status, v := post(t, base+"/feedback", gatewayKey, "", `{"completion_id":"`+ids[0]+`","rating":-1,"comment":"say what you count"}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, float64(1), v["turn"])
+	status, v = post(t, base+"/feedback", gatewayKey, "", `{"session_id":"kill-1","rating":3}`)
+	require.Equal(t, 400, status, v)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	p.wait(t, 10*time.Second)
+	require.FileExists(t, filepath.Join(dataDir, "state", "gateway", "kill-1.jsonl"))
+
+	p2, base2 := startGateway(t, dataDir)
+	require.Contains(t, p2.log(), "session reopened from its journal")
+	turn(base2)
+	status, v = post(t, base2+"/sessions/kill-1/close", gatewayKey, "", `{"reward": 1}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, float64(3), v["turns"])
+	got := doneRollouts(t, dataDir, 1)
+	ro := got["kill-1"]
+	require.NotNil(t, ro)
+	sampled, _ := sampledOf(ro)
+	require.Equal(t, want, sampled)
+	require.Equal(t, []string{"user", "assistant", "user", "assistant", "user", "assistant"}, kinds(ro))
+	require.True(t, ro.HasFeedback)
+	require.Equal(t, int8(-1), ro.Feedback)
+	require.Equal(t, "say what you count", ro.Segments[1].Feedback, "the comment is on the first reply")
+	require.Empty(t, ro.Segments[3].Feedback)
+	status, v = post(t, base2+"/feedback", gatewayKey, "", `{"session_id":"kill-1","rating":1}`)
+	require.Equal(t, 404, status, "a written session takes no more feedback (late feedback is not joined yet): %v", v)
+	require.NoFileExists(t, filepath.Join(dataDir, "state", "gateway", "kill-1.jsonl"))
+	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p2.wait(t, 30*time.Second))
+	require.Len(t, mustGlob(t, filepath.Join(dataDir, "spool", "*", "*gateway-*.arrow")), 1, "the session is written once")
+}
+
+// TestGatewaySwapsCheckpoint runs the outer loop: a session recorded by the
+// gateway is trained on, the checkpoint it gives is swapped into the gateway
+// without a restart, and requests sent all the while are each answered. An
+// SGLang-style engine (a real HTTP server standing in for SGLang's
+// /update_weights_from_disk) that fails the first call is told again and gets the
+// checkpoint's path.
+func TestGatewaySwapsCheckpoint(t *testing.T) {
+	dataDir := t.TempDir()
+	calls := make(chan string, 64)
+	var n atomic.Int32
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			ModelPath string `json:"model_path"`
+		}
+		json.NewDecoder(r.Body).Decode(&body)
+		calls <- r.URL.Path + " " + body.ModelPath
+		if n.Add(1) == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, `{"success": true}`)
+	}))
+	defer engine.Close()
+	p, base := startGatewayWith(t, dataDir, "train: {idle_flush: 200ms, checkpoint: {every_steps: 1}}\n"+
+		"engine_hooks: [{kind: sglang, url: "+engine.URL+", attempts: 3}]\n", ", reload_interval: 50ms")
+	body := `{"model":"hindsight","messages":[{"role":"user","content":"hello"}],"max_tokens":8,"seed":1}`
+	status, v := post(t, base+"/chat/completions", gatewayKey, "swap-1", body)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, "hindsight-step-0", v["system_fingerprint"])
+	status, v = post(t, base+"/sessions/swap-1/close", gatewayKey, "", `{"reward": 1, "task_id": "greet"}`)
+	require.Equal(t, 200, status, v)
+
+	// Requests keep coming while the daemon trains on the session and the gateway
+	// swaps the checkpoint in; every one is answered, the last by the new policy.
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := 0; ; i++ {
+		require.True(t, time.Now().Before(deadline), "no checkpoint served in time:\n%s", p.log())
+		status, v := post(t, base+"/chat/completions", gatewayKey, fmt.Sprintf("load-%d", i), body)
+		require.Equal(t, 200, status, v)
+		if v["system_fingerprint"] != "hindsight-step-0" {
+			require.Regexp(t, `^hindsight-step-[1-9]\d*$`, v["system_fingerprint"])
+			break
+		}
+	}
+	require.Contains(t, p.log(), `"message":"serving policy"`)
+	for i := range 2 {
+		select {
+		case c := <-calls:
+			require.Regexp(t, `^/update_weights_from_disk /.*/checkpoints/step-\d+$`, c, "call %d", i+1)
+		case <-time.After(time.Minute):
+			t.Fatalf("the engine was called %d times, want 2 (a failure, then the retry):\n%s", i, p.log())
+		}
+	}
+	require.Contains(t, p.log(), "engine hook failed; retrying")
+	resp, err := http.Get(base + "/models")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 401, resp.StatusCode, "models needs the key too")
+}
+
+// TestGatewayTLS serves the gateway over HTTPS from certificate and key files: a
+// client that trusts the certificate gets answers, a plain-HTTP request does not.
+func TestGatewayTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	_, base := startGatewayWith(t, t.TempDir(), "train: {enabled: false}\n",
+		fmt.Sprintf(", tls_cert_file: %s, tls_key_file: %s", certFile, keyFile))
+	secure := strings.Replace(base, "http://", "https://", 1)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, secure+"/chat/completions",
+		strings.NewReader(`{"model":"hindsight","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+gatewayKey)
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	plain, err := http.Get(base + "/models")
+	require.NoError(t, err)
+	plain.Body.Close()
+	require.Equal(t, http.StatusBadRequest, plain.StatusCode, "an HTTPS server refuses plain HTTP")
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key as PEM
+// files and returns them with a pool that trusts the certificate.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hindsight-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	kb, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
+	return certFile, keyFile, pool
+}
+
+func mustGlob(t *testing.T, pattern string) []string {
+	t.Helper()
+	m, err := filepath.Glob(pattern)
+	require.NoError(t, err)
+	return m
+}
+
+// pythonWith returns a python3 that imports every module of mods; it skips the test
+// without one unless HINDSIGHT_REQUIRE_PYTHON_OPENAI is set (CI installs
+// .ci/requirements.txt into the python3 on its PATH).
+func pythonWith(t *testing.T, mods ...string) string {
+	t.Helper()
+	for _, py := range []string{os.Getenv("HINDSIGHT_PYTHON"), "python3"} {
+		if py == "" {
+			continue
+		}
+		path, err := exec.LookPath(py)
+		if err != nil {
+			continue
+		}
+		var stderr bytes.Buffer
+		cmd := exec.Command(path, "-c", "import "+strings.Join(mods, ", "))
+		cmd.Stderr = &stderr
+		if cmd.Run() == nil {
+			return path
+		}
+	}
+	if os.Getenv("HINDSIGHT_REQUIRE_PYTHON_OPENAI") != "" {
+		t.Fatalf("no python3 (HINDSIGHT_PYTHON or PATH) imports %v", mods)
+	}
+	t.Skipf("no python3 imports %v (pip install -r .ci/requirements.txt)", mods)
+	return ""
+}

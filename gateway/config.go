@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is the `gateway:` section of hindsightd's configuration.
+type Config struct {
+	// Enabled starts the gateway (off by default).
+	Enabled bool `yaml:"enabled"`
+	// Listen is the gateway's own address (port 0 picks a free one).
+	Listen string `yaml:"listen"`
+	// ModelName is the model id GET /v1/models lists and requests must name.
+	ModelName string `yaml:"model_name"`
+	// KeysFile holds the API keys' SHA-256 hashes, one "sha256:<hex>" a line ('#'
+	// comments allowed); empty: no authentication.
+	KeysFile string `yaml:"keys_file"`
+	// IdleTimeout ends a session that has had no request this long: it is written
+	// to the spool as a rollout.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxTokens is the default max_tokens of a request that gives none (still
+	// bounded by the model's context).
+	MaxTokens int `yaml:"max_tokens"`
+	// MaxRequestBytes bounds a request body.
+	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	// MaxPending bounds the chat requests in the gateway at once (sampling or
+	// waiting for the sampler, which runs one at a time); one more is refused with
+	// 429 instead of queueing without bound.
+	MaxPending int `yaml:"max_pending"`
+	// TLSCertFile and TLSKeyFile (PEM) make the gateway serve HTTPS; both or
+	// neither.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
+	// ReloadInterval is how often the checkpoint root's `latest` link is looked at;
+	// a new checkpoint is swapped in without dropping a request.
+	ReloadInterval time.Duration `yaml:"reload_interval"`
+}
+
+// DefaultConfig returns the gateway's defaults: off, on 127.0.0.1:7078.
+func DefaultConfig() Config {
+	return Config{
+		Listen:          "127.0.0.1:7078",
+		ModelName:       "hindsight",
+		IdleTimeout:     10 * time.Minute,
+		MaxTokens:       512,
+		MaxRequestBytes: 8 << 20,
+		MaxPending:      64,
+		ReloadInterval:  2 * time.Second,
+	}
+}
+
+// Validate names the first bad field (with its gateway. path).
+func (c Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	switch {
+	case c.Listen == "":
+		return errors.New("gateway.listen: empty")
+	case c.ModelName == "":
+		return errors.New("gateway.model_name: empty")
+	case c.IdleTimeout <= 0:
+		return fmt.Errorf("gateway.idle_timeout %s: want > 0", c.IdleTimeout)
+	case c.MaxTokens <= 0:
+		return fmt.Errorf("gateway.max_tokens %d: want > 0", c.MaxTokens)
+	case c.MaxRequestBytes <= 0:
+		return fmt.Errorf("gateway.max_request_bytes %d: want > 0", c.MaxRequestBytes)
+	case c.MaxPending <= 0:
+		return fmt.Errorf("gateway.max_pending %d: want > 0", c.MaxPending)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return errors.New("gateway.tls_cert_file and gateway.tls_key_file: give both or neither")
+	case c.ReloadInterval <= 0:
+		return fmt.Errorf("gateway.reload_interval %s: want > 0", c.ReloadInterval)
+	}
+	return nil
+}

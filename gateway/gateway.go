@@ -1,0 +1,326 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// Options say where the gateway reads its policy and writes its rollouts.
+type Options struct {
+	Config Config
+	// ModelDir is the initial policy (an HF model directory), served until a
+	// checkpoint exists under Checkpoints.
+	ModelDir string
+	// Checkpoints is the checkpoint root whose `latest` link is followed; empty:
+	// serve ModelDir only.
+	Checkpoints string
+	// JournalDir holds the open sessions' journals (<data_dir>/state/gateway).
+	JournalDir string
+	// Incoming is the spool's incoming/ folder, where finished sessions go.
+	Incoming string
+	// Backend is the compute backend spec (xla.ResolveBackend's result).
+	Backend string
+	Log     zerolog.Logger
+}
+
+// Gateway serves chat completions and records the conversations.
+type Gateway struct {
+	cfg  Config
+	opts Options
+	log  zerolog.Logger
+	pol  *policies
+	keys *keys
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	srv      *http.Server
+	ln       net.Listener
+	pending  atomic.Int64 // chat requests in the gateway (Config.MaxPending)
+	tls      *tls.Config  // nil: plain HTTP
+}
+
+// New opens the policy, the API keys and the open sessions' journals (sessions a
+// crash or a restart left open continue, and end like any other).
+func New(opts Options) (*Gateway, error) {
+	g := &Gateway{cfg: opts.Config, opts: opts, log: opts.Log.With().Str("component", "gateway").Logger(),
+		sessions: map[string]*session{}}
+	if err := g.cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var err error
+	if g.keys, err = loadKeys(g.cfg.KeysFile); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{opts.JournalDir, opts.Incoming} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("open gateway: %w", err)
+		}
+	}
+	backend, err := xla.NewBackend(opts.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("open gateway: backend: %w", err)
+	}
+	g.pol = &policies{backend: backend, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
+	if err := g.pol.refresh(); err != nil {
+		return nil, fmt.Errorf("open gateway: %w", err)
+	}
+	if g.cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(g.cfg.TLSCertFile, g.cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load gateway.tls_cert_file / tls_key_file: %w", err)
+		}
+		g.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if err := g.recover(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// recover reopens every session journal in JournalDir.
+func (g *Gateway) recover() error {
+	paths, err := filepath.Glob(filepath.Join(g.opts.JournalDir, "*.jsonl"))
+	if err != nil {
+		return fmt.Errorf("recover sessions: %w", err)
+	}
+	for _, path := range paths {
+		id := strings.TrimSuffix(filepath.Base(path), ".jsonl")
+		s, err := readJournal(path, id)
+		if err != nil {
+			return fmt.Errorf("recover session %s: %w", id, err)
+		}
+		if s == nil { // nothing acknowledged
+			os.Remove(path)
+			continue
+		}
+		s.used = time.Now()
+		g.sessions[id] = s
+		g.log.Info().Str("session", id).Int("turns", s.turns).Int("tokens", len(s.tokens)).Msg("session reopened from its journal")
+	}
+	return nil
+}
+
+// Listen binds the gateway's address; Addr then says where it is.
+func (g *Gateway) Listen() error {
+	ln, err := net.Listen("tcp", g.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen gateway: %w", err)
+	}
+	g.ln = ln
+	return nil
+}
+
+// Addr is the bound address.
+func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+
+// Run serves until ctx ends, then stops taking requests, lets those in flight
+// finish, and writes every open session to the spool.
+func (g *Gateway) Run(ctx context.Context) error {
+	if g.ln == nil {
+		if err := g.Listen(); err != nil {
+			return err
+		}
+	}
+	g.srv = &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: g.tls}
+	errc := make(chan error, 1)
+	go func() {
+		if g.tls != nil {
+			errc <- g.srv.ServeTLS(g.ln, "", "")
+		} else {
+			errc <- g.srv.Serve(g.ln)
+		}
+	}()
+	g.log.Info().Str("listen", g.Addr()).Str("model", g.cfg.ModelName).Bool("auth", g.keys != nil).Bool("tls", g.tls != nil).Msg("gateway serving")
+	tick := time.NewTicker(min(max(g.cfg.IdleTimeout/10, 10*time.Millisecond), time.Second))
+	defer tick.Stop()
+	reload := time.NewTicker(g.cfg.ReloadInterval)
+	defer reload.Stop()
+	var err error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err = <-errc:
+			break loop
+		case <-tick.C:
+			g.endIdle(time.Now())
+		case <-reload.C:
+			if err := g.pol.refresh(); err != nil {
+				g.log.Warn().Err(err).Msg("load new checkpoint; keeping the policy serving")
+			}
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if serr := g.srv.Shutdown(sctx); serr != nil {
+		g.log.Warn().Err(serr).Msg("stop gateway server")
+	}
+	if eerr := g.endAll(); eerr != nil && err == nil {
+		err = eerr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Handler routes the gateway's endpoints behind the API-key check.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", g.chat)
+	mux.HandleFunc("GET /v1/models", g.models)
+	mux.HandleFunc("POST /v1/sessions/{id}/close", g.closeSession)
+	mux.HandleFunc("POST /v1/feedback", g.feedback)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path), Type: "invalid_request_error"})
+	})
+	return g.keys.require(mux)
+}
+
+// newSessionID returns a fresh session id.
+func newSessionID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "gw-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// acquire returns the session a request continues, locked and marked busy, with
+// the number of its messages already recorded (0 for a new session). With an id
+// (the X-Hindsight-Session header) it is that session, created if new; without,
+// the open session whose messages are the longest proper prefix of msgs, else a
+// new one.
+func (g *Gateway) acquire(id string, msgs []chatMessage) (*session, int, *apiError) {
+	for {
+		g.mu.Lock()
+		var s *session
+		if id != "" {
+			if !validID.MatchString(id) {
+				g.mu.Unlock()
+				return nil, 0, badRequest("", "session id %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", id)
+			}
+			s = g.sessions[id]
+		} else {
+			for _, c := range g.sessions {
+				if c.busy == 0 && len(c.messages) < len(msgs) && isPrefix(c.messages, msgs) && (s == nil || len(c.messages) > len(s.messages)) {
+					s = c
+				}
+			}
+		}
+		if s == nil {
+			if id == "" {
+				id = newSessionID()
+			}
+			s = &session{id: id, version: -1}
+			g.sessions[id] = s
+		}
+		s.busy++
+		g.mu.Unlock()
+		s.mu.Lock()
+		if s.ended { // ended between the lookup and the lock: look again
+			s.mu.Unlock()
+			g.release(s)
+			continue
+		}
+		k := len(s.messages)
+		if k > 0 && (len(msgs) <= k || !isPrefix(s.messages, msgs)) {
+			s.mu.Unlock()
+			g.release(s)
+			return nil, 0, badRequest("session_mismatch", "messages do not extend session %s's conversation (%d messages recorded): send its messages, the reply included, then the new ones", s.id, k)
+		}
+		return s, k, nil
+	}
+}
+
+// release marks s idle again (its lock already released); a session that never
+// recorded a turn is forgotten.
+func (g *Gateway) release(s *session) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s.busy--
+	s.used = time.Now()
+	if s.busy == 0 && s.turns == 0 && !s.ended && g.sessions[s.id] == s {
+		delete(g.sessions, s.id)
+	}
+}
+
+// isPrefix reports whether a's messages are the first len(a) of b's.
+func isPrefix(a, b []chatMessage) bool {
+	if len(a) > len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].key() != b[i].key() {
+			return false
+		}
+	}
+	return true
+}
+
+// endIdle writes the sessions idle since before now − idle_timeout to the spool.
+func (g *Gateway) endIdle(now time.Time) {
+	g.mu.Lock()
+	var idle []*session
+	for id, s := range g.sessions {
+		if s.busy == 0 && s.turns > 0 && now.Sub(s.used) >= g.cfg.IdleTimeout {
+			idle = append(idle, s)
+			delete(g.sessions, id)
+		}
+	}
+	g.mu.Unlock()
+	for _, s := range idle {
+		if _, err := g.end(s, "idle"); err != nil {
+			g.log.Error().Err(err).Str("session", s.id).Msg("write session to the spool; its journal stays for the next start")
+		}
+	}
+}
+
+// endAll writes every open session to the spool (shutdown).
+func (g *Gateway) endAll() error {
+	g.mu.Lock()
+	all := make([]*session, 0, len(g.sessions))
+	for id, s := range g.sessions {
+		if s.turns > 0 {
+			all = append(all, s)
+		}
+		delete(g.sessions, id)
+	}
+	g.mu.Unlock()
+	var errs []error
+	for _, s := range all {
+		if _, err := g.end(s, "shutdown"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// end writes s (already out of the session map) to the spool.
+func (g *Gateway) end(s *session, why string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	path, err := s.emit(g.opts.JournalDir, g.opts.Incoming)
+	if err != nil {
+		return "", err
+	}
+	g.log.Info().Str("session", s.id).Str("why", why).Int("turns", s.turns).Int("tokens", len(s.tokens)).
+		Str("file", filepath.Base(path)).Msg("session written to the spool")
+	return path, nil
+}

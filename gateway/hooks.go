@@ -1,0 +1,165 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
+)
+
+// Hook kinds: what an engine is told when a new checkpoint is written.
+const (
+	HookSGLang   = "sglang"    // POST <url>/update_weights_from_disk {"model_path": dir}
+	HookVLLMLoRA = "vllm_lora" // POST <url>/v1/load_lora_adapter {"lora_name", "lora_path": dir}
+)
+
+// HookConfig is one serving engine to tell about new weights (`engine_hooks:`).
+type HookConfig struct {
+	Kind string `yaml:"kind"` // sglang or vllm_lora
+	URL  string `yaml:"url"`  // the engine's base URL, e.g. http://127.0.0.1:30000
+	// LoRAName is the adapter name vLLM serves the checkpoint under (vllm_lora).
+	LoRAName string `yaml:"lora_name"`
+	// APIKeyEnv names an environment variable holding the engine's API key (sent
+	// as Authorization: Bearer); empty: none.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Attempts bounds the tries per checkpoint (default 5), with backoff doubling
+	// from 1s.
+	Attempts int `yaml:"attempts"`
+}
+
+// ValidateHooks names the first bad hook (with its engine_hooks[i] path).
+func ValidateHooks(hs []HookConfig) error {
+	for i, h := range hs {
+		switch {
+		case h.Kind != HookSGLang && h.Kind != HookVLLMLoRA:
+			return fmt.Errorf("engine_hooks[%d].kind %q: want %s or %s", i, h.Kind, HookSGLang, HookVLLMLoRA)
+		case !strings.HasPrefix(h.URL, "http://") && !strings.HasPrefix(h.URL, "https://"):
+			return fmt.Errorf("engine_hooks[%d].url %q: want http:// or https://", i, h.URL)
+		case h.Kind == HookVLLMLoRA && h.LoRAName == "":
+			return fmt.Errorf("engine_hooks[%d].lora_name: empty (vllm_lora needs the adapter's name)", i)
+		case h.Attempts < 0:
+			return fmt.Errorf("engine_hooks[%d].attempts %d: want ≥ 0", i, h.Attempts)
+		}
+	}
+	return nil
+}
+
+// request is the HTTP request that tells the engine about checkpoint dir.
+func (h HookConfig) request(ctx context.Context, dir string) (*http.Request, error) {
+	path, body := "/update_weights_from_disk", map[string]any{"model_path": dir}
+	if h.Kind == HookVLLMLoRA {
+		path, body = "/v1/load_lora_adapter", map[string]any{"lora_name": h.LoRAName, "lora_path": dir, "load_inplace": true}
+	}
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(h.URL, "/")+path, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if h.APIKeyEnv != "" {
+		req.Header.Set("Authorization", "Bearer "+os.Getenv(h.APIKeyEnv))
+	}
+	return req, nil
+}
+
+// Hooks tells serving engines about each new checkpoint: it follows the
+// checkpoint root's `latest` link and calls every hook once per checkpoint that
+// verifies, retrying with backoff. The embedded gateway swaps itself and needs no
+// hook.
+type Hooks struct {
+	Hooks    []HookConfig
+	Root     string        // the checkpoint root
+	Interval time.Duration // how often `latest` is looked at
+	Log      zerolog.Logger
+	Client   *http.Client
+}
+
+// Run calls the hooks for every checkpoint `latest` points to after the start
+// (the one there at the start is taken as already loaded), until ctx ends.
+func (h *Hooks) Run(ctx context.Context) error {
+	log := h.Log.With().Str("component", "engine_hooks").Logger()
+	client := h.Client
+	if client == nil {
+		client = &http.Client{Timeout: 5 * time.Minute}
+	}
+	seen, _ := os.Readlink(filepath.Join(h.Root, checkpoint.LatestLinkName))
+	tick := time.NewTicker(h.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		target, err := os.Readlink(filepath.Join(h.Root, checkpoint.LatestLinkName))
+		if err != nil || target == seen {
+			continue
+		}
+		dir := filepath.Join(h.Root, target)
+		st, err := checkpoint.Verify(dir)
+		if err != nil {
+			log.Warn().Err(err).Str("checkpoint", dir).Msg("latest checkpoint does not verify; engines not told")
+			continue
+		}
+		seen = target
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			abs = dir
+		}
+		for _, hk := range h.Hooks {
+			if err := call(ctx, client, hk, abs, log); err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Str("engine", hk.URL).Int64("step", st.Step).Msg("engine not told about the checkpoint")
+			} else if err == nil {
+				log.Info().Str("engine", hk.URL).Str("kind", hk.Kind).Int64("step", st.Step).Msg("engine loads the checkpoint")
+			}
+		}
+	}
+}
+
+// call tries one hook up to its attempts, doubling the wait from 1s.
+func call(ctx context.Context, client *http.Client, h HookConfig, dir string, log zerolog.Logger) error {
+	attempts := h.Attempts
+	if attempts == 0 {
+		attempts = 5
+	}
+	wait := time.Second
+	var last error
+	for i := 1; i <= attempts; i++ {
+		req, err := h.request(ctx, dir)
+		if err != nil {
+			return fmt.Errorf("hook %s: %w", h.URL, err)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return nil
+			}
+			err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		}
+		last = fmt.Errorf("call %s (attempt %d/%d): %w", req.URL, i, attempts, err)
+		if i == attempts {
+			break
+		}
+		log.Warn().Err(last).Dur("retry_in", wait).Msg("engine hook failed; retrying")
+		select {
+		case <-ctx.Done():
+			return errors.Join(last, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+	return last
+}

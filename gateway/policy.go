@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/rs/zerolog"
+
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// policy is one servable model: its sampler, tokenizer and chat template. A
+// request loads the current one once and uses it to the end, so a swap never
+// changes a turn in flight.
+type policy struct {
+	dir      string
+	step     int64
+	sampler  *xla.Sampler
+	tok      tokenizer.Tokenizer
+	template *chatTemplate
+	maxPos   int
+	stops    []int32 // turn-end token ids: sampling stops at them
+}
+
+// policies holds the serving policy and swaps in the newest checkpoint.
+type policies struct {
+	cur     atomic.Pointer[policy]
+	backend backends.Backend
+	initial string // the model directory used until a checkpoint exists
+	root    string // the checkpoint root whose `latest` link is followed
+	log     zerolog.Logger
+}
+
+// refresh loads the checkpoint `latest` names (or the initial model the first
+// time) when it differs from the one serving, and swaps it in atomically.
+func (p *policies) refresh() error {
+	dir, step := p.initial, int64(0)
+	if p.root != "" {
+		if target, err := os.Readlink(filepath.Join(p.root, checkpoint.LatestLinkName)); err == nil {
+			ck := filepath.Join(p.root, target)
+			if cur := p.cur.Load(); cur != nil && cur.dir == ck {
+				return nil
+			}
+			if st, err := checkpoint.Verify(ck); err == nil {
+				dir, step = ck, st.Step
+			} else if p.cur.Load() != nil {
+				p.log.Warn().Err(err).Str("checkpoint", ck).Msg("latest checkpoint does not verify; keeping the policy serving")
+				return nil
+			}
+		}
+	}
+	if cur := p.cur.Load(); cur != nil && cur.dir == dir {
+		return nil
+	}
+	np, err := p.open(dir, step)
+	if err != nil {
+		return err
+	}
+	p.cur.Store(np)
+	p.log.Info().Str("model", dir).Int64("policy_version", step).Str("chat_template", np.template.source).Msg("serving policy")
+	return nil
+}
+
+func (p *policies) open(dir string, step int64) (*policy, error) {
+	m, tok, _, err := xla.OpenPolicy(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open policy %s: %w", dir, err)
+	}
+	tmpl, err := loadTemplate(dir, tok)
+	if err != nil {
+		return nil, err
+	}
+	s, err := xla.NewSampler(p.backend, m, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open policy %s: %w", dir, err)
+	}
+	np := &policy{dir: dir, step: step, sampler: s, tok: tok, template: tmpl, maxPos: m.Config.MaxPositionEmbeddings}
+	for _, name := range tmpl.stopTokens {
+		id, _ := tok.SpecialID(name)
+		np.stops = append(np.stops, id)
+	}
+	if len(np.stops) == 0 {
+		return nil, fmt.Errorf("open policy %s: the tokenizer has no turn-end token (eos_token, <|end|>, <|im_end|>, <|eot_id|>, <|endoftext|>)", dir)
+	}
+	return np, nil
+}

@@ -1,0 +1,236 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
+	"github.com/hindsight-ai/hindsight/rollout"
+)
+
+// session is one recorded conversation: the exact tokens of every turn so far (the
+// sampled ones with their log-probs, the rendered ones with none), its segments and
+// its messages in canonical form. mu is held for a whole turn.
+type session struct {
+	mu       sync.Mutex
+	id       string
+	messages []chatMessage
+	tokens   []int32
+	logprobs []float32
+	valid    []bool
+	segments []rollout.Segment
+	taskID   string
+	reward   *float32
+	version  int64 // the oldest policy step that sampled a turn; -1 before the first
+	tok      string
+	turns    int
+	journal  *os.File
+	ended    bool // written (or being written) to the spool; a request that finds it retries
+	used     time.Time
+	// rating is a person's −1/0/+1 rating of the whole conversation (nil: none);
+	// replySeg[n] is the index in segments of turn n+1's reply, where a comment on
+	// that turn goes.
+	rating   *int8
+	replySeg []int
+	busy     int // requests holding or waiting for the session (guarded by the Gateway's mu)
+}
+
+// turnRecord is one line of a session's journal: what one turn appended, and the
+// conversation's messages after it. A turn is acknowledged only once its record is
+// fsynced.
+type turnRecord struct {
+	Turn          int           `json:"turn"`
+	Messages      []chatMessage `json:"messages"`
+	Tokens        []int32       `json:"tokens"`
+	LogProbs      []*float32    `json:"logprobs"`
+	Segments      []segRecord   `json:"segments"`
+	TaskID        string        `json:"task_id,omitempty"`
+	Reward        *float32      `json:"reward,omitempty"`
+	PolicyVersion int64         `json:"policy_version"`
+	Tokenizer     string        `json:"tokenizer"`
+	// Rating, Comment and CommentTurn are a person's feedback (POST /v1/feedback),
+	// in a record of their own.
+	Rating      *int8  `json:"rating,omitempty"`
+	Comment     string `json:"comment,omitempty"`
+	CommentTurn int    `json:"comment_turn,omitempty"`
+}
+
+// segRecord is a segment in a journal line.
+type segRecord struct {
+	Start  int32  `json:"start"`
+	End    int32  `json:"end"`
+	Kind   string `json:"kind"`
+	Tool   string `json:"tool,omitempty"`
+	Status int8   `json:"status"`
+}
+
+// validID is what a session id may hold: it names the journal and the rollout file.
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// journalPath is session id's journal in dir.
+func journalPath(dir, id string) string { return filepath.Join(dir, id+".jsonl") }
+
+// appendTurn writes rec to the journal and fsyncs it (creating the journal, and
+// fsyncing its folder, on the first turn), then applies it to s.
+func (s *session) appendTurn(dir string, rec *turnRecord) error {
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode turn: %w", err)
+	}
+	line = append(line, '\n')
+	if s.journal == nil {
+		f, err := os.OpenFile(journalPath(dir, s.id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("open session journal: %w", err)
+		}
+		if err := fsutil.SyncDir(dir); err != nil {
+			f.Close()
+			return fmt.Errorf("open session journal: %w", err)
+		}
+		s.journal = f
+	}
+	if _, err := s.journal.Write(line); err != nil {
+		return fmt.Errorf("append session journal: %w", err)
+	}
+	if err := s.journal.Sync(); err != nil {
+		return fmt.Errorf("sync session journal: %w", err)
+	}
+	s.apply(rec)
+	return nil
+}
+
+// apply adds what rec records to s.
+func (s *session) apply(rec *turnRecord) {
+	s.turns = rec.Turn
+	s.messages = rec.Messages
+	s.tokens = append(s.tokens, rec.Tokens...)
+	for _, lp := range rec.LogProbs {
+		if lp == nil {
+			s.logprobs, s.valid = append(s.logprobs, 0), append(s.valid, false)
+		} else {
+			s.logprobs, s.valid = append(s.logprobs, *lp), append(s.valid, true)
+		}
+	}
+	for _, sr := range rec.Segments {
+		k, _ := rollout.ParseSegmentKind(sr.Kind)
+		s.segments = append(s.segments, rollout.Segment{Start: sr.Start, End: sr.End, Kind: k, Tool: sr.Tool, Status: rollout.ToolStatus(sr.Status)})
+	}
+	if len(rec.Tokens) > 0 && len(rec.Segments) > 0 { // a turn: its reply is its last segment
+		s.replySeg = append(s.replySeg, len(s.segments)-1)
+	}
+	if rec.Rating != nil {
+		s.rating = rec.Rating
+	}
+	if rec.Comment != "" && rec.CommentTurn >= 1 && rec.CommentTurn <= len(s.replySeg) {
+		seg := &s.segments[s.replySeg[rec.CommentTurn-1]]
+		if seg.Feedback != "" {
+			seg.Feedback += "\n"
+		}
+		seg.Feedback += rec.Comment
+	}
+	if rec.TaskID != "" {
+		s.taskID = rec.TaskID
+	}
+	if rec.Reward != nil {
+		s.reward = rec.Reward
+	}
+	if s.version < 0 || rec.PolicyVersion < s.version {
+		s.version = rec.PolicyVersion
+	}
+	s.tok = rec.Tokenizer
+}
+
+// readJournal rebuilds a session from its journal. A last line that does not
+// decode is a turn whose append a crash cut short: it was never acknowledged, so
+// it is dropped (and cut off the file, so the next append starts a clean line).
+func readJournal(path, id string) (*session, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read session journal: %w", err)
+	}
+	s := &session{id: id, version: -1}
+	good := 0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<30)
+	for sc.Scan() {
+		var rec turnRecord
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			break
+		}
+		s.apply(&rec)
+		good += len(sc.Bytes()) + 1
+	}
+	if good > len(b) {
+		good = len(b) // a last line without its newline decoded: keep it
+	}
+	if good < len(b) {
+		if err := os.Truncate(path, int64(good)); err != nil {
+			return nil, fmt.Errorf("truncate session journal: %w", err)
+		}
+	}
+	if s.turns == 0 {
+		return nil, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open session journal: %w", err)
+	}
+	if good == len(b) && len(b) > 0 && b[len(b)-1] != '\n' {
+		f.Write([]byte{'\n'})
+	}
+	s.journal = f
+	return s, nil
+}
+
+// rollout returns the session as a rollout row.
+func (s *session) rollout() *rollout.Rollout {
+	r := &rollout.Rollout{ID: s.id, TaskID: s.taskID, PolicyVersion: max(s.version, 0), Tokenizer: s.tok,
+		Tokens: s.tokens, LogProbs: s.logprobs, Segments: s.segments}
+	bitmap := make([]byte, (len(s.valid)+7)/8)
+	for i, v := range s.valid {
+		if v {
+			bitmap[i/8] |= 1 << (i % 8)
+		}
+	}
+	r.SetLogProbValidity(bitmap, 0)
+	if s.reward != nil {
+		r.Reward, r.HasReward = *s.reward, true
+	}
+	if s.rating != nil {
+		r.Feedback, r.HasFeedback = *s.rating, true
+	}
+	return r
+}
+
+// fileName is the session's rollout file name in incoming/.
+func (s *session) fileName() string { return "gateway-" + s.id + ".arrow" }
+
+// emit writes the session to incoming/ as a rollout file (temp, fsync, rename,
+// fsync folder), then removes its journal. A crash between the two re-emits the
+// same file on the next start; the spool's rollout_id dedupe keeps it from being
+// trained twice.
+func (s *session) emit(journalDir, incoming string) (string, error) {
+	path := filepath.Join(incoming, s.fileName())
+	if err := rollout.WriteFile(path, []*rollout.Rollout{s.rollout()}, rollout.WriteOptions{}); err != nil {
+		return "", fmt.Errorf("emit session %s: %w", s.id, err)
+	}
+	if s.journal != nil {
+		s.journal.Close()
+		s.journal = nil
+	}
+	if err := os.Remove(journalPath(journalDir, s.id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return path, fmt.Errorf("emit session %s: remove journal: %w", s.id, err)
+	}
+	if err := fsutil.SyncDir(journalDir); err != nil {
+		return path, fmt.Errorf("emit session %s: %w", s.id, err)
+	}
+	return path, nil
+}
