@@ -173,7 +173,7 @@ func (d *daemon) open() (close func(), err error) {
 	d.logCompaction()
 
 	d.reg = prometheus.NewRegistry()
-	d.stats = newStats(d.opts.Version, d.cfg.DataDir, d.started, d.spool, d.pauser.proto)
+	d.stats = newStats(d.opts.Version, d.cfg.DataDir, d.storage, d.started, d.spool, d.pauser.proto)
 	d.metrics = newMetrics(d.reg, d.stats, d.opts.Version)
 	d.reg.MustRegister(storageGauge(d.storage))
 	d.pauser.onChange = d.stats.publish

@@ -196,7 +196,7 @@ func TestPublishRecordsHistory(t *testing.T) {
 	sp, err := rollout.OpenSpool(filepath.Join(dir, "spool"), filepath.Join(dir, "journal"), rollout.ReadOptions{}, zerolog.Nop())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sp.Close() })
-	s := newStats("test", dir, time.Now(), sp, func() *hindsightv1.PauseState { return nil })
+	s := newStats("test", dir, fsutil.Features{}, time.Now(), sp, func() *hindsightv1.PauseState { return nil })
 	s.publish()
 	pts := s.hist.points()
 	require.Len(t, pts, 1)

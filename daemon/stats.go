@@ -13,6 +13,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/eval"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 )
@@ -31,6 +32,7 @@ const rateWindow = time.Minute
 type stats struct {
 	version string
 	dataDir string
+	storage *hindsightv1.StorageInfo // probed at start-up; set once, before the first publish
 	started time.Time
 	spool   *rollout.Spool
 	// pause and teacher read the pause state and the teacher's counters; set before
@@ -60,12 +62,14 @@ type rateSample struct {
 	rollouts, tokens int64
 }
 
-func newStats(version, dataDir string, started time.Time, sp *rollout.Spool, pause func() *hindsightv1.PauseState) *stats {
+func newStats(version, dataDir string, storage fsutil.Features, started time.Time, sp *rollout.Spool, pause func() *hindsightv1.PauseState) *stats {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
 		dir = dataDir
 	}
-	return &stats{version: version, dataDir: dir, started: started, spool: sp, pause: pause, state: stateStarting,
+	si := &hindsightv1.StorageInfo{FsType: storage.FSType, RenameNoreplace: storage.RenameNoReplace,
+		HardLinks: storage.HardLinks, Symlinks: storage.Symlinks, RenameMode: storage.RenameMode()}
+	return &stats{version: version, dataDir: dir, storage: si, started: started, spool: sp, pause: pause, state: stateStarting,
 		hist: newHistory(historySize)}
 }
 
@@ -144,6 +148,7 @@ func (s *stats) publish() {
 		Session:       ingestProto(s.session, rps, tps),
 		LastError:     s.lastErr,
 		LastErrorFile: s.lastErrF,
+		Storage:       s.storage,
 	}
 	st.Total.JournalSeq = total.LastSeq
 	if !s.lastErrAt.IsZero() {

@@ -236,9 +236,16 @@ func sigkillWhileTraining(t *testing.T, cr crashRun) {
 		p := start("-config", cfg(dataDir))
 		addr := p.waitReady(t)
 		waitTrained(t, p, addr, 12)
+		st := statusOf(t, addr).GetStorage()
+		require.NotNil(t, st, "status reports the storage features")
+		require.NotEmpty(t, st.FsType)
+		require.Equal(t, st.RenameNoreplace, st.RenameMode == "renameat2", "%v", st)
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 		require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
 		requireRenameMode(t, p.log(), cr.fallback)
+		if cr.fallback {
+			require.Equal(t, "check-then-rename", st.RenameMode, "status says what the log says")
+		}
 	}
 
 	ref := cr.dir(t)

@@ -503,7 +503,10 @@ type Status struct {
 	BestEvals []*EvalResult `protobuf:"bytes,22,rep,name=best_evals,json=bestEvals,proto3" json:"best_evals,omitempty"`
 	// Who paused the daemon, why and since when, and the disk-full state; unset while
 	// the daemon runs normally.
-	Pause         *PauseState `protobuf:"bytes,30,opt,name=pause,proto3" json:"pause,omitempty"`
+	Pause *PauseState `protobuf:"bytes,30,opt,name=pause,proto3" json:"pause,omitempty"`
+	// What the data directory's file system offers the durable writes, probed once at
+	// start-up (docs/storage.md).
+	Storage       *StorageInfo `protobuf:"bytes,31,opt,name=storage,proto3" json:"storage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -699,6 +702,97 @@ func (x *Status) GetPause() *PauseState {
 	return nil
 }
 
+func (x *Status) GetStorage() *StorageInfo {
+	if x != nil {
+		return x.Storage
+	}
+	return nil
+}
+
+// StorageInfo is what the data directory's file system offers the durable writes.
+type StorageInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file system's type from statfs ("ext4", "xfs", "nfs", "fuse", …; "0x…" when
+	// unknown).
+	FsType string `protobuf:"bytes,1,opt,name=fs_type,json=fsType,proto3" json:"fs_type,omitempty"`
+	// renameat2(RENAME_NOREPLACE) works. Without it every no-replace rename checks the
+	// target is free, then renames, under the data directory's lock.
+	RenameNoreplace bool `protobuf:"varint,2,opt,name=rename_noreplace,json=renameNoreplace,proto3" json:"rename_noreplace,omitempty"`
+	// link(2) works on files (nothing depends on it).
+	HardLinks bool `protobuf:"varint,3,opt,name=hard_links,json=hardLinks,proto3" json:"hard_links,omitempty"`
+	// symlink(2) works; without it checkpoints/latest cannot be kept.
+	Symlinks bool `protobuf:"varint,4,opt,name=symlinks,proto3" json:"symlinks,omitempty"`
+	// How no-replace renames are done here: "renameat2" or "check-then-rename".
+	RenameMode    string `protobuf:"bytes,5,opt,name=rename_mode,json=renameMode,proto3" json:"rename_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StorageInfo) Reset() {
+	*x = StorageInfo{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageInfo) ProtoMessage() {}
+
+func (x *StorageInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageInfo.ProtoReflect.Descriptor instead.
+func (*StorageInfo) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StorageInfo) GetFsType() string {
+	if x != nil {
+		return x.FsType
+	}
+	return ""
+}
+
+func (x *StorageInfo) GetRenameNoreplace() bool {
+	if x != nil {
+		return x.RenameNoreplace
+	}
+	return false
+}
+
+func (x *StorageInfo) GetHardLinks() bool {
+	if x != nil {
+		return x.HardLinks
+	}
+	return false
+}
+
+func (x *StorageInfo) GetSymlinks() bool {
+	if x != nil {
+		return x.Symlinks
+	}
+	return false
+}
+
+func (x *StorageInfo) GetRenameMode() string {
+	if x != nil {
+		return x.RenameMode
+	}
+	return ""
+}
+
 // EvalResult is one eval suite's result for one checkpoint, as evals.jsonl records it.
 type EvalResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -727,7 +821,7 @@ type EvalResult struct {
 
 func (x *EvalResult) Reset() {
 	*x = EvalResult{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +833,7 @@ func (x *EvalResult) String() string {
 func (*EvalResult) ProtoMessage() {}
 
 func (x *EvalResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +846,7 @@ func (x *EvalResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalResult.ProtoReflect.Descriptor instead.
 func (*EvalResult) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EvalResult) GetSuite() string {
@@ -853,7 +947,7 @@ type PauseState struct {
 
 func (x *PauseState) Reset() {
 	*x = PauseState{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +959,7 @@ func (x *PauseState) String() string {
 func (*PauseState) ProtoMessage() {}
 
 func (x *PauseState) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +972,7 @@ func (x *PauseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseState.ProtoReflect.Descriptor instead.
 func (*PauseState) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PauseState) GetOperator() bool {
@@ -979,7 +1073,8 @@ type TrainingStats struct {
 	// Credit files published, this process.
 	CreditFiles int64 `protobuf:"varint,16,opt,name=credit_files,json=creditFiles,proto3" json:"credit_files,omitempty"`
 	// Optimizer updates applied to the policy, lifetime: step less the steps whose
-	// batch had no signal (no hint credit, no outcome advantage, no KL term).
+	// batch had no signal (no trainable token, or none with hint credit, an outcome
+	// advantage or a KL term).
 	Updates int64 `protobuf:"varint,17,opt,name=updates,proto3" json:"updates,omitempty"`
 	// Steps of this process whose batch had no signal, so made no update.
 	SessionStepsWithoutUpdate int64 `protobuf:"varint,18,opt,name=session_steps_without_update,json=sessionStepsWithoutUpdate,proto3" json:"session_steps_without_update,omitempty"`
@@ -989,7 +1084,7 @@ type TrainingStats struct {
 
 func (x *TrainingStats) Reset() {
 	*x = TrainingStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1096,7 @@ func (x *TrainingStats) String() string {
 func (*TrainingStats) ProtoMessage() {}
 
 func (x *TrainingStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1109,7 @@ func (x *TrainingStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainingStats.ProtoReflect.Descriptor instead.
 func (*TrainingStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TrainingStats) GetStep() int64 {
@@ -1156,7 +1251,7 @@ type CheckpointInfo struct {
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1263,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1276,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckpointInfo) GetStep() int64 {
@@ -1228,7 +1323,7 @@ type TeacherStats struct {
 
 func (x *TeacherStats) Reset() {
 	*x = TeacherStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1335,7 @@ func (x *TeacherStats) String() string {
 func (*TeacherStats) ProtoMessage() {}
 
 func (x *TeacherStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1348,7 @@ func (x *TeacherStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeacherStats.ProtoReflect.Descriptor instead.
 func (*TeacherStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{13}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TeacherStats) GetHintsBySource() map[string]int64 {
@@ -1334,7 +1429,7 @@ type CreditStats struct {
 
 func (x *CreditStats) Reset() {
 	*x = CreditStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1441,7 @@ func (x *CreditStats) String() string {
 func (*CreditStats) ProtoMessage() {}
 
 func (x *CreditStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1454,7 @@ func (x *CreditStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreditStats.ProtoReflect.Descriptor instead.
 func (*CreditStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{14}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreditStats) GetDeltaAbsMean() float64 {
@@ -1433,7 +1528,7 @@ type QueueDepths struct {
 
 func (x *QueueDepths) Reset() {
 	*x = QueueDepths{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1540,7 @@ func (x *QueueDepths) String() string {
 func (*QueueDepths) ProtoMessage() {}
 
 func (x *QueueDepths) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1553,7 @@ func (x *QueueDepths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepths.ProtoReflect.Descriptor instead.
 func (*QueueDepths) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueDepths) GetFiles() int64 {
@@ -1506,7 +1601,7 @@ type BackendInfo struct {
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1613,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1626,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BackendInfo) GetName() string {
@@ -1593,7 +1688,7 @@ type SpoolCounts struct {
 
 func (x *SpoolCounts) Reset() {
 	*x = SpoolCounts{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1605,7 +1700,7 @@ func (x *SpoolCounts) String() string {
 func (*SpoolCounts) ProtoMessage() {}
 
 func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1618,7 +1713,7 @@ func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpoolCounts.ProtoReflect.Descriptor instead.
 func (*SpoolCounts) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SpoolCounts) GetIncoming() int64 {
@@ -1680,7 +1775,7 @@ type IngestStats struct {
 
 func (x *IngestStats) Reset() {
 	*x = IngestStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[18]
+	mi := &file_hindsight_v1_status_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1787,7 @@ func (x *IngestStats) String() string {
 func (*IngestStats) ProtoMessage() {}
 
 func (x *IngestStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[18]
+	mi := &file_hindsight_v1_status_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1800,7 @@ func (x *IngestStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestStats.ProtoReflect.Descriptor instead.
 func (*IngestStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{18}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IngestStats) GetFilesClaimed() int64 {
@@ -1798,7 +1893,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x12WatchStatusRequest\x125\n" +
 	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"C\n" +
 	"\x13WatchStatusResponse\x12,\n" +
-	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\xba\b\n" +
+	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\xef\b\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.hindsight.v1.StateR\x05state\x129\n" +
@@ -1827,7 +1922,16 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x05evals\x18\x15 \x03(\v2\x18.hindsight.v1.EvalResultR\x05evals\x127\n" +
 	"\n" +
 	"best_evals\x18\x16 \x03(\v2\x18.hindsight.v1.EvalResultR\tbestEvals\x12.\n" +
-	"\x05pause\x18\x1e \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\"\x82\x03\n" +
+	"\x05pause\x18\x1e \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\x123\n" +
+	"\astorage\x18\x1f \x01(\v2\x19.hindsight.v1.StorageInfoR\astorage\"\xad\x01\n" +
+	"\vStorageInfo\x12\x17\n" +
+	"\afs_type\x18\x01 \x01(\tR\x06fsType\x12)\n" +
+	"\x10rename_noreplace\x18\x02 \x01(\bR\x0frenameNoreplace\x12\x1d\n" +
+	"\n" +
+	"hard_links\x18\x03 \x01(\bR\thardLinks\x12\x1a\n" +
+	"\bsymlinks\x18\x04 \x01(\bR\bsymlinks\x12\x1f\n" +
+	"\vrename_mode\x18\x05 \x01(\tR\n" +
+	"renameMode\"\x82\x03\n" +
 	"\n" +
 	"EvalResult\x12\x14\n" +
 	"\x05suite\x18\x01 \x01(\tR\x05suite\x12\x12\n" +
@@ -1973,7 +2077,7 @@ func file_hindsight_v1_status_proto_rawDescGZIP() []byte {
 }
 
 var file_hindsight_v1_status_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_hindsight_v1_status_proto_goTypes = []any{
 	(State)(0),                    // 0: hindsight.v1.State
 	(*PauseRequest)(nil),          // 1: hindsight.v1.PauseRequest
@@ -1985,68 +2089,70 @@ var file_hindsight_v1_status_proto_goTypes = []any{
 	(*WatchStatusRequest)(nil),    // 7: hindsight.v1.WatchStatusRequest
 	(*WatchStatusResponse)(nil),   // 8: hindsight.v1.WatchStatusResponse
 	(*Status)(nil),                // 9: hindsight.v1.Status
-	(*EvalResult)(nil),            // 10: hindsight.v1.EvalResult
-	(*PauseState)(nil),            // 11: hindsight.v1.PauseState
-	(*TrainingStats)(nil),         // 12: hindsight.v1.TrainingStats
-	(*CheckpointInfo)(nil),        // 13: hindsight.v1.CheckpointInfo
-	(*TeacherStats)(nil),          // 14: hindsight.v1.TeacherStats
-	(*CreditStats)(nil),           // 15: hindsight.v1.CreditStats
-	(*QueueDepths)(nil),           // 16: hindsight.v1.QueueDepths
-	(*BackendInfo)(nil),           // 17: hindsight.v1.BackendInfo
-	(*SpoolCounts)(nil),           // 18: hindsight.v1.SpoolCounts
-	(*IngestStats)(nil),           // 19: hindsight.v1.IngestStats
-	nil,                           // 20: hindsight.v1.EvalResult.MetricsEntry
-	nil,                           // 21: hindsight.v1.TeacherStats.HintsBySourceEntry
-	nil,                           // 22: hindsight.v1.TeacherStats.FailuresByKindEntry
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*StorageInfo)(nil),           // 10: hindsight.v1.StorageInfo
+	(*EvalResult)(nil),            // 11: hindsight.v1.EvalResult
+	(*PauseState)(nil),            // 12: hindsight.v1.PauseState
+	(*TrainingStats)(nil),         // 13: hindsight.v1.TrainingStats
+	(*CheckpointInfo)(nil),        // 14: hindsight.v1.CheckpointInfo
+	(*TeacherStats)(nil),          // 15: hindsight.v1.TeacherStats
+	(*CreditStats)(nil),           // 16: hindsight.v1.CreditStats
+	(*QueueDepths)(nil),           // 17: hindsight.v1.QueueDepths
+	(*BackendInfo)(nil),           // 18: hindsight.v1.BackendInfo
+	(*SpoolCounts)(nil),           // 19: hindsight.v1.SpoolCounts
+	(*IngestStats)(nil),           // 20: hindsight.v1.IngestStats
+	nil,                           // 21: hindsight.v1.EvalResult.MetricsEntry
+	nil,                           // 22: hindsight.v1.TeacherStats.HintsBySourceEntry
+	nil,                           // 23: hindsight.v1.TeacherStats.FailuresByKindEntry
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_hindsight_v1_status_proto_depIdxs = []int32{
-	11, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
-	11, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
+	12, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
+	12, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
 	9,  // 2: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
-	23, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	24, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	9,  // 4: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
 	0,  // 5: hindsight.v1.Status.state:type_name -> hindsight.v1.State
-	24, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	23, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
-	18, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
-	19, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
-	19, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
-	24, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
-	12, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
-	13, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
-	14, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
-	15, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
-	16, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
-	17, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
-	10, // 18: hindsight.v1.Status.evals:type_name -> hindsight.v1.EvalResult
-	10, // 19: hindsight.v1.Status.best_evals:type_name -> hindsight.v1.EvalResult
-	11, // 20: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
-	24, // 21: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
-	20, // 22: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
-	24, // 23: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
-	24, // 24: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
-	24, // 25: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
-	24, // 26: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
-	23, // 27: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
-	24, // 28: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
-	21, // 29: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
-	22, // 30: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
-	23, // 31: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
-	5,  // 32: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	7,  // 33: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	1,  // 34: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
-	3,  // 35: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
-	6,  // 36: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	8,  // 37: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	2,  // 38: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
-	4,  // 39: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
-	36, // [36:40] is the sub-list for method output_type
-	32, // [32:36] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	25, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	24, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
+	19, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
+	20, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
+	20, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
+	25, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
+	13, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
+	14, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
+	15, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
+	16, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
+	17, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
+	18, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
+	11, // 18: hindsight.v1.Status.evals:type_name -> hindsight.v1.EvalResult
+	11, // 19: hindsight.v1.Status.best_evals:type_name -> hindsight.v1.EvalResult
+	12, // 20: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
+	10, // 21: hindsight.v1.Status.storage:type_name -> hindsight.v1.StorageInfo
+	25, // 22: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
+	21, // 23: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
+	25, // 24: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
+	25, // 25: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
+	25, // 26: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
+	25, // 27: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
+	24, // 28: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
+	25, // 29: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
+	22, // 30: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
+	23, // 31: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
+	24, // 32: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
+	5,  // 33: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	7,  // 34: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	1,  // 35: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	3,  // 36: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	6,  // 37: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	8,  // 38: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	2,  // 39: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	4,  // 40: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	37, // [37:41] is the sub-list for method output_type
+	33, // [33:37] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
@@ -2060,7 +2166,7 @@ func file_hindsight_v1_status_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hindsight_v1_status_proto_rawDesc), len(file_hindsight_v1_status_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
