@@ -235,6 +235,9 @@ func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
 	line("state", "%s", stateName(st.GetState()))
 	line("started", "%s (up %s)", formatTime(st.GetStartedAt()), st.GetUptime().AsDuration().Round(time.Second))
 	line("data dir", "%s", orDash(st.GetDataDir()))
+	if sg := st.GetStorage(); sg != nil {
+		line("storage", "%s, renames: %s, symlinks: %s", orDash(sg.GetFsType()), orDash(sg.GetRenameMode()), yesNo(sg.GetSymlinks()))
+	}
 	line("listen addr", "%s", orDash(st.GetListenAddr()))
 	sp := st.GetSpool()
 	line("spool", "%s incoming, %s processing, %s done, %s failed",
@@ -439,4 +442,12 @@ func count(n int64) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// yesNo is "yes" for true and "no" for false.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

@@ -30,6 +30,7 @@ func statusFixture() *hindsightv1.Status {
 		StartedAt:  timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
 		Uptime:     durationpb.New(90*time.Minute + 400*time.Millisecond),
 		DataDir:    "/var/lib/hindsight",
+		Storage:    &hindsightv1.StorageInfo{FsType: "nfs", RenameMode: "check-then-rename", Symlinks: true},
 		ListenAddr: "127.0.0.1:7077",
 		Spool:      &hindsightv1.SpoolCounts{Incoming: 3, Processing: 1, Done: 1040, Failed: 2},
 		Total: &hindsightv1.IngestStats{
@@ -86,6 +87,7 @@ func TestStatusTable(t *testing.T) {
 				`^state +ready$`,
 				`^started +2026-01-02T03:04:05Z \(up 1h30m0s\)$`,
 				`^data dir +/var/lib/hindsight$`,
+				`^storage +nfs, renames: check-then-rename, symlinks: yes$`,
 				`^spool +3 incoming, 1 processing, 1,040 done, 2 failed$`,
 				`^ingest +total +this process$`,
 				`^files claimed +1,046 +4$`,
