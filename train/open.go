@@ -56,6 +56,7 @@ func Open(o Options) (*Loop, error) {
 		if o.Tokenizer, err = data.LoadTokenizer(filepath.Join(o.ModelDir, data.TokenizerFileName)); err != nil {
 			return nil, fmt.Errorf("open trainer: %w", err)
 		}
+		lp.o.Tokenizer = o.Tokenizer
 	}
 	lp.rule = NewRule(o.Credit, o.Tokenizer)
 	if lp.files, err = data.ModelFiles(o.ModelDir); err != nil {
