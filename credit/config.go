@@ -60,7 +60,10 @@ type Config struct {
 	// alone in its task group within a step: mean ← mean + rate·(R − mean).
 	BaselineRate float64 `yaml:"baseline_rate"`
 	// AllowNoSampler makes rollouts without any sampler log-prob trainable, with
-	// importance weight 1 (they are counted in Stats either way).
+	// importance weight 1 (they are counted in Stats either way): demonstrations,
+	// corrected answers, conversations from an engine that returned no log-probs.
+	// Their trainable tokens are their policy segments past the role header
+	// (train.Rule).
 	AllowNoSampler bool `yaml:"allow_no_sampler"`
 }
 
