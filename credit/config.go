@@ -82,7 +82,10 @@ type Config struct {
 	// alone in its task group within a step: mean ← mean + rate·(R − mean).
 	BaselineRate float64 `yaml:"baseline_rate"`
 	// AllowNoSampler makes rollouts without any sampler log-prob trainable, with
-	// importance weight 1 (they are counted in Stats either way).
+	// importance weight 1 (they are counted in Stats either way): demonstrations,
+	// corrected answers, conversations from an engine that returned no log-probs.
+	// Their trainable tokens are their policy segments past the role header
+	// (train.Rule).
 	AllowNoSampler bool `yaml:"allow_no_sampler"`
 	// Normalize is budget (default: every term over N, the hint mixed into A_t with
 	// λ_hint) or separate (the outcome and distillation terms each over their own

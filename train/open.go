@@ -61,6 +61,7 @@ func Open(o Options) (*Loop, error) {
 		if o.Tokenizer, err = tokenizer.Load(filepath.Join(o.ModelDir, data.TokenizerFileName)); err != nil {
 			return nil, fmt.Errorf("open trainer: %w", err)
 		}
+		lp.o.Tokenizer = o.Tokenizer
 	}
 	lp.rule = NewRule(o.Credit, o.Tokenizer)
 	if lp.files, err = checkpoint.ModelFiles(o.ModelDir); err != nil {
