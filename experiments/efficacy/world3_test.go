@@ -1,0 +1,89 @@
+package efficacy
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/toolworld"
+)
+
+func TestSlipHintNamesOnlyWhatWasSeen(t *testing.T) {
+	task := toolworld.Task{Prompt: "Give the number in the only file in tmp/.", Answer: "41",
+		Files:    map[string]string{"tmp/fox.txt": "41", "notes/owl.txt": "12"},
+		Solution: []string{"ls tmp", "cat tmp/fox.txt", "answer 41"}}
+	k := NewTracker(task)
+	require.False(t, k.Observe("ls tmp", "fox.txt", false))
+	require.True(t, k.Observe("cat tmp/fxo.txt", "cat: tmp/fxo.txt: No such file or directory", true))
+	require.Equal(t, "`tmp/fxo.txt` does not exist; `ls tmp` lists the files in tmp/, then call `cat` on one of them. Next: `cat tmp/fox.txt`.", SlipHint(k))
+	require.True(t, k.Observe("cat notes/owl.txt", "12", false), "a silent slip: the tool the task needs, another file")
+	require.Equal(t, "`cat notes/owl.txt` read a file the task does not ask about. Next: `cat tmp/fox.txt`.", SlipHint(k))
+	require.False(t, k.Observe("ls tmp", "fox.txt", false), "exploring is not a slip")
+
+	// Before ls showed fox.txt the hint cannot name it.
+	k = NewTracker(task)
+	require.True(t, k.Observe("lss tmp", "lss: unknown tool", true))
+	require.Contains(t, SlipHint(k), "Next: `ls tmp`.")
+	k.Next = 1 // as if ls had run but its output was not seen
+	require.NotContains(t, SlipHint(k), "fox")
+	// Never the answer.
+	require.True(t, LeaksUnseen("The number is 41.", task, nil))
+	require.True(t, LeaksUnseen("Read fox.txt.", task, nil))
+	require.False(t, LeaksUnseen("Read fox.txt.", task, []Turn{{Call: "ls tmp", Out: "fox.txt"}}))
+}
+
+// TestWorld3Caps measures what the scripted agents need: with protocol 3's caps the
+// noisy agent (p = 0.25) and protocol 3's demonstration agent without hints (every
+// slip followed by an exploring call) succeed ≥ 90% on the held-out split.
+func TestWorld3Caps(t *testing.T) {
+	tok := data.NewBytesTokenizer()
+	w := Protocol3World()
+	held, err := toolworld.Tasks(toolworld.SplitHeldout, 0)
+	require.NoError(t, err)
+	noisy, demo := 0, 0
+	var cnt DemoCounts
+	for i, task := range held {
+		env, err := toolworld.New(task, tok, toolworld.Options{MaxTokens: w.MaxTokens, MaxCalls: w.MaxCalls})
+		require.NoError(t, err)
+		rew, err := toolworld.Play(env, toolworld.NewNoisy(0.25, uint64(i)), 16)
+		require.NoError(t, err)
+		noisy += int(rew)
+		r, _, err := playDemo3(tok, task, Demo3Config{Slip: 0.25}, w.MaxTokens, w.MaxCalls, rand.New(rand.NewPCG(7, uint64(i))), &cnt)
+		require.NoError(t, err)
+		if r != nil {
+			demo++
+		}
+	}
+	t.Logf("held-out success at %d tokens / %d calls: noisy p=0.25 %d/%d, demo agent (slip 0.25, no hints: explore, then correct) %d/%d (slips %d, silent %d)",
+		w.MaxTokens, w.MaxCalls, noisy, len(held), demo, len(held), cnt.Slips, cnt.SilentSlips)
+	require.GreaterOrEqual(t, float64(noisy)/float64(len(held)), 0.9)
+	require.GreaterOrEqual(t, float64(demo)/float64(len(held)), 0.9)
+}
+
+func TestDemos3(t *testing.T) {
+	tok := data.NewBytesTokenizer()
+	demos, cnt, err := Demos3(tok, 200, DefaultDemo3(), 512, 12, 1)
+	require.NoError(t, err)
+	t.Logf("%+v", cnt)
+	require.Equal(t, cnt.Demos, len(demos))
+	require.Positive(t, cnt.HintTurns)
+	require.Positive(t, cnt.SiblingTurns)
+	require.Positive(t, cnt.Explores)
+	require.Positive(t, cnt.SilentSlips)
+	require.GreaterOrEqual(t, cnt.Demos, 190)
+	// Replay one with a hint: the turn after the hint is the expected call, trained.
+	for _, d := range demos {
+		text, err := tok.Decode(d.Tokens)
+		require.NoError(t, err)
+		if i := strings.Index(text, "Hint: "); i >= 0 {
+			require.Contains(t, text[i:], "Next: `")
+			return
+		}
+	}
+	_ = rollout.KindUser
+	t.Fatal("no demonstration holds a hint turn")
+}
