@@ -57,6 +57,10 @@ func main() {
 	out := flag.String("out", "", "results directory (default -dir)")
 	probe := flag.Int("probe", 0, "probe the warm start instead: sample this many train tasks × -group rollouts and measure each hint setup's Δ on right and wrong actions (no training)")
 	hints := flag.String("hints", def.Hints.String(), "hint setup of the hint arms: RULES,PLACE,BASE with RULES generic (protocol 1) or world, PLACE failed (protocol 1) or retry, BASE student (protocol 1) or empty_hint")
+	warm3 := flag.Bool("warmstart3", false, "train protocol 3's warm start (DIR/warmstart/model, from -warmstart-from or protocol 1's warm start) instead of running the arms")
+	gates := flag.Bool("gates", false, "measure protocol 3's gates G1–G3 of DIR/warmstart/model and write DIR/results.json")
+	gateGroups := flag.Int("gate-groups", 64, "train tasks of G3's mixed-group measure (G = 8 each)")
+	ws3Steps := flag.Int("warmstart3-steps", efficacy.DefaultWarmStart3().Steps, "most SFT steps of protocol 3's warm start")
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
 	flag.Parse()
 	if *replot {
@@ -77,6 +81,24 @@ func main() {
 		fatal(err)
 	}
 	model := filepath.Join(*dir, "warmstart", "model")
+	if *warm3 {
+		cfg := efficacy.DefaultWarmStart3()
+		cfg.Steps = *ws3Steps
+		from := *wsFrom
+		if from == "" {
+			from = "bench/efficacy/warmstart/model"
+		}
+		if err := warmStart3(ctx, backend, *dir, from, cfg); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if *gates {
+		if err := gates3(ctx, backend, *dir, *gateGroups); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	if *warm {
 		ws.Steps = *wsSteps
 		if err := warmStart(ctx, backend, model, *preset, *wsFrom, ws); err != nil {
