@@ -1,7 +1,9 @@
 package efficacy
 
 import (
+	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 func TestSlipHintNamesOnlyWhatWasSeen(t *testing.T) {
@@ -86,4 +89,40 @@ func TestDemos3(t *testing.T) {
 	}
 	_ = rollout.KindUser
 	t.Fatal("no demonstration holds a hint turn")
+}
+
+// TestLiveEvalAndProbe runs the gates' live evals and slip probe on a fresh tiny model
+// (its calls fail: every turn is a slip) and checks their bookkeeping.
+func TestLiveEvalAndProbe(t *testing.T) {
+	backend, err := xla.NewBackend(xla.ResolveBackend(xla.DefaultBackend, ""))
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "m")
+	_, err = data.InitModel(dir, data.InitOptions{Preset: "tiny", Tokenizer: "bytes", Seed: 1, Dtype: "float32"})
+	require.NoError(t, err)
+	p, err := OpenPolicy(backend, dir)
+	require.NoError(t, err)
+	tasks, err := toolworld.Tasks(toolworld.SplitValidation, 3)
+	require.NoError(t, err)
+	w := World{MaxTokens: 200, MaxTurnTokens: 12, MaxCalls: 3}
+	for _, c := range []string{LiveNone, LiveHint, LiveSibling} {
+		r, envs, err := LiveEval(t.Context(), p, tasks, w, c, 1, 5)
+		require.NoError(t, err)
+		require.Len(t, envs, 3)
+		require.LessOrEqual(t, r.NextRight, r.After)
+		require.LessOrEqual(t, r.After, r.Slips)
+		if c == LiveNone {
+			require.Zero(t, r.Inserted)
+		} else {
+			require.LessOrEqual(t, r.Inserted+r.NoRoom, r.Slips)
+		}
+		t.Logf("%+v", r)
+	}
+	d, err := ProbeSlips(t.Context(), backend, p, tasks, w, 1, 5)
+	if err != nil {
+		require.ErrorContains(t, err, "no slip with a hint")
+		return
+	}
+	require.Positive(t, d.Slips)
+	require.False(t, math.IsNaN(d.HintRight))
+	t.Logf("%+v", d)
 }
