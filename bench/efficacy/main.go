@@ -61,6 +61,8 @@ func main() {
 	gates := flag.Bool("gates", false, "measure protocol 3's gates G1–G3 of DIR/warmstart/model and write DIR/results.json")
 	gateGroups := flag.Int("gate-groups", 64, "train tasks of G3's mixed-group measure (G = 8 each)")
 	ws3Steps := flag.Int("warmstart3-steps", efficacy.DefaultWarmStart3().Steps, "most SFT steps of protocol 3's warm start")
+	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
+	evalSplit := flag.String("eval-split", def.EvalSplit, "split of the arms' evals: heldout, or validation for a pilot")
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
 	flag.Parse()
 	if *replot {
@@ -123,7 +125,10 @@ func main() {
 		fatal(fmt.Errorf("-hints: %w", err))
 	}
 	cfg.Model, cfg.Arms, cfg.Steps, cfg.TasksPerStep, cfg.Group = model, strings.Split(*arms, ","), *steps, *tasks, *group
-	cfg.EvalEvery, cfg.EvalTasks, cfg.LR, cfg.Temperature = *evalEvery, *evalTasks, *lr, *temp
+	cfg.EvalEvery, cfg.EvalTasks, cfg.LR, cfg.Temperature, cfg.EvalSplit = *evalEvery, *evalTasks, *lr, *temp, *evalSplit
+	if *world3 {
+		cfg.World = efficacy.Protocol3World()
+	}
 	cfg.Seeds = cfg.Seeds[:0]
 	for i := 1; i <= *seeds; i++ {
 		cfg.Seeds = append(cfg.Seeds, int64(i))

@@ -87,7 +87,6 @@ func TestDemos3(t *testing.T) {
 			return
 		}
 	}
-	_ = rollout.KindUser
 	t.Fatal("no demonstration holds a hint turn")
 }
 
@@ -125,4 +124,36 @@ func TestLiveEvalAndProbe(t *testing.T) {
 	require.Positive(t, d.Slips)
 	require.False(t, math.IsNaN(d.HintRight))
 	t.Logf("%+v", d)
+}
+
+// TestHinterWorld3 replays rollouts through the hint stage with protocol 3's rules: a
+// hint for each slip, in front of the turn after it, in SlipHint's words.
+func TestHinterWorld3(t *testing.T) {
+	tok := data.NewBytesTokenizer()
+	h, err := NewHinterWith(tok, HintSetup{Rules: RulesWorld3, Place: PlaceRetry, Base: "empty_hint"})
+	require.NoError(t, err)
+	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 40)
+	require.NoError(t, err)
+	var cnt DemoCounts
+	hints := 0
+	for i, task := range tasks {
+		r, slips, err := playDemo3(tok, task, Demo3Config{Slip: 0.4}, 512, 12, rand.New(rand.NewPCG(9, uint64(i))), &cnt)
+		require.NoError(t, err)
+		if r == nil {
+			continue
+		}
+		hs, err := h.Hints(t.Context(), r, task)
+		require.NoError(t, err)
+		require.Len(t, hs, len(slips), "one hint per slip (each slip is followed by a turn)")
+		for _, x := range hs {
+			require.True(t, r.Segments[x.Segment].Kind.IsPolicy(), "the hint scores a policy turn")
+			require.Equal(t, rollout.KindToolResult, r.Segments[x.Selection.Source].Kind, "after the slip's result")
+			require.NotContains(t, x.Text, "answer "+task.Answer)
+			require.Equal(t, r.Segments[x.Segment].End, x.End)
+		}
+		hints += len(hs)
+	}
+	require.Positive(t, hints)
+	require.Equal(t, hints, h.Stats.Hints)
+	t.Logf("%d hints, %+v", hints, h.Stats)
 }
