@@ -87,8 +87,8 @@ const (
 	// RulesWorld3 is protocol 3's world rules (SlipHint): a hint for every slip,
 	// failed or silent, at the retry turn; Place must be PlaceRetry.
 	RulesWorld3 = "world3"
-	PlaceFailed  = "failed"
-	PlaceRetry   = "retry"
+	PlaceFailed = "failed"
+	PlaceRetry  = "retry"
 )
 
 // Protocol1Hints is the first protocol's setup (and the warm start's);
