@@ -60,6 +60,9 @@ func main() {
 	warm3 := flag.Bool("warmstart3", false, "train protocol 3's warm start (DIR/warmstart/model, from -warmstart-from or protocol 1's warm start) instead of running the arms")
 	gates := flag.Bool("gates", false, "measure protocol 3's gates G1–G3 of DIR/warmstart/model and write DIR/results.json")
 	gateGroups := flag.Int("gate-groups", 64, "train tasks of G3's mixed-group measure (G = 8 each)")
+	ws3Budget := flag.Duration("warmstart3-budget", efficacy.DefaultWarmStart3().WallBudget, "wall-time budget of protocol 3's warm start")
+	ws3Own := flag.Float64("warmstart3-own", efficacy.DefaultWarmStart3().Demo.Own, "share of the demonstrations' slips of the model's own kinds (efficacy.OwnSlip)")
+	ws3Hint := flag.Float64("warmstart3-hint-rate", efficacy.DefaultWarmStart3().Demo.HintRate, "share of the demonstrations' slips followed by a hint turn")
 	ws3Steps := flag.Int("warmstart3-steps", efficacy.DefaultWarmStart3().Steps, "most SFT steps of protocol 3's warm start")
 	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
 	evalSplit := flag.String("eval-split", def.EvalSplit, "split of the arms' evals: heldout, or validation for a pilot")
@@ -85,7 +88,7 @@ func main() {
 	model := filepath.Join(*dir, "warmstart", "model")
 	if *warm3 {
 		cfg := efficacy.DefaultWarmStart3()
-		cfg.Steps = *ws3Steps
+		cfg.Steps, cfg.WallBudget, cfg.Demo.Own, cfg.Demo.HintRate = *ws3Steps, *ws3Budget, *ws3Own, *ws3Hint
 		from := *wsFrom
 		if from == "" {
 			from = "bench/efficacy/warmstart/model"

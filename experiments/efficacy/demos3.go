@@ -3,6 +3,9 @@ package efficacy
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -19,13 +22,17 @@ import (
 // the corrected call, and otherwise the agent first makes the exploring call
 // (Explore), then the corrected call. Slipped calls are context, never targets.
 type Demo3Config struct {
-	Slip        float64 `json:"slip"`
+	Slip float64 `json:"slip"`
+	// Own is the share of slips drawn from OwnSlip (the slip types the warm start
+	// itself makes: a near-miss name, a wrong key, a wrong number) instead of the
+	// silent-or-Mistake mix above.
+	Own         float64 `json:"own,omitempty"`
 	HintRate    float64 `json:"hint_rate"`
 	SiblingRate float64 `json:"sibling_rate"`
 }
 
-// DefaultDemo3 is the committed warm start's mix.
-func DefaultDemo3() Demo3Config { return Demo3Config{Slip: 0.3, HintRate: 0.4, SiblingRate: 0.2} }
+// DefaultDemo3 is the committed warm start's mix (attempt 2; attempt 1 ran with Own 0 and HintRate 0.4).
+func DefaultDemo3() Demo3Config { return Demo3Config{Slip: 0.3, Own: 0.8, HintRate: 0.5, SiblingRate: 0.2} }
 
 // DemoCounts count what a set of demonstrations holds.
 type DemoCounts struct {
@@ -116,13 +123,15 @@ func playDemo3(tok data.Tokenizer, t toolworld.Task, cfg Demo3Config, maxTokens,
 		case explored:
 			line, explored = exp, false
 		case toolworld.ParseCall(exp).Name != toolworld.AnswerCommand && rng.Float64() < cfg.Slip:
-			if rng.IntN(2) == 0 {
+			if rng.Float64() < cfg.Own {
+				line = OwnSlip(exp, t, rng.IntN)
+			} else if rng.IntN(2) == 0 {
 				line = SilentSlip(exp, t, rng.IntN)
 			}
-			if line == "" {
+			if line == "" || SameCall(line, exp) {
 				line = toolworld.Mistake(exp, rng)
 			} else {
-				cnt.SilentSlips++
+				cnt.SilentSlips++ // or an own slip
 			}
 			if line == "" {
 				line = exp
@@ -152,4 +161,68 @@ func playDemo3(tok data.Tokenizer, t toolworld.Task, cfg Demo3Config, maxTokens,
 	r := env.Rollout("demo")
 	r.Reward, r.HasReward = 1, true
 	return r, slips, nil
+}
+
+// OwnSlip returns a slip of the kind the protocol-1-trained model makes itself (read
+// off its live-hint episodes): a near-miss name — a path whose file (or a directory)
+// is another word the task shows, which may or may not exist — a key that is another
+// word of the task, a number with a digit changed or added, a `set` of the wrong key
+// or value. "" for a call it cannot spoil.
+func OwnSlip(call string, t toolworld.Task, pick func(n int) int) string {
+	c := toolworld.ParseCall(call)
+	var vocab []string // the words the task's tree and store hold, sorted
+	for p := range t.Files {
+		d, f, _ := strings.Cut(p, "/")
+		vocab = append(vocab, d, strings.TrimSuffix(f, ".txt"))
+	}
+	for k := range t.KV {
+		vocab = append(vocab, k)
+	}
+	sort.Strings(vocab)
+	vocab = slices.Compact(vocab)
+	word := func(not string) string {
+		for range 8 {
+			if w := vocab[pick(len(vocab))]; w != not {
+				return w
+			}
+		}
+		return not + "s"
+	}
+	number := func(s string) string {
+		nums := reNumber.FindAllStringIndex(s, -1)
+		if len(nums) == 0 {
+			return s
+		}
+		at := nums[pick(len(nums))]
+		n := s[at[0]:at[1]]
+		if pick(2) == 0 {
+			n += fmt.Sprint(pick(10)) // a digit too many
+		} else {
+			i := pick(len(n))
+			n = n[:i] + fmt.Sprint((int(n[i]-'0')+1+pick(8))%10) + n[i+1:]
+		}
+		return s[:at[0]] + n + s[at[1]:]
+	}
+	switch {
+	case (c.Name == "cat") && len(c.Args) == 1:
+		d, f, ok := strings.Cut(c.Args[0], "/")
+		if !ok {
+			return ""
+		}
+		return "cat " + d + "/" + word(strings.TrimSuffix(f, ".txt")) + ".txt"
+	case c.Name == "ls" && len(c.Args) == 1:
+		return "ls " + word(c.Args[0])
+	case c.Name == "grep" && len(c.Args) == 2:
+		return "grep " + word(c.Args[0]) + " " + c.Args[1]
+	case c.Name == "get" && len(c.Args) == 1:
+		return "get " + word(c.Args[0])
+	case c.Name == "set" && len(c.Args) == 2:
+		if pick(2) == 0 {
+			return "set " + word(c.Args[0]) + " " + c.Args[1]
+		}
+		return "set " + c.Args[0] + " " + number(c.Args[1])
+	case c.Name == "calc" && len(c.Args) == 1:
+		return "calc " + number(c.Args[0])
+	}
+	return ""
 }

@@ -82,12 +82,11 @@ func TestDemos3(t *testing.T) {
 	for _, d := range demos {
 		text, err := tok.Decode(d.Tokens)
 		require.NoError(t, err)
-		if i := strings.Index(text, "Hint: "); i >= 0 {
-			require.Contains(t, text[i:], "Next: `")
+		if i := strings.Index(text, "Hint: "); i >= 0 && strings.Contains(text[i:], "Next: `") {
 			return
 		}
 	}
-	t.Fatal("no demonstration holds a hint turn")
+	t.Fatal("no demonstration holds a hint turn that names the next call")
 }
 
 // TestLiveEvalAndProbe runs the gates' live evals and slip probe on a fresh tiny model
@@ -156,4 +155,29 @@ func TestHinterWorld3(t *testing.T) {
 	require.Positive(t, hints)
 	require.Equal(t, hints, h.Stats.Hints)
 	t.Logf("%d hints, %+v", hints, h.Stats)
+}
+
+func TestOwnSlipIsASlip(t *testing.T) {
+	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 200)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := 0
+	for _, task := range tasks {
+		for _, call := range task.Solution[:len(task.Solution)-1] {
+			s := OwnSlip(call, task, rng.IntN)
+			if s == "" || SameCall(s, call) {
+				continue
+			}
+			n++
+			require.Equal(t, toolworld.ParseCall(call).Name, toolworld.ParseCall(s).Name, "%s → %s", call, s)
+		}
+	}
+	require.Greater(t, n, 400)
+	tok := data.NewBytesTokenizer()
+	cfg := DefaultDemo3()
+	cfg.Own = 0.8
+	demos, cnt, err := Demos3(tok, 300, cfg, 512, 12, 1)
+	require.NoError(t, err)
+	t.Logf("%d demos %+v", len(demos), cnt)
+	require.GreaterOrEqual(t, cnt.Demos, 285)
 }
