@@ -40,8 +40,8 @@ type LiveResult struct {
 
 // LiveEval plays tasks (one episode each, at temperature temp, seed seed) with live
 // contexts of kind context after every slip.
-func LiveEval(ctx context.Context, p *Policy, tasks []toolworld.Task, w World, context_ string, temp float64, seed uint64) (LiveResult, []*toolworld.Env, error) {
-	res := LiveResult{Context: context_}
+func LiveEval(ctx context.Context, p *Policy, tasks []toolworld.Task, w World, kind string, temp float64, seed uint64) (LiveResult, []*toolworld.Env, error) {
+	res := LiveResult{Context: kind}
 	trackers := make([]*Tracker, len(tasks))
 	pending := make([]string, len(tasks)) // the expected call after an unanswered slip
 	for i, t := range tasks {
@@ -72,7 +72,7 @@ func LiveEval(ctx context.Context, p *Policy, tasks []toolworld.Task, w World, c
 			return nil
 		}
 		var err error
-		switch context_ {
+		switch kind {
 		case LiveNone:
 			pending[i] = k.Expected()
 			return nil
@@ -85,7 +85,7 @@ func LiveEval(ctx context.Context, p *Policy, tasks []toolworld.Task, w World, c
 		case LiveSibling:
 			_, err = env.UserTurn(SiblingText(k.Task.Solution))
 		default:
-			return fmt.Errorf("live eval: unknown context %q", context_)
+			return fmt.Errorf("live eval: unknown context %q", kind)
 		}
 		if errors.Is(err, toolworld.ErrNoRoom) {
 			res.NoRoom++
@@ -100,7 +100,7 @@ func LiveEval(ctx context.Context, p *Policy, tasks []toolworld.Task, w World, c
 	}
 	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, tasks, opts)
 	if err != nil {
-		return res, nil, fmt.Errorf("live eval %s: %w", context_, err)
+		return res, nil, fmt.Errorf("live eval %s: %w", kind, err)
 	}
 	st := collect.Summarize(envs)
 	res.Episodes, res.Success = st.Episodes, st.Success
