@@ -32,7 +32,9 @@ type Demo3Config struct {
 }
 
 // DefaultDemo3 is the committed warm start's mix (attempt 2; attempt 1 ran with Own 0 and HintRate 0.4).
-func DefaultDemo3() Demo3Config { return Demo3Config{Slip: 0.3, Own: 0.8, HintRate: 0.5, SiblingRate: 0.2} }
+func DefaultDemo3() Demo3Config {
+	return Demo3Config{Slip: 0.3, Own: 0.8, HintRate: 0.5, SiblingRate: 0.2}
+}
 
 // DemoCounts count what a set of demonstrations holds.
 type DemoCounts struct {
