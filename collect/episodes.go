@@ -29,6 +29,10 @@ type EpisodeOptions struct {
 	Seed uint64
 	// Env configures each episode (rollout length, calls).
 	Env toolworld.Options
+	// AfterStep, if set, is called after each policy turn of episode i (Episodes'
+	// order) has been stepped, before its next turn is sampled: where a live teacher
+	// inserts a hint turn (toolworld.Env.Hint) for the turn that follows.
+	AfterStep func(i int, env *toolworld.Env) error
 }
 
 func (o *EpisodeOptions) defaults() {
@@ -104,6 +108,11 @@ func turn(ctx context.Context, s *xla.Sampler, envs []*toolworld.Env, rows []int
 		n := min(len(out[k].Tokens), opts.MaxTurnTokens, e.Budget())
 		if _, _, err := e.Step(out[k].Tokens[:n], out[k].LogProbs[:n]); err != nil {
 			return err
+		}
+		if opts.AfterStep != nil {
+			if err := opts.AfterStep(i, e); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -49,6 +49,7 @@ type Env struct {
 	reward            float32
 	last              string
 	lastFailed        bool
+	lastCall          string
 }
 
 // New starts an episode of task for a policy with tokenizer tok. The context then
@@ -105,6 +106,10 @@ func (e *Env) Reward() float32 { return e.reward }
 // Last returns the output of the last tool call and whether it failed.
 func (e *Env) Last() (output string, failed bool) { return e.last, e.lastFailed }
 
+// LastCall returns the text of the last policy turn (its command line), "" before the
+// first.
+func (e *Env) LastCall() string { return e.lastCall }
+
 // Calls returns the number of tool calls so far and how many of them failed.
 func (e *Env) Calls() (calls, failed int) { return e.calls, e.toolErrors }
 
@@ -134,6 +139,7 @@ func (e *Env) Step(generated []int32, logprobs []float32) (next []int32, done bo
 	if err != nil {
 		return nil, false, fmt.Errorf("step %s: %w", e.task.ID, err)
 	}
+	e.lastCall = text
 	e.append(generated, logprobs)
 	harness := len(e.tokens) // what the harness appends from here on is returned
 	if !stopped {
@@ -187,10 +193,18 @@ const HintLabel = "Hint: "
 // the new context to generate from. A hint that leaves no room for a turn ends the
 // episode (ErrNoRoom).
 func (e *Env) Hint(text string) ([]int32, error) {
+	return e.UserTurn(HintLabel + strings.TrimSpace(text))
+}
+
+// UserTurn inserts a user turn holding text as is in front of the pending policy turn:
+// Hint's turn without its label, for other teacher contexts (a successful sibling's
+// calls). The turn is context; a turn that leaves no room for a policy turn is refused
+// with ErrNoRoom.
+func (e *Env) UserTurn(text string) ([]int32, error) {
 	if e.done {
 		return nil, fmt.Errorf("hint %s: the episode is over", e.task.ID)
 	}
-	turn := e.r.turn(RoleUser, HintLabel+strings.TrimSpace(text))
+	turn := e.r.turn(RoleUser, text)
 	if e.start+len(turn)+len(e.r.header[RoleAssistant])+minTurn > e.opts.MaxTokens {
 		return nil, fmt.Errorf("hint %s: %w", e.task.ID, ErrNoRoom)
 	}
@@ -198,6 +212,15 @@ func (e *Env) Hint(text string) ([]int32, error) {
 	e.push(turn, nil, rollout.KindUser, "", rollout.StatusNone)
 	e.openPolicyTurn()
 	return e.Tokens(), nil
+}
+
+// ContextWith returns the context the next policy turn would be generated from with a
+// user turn holding text inserted in front of it (UserTurn's tokens), without changing
+// the episode: for scoring one context against another (a hint against an empty one).
+func (e *Env) ContextWith(text string) []int32 {
+	out := append([]int32(nil), e.tokens[:e.start]...)
+	out = append(out, e.r.turn(RoleUser, text)...)
+	return append(out, e.r.header[RoleAssistant]...)
 }
 
 // ErrNoRoom is the error of Hint when the hint would not leave room for a policy turn.

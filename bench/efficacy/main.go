@@ -57,6 +57,15 @@ func main() {
 	out := flag.String("out", "", "results directory (default -dir)")
 	probe := flag.Int("probe", 0, "probe the warm start instead: sample this many train tasks × -group rollouts and measure each hint setup's Δ on right and wrong actions (no training)")
 	hints := flag.String("hints", def.Hints.String(), "hint setup of the hint arms: RULES,PLACE,BASE with RULES generic (protocol 1) or world, PLACE failed (protocol 1) or retry, BASE student (protocol 1) or empty_hint")
+	warm3 := flag.Bool("warmstart3", false, "train protocol 3's warm start (DIR/warmstart/model, from -warmstart-from or protocol 1's warm start) instead of running the arms")
+	gates := flag.Bool("gates", false, "measure protocol 3's gates G1–G3 of DIR/warmstart/model and write DIR/results.json")
+	gateGroups := flag.Int("gate-groups", 64, "train tasks of G3's mixed-group measure (G = 8 each)")
+	ws3Budget := flag.Duration("warmstart3-budget", efficacy.DefaultWarmStart3().WallBudget, "wall-time budget of protocol 3's warm start")
+	ws3Own := flag.Float64("warmstart3-own", efficacy.DefaultWarmStart3().Demo.Own, "share of the demonstrations' slips of the model's own kinds (efficacy.OwnSlip)")
+	ws3Hint := flag.Float64("warmstart3-hint-rate", efficacy.DefaultWarmStart3().Demo.HintRate, "share of the demonstrations' slips followed by a hint turn")
+	ws3Steps := flag.Int("warmstart3-steps", efficacy.DefaultWarmStart3().Steps, "most SFT steps of protocol 3's warm start")
+	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
+	evalSplit := flag.String("eval-split", def.EvalSplit, "split of the arms' evals: heldout, or validation for a pilot")
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
 	flag.Parse()
 	if *replot {
@@ -77,6 +86,24 @@ func main() {
 		fatal(err)
 	}
 	model := filepath.Join(*dir, "warmstart", "model")
+	if *warm3 {
+		cfg := efficacy.DefaultWarmStart3()
+		cfg.Steps, cfg.WallBudget, cfg.Demo.Own, cfg.Demo.HintRate = *ws3Steps, *ws3Budget, *ws3Own, *ws3Hint
+		from := *wsFrom
+		if from == "" {
+			from = "bench/efficacy/warmstart/model"
+		}
+		if err := warmStart3(ctx, backend, *dir, from, cfg); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if *gates {
+		if err := gates3(ctx, backend, *dir, *gateGroups); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	if *warm {
 		ws.Steps = *wsSteps
 		if err := warmStart(ctx, backend, model, *preset, *wsFrom, ws); err != nil {
@@ -101,7 +128,10 @@ func main() {
 		fatal(fmt.Errorf("-hints: %w", err))
 	}
 	cfg.Model, cfg.Arms, cfg.Steps, cfg.TasksPerStep, cfg.Group = model, strings.Split(*arms, ","), *steps, *tasks, *group
-	cfg.EvalEvery, cfg.EvalTasks, cfg.LR, cfg.Temperature = *evalEvery, *evalTasks, *lr, *temp
+	cfg.EvalEvery, cfg.EvalTasks, cfg.LR, cfg.Temperature, cfg.EvalSplit = *evalEvery, *evalTasks, *lr, *temp, *evalSplit
+	if *world3 {
+		cfg.World = efficacy.Protocol3World()
+	}
 	cfg.Seeds = cfg.Seeds[:0]
 	for i := 1; i <= *seeds; i++ {
 		cfg.Seeds = append(cfg.Seeds, int64(i))

@@ -80,7 +80,10 @@ func (c Config) Validate() error {
 
 // StepStat is one optimizer step's credit statistics.
 type StepStat struct {
-	Step     int     `json:"step"`
+	Step int `json:"step"`
+	// Tasks fingerprints the train tasks the step sampled (TasksFingerprint): equal
+	// across arms of a seed, so a test can tell that the arms saw the same tasks.
+	Tasks    string  `json:"tasks,omitempty"`
 	Success  float64 `json:"train_success"` // share of the step's rollouts with reward 1
 	Loss     float64 `json:"loss"`
 	Hints    int     `json:"hints"`
@@ -288,7 +291,7 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *Hinter
 	if err != nil {
 		return StepStat{}, err
 	}
-	st := StepStat{Step: step, Success: collect.Summarize(envs).Success}
+	st := StepStat{Step: step, Success: collect.Summarize(envs).Success, Tasks: TasksFingerprint(tasks)}
 	batch := make([]credit.Rollout, len(envs))
 	rolls := make([]*rollout.Rollout, len(envs))
 	for i, e := range envs {
@@ -347,6 +350,15 @@ func signedDeltas(rolls []*rollout.Rollout, met xla.Metrics) (failed, other floa
 		other = so / float64(no)
 	}
 	return failed, other
+}
+
+// TasksFingerprint is a short hash of the tasks' IDs in order.
+func TasksFingerprint(tasks []toolworld.Task) string {
+	h := fnv.New64a()
+	for _, t := range tasks {
+		fmt.Fprintf(h, "%s\n", t.ID)
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // sampleSeed is the sampling seed of one step: the same for every arm.

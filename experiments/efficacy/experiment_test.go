@@ -87,12 +87,19 @@ func TestExperimentSmoke(t *testing.T) {
 			require.Positive(t, res.Credit[ArmHint].DeltaAbs, "the hints move the teacher's log-probs")
 		}
 	}
-	// The same seeds sample the same tasks in every arm.
-	a, err := cfg.Tasks(1, 1)
+	// Every arm trained on the tasks Config.Tasks gives its seed and step: the
+	// fingerprints the runs recorded, not the function compared with itself.
+	for _, run := range res.Runs {
+		for _, st := range run.Steps {
+			want, err := cfg.Tasks(run.Curve.Seed, st.Step)
+			require.NoError(t, err)
+			require.Equal(t, TasksFingerprint(want), st.Tasks, "%s seed %d step %d", run.Curve.Arm, run.Curve.Seed, st.Step)
+			require.Equal(t, res.Runs[0].Steps[st.Step-1].Tasks, st.Tasks, "the same tasks as the first arm")
+		}
+	}
+	other, err := cfg.Tasks(2, 1)
 	require.NoError(t, err)
-	b, err := cfg.Tasks(1, 1)
-	require.NoError(t, err)
-	require.Equal(t, a, b)
+	require.NotEqual(t, res.Runs[0].Steps[0].Tasks, TasksFingerprint(other), "another seed's tasks differ: the check can fail")
 
 	raw, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	require.NoError(t, err)

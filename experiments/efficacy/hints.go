@@ -82,8 +82,11 @@ type HintSetup struct {
 const (
 	RulesGeneric = "generic"
 	RulesWorld   = "world"
-	PlaceFailed  = "failed"
-	PlaceRetry   = "retry"
+	// RulesWorld3 is protocol 3's world rules (SlipHint): a hint for every slip,
+	// failed or silent, at the retry turn; Place must be PlaceRetry.
+	RulesWorld3 = "world3"
+	PlaceFailed = "failed"
+	PlaceRetry  = "retry"
 )
 
 // Protocol1Hints is the first protocol's setup (and the warm start's);
@@ -96,8 +99,11 @@ var (
 
 // Validate names a bad field.
 func (s HintSetup) Validate() error {
-	if s.Rules != RulesGeneric && s.Rules != RulesWorld {
-		return fmt.Errorf("hints.rules: %q, want %s or %s", s.Rules, RulesGeneric, RulesWorld)
+	if s.Rules != RulesGeneric && s.Rules != RulesWorld && s.Rules != RulesWorld3 {
+		return fmt.Errorf("hints.rules: %q, want %s, %s or %s", s.Rules, RulesGeneric, RulesWorld, RulesWorld3)
+	}
+	if s.Rules == RulesWorld3 && s.Place != PlaceRetry {
+		return fmt.Errorf("hints.place: %q, rules %s hint the retry turn only (%s)", s.Place, RulesWorld3, PlaceRetry)
 	}
 	if s.Place != PlaceFailed && s.Place != PlaceRetry {
 		return fmt.Errorf("hints.place: %q, want %s or %s", s.Place, PlaceFailed, PlaceRetry)
@@ -149,6 +155,9 @@ func NewHinterWith(tok tokenizer.Tokenizer, setup HintSetup) (*Hinter, error) {
 // Hints returns the hints of rollout r of task t, each with its template tokens.
 func (h *Hinter) Hints(ctx context.Context, r *rollout.Rollout, t toolworld.Task) ([]teacher.Hint, error) {
 	h.Stats.Rollouts++
+	if h.setup.Rules == RulesWorld3 {
+		return h.slipHints(r, t)
+	}
 	sels := teacher.Select(r, h.sel)
 	h.Stats.Selections += len(sels)
 	var out []teacher.Hint
@@ -253,4 +262,50 @@ func LeaksAnswer(text string, t toolworld.Task) bool {
 		}
 	}
 	return false
+}
+
+// slipHints are protocol 3's hints for a rollout of task t: the episode is replayed
+// through a Tracker, and every slip (a failed call or a silent one) whose retry turn
+// exists gets SlipHint's text, written from the episode up to the slip's result only.
+// SlipHint's own guard (LeaksUnseen: never the answer, a solution file only once the
+// episode has shown it) replaces the answer guard; the teacher's general leak guard is
+// not run, since a hint that names the right next call is meant to match the retry
+// turn when that turn is right.
+func (h *Hinter) slipHints(r *rollout.Rollout, t toolworld.Task) ([]teacher.Hint, error) {
+	k := NewTracker(t)
+	var out []teacher.Hint
+	for i, seg := range r.Segments {
+		if seg.Kind != rollout.KindToolCall || i+1 >= len(r.Segments) || r.Segments[i+1].Kind != rollout.KindToolResult {
+			continue
+		}
+		call, err1 := h.tok.Decode(r.Tokens[seg.Start:seg.End])
+		res, err2 := h.tok.Decode(r.Tokens[r.Segments[i+1].Start:r.Segments[i+1].End])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		line := strings.TrimSpace(stripMarkers(call))
+		if !k.Observe(line, strings.TrimSpace(stripMarkers(res)), r.Segments[i+1].Status == rollout.StatusError) {
+			continue
+		}
+		h.Stats.Selections++
+		text := SlipHint(k)
+		if text == "" {
+			h.Stats.NoHint++
+			continue
+		}
+		sel, ok := retryOf(r, teacher.Selection{Segment: i, Reason: teacher.ReasonToolError})
+		if !ok {
+			h.Stats.NoRetry++
+			continue
+		}
+		toks, err := h.inserter.Wrap(text)
+		if err != nil {
+			h.Stats.TooLong++
+			continue
+		}
+		out = append(out, teacher.Hint{Selection: sel, Source: "world-rules-3", Text: text, Rule: RulesWorld3, Tokens: toks, Empty: h.inserter.Empty()})
+		h.Stats.Hints++
+		h.Stats.ByReason["slip"]++
+	}
+	return out, nil
 }

@@ -240,6 +240,9 @@ func (res Results) Write(dir string) error {
 // neither; a NaN is "never reached" or "no hints").
 func jsonSafe(res Results) any { return nanToNull(reflect.ValueOf(res)) }
 
+// JSONSafe returns v as JSON-ready values with NaN and ±Inf as null.
+func JSONSafe(v any) any { return nanToNull(reflect.ValueOf(v)) }
+
 func nanToNull(v reflect.Value) any {
 	switch v.Kind() {
 	case reflect.Float32, reflect.Float64:

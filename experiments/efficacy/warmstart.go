@@ -228,6 +228,15 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 			break
 		}
 	}
+	if evaluated := res.Steps > 0 && (res.Steps%cfg.EvalEvery == 0 || res.Steps == cfg.Steps); !evaluated {
+		// No eval ran at the last step (-warmstart-steps 0 only evaluates and saves):
+		// measure validation now, or warmstart.json would record 0.
+		st, err := Evaluate(ctx, p, val, cfg.World)
+		if err != nil {
+			return res, err
+		}
+		res.Validation = st.Success
+	}
 	held, err := toolworld.Tasks(toolworld.SplitHeldout, 0)
 	if err != nil {
 		return res, err

@@ -1,0 +1,130 @@
+package efficacy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/hindsight-ai/hindsight/collect"
+	"github.com/hindsight-ai/hindsight/toolworld"
+)
+
+// GateResult is one gate: its measured numbers, the thresholds it was held to and
+// whether it passed.
+type GateResult struct {
+	Pass      bool               `json:"pass"`
+	Measured  map[string]float64 `json:"measured"`
+	Threshold string             `json:"threshold"`
+}
+
+// Gates3 are protocol 3's gates G1–G3 on the held-out split, measured before any arm.
+type Gates3 struct {
+	Model   string                `json:"model"`
+	World   World                 `json:"world"`
+	Live    World                 `json:"live_world"`
+	Tasks   int                   `json:"heldout_tasks"`
+	LiveRes map[string]LiveResult `json:"live"`
+	Probe   ProbeDelta            `json:"probe"`
+	G1      GateResult            `json:"g1_live_hints"`
+	G2      GateResult            `json:"g2_probe"`
+	G3      GateResult            `json:"g3_warm_start"`
+	// Greedy and Temp1 are G3's held-out success rates, ByFamily the greedy one per
+	// family; Mixed the share of train-task groups of G = 8 (temperature 1) with some
+	// successes and some failures.
+	Greedy     float64            `json:"greedy_success"`
+	Temp1      float64            `json:"temperature1_success"`
+	ByFamily   map[string]float64 `json:"greedy_success_by_family"`
+	Mixed      float64            `json:"mixed_groups"`
+	Groups     int                `json:"groups"`
+	GroupSucc  float64            `json:"group_success"` // success over the groups' rollouts
+	CPUSeconds float64            `json:"cpu_seconds"`
+	Command    string             `json:"command,omitempty"`
+}
+
+// MeasureGates3 measures G1–G3 of the model at dir: G1 live none / hint / sibling
+// greedy on the held-out split (LiveWorld), G2 the slip probe on held-out episodes at
+// temperature 1, G3 greedy and temperature-1 held-out success (World), per family, and
+// the mixed groups of groups train tasks × G = 8 at temperature 1 (the arms' first
+// steps' tasks, Config.Tasks of seed 1).
+func MeasureGates3(ctx context.Context, backend backends.Backend, dir string, w, live World, groups int, progress func(string)) (Gates3, error) {
+	c0 := CPUTime()
+	g := Gates3{Model: dir, World: w, Live: live, LiveRes: map[string]LiveResult{}}
+	p, err := OpenPolicy(backend, dir)
+	if err != nil {
+		return g, err
+	}
+	held, err := toolworld.Tasks(toolworld.SplitHeldout, 0)
+	if err != nil {
+		return g, err
+	}
+	g.Tasks = len(held)
+	for _, c := range []string{LiveNone, LiveHint, LiveSibling} {
+		r, _, err := LiveEval(ctx, p, held, live, c, 0, 0)
+		if err != nil {
+			return g, err
+		}
+		g.LiveRes[c] = r
+		progress(fmt.Sprintf("G1 live %-7s success %.1f%%, slips %d, inserted %d, next right %d/%d (explore %d) cpu %.0fs",
+			c, 100*r.Success, r.Slips, r.Inserted, r.NextRight, r.After, r.NextExplore, (CPUTime() - c0).Seconds()))
+	}
+	none, hint, sib := g.LiveRes[LiveNone], g.LiveRes[LiveHint], g.LiveRes[LiveSibling]
+	g.G1 = GateResult{Threshold: "hint next right ≥ 0.60, none next right ≤ 0.25, hint success ≥ none + 0.10, sibling success ≥ none + 0.10",
+		Measured: map[string]float64{"hint_next_right": hint.RightRate, "none_next_right": none.RightRate, "sibling_next_right": sib.RightRate,
+			"none_success": none.Success, "hint_success": hint.Success, "sibling_success": sib.Success}}
+	g.G1.Pass = hint.RightRate >= 0.6 && none.RightRate <= 0.25 && hint.Success >= none.Success+0.10 && sib.Success >= none.Success+0.10
+
+	g.Probe, err = ProbeSlips(ctx, backend, p, held, w, 1, 0x70726f6265)
+	if err != nil {
+		return g, err
+	}
+	progress(fmt.Sprintf("G2 probe: %+v cpu %.0fs", g.Probe, (CPUTime() - c0).Seconds()))
+	g.G2 = GateResult{Threshold: "mean over slips of Σ Δ (hint − empty hint) on the right action ≥ +2 nats, on wrong actions ≤ −1 nat",
+		Measured: map[string]float64{"right": g.Probe.HintRight, "wrong": g.Probe.HintWrong, "repeat": g.Probe.HintRepeat, "explore": g.Probe.HintExplore,
+			"slips": float64(g.Probe.Slips)}}
+	g.G2.Pass = g.Probe.HintRight >= 2 && g.Probe.HintWrong <= -1
+
+	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, held, w.episodes(1, 0, 0))
+	if err != nil {
+		return g, err
+	}
+	g.Greedy, g.ByFamily = collect.Summarize(envs).Success, byFamily(envs)
+	envs, err = collect.Episodes(ctx, p.Sampler, p.Tok, held, w.episodes(1, 1, 0x74656d7031))
+	if err != nil {
+		return g, err
+	}
+	g.Temp1 = collect.Summarize(envs).Success
+	cfg := Config{TasksPerStep: groups}
+	tasks, err := cfg.Tasks(1, 1)
+	if err != nil {
+		return g, err
+	}
+	envs, err = collect.Episodes(ctx, p.Sampler, p.Tok, tasks, w.episodes(8, 1, sampleSeed(1, 1)))
+	if err != nil {
+		return g, err
+	}
+	mixed := 0
+	for i := 0; i < len(envs); i += 8 {
+		ok := 0
+		for _, e := range envs[i : i+8] {
+			ok += int(e.Reward())
+		}
+		if ok > 0 && ok < 8 {
+			mixed++
+		}
+	}
+	g.Groups, g.Mixed, g.GroupSucc = groups, float64(mixed)/float64(groups), collect.Summarize(envs).Success
+	minFam := math.Inf(1)
+	for _, v := range g.ByFamily {
+		minFam = math.Min(minFam, v)
+	}
+	g.G3 = GateResult{Threshold: "greedy 0.30–0.45, temperature 1 ≥ 0.20, every family ≥ 0.05, mixed groups (G = 8) ≥ 0.50",
+		Measured: map[string]float64{"greedy": g.Greedy, "temperature1": g.Temp1, "min_family": minFam, "mixed_groups": g.Mixed}}
+	g.G3.Pass = g.Greedy >= 0.30 && g.Greedy <= 0.45 && g.Temp1 >= 0.20 && minFam >= 0.05 && g.Mixed >= 0.50
+	g.CPUSeconds = (CPUTime() - c0).Seconds()
+	progress(fmt.Sprintf("G3: greedy %.1f%%, temperature 1 %.1f%%, by family %v, mixed groups %.0f%% of %d; cpu %.0fs (%s)",
+		100*g.Greedy, 100*g.Temp1, g.ByFamily, 100*g.Mixed, groups, g.CPUSeconds, time.Now().UTC().Format(time.RFC3339)))
+	return g, nil
+}
