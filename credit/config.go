@@ -47,7 +47,7 @@ type Normalize string
 const (
 	// NormalizeBudget divides every term by N, the step's token budget, and mixes the
 	// hint advantage into the outcome advantage: A_t = λ_out·A_out + λ_hint·A_hint,t
-	// (DESIGN.md's loss; the default).
+	// (docs/design.md's loss; the default).
 	NormalizeBudget Normalize = "budget"
 	// NormalizeSeparate keeps the outcome term and the distillation term apart, each
 	// divided by its own token count and weighed by λ_out and λ_distill:

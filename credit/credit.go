@@ -188,7 +188,7 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 		}
 		res.Rho[t] = rho
 		if r.HasReward && nm.out > 0 {
-			res.WeightOut[t] = rho * (cfg.LambdaOut * aout) / nm.out // as DESIGN.md's loss always computed it
+			res.WeightOut[t] = rho * (cfg.LambdaOut * aout) / nm.out // as docs/design.md's loss always computed it
 		}
 		res.Adv[t] = cfg.LambdaOut * aout
 		res.Weight[t] = res.WeightOut[t]
@@ -202,7 +202,7 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 			res.Adv[t] += nm.lambdaH * res.AHint[t]
 			res.Weight[t] += rho * nm.lambdaH * res.AHint[t] / nm.distill
 		default:
-			// DESIGN.md's loss, computed as it always was (bit for bit: runs compare).
+			// docs/design.md's loss, computed as it always was (bit for bit: runs compare).
 			res.Adv[t] += nm.lambdaH * res.AHint[t]
 			res.Weight[t] = rho * res.Adv[t] / nm.out
 		}

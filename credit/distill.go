@@ -8,7 +8,7 @@ import (
 )
 
 // DistillMode is what the teacher hands the student at each scored position
-// (DESIGN.md "What the teacher sees, and how its view becomes a loss").
+// (docs/distillation.md "How the view becomes a loss").
 type DistillMode string
 
 // The distillation modes.

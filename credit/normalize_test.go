@@ -140,7 +140,7 @@ func TestConfigValidateNamesNewFields(t *testing.T) {
 }
 
 // TestBudgetWeightsBitForBit: under normalize budget the weights are exactly the
-// formula DESIGN.md gives, ρ·(λ_out·A_out + λ_hint·A_hint)/N, to the last bit, so runs
+// formula docs/design.md gives, ρ·(λ_out·A_out + λ_hint·A_hint)/N, to the last bit, so runs
 // before and after the split compare.
 func TestBudgetWeightsBitForBit(t *testing.T) {
 	cfg := DefaultConfig()

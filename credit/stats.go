@@ -28,7 +28,7 @@ type Stats struct {
 	AHintAbsMean, AOutMean, AOutAbsMean float64
 	// NoSampler counts rollouts without sampler log-probs; Skipped those left out.
 	NoSampler, Skipped int
-	// The two loss terms kept apart (DESIGN.md: neither may silently swamp the other).
+	// The two loss terms kept apart (docs/distillation.md "Two terms kept apart": neither may silently swamp the other).
 	// OutTokens and DistillTokens are their token counts (the denominators under
 	// normalize: separate): trainable tokens of rollouts with a reward, and trainable
 	// tokens inside a teacher span. OutWeightAbs is Σ_t |outcome part of Weight_t| and
