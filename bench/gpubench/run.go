@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
@@ -32,6 +33,10 @@ type bench struct {
 	xlaPeak, torchBF16Peak, torchF32Peak float64
 	// measured peaks of the long stage, for the memory model's check.
 	measured []measuredPeak
+	// stages counts stage goroutines still running, abandoned ones included: the
+	// backend is finalized only once they have returned (a cancelled stage stops
+	// between chunks), else a chunk still executing uses a destroyed PJRT client.
+	stages sync.WaitGroup
 }
 
 // Run runs opts.Stages in order, each under its own budget, writing results.json and
@@ -58,7 +63,10 @@ func Run(ctx context.Context, opts Options, clientOptions map[string]any, log ze
 	if err != nil {
 		return nil, fmt.Errorf("bench-gpu: %w", err)
 	}
-	defer backend.Finalize()
+	defer func() {
+		b.stages.Wait()
+		backend.Finalize()
+	}()
 	b.backend = backend
 	b.mem = newMemWatch()
 	defer b.mem.close()
@@ -111,7 +119,9 @@ func (b *bench) runStage(ctx context.Context, name string, fn func(context.Conte
 	defer cancel()
 	t0 := time.Now()
 	done := make(chan error, 1)
+	b.stages.Add(1)
 	go func() {
+		defer b.stages.Done()
 		defer func() {
 			if r := recover(); r != nil {
 				done <- fmt.Errorf("panic: %v", r)
