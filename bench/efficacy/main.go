@@ -5,6 +5,11 @@
 //	go run ./bench/efficacy -probe 80 -backend xla-cpu    # each hint setup's Δ on the warm start, no training
 //	go run ./bench/efficacy -backend xla-cpu              # the arms, then results.json, efficacy.png
 //
+// Protocol 3 (docs/experiments/protocol3.md) measures gates before any arm:
+//
+//	go run ./bench/efficacy -warmstart3 -backend xla-cpu -dir bench/efficacy/protocol3  # its warm start
+//	go run ./bench/efficacy -gates -backend xla-cpu -dir bench/efficacy/protocol3       # G1–G3 → results.json
+//
 // The defaults are protocol 2's (docs/experiments/protocol2.md); protocol 1 ran with -steps 8
 // -eval-every 4 -hints generic,failed,student.
 //
