@@ -246,3 +246,57 @@ func shift(t *testing.T, p *gradPass, v [][]float32, h float64) {
 		require.NoError(t, vr.SetValue(tensors.FromFlatDataAndDimensions(x, vr.Shape().Dimensions...)))
 	}
 }
+
+// TestTrainerDistillStep runs Trainer.Step with modes topk and full: the step's
+// statistics carry both loss terms (their sum is the step's loss) and, with
+// TermGradNorms, each term's gradient norm, which bound the step's gradient norm by
+// the triangle inequality; and splitting the pass in two leaves the update as it was
+// (the same weights after the step as a trainer without the split).
+func TestTrainerDistillStep(t *testing.T) {
+	backend := newTestBackend(t)
+	for _, dc := range []credit.DistillConfig{
+		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivJSD, JSDAlpha: 0.5, ClipScope: credit.ClipEntry},
+		{Mode: credit.DistillFull, TopK: 1, Divergence: credit.DivReverseKL, JSDAlpha: 0.5, ClipScope: credit.ClipEntry},
+	} {
+		cfg := credit.DefaultConfig()
+		cfg.Normalize, cfg.LambdaDistill, cfg.Distill = credit.NormalizeSeparate, 1, dc
+		var weights [2][][]float32
+		var mets [2]Metrics
+		for i, split := range []bool{false, true} {
+			m := testModel(t, smallFields(), 61)
+			tr, err := NewTrainer(backend, m, TrainerOptions{Chunk: 16, Scorer: ScorerOptions{Chunk: 16}, Credit: cfg, TermGradNorms: split})
+			require.NoError(t, err)
+			V, T := m.Config.VocabSize, 64
+			r := credit.Rollout{ID: "r", TaskID: "t", Tokens: testTokens(T, V, 62), Sampler: make([]float64, T),
+				Trainable: make([]bool, T), Reward: 1, HasReward: true,
+				Hints: []credit.HintSpan{{Start: 20, End: 50, Hint: testTokens(5, V, 63)}}}
+			for j := range T {
+				r.Trainable[j], r.Sampler[j] = j > 0, -5
+			}
+			tr.Baselines().Global, tr.Baselines().Seen = 0.5, true
+			mets[i], err = tr.Step(t.Context(), []credit.Rollout{r})
+			require.NoError(t, err)
+			weights[i] = weightsOf(m)
+		}
+		met := mets[1]
+		t.Logf("%s: loss %.5g = outcome %.5g + distill %.5g; grad norm %.4g, outcome %.4g, distill %.4g",
+			dc.Mode, met.Loss, met.Terms.Out, met.Terms.Distill, met.GradNorm, met.OutGradNorm, met.DistillGradNorm)
+		require.True(t, met.Updated)
+		require.Greater(t, met.Terms.Distill, 0.0, "a divergence without clip is positive")
+		require.NotZero(t, met.Terms.Out)
+		require.InDelta(t, met.Loss, met.Terms.Total(), 1e-4)
+		require.InDelta(t, mets[0].Loss, mets[0].Terms.Total(), 1e-4)
+		require.InDelta(t, mets[0].Terms.Distill, met.Terms.Distill, 1e-6)
+		require.True(t, math.IsNaN(mets[0].OutGradNorm) && math.IsNaN(mets[0].DistillGradNorm), "no split: no term norms")
+		require.Greater(t, met.OutGradNorm, 0.0)
+		require.Greater(t, met.DistillGradNorm, 0.0)
+		require.LessOrEqual(t, met.GradNorm, (met.OutGradNorm+met.DistillGradNorm)*(1+1e-5))
+		require.GreaterOrEqual(t, met.GradNorm, math.Abs(met.OutGradNorm-met.DistillGradNorm)*(1-1e-5))
+		require.InDelta(t, mets[0].GradNorm, met.GradNorm, 1e-4*met.GradNorm)
+		for p := range weights[0] {
+			for j := range weights[0][p] {
+				require.InDelta(t, weights[0][p][j], weights[1][p][j], 1e-5, "parameter %d element %d", p, j)
+			}
+		}
+	}
+}
