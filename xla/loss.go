@@ -64,7 +64,7 @@ type gradPass struct {
 	// (withDistill; nil without it).
 	dexecs  map[Backprop]*mlctx.Exec
 	distill credit.DistillConfig
-	sum     *Exec // combine's: two gradient sums added, and their norms
+	sum     *Exec           // combine's: two gradient sums added, and their norms
 	shrink  *Exec           // the first c positions of every cache tensor
 	stats   AttentionStats  // chunk executions against a cache (GradientStats)
 	seen    map[[2]int]bool // (chunk, cut) pairs run

@@ -78,10 +78,10 @@ type Metrics struct {
 	// outcome term (with KL) and of the distillation term, before clipping; NaN unless
 	// TrainerOptions.TermGradNorms. Their vector sum is the step's gradient.
 	OutGradNorm, DistillGradNorm float64
-	Rollouts int
-	Tokens   int // tokens the gradient passes ran
-	Credit   credit.Stats
-	Took     time.Duration
+	Rollouts                     int
+	Tokens                       int // tokens the gradient passes ran
+	Credit                       credit.Stats
+	Took                         time.Duration
 	// ScoredTokens and ScoreTook measure the scoring passes alone: the tokens of every
 	// student pass plus each hinted segment's hint and span.
 	ScoredTokens int
