@@ -48,7 +48,8 @@ type TrainerOptions struct {
 	// the distillation term apart (Metrics.OutGradNorm, DistillGradNorm). It runs the
 	// training pass twice per rollout with a hint, once per term, and adds the two
 	// gradients: about twice the training pass's cost on those rollouts (scoring is
-	// unchanged). Off, the two norms are NaN; the terms' loss values are always
+	// unchanged) and a second set of gradient accumulators (the size of the trained
+	// weights). Off, the two norms are NaN; the terms' loss values are always
 	// reported (Metrics.Terms).
 	TermGradNorms bool
 }
