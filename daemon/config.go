@@ -17,7 +17,6 @@ import (
 	"github.com/hindsight-ai/hindsight/eval"
 	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/teacher"
-	"github.com/hindsight-ai/hindsight/train"
 )
 
 // Config is hindsightd's configuration. It is decoded strictly from YAML over
@@ -202,9 +201,6 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Credit.Validate(); err != nil {
 		return fmt.Errorf("credit.%w", err)
-	}
-	if err := train.DeviceCredit(c.Credit); err != nil {
-		return err
 	}
 	if err := c.Train.Validate("train."); err != nil {
 		return err

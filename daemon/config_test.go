@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/xla"
 	"github.com/stretchr/testify/require"
 )
@@ -45,7 +46,10 @@ func TestParseConfig(t *testing.T) {
 			require.Equal(t, xla.BackpropExact, c.Train.Backprop)
 		}},
 		{name: "bad backprop", yaml: "train:\n  backprop: sideways\n", err: `train.backprop: "sideways", want truncated, exact or full`},
-		{name: "distill mode not on the device", yaml: "credit:\n  distill:\n    mode: topk\n", err: "credit.distill.mode: topk is not trained on the device yet"},
+		{name: "distill mode topk on the device", yaml: "credit:\n  distill:\n    mode: topk\n    top_k: 20\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, credit.DistillTopK, c.Credit.Distill.Mode)
+			require.Equal(t, 20, c.Credit.Distill.TopK)
+		}},
 		{name: "negative batch rollouts", yaml: "train:\n  max_batch_rollouts: -1\n", err: "train.max_batch_rollouts: -1"},
 		{name: "negative batch tokens", yaml: "train:\n  max_batch_tokens: -5\n", err: "train.max_batch_tokens: -5"},
 	}

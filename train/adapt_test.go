@@ -147,12 +147,16 @@ func TestTrainableIsTheOneRule(t *testing.T) {
 	require.Positive(t, n)
 }
 
+// TestDeviceCredit: every distillation mode trains on the device; full only on a
+// vocabulary up to xla.MaxFullVocab (the byte tokenizer's, not qwen3's).
 func TestDeviceCredit(t *testing.T) {
 	c := credit.DefaultConfig()
-	require.NoError(t, DeviceCredit(c))
+	require.NoError(t, DeviceCredit(c, 151936))
 	c.Distill.Mode = credit.DistillTopK
-	err := DeviceCredit(c)
-	require.ErrorContains(t, err, "credit.distill.mode: topk")
+	require.NoError(t, DeviceCredit(c, 151936))
+	c.Distill.Mode = credit.DistillFull
+	require.NoError(t, DeviceCredit(c, 259))
+	require.ErrorContains(t, DeviceCredit(c, 151936), "credit.distill.mode: full")
 }
 
 // TestWithSiblings: the failed rollout of a task is scored with the step's success of

@@ -52,6 +52,12 @@ type Config struct {
 	// by N) once no rollout has arrived for this long, so a quiet spool's last
 	// rollouts are trained and their files finished; 0 waits for a full budget.
 	IdleFlush time.Duration `yaml:"idle_flush"`
+	// TermGradNorms reports, on each step, the gradient norm of the outcome term and
+	// of the distillation term apart (logged as grad_norm_out and grad_norm_distill).
+	// It runs the training pass twice on each rollout that has both terms, so it costs
+	// up to twice the training pass (xla.TrainerOptions.TermGradNorms); off by default.
+	// The two terms' loss values are logged either way.
+	TermGradNorms bool `yaml:"term_grad_norms"`
 	// Seed seeds the trainer's random stream.
 	Seed       uint64           `yaml:"seed"`
 	Checkpoint CheckpointConfig `yaml:"checkpoint"`
@@ -142,13 +148,13 @@ func (c Config) Validate(prefix string) error {
 }
 
 // DeviceCredit reports a credit setting that the credit math accepts but the device
-// does not train yet: the distillation modes topk and full need the teacher's top-k
-// (or full) log-probs and the divergence in the loss graph (issue 26, after the xla/
-// restructure). Without this check such a config would silently train on the outcome
-// term alone, the distillation term's weights being ignored.
-func DeviceCredit(c credit.Config) error {
-	if m := c.Distill.Mode; m != "" && m != credit.DistillSampledToken {
-		return fmt.Errorf("credit.distill.mode: %s is not trained on the device yet (use sampled_token)", m)
+// cannot train with a model of vocab ids: distillation mode full keeps the teacher's
+// whole log-distribution for every hinted position on the host (xla.TeacherView),
+// which is refused above xla.MaxFullVocab (use topk there). Modes sampled_token and
+// topk train on any vocabulary.
+func DeviceCredit(c credit.Config, vocab int) error {
+	if c.Distill.Mode == credit.DistillFull && vocab > xla.MaxFullVocab {
+		return fmt.Errorf("credit.distill.mode: full keeps the teacher's whole distribution per hinted position; the model's vocabulary of %d is over %d (use topk)", vocab, xla.MaxFullVocab)
 	}
 	return nil
 }

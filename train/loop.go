@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -186,9 +187,12 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 	lp.lastItemAt = time.Now()
 	log := lp.o.Log
 	if met.Updated {
-		log.Info().Int64("step", met.Step).Float64("loss", met.Loss).Float64("lr", met.LR).
-			Float64("grad_norm", met.GradNorm).Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).
-			Dur("took", met.Took).Msg("step")
+		ev := log.Info().Int64("step", met.Step).Float64("loss", met.Loss).Float64("lr", met.LR).
+			Float64("grad_norm", met.GradNorm).Float64("loss_out", met.Terms.Out).Float64("loss_distill", met.Terms.Distill)
+		if !math.IsNaN(met.OutGradNorm) {
+			ev = ev.Float64("grad_norm_out", met.OutGradNorm).Float64("grad_norm_distill", met.DistillGradNorm)
+		}
+		ev.Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).Dur("took", met.Took).Msg("step")
 	} else if met.Credit.Tokens == 0 {
 		log.Warn().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took).
 			Msg("step without update, weights unchanged: no trainable token in the batch: " + lp.untrainable(batch))

@@ -41,9 +41,6 @@ func Open(o Options) (*Loop, error) {
 	if o.Ledger == nil || o.Pause == nil {
 		return nil, errors.New("open trainer: no ledger or pause state")
 	}
-	if err := DeviceCredit(o.Credit); err != nil {
-		return nil, err
-	}
 	if o.Busy == nil {
 		o.Busy = func() bool { return false }
 	}
@@ -85,6 +82,9 @@ func Open(o Options) (*Loop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", src, err)
 	}
+	if err := DeviceCredit(o.Credit, m.Config.VocabSize); err != nil {
+		return nil, err
+	}
 	tc := o.Config
 	lora := tc.LoRA
 	if lora.Enabled() {
@@ -94,7 +94,7 @@ func Open(o Options) (*Loop, error) {
 	}
 	lp.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
 		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: o.Credit, Optimizer: tc.Optimizer,
-		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed})
+		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms})
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
-	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
 
 // zeroGrads returns zero accumulators, one per parameter.
@@ -21,9 +20,11 @@ func (p *gradPass) zeroGrads() []*tensors.Tensor {
 
 // chunkTerms are the constant per-position inputs of a rollout's loss, indexed by
 // token position t (the prediction of y_t): Weight (credit's m·ρ·A/N), KLCoef
-// (β/N·m_t, nil without KL) and Ref (log π_ref(y_t | y_<t), nil without KL).
+// (β/N·m_t, nil without KL) and Ref (log π_ref(y_t | y_<t), nil without KL), and
+// Distill, the divergence term of modes topk and full (nil without it).
 type chunkTerms struct {
 	Weight, KLCoef, Ref []float32
+	Distill             *distillTerms
 }
 
 // at returns the three inputs of chunk positions off…off+n-1, which predict
@@ -48,12 +49,19 @@ type passResult struct {
 	Loss    float64   // Σ of the chunk losses
 	TokLoss []float32 // per token position t (the term of y_t); 0 at t = 0
 	LogProb []float32 // log π_θ(y_t | y_<t) as the training pass computed it; NaN at 0
+	// Div is D_t, the divergence from the teacher at t (modes topk and full; nil
+	// otherwise); at a position without a teacher it is that of a stand-in
+	// distribution, weighted 0.
+	Div []float32
 }
 
 // newPassResult is an empty passResult for T tokens.
-func newPassResult(T int) passResult {
+func newPassResult(T int, distill bool) passResult {
 	res := passResult{TokLoss: make([]float32, T), LogProb: make([]float32, T)}
 	res.LogProb[0] = float32(math.NaN())
+	if distill {
+		res.Div = make([]float32, T)
+	}
 	return res
 }
 
@@ -67,9 +75,12 @@ func newPassResult(T int) passResult {
 // (exact gradient; activation memory grows with the length).
 func (p *gradPass) accumulate(ctx context.Context, mode Backprop, s *Scorer, tokens []int32, cache *KVCache, terms chunkTerms, chunk, scores int, acc []*tensors.Tensor) (passResult, error) {
 	T := len(tokens)
-	res := newPassResult(T)
+	res := newPassResult(T, terms.Distill != nil)
+	if terms.Distill != nil && p.dexecs == nil {
+		return res, fmt.Errorf("gradient pass: a distillation term, but no distillation mode set (withDistill)")
+	}
 	if mode == BackpropFull {
-		_, err := p.runChunk(p.execs[BackpropFull], tokens, terms, 0, T, nil, nil, acc, &res)
+		_, err := p.runChunk(BackpropFull, tokens, terms, 0, T, nil, nil, acc, &res)
 		return res, err
 	}
 	if cache == nil || cache.model != p.model || cache.closed() || cache.Len < T {
@@ -109,7 +120,7 @@ func (p *gradPass) truncated(ctx context.Context, s *Scorer, tokens []int32, cac
 		if err != nil {
 			return err
 		}
-		if _, err := p.runChunk(p.execs[BackpropTruncated], tokens, terms, off, n, caches, nil, acc, res); err != nil {
+		if _, err := p.runChunk(BackpropTruncated, tokens, terms, off, n, caches, nil, acc, res); err != nil {
 			return err
 		}
 		off += n
@@ -156,7 +167,7 @@ func (p *gradPass) exact(ctx context.Context, s *Scorer, tokens []int32, cache *
 		if err != nil {
 			return err
 		}
-		next, err := p.runChunk(p.execs[BackpropExact], tokens, terms, offs[i], ns[i], caches, carried, acc, res)
+		next, err := p.runChunk(BackpropExact, tokens, terms, offs[i], ns[i], caches, carried, acc, res)
 		if err != nil {
 			carried = nil // donated or finalized by runChunk
 			return err
@@ -166,19 +177,24 @@ func (p *gradPass) exact(ctx context.Context, s *Scorer, tokens []int32, cache *
 	return nil
 }
 
-// runChunk runs executable e (newGradExec's) on the chunk of n positions at off
-// against caches (nil without a cache), with carried (the exact pass's
-// cotangents, donated) after them; it replaces acc's tensors with the new sums,
-// adds the chunk's loss, token losses and log-probs to res, and returns the new
-// carried tensors.
-func (p *gradPass) runChunk(e *mlctx.Exec, tokens []int32, terms chunkTerms, off, n int, caches, carried, acc []*tensors.Tensor, res *passResult) ([]*tensors.Tensor, error) {
+// runChunk runs mode's executable (newGradExec's; the distillation one when terms
+// have a Distill term) on the chunk of n positions at off against caches (nil
+// without a cache), with carried (the exact pass's cotangents, donated) after them;
+// it replaces acc's tensors with the new sums, adds the chunk's loss, token losses,
+// log-probs and divergences to res, and returns the new carried tensors.
+func (p *gradPass) runChunk(mode Backprop, tokens []int32, terms chunkTerms, off, n int, caches, carried, acc []*tensors.Tensor, res *passResult) ([]*tensors.Tensor, error) {
 	T := len(tokens)
+	e := p.execs[mode]
 	w, c, r := terms.at(off, n)
 	args := append(chunkArgs(tokens, off, n, off),
 		tensors.FromFlatDataAndDimensions(w, 1, n),
 		tensors.FromFlatDataAndDimensions(c, 1, n),
 		tensors.FromFlatDataAndDimensions(r, 1, n),
 	)
+	if terms.Distill != nil {
+		e = p.dexecs[mode]
+		args = append(args, terms.Distill.at(off, n)...)
+	}
 	args = append(args, anys(caches)...)
 	for _, t := range carried {
 		args = append(args, donated(t, p.backend))
@@ -196,6 +212,12 @@ func (p *gradPass) runChunk(e *mlctx.Exec, tokens []int32, terms chunkTerms, off
 	tl := tensors.MustCopyFlatData[float32](tlT)
 	lp := tensors.MustCopyFlatData[float32](lpT)
 	finalize([]*tensors.Tensor{lossT, tlT, lpT})
+	var div []float32
+	if terms.Distill != nil {
+		divT := l.next()
+		div = tensors.MustCopyFlatData[float32](divT)
+		divT.FinalizeAll()
+	}
 	finalize(acc) // what donation left of them
 	copy(acc, l.take(len(acc)))
 	finalize(carried)
@@ -203,6 +225,9 @@ func (p *gradPass) runChunk(e *mlctx.Exec, tokens []int32, terms chunkTerms, off
 	for i := 0; i < n && off+i+1 < T; i++ {
 		res.TokLoss[off+i+1] = tl[i]
 		res.LogProb[off+i+1] = lp[i]
+		if div != nil {
+			res.Div[off+i+1] = div[i]
+		}
 	}
 	return l.rest, nil
 }
@@ -264,4 +289,58 @@ func trainChunkFor(chunk, rem, capacity, heads, scores int) int {
 		n /= 2
 	}
 	return n
+}
+
+// combine returns a + b (freeing both) and the global L2 norms of a and of b: the
+// step's gradient from its two terms' gradients (TrainerOptions.TermGradNorms).
+func (p *gradPass) combine(a, b []*tensors.Tensor) (sum []*tensors.Tensor, na, nb float64, err error) {
+	np := len(a)
+	if p.sum == nil {
+		e, err := graph.NewExec(p.backend, func(in []*graph.Node) []*graph.Node {
+			l := listOf(in)
+			xs, ys := l.take(np), l.take(np)
+			out := []*graph.Node{globalNorm(xs), globalNorm(ys)}
+			for i := range np {
+				out = append(out, graph.Add(xs[i], ys[i]))
+			}
+			return out
+		})
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("combine gradient terms: %w", err)
+		}
+		p.sum = e
+	}
+	args := make([]any, 0, 2*np)
+	for _, t := range a {
+		args = append(args, donated(t, p.backend))
+	}
+	for _, t := range b {
+		args = append(args, donated(t, p.backend))
+	}
+	out, err := p.sum.Exec(args...)
+	finalize(a)
+	finalize(b)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("combine gradient terms: %w", err)
+	}
+	na = float64(tensors.ToScalar[float32](out[0]))
+	nb = float64(tensors.ToScalar[float32](out[1]))
+	finalize(out[:2])
+	return out[2:], na, nb, nil
+}
+
+// globalNorm is √Σ x² over every element of xs.
+//
+//	xs: tensors of any shapes → scalar
+func globalNorm(xs []*graph.Node) *graph.Node {
+	var sq *graph.Node
+	for _, x := range xs {
+		s := graph.ReduceAllSum(graph.Square(x))
+		if sq == nil {
+			sq = s
+		} else {
+			sq = graph.Add(sq, s)
+		}
+	}
+	return graph.Sqrt(sq)
 }

@@ -21,25 +21,40 @@ import (
 // start is computed first with this Scorer's own weights. Each segment then runs
 // only its hint and its own tokens, chunk by chunk, on a copy of the prefix.
 func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan) ([][]float32, error) {
+	q, _, err := s.ScoreHintedView(ctx, tokens, prefix, segs, TeacherView{})
+	return q, err
+}
+
+// ScoreHintedView is ScoreHinted that also keeps, per segment, what view asks of the
+// teacher's distribution at each of the segment's positions (TeacherDist, one row
+// per position of [Start, End)): the top k with the tail's mass, or the whole
+// log-distribution. It is computed chunk by chunk, as scoring is, from each chunk's
+// logits: the largest tensor is one chunk's [chunk, vocab] logits, and what leaves
+// the device is [End−Start, k] (topk) or [End−Start, vocab] (full). A zero view
+// returns nil dists.
+func (s *Scorer) ScoreHintedView(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView) ([][]float32, []TeacherDist, error) {
 	if len(segs) == 0 {
-		return nil, nil
+		return nil, nil, nil
+	}
+	if view.Mode == credit.DistillTopK && view.K < 1 {
+		return nil, nil, fmt.Errorf("score hinted: top k %d must be at least 1", view.K)
 	}
 	if err := s.checkTokens(tokens); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	need := 0 // prefix positions needed
 	for i, sg := range segs {
 		if sg.Start < 0 || sg.End <= sg.Start || sg.End > len(tokens) {
-			return nil, fmt.Errorf("score hinted: segment %d: [%d, %d) is not a non-empty range of %d tokens", i, sg.Start, sg.End, len(tokens))
+			return nil, nil, fmt.Errorf("score hinted: segment %d: [%d, %d) is not a non-empty range of %d tokens", i, sg.Start, sg.End, len(tokens))
 		}
 		if len(sg.Hint) == 0 && sg.Start == 0 {
-			return nil, fmt.Errorf("score hinted: segment %d: no hint and no context before position 0", i)
+			return nil, nil, fmt.Errorf("score hinted: segment %d: no hint and no context before position 0", i)
 		}
 		if err := s.checkTokens(sg.Hint); err != nil {
-			return nil, fmt.Errorf("score hinted: segment %d: hint: %w", i, err)
+			return nil, nil, fmt.Errorf("score hinted: segment %d: hint: %w", i, err)
 		}
 		if err := s.checkSeq(sg.End + len(sg.Hint)); err != nil {
-			return nil, fmt.Errorf("score hinted: segment %d: %w", i, err)
+			return nil, nil, fmt.Errorf("score hinted: segment %d: %w", i, err)
 		}
 		need = max(need, sg.Start)
 	}
@@ -49,19 +64,28 @@ func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCach
 		}
 		_, own, err := s.Score(ctx, tokens[:need])
 		if err != nil {
-			return nil, fmt.Errorf("score hinted: teacher prefix: %w", err)
+			return nil, nil, fmt.Errorf("score hinted: teacher prefix: %w", err)
 		}
 		defer own.Close()
 		prefix = own
 	} else if prefix.Len < need {
-		return nil, fmt.Errorf("score hinted: prefix cache holds %d positions, segments need %d", prefix.Len, need)
+		return nil, nil, fmt.Errorf("score hinted: prefix cache holds %d positions, segments need %d", prefix.Len, need)
 	}
 	if prefix.closed() {
-		return nil, errors.New("score hinted: prefix cache is closed")
+		return nil, nil, errors.New("score hinted: prefix cache is closed")
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var sink *viewSink
+	var dists []TeacherDist
+	if view.keeps() {
+		var err error
+		if sink, err = s.sinkFor(view); err != nil {
+			return nil, nil, fmt.Errorf("score hinted: %w", err)
+		}
+		dists = make([]TeacherDist, len(segs))
+	}
 	out := make([][]float32, len(segs))
 	for i, sg := range segs {
 		// z is what runs after the prefix; q_t is the prediction of y_t, made at z's
@@ -77,17 +101,21 @@ func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCach
 		}
 		first := len(z) - (sg.End - sg.Start) // index in z of y_a
 		q := make([]float32, sg.End-sg.Start)
+		if sink != nil {
+			dists[i] = newTeacherDist(view, s.model.Config.VocabSize, len(q))
+			sink.take = keepRows(&dists[i], first)
+		}
 		c := &KVCache{model: s.model, Len: pos, layout: prefix.layout.share()}
 		err := s.run(ctx, c, z, pos, func(j int, lp float32) {
 			if k := j + 1 - first; k >= 0 && k < len(q) {
 				q[k] = lp
 			}
-		})
+		}, sink)
 		c.Close()
 		if err != nil {
-			return nil, fmt.Errorf("score hinted: segment %d: %w", i, err)
+			return nil, nil, fmt.Errorf("score hinted: segment %d: %w", i, err)
 		}
 		out[i] = q
 	}
-	return out, nil
+	return out, dists, nil
 }

@@ -9,6 +9,8 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/hindsight-ai/hindsight/credit"
 )
 
 // The device loss of docs/design.md "Credit math", for one chunk of one rollout:
@@ -58,6 +60,11 @@ type gradPass struct {
 	backend backends.Backend
 	params  []*mlctx.Variable // the trained variables (trainables), in context order
 	execs   map[Backprop]*mlctx.Exec
+	// dexecs are execs with the distillation term of modes topk and full
+	// (withDistill; nil without it).
+	dexecs  map[Backprop]*mlctx.Exec
+	distill credit.DistillConfig
+	sum     *Exec           // combine's: two gradient sums added, and their norms
 	shrink  *Exec           // the first c positions of every cache tensor
 	stats   AttentionStats  // chunk executions against a cache (GradientStats)
 	seen    map[[2]int]bool // (chunk, cut) pairs run
@@ -70,33 +77,62 @@ func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
 		return nil, fmt.Errorf("new gradient pass: %w", err)
 	}
 	for _, mode := range []Backprop{BackpropTruncated, BackpropExact, BackpropFull} {
-		if p.execs[mode], err = p.newGradExec(mode); err != nil {
+		if p.execs[mode], err = p.newGradExec(mode, TeacherView{}); err != nil {
 			return nil, fmt.Errorf("new gradient pass: %s: %w", mode, err)
 		}
 	}
 	return p, nil
 }
 
+// withDistill makes the executables whose loss has the divergence term of cfg's
+// mode (topk or full); rollouts whose chunkTerms have a Distill term run them.
+func (p *gradPass) withDistill(cfg credit.DistillConfig) error {
+	v := viewOf(cfg)
+	if !v.keeps() {
+		return nil
+	}
+	p.distill, p.dexecs = cfg, map[Backprop]*mlctx.Exec{}
+	for _, mode := range []Backprop{BackpropTruncated, BackpropExact, BackpropFull} {
+		e, err := p.newGradExec(mode, v)
+		if err != nil {
+			return fmt.Errorf("gradient pass with distill mode %s: %s: %w", cfg.Mode, mode, err)
+		}
+		p.dexecs[mode] = e
+	}
+	return nil
+}
+
 // newGradExec returns the executable of one chunk's loss and gradient under mode:
 //
 //	inputs:  chunkArgs, then w, c, r [1, seq] (chunkTerms.at);
+//	         with a view that keeps: the distillation inputs (distillTerms.at);
 //	         the contiguous cache, cut to the chunk's span (truncated, exact);
 //	         the cotangents of the whole cache, a kvPair (exact);
 //	         the gradient accumulators, one per trained variable
-//	outputs: loss (scalar), token losses and log-probs [1, seq], the accumulators
-//	         with the chunk's gradient added; the cotangents passed on (exact)
+//	outputs: loss (scalar), token losses and log-probs [1, seq], with a view the
+//	         divergences D [1, seq]; the accumulators with the chunk's gradient
+//	         added; the cotangents passed on (exact)
+//
+// With a view, each position's loss gains dw·D, D the divergence (p.distill) of the
+// student's distribution at the position from the teacher's kept one (distillTopK or
+// distillFull on the chunk's logits), so its gradient flows into the weights with
+// the policy-gradient term's.
 //
 // Truncated makes the cache a constant; full runs the chunk (the whole rollout)
 // without a cache; exact adds <cotangent, the chunk's own K/V> to the loss, so that
 // its gradient carries what later chunks owe these keys and values back into the
 // weights and into the earlier positions' K/V (vector-Jacobian chain).
-func (p *gradPass) newGradExec(mode Backprop) (*mlctx.Exec, error) {
+func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*mlctx.Exec, error) {
 	cfg := p.model.Config
 	nl, np := cfg.NumHiddenLayers, len(p.params)
 	return newModelExec(p.backend, p.model, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
 		ch := takeChunk(l)
 		w, c, r := l.next(), l.next(), l.next()
+		var dn distillNodes
+		if view.keeps() {
+			dn = takeDistill(l, view)
+		}
 		var cache graphCache = chunkOnly{}
 		var kv *contiguousNodes
 		var cot kvPair[*Node]
@@ -112,8 +148,14 @@ func (p *gradPass) newGradExec(mode Backprop) (*mlctx.Exec, error) {
 		}
 		acc := l.take(np)
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
-		logp := tokenLogProbs(ctx, cfg, hidden, ch.targets) // [1, n]
+		logits := headLogits(ctx, cfg, hidden)     // [1, n, vocab]
+		logp := targetLogProbs(logits, ch.targets) // [1, n]
 		tokLoss := chunkLoss(logp, w, c, r)
+		var div *Node
+		if view.keeps() {
+			div = dn.divergence(p.distill, Squeeze(logits, 0)) // [1, n]
+			tokLoss = Add(tokLoss, Mul(dn.weight, ConvertDType(div, tokLoss.DType())))
+		}
 		loss := ReduceAllSum(tokLoss)
 		g := ch.tokens.Graph()
 		nodes := make([]*Node, np, np+2*nl)
@@ -133,6 +175,9 @@ func (p *gradPass) newGradExec(mode Backprop) (*mlctx.Exec, error) {
 		}
 		grads := listOf(Gradient(total, nodes...))
 		out := []*Node{loss, tokLoss, logp}
+		if div != nil {
+			out = append(out, div)
+		}
 		for _, a := range acc {
 			out = append(out, Add(a, grads.next()))
 		}

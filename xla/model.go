@@ -93,9 +93,16 @@ func decoder(ctx *context.Context, c Config, tokens, start *Node, cache graphCac
 //
 //	hidden: [batch, seq, hidden]; targets: [batch, seq] int32 → [batch, seq] float32
 func tokenLogProbs(ctx *context.Context, c Config, hidden, targets *Node) *Node {
-	g := hidden.Graph()
-	logits := headLogits(ctx, c, hidden) // [batch, seq, vocab]
-	lse := vocabLogSumExp(logits)        // [batch, seq]
+	return targetLogProbs(headLogits(ctx, c, hidden), targets)
+}
+
+// targetLogProbs returns log softmax(logits)[targets] without a [batch, seq, vocab]
+// log-softmax tensor.
+//
+//	logits: [batch, seq, vocab]; targets: [batch, seq] int32 → [batch, seq]
+func targetLogProbs(logits, targets *Node) *Node {
+	g := logits.Graph()
+	lse := vocabLogSumExp(logits) // [batch, seq]
 	dims := logits.Shape().Dimensions
 	vocab := Iota(g, shapes.Make(dtypes.Int32, dims...), 2)
 	hit := Equal(vocab, BroadcastToDims(ExpandAxes(targets, -1), dims...))

@@ -74,6 +74,8 @@ type Scorer struct {
 	stats    ScoreStats
 	compiled map[string]bool
 	seen     map[[3]int]bool // step programs run: chunk, capacity, span length
+	// views are the scoring steps that also keep a TeacherView, made on first use.
+	views map[TeacherView]*viewSink
 }
 
 // NewScorer returns a Scorer of m on backend.
@@ -92,10 +94,10 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	}
 	nl := m.Config.NumHiddenLayers
 	var err error
-	if s.step, err = newScoreExec(backend, m, func(l *list[*Node]) graphCache { return takeContiguous(l, nl) }); err != nil {
+	if s.step, err = newScoreExec(backend, m, func(l *list[*Node]) graphCache { return takeContiguous(l, nl) }, TeacherView{}); err != nil {
 		return nil, fmt.Errorf("new scorer: %w", err)
 	}
-	if s.paged, err = newScoreExec(backend, m, func(l *list[*Node]) graphCache { return takePaged(l, nl) }); err != nil {
+	if s.paged, err = newScoreExec(backend, m, func(l *list[*Node]) graphCache { return takePaged(l, nl) }, TeacherView{}); err != nil {
 		return nil, fmt.Errorf("new scorer: %w", err)
 	}
 	if s.caches, err = newCacheExecs(backend, m); err != nil {
@@ -136,7 +138,7 @@ func (s *Scorer) Score(ctx context.Context, tokens []int32) ([]float32, *KVCache
 		if i+1 < len(out) {
 			out[i+1] = lp
 		}
-	}); err != nil {
+	}, nil); err != nil {
 		cache.Close()
 		return nil, nil, err
 	}

@@ -19,7 +19,11 @@ import (
 // activations and one block's scores, whatever the rollout's length.
 
 // runPaged is run for a paged cache.
-func (s *Scorer) runPaged(ctx context.Context, p *pagedCache, seq []int32, start int, emit func(i int, lp float32)) error {
+func (s *Scorer) runPaged(ctx context.Context, p *pagedCache, seq []int32, start int, emit func(i int, lp float32), sink *viewSink) error {
+	exec, label := s.paged, "paged"
+	if sink != nil {
+		exec, label = sink.paged, sink.label+" paged"
+	}
 	nl := s.model.Config.NumHiddenLayers
 	zero, err := s.zeroPageTensor()
 	if err != nil {
@@ -36,12 +40,13 @@ func (s *Scorer) runPaged(ctx context.Context, p *pagedCache, seq []int32, start
 		args := append(chunkArgs(seq, off, n, pos), p.stepArgs(pos, past, zero)...)
 		s.count(n, -1, n+past.Len())
 		s.stats.CopySeconds += time.Since(t0).Seconds()
-		out, err := s.timedExec(s.paged, fmt.Sprintf("paged %d span %d×%d", n, past.Blocks, past.Block), false, args)
+		out, err := s.timedExec(exec, fmt.Sprintf("%s %d span %d×%d", label, n, past.Blocks, past.Block), false, args)
 		if err != nil {
 			return fmt.Errorf("score chunk at %d: %w", pos, err)
 		}
 		r := listOf(out)
 		s.emitChunk(r.next(), off, n, len(seq), emit)
+		sink.consume(r, off, n)
 		p.write(takeWritten(r, nl), pos, n)
 		off += n
 	}

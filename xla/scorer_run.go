@@ -37,16 +37,20 @@ func chunkArgs(seq []int32, off, n, pos int) []any {
 }
 
 // newScoreExec returns a scoring step over the cache layout take reads: inputs
-// chunkArgs, then the cache; outputs the chunk's log-probs [1, seq], then the
-// cache's outputs.
-func newScoreExec(backend backends.Backend, m *Model, take func(*list[*Node]) graphCache) (*mlctx.Exec, error) {
+// chunkArgs, then the cache; outputs the chunk's log-probs [1, seq], then what view
+// keeps of the chunk's distributions (TeacherView.outputs: nothing for
+// sampled_token), then the cache's outputs.
+func newScoreExec(backend backends.Backend, m *Model, take func(*list[*Node]) graphCache, view TeacherView) (*mlctx.Exec, error) {
 	cfg := m.Config
 	return newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
 		ch := takeChunk(l)
 		cache := take(l)
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
-		return append([]*Node{tokenLogProbs(ctx, cfg, hidden, ch.targets)}, cache.outputs()...)
+		logits := headLogits(ctx, cfg, hidden) // [1, seq, vocab]
+		out := []*Node{targetLogProbs(logits, ch.targets)}
+		out = append(out, view.outputs(Squeeze(logits, 0))...)
+		return append(out, cache.outputs()...)
 	})
 }
 
@@ -93,8 +97,9 @@ func (s *Scorer) ensure(c *contiguousCache, n int) error {
 
 // run feeds seq, at positions start…, through the model chunk by chunk, writing
 // K/V into c (growing it as needed) and calling emit(i, lp) with lp = log p(seq[i+1]
-// | …, seq[:i+1]) for i < len(seq)-1.
-func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, emit func(i int, lp float32)) error {
+// | …, seq[:i+1]) for i < len(seq)-1. With a sink, the chunks run sink's
+// executables and sink.take gets each chunk's extra outputs.
+func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, emit func(i int, lp float32), sink *viewSink) error {
 	if err := s.model.place(s.backend); err != nil {
 		return err
 	}
@@ -103,9 +108,9 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, em
 	var err error
 	switch l := c.layout.(type) {
 	case *pagedCache:
-		err = s.runPaged(ctx, l, seq, start, emit)
+		err = s.runPaged(ctx, l, seq, start, emit, sink)
 	case *contiguousCache:
-		err = s.runContiguous(ctx, l, seq, start, emit)
+		err = s.runContiguous(ctx, l, seq, start, emit, sink)
 	default:
 		err = errors.New("score: the KV cache is closed")
 	}
@@ -118,7 +123,11 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, em
 
 // runContiguous is run for a contiguous cache (BucketAttention): every chunk
 // attends over the cache's whole capacity bucket.
-func (s *Scorer) runContiguous(ctx context.Context, c *contiguousCache, seq []int32, start int, emit func(i int, lp float32)) error {
+func (s *Scorer) runContiguous(ctx context.Context, c *contiguousCache, seq []int32, start int, emit func(i int, lp float32), sink *viewSink) error {
+	exec, label := s.step, "step"
+	if sink != nil {
+		exec, label = sink.step, sink.label+" step"
+	}
 	nl := s.model.Config.NumHiddenLayers
 	for off := 0; off < len(seq); {
 		if err := ctx.Err(); err != nil {
@@ -134,12 +143,13 @@ func (s *Scorer) runContiguous(ctx context.Context, c *contiguousCache, seq []in
 		s.count(n, capacity, capacity)
 		args := append(chunkArgs(seq, off, n, start+off), c.args(s.backend)...)
 		s.stats.CopySeconds += time.Since(t0).Seconds()
-		out, err := s.timedExec(s.step, fmt.Sprintf("step %d@%d", n, capacity), false, args)
+		out, err := s.timedExec(exec, fmt.Sprintf("%s %d@%d", label, n, capacity), false, args)
 		if err != nil {
 			return fmt.Errorf("score chunk at %d: %w", start+off, err)
 		}
 		r := listOf(out)
 		s.emitChunk(r.next(), off, n, len(seq), emit)
+		sink.consume(r, off, n)
 		c.replace(takeKV(r, nl))
 		off += n
 	}

@@ -44,6 +44,14 @@ type TrainerOptions struct {
 	Ref *Model
 	// Seed seeds the trainer's random stream (Rand), saved in checkpoints.
 	Seed uint64
+	// TermGradNorms asks each step for the gradient norm of the outcome term and of
+	// the distillation term apart (Metrics.OutGradNorm, DistillGradNorm). It runs the
+	// training pass twice per rollout with a hint, once per term, and adds the two
+	// gradients: about twice the training pass's cost on those rollouts (scoring is
+	// unchanged) and a second set of gradient accumulators (the size of the trained
+	// weights). Off, the two norms are NaN; the terms' loss values are always
+	// reported (Metrics.Terms).
+	TermGradNorms bool
 }
 
 // DefaultChunkTrain is the default TrainerOptions.Chunk.
@@ -63,10 +71,18 @@ type Metrics struct {
 	LR       float64 // learning rate used (of the next update, when not Updated)
 	GradNorm float64 // global L2 norm of the gradient before clipping
 	Loss     float64 // the step's loss at the weights before the update (credit.Loss)
-	Rollouts int
-	Tokens   int // tokens the gradient passes ran
-	Credit   credit.Stats
-	Took     time.Duration
+	// Terms are the loss's terms (credit.LossTerms at the training pass's log-probs
+	// and divergences): the outcome policy-gradient term, the distillation term (the
+	// sampled-token hint part, or Σ DistillWeight·D in modes topk and full) and KL.
+	Terms credit.Terms
+	// OutGradNorm and DistillGradNorm are the global L2 norms of the gradients of the
+	// outcome term (with KL) and of the distillation term, before clipping; NaN unless
+	// TrainerOptions.TermGradNorms. Their vector sum is the step's gradient.
+	OutGradNorm, DistillGradNorm float64
+	Rollouts                     int
+	Tokens                       int // tokens the gradient passes ran
+	Credit                       credit.Stats
+	Took                         time.Duration
 	// ScoredTokens and ScoreTook measure the scoring passes alone: the tokens of every
 	// student pass plus each hinted segment's hint and span.
 	ScoredTokens int
@@ -153,6 +169,12 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
 	if tr.grad, err = newGradPass(backend, m); err != nil {
+		return nil, fmt.Errorf("new trainer: %w", err)
+	}
+	if opts.Credit.Distill.Mode == credit.DistillFull && m.Config.VocabSize > MaxFullVocab {
+		return nil, fmt.Errorf("new trainer: credit.distill.mode full keeps the teacher's whole distribution per hinted position: vocabulary %d is over %d, use topk", m.Config.VocabSize, MaxFullVocab)
+	}
+	if err := tr.grad.withDistill(opts.Credit.Distill); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
 	params := make([]*tensors.Tensor, len(tr.grad.params))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 type scored struct {
 	cache *KVCache
 	ref   []float64
+	// dists are the teacher's kept distributions per hint span (modes topk and
+	// full; nil otherwise).
+	dists []TeacherDist
 }
 
 // Step applies one optimizer step for batch: the student pass of every rollout
@@ -68,25 +72,11 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 	if err != nil {
 		return Metrics{}, fmt.Errorf("train step: %w", err)
 	}
-	acc := tr.grad.zeroGrads()
 	met := Metrics{Rollouts: len(batch), Credit: stats, ScoredTokens: scoredTokens, ScoreTook: scoreTook,
-		Inputs: rs, Results: res}
-	signal := false
-	for i := range batch {
-		terms, ok := tr.terms(&rs[i], &res[i], sc[i].ref, budget)
-		if !ok {
-			continue
-		}
-		signal = true
-		pr, err := tr.grad.accumulate(ctx, tr.opts.Backprop, tr.scorer, batch[i].Tokens, sc[i].cache, terms, tr.opts.Chunk, tr.opts.AttentionScores, acc)
-		if err != nil {
-			for _, a := range acc {
-				a.FinalizeAll()
-			}
-			return Metrics{}, fmt.Errorf("train step: rollout %q: %w", batch[i].ID, err)
-		}
-		met.Loss += pr.Loss
-		met.Tokens += len(batch[i].Tokens)
+		Inputs: rs, Results: res, OutGradNorm: math.NaN(), DistillGradNorm: math.NaN()}
+	acc, signal, err := tr.accumulate(ctx, batch, rs, res, sc, budget, &met)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("train step: %w", err)
 	}
 	if signal {
 		if err := tr.update(acc, &met); err != nil {
@@ -107,6 +97,81 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 	tr.trainedTotal += int64(len(batch))
 	met.Took = time.Since(t0)
 	return met, nil
+}
+
+// accumulate runs the gradient pass of every rollout with a signal and returns the
+// summed gradient (the caller's to free or apply) and whether any rollout had a
+// signal; it fills met's Loss, Tokens, Terms and, with TermGradNorms, the two
+// terms' gradient norms (the outcome and distillation parts then run as two passes
+// into two sums, added at the end).
+func (tr *Trainer) accumulate(ctx context.Context, batch []credit.Rollout, rs []credit.Rollout, res []credit.Result, sc []scored, budget int, met *Metrics) ([]*tensors.Tensor, bool, error) {
+	split := tr.opts.TermGradNorms
+	acc := tr.grad.zeroGrads()
+	var accD []*tensors.Tensor
+	if split {
+		accD = tr.grad.zeroGrads()
+	}
+	fail := func(err error) ([]*tensors.Tensor, bool, error) {
+		finalize(acc)
+		finalize(accD)
+		return nil, false, err
+	}
+	logp, div := make([][]float64, len(batch)), make([][]float64, len(batch))
+	signal := false
+	for i := range batch {
+		T := len(batch[i].Tokens)
+		logp[i], div[i] = make([]float64, T), make([]float64, T)
+		terms, ok, err := tr.terms(&rs[i], &res[i], &sc[i], budget)
+		if err != nil {
+			return fail(fmt.Errorf("rollout %q: %w", batch[i].ID, err))
+		}
+		if !ok {
+			continue
+		}
+		signal = true
+		passes := []struct {
+			terms chunkTerms
+			acc   []*tensors.Tensor
+		}{{terms, acc}}
+		if split {
+			out, d := terms.split(&res[i])
+			passes = passes[:0]
+			passes = append(passes, struct {
+				terms chunkTerms
+				acc   []*tensors.Tensor
+			}{out, acc}, struct {
+				terms chunkTerms
+				acc   []*tensors.Tensor
+			}{d, accD})
+		}
+		for _, p := range passes {
+			if p.terms.empty() {
+				continue
+			}
+			pr, err := tr.grad.accumulate(ctx, tr.opts.Backprop, tr.scorer, batch[i].Tokens, sc[i].cache, p.terms, tr.opts.Chunk, tr.opts.AttentionScores, p.acc)
+			if err != nil {
+				return fail(fmt.Errorf("rollout %q: %w", batch[i].ID, err))
+			}
+			met.Loss += pr.Loss
+			for t := 1; t < T; t++ {
+				logp[i][t] = float64(pr.LogProb[t])
+				if pr.Div != nil {
+					div[i][t] = float64(pr.Div[t])
+				}
+			}
+		}
+		met.Tokens += len(batch[i].Tokens)
+	}
+	met.Terms = credit.LossTerms(tr.opts.Credit, rs, res, logp, div, budget)
+	if !split {
+		return acc, signal, nil
+	}
+	sum, no, nd, err := tr.grad.combine(acc, accD)
+	if err != nil {
+		return fail(err)
+	}
+	met.OutGradNorm, met.DistillGradNorm = no, nd
+	return sum, signal, nil
 }
 
 // update applies AdamW with the accumulated gradient and moves the teacher.
@@ -152,10 +217,11 @@ func (tr *Trainer) score(ctx context.Context, r *credit.Rollout) (credit.Rollout
 		if !shared {
 			prefix = nil
 		}
-		q, err := tsc.ScoreHinted(ctx, r.Tokens, prefix, cr.Hints)
+		q, dists, err := tsc.ScoreHintedView(ctx, r.Tokens, prefix, cr.Hints, viewOf(tr.opts.Credit.Distill))
 		if err != nil {
 			return cr, sc, fmt.Errorf("teacher pass: %w", err)
 		}
+		sc.dists = dists
 		var e [][]float32
 		if tr.opts.Credit.Base == credit.BaseEmptyHint {
 			empty := slices.Clone(cr.Hints)
@@ -187,10 +253,11 @@ func (tr *Trainer) score(ctx context.Context, r *credit.Rollout) (credit.Rollout
 
 // terms turns one rollout's credit into the loss inputs; ok is false when the
 // rollout contributes nothing (skipped, or every weight 0 without KL).
-func (tr *Trainer) terms(r *credit.Rollout, res *credit.Result, ref []float64, budget int) (chunkTerms, bool) {
+func (tr *Trainer) terms(r *credit.Rollout, res *credit.Result, sc *scored, budget int) (chunkTerms, bool, error) {
 	if res.Skipped {
-		return chunkTerms{}, false
+		return chunkTerms{}, false, nil
 	}
+	ref := sc.ref
 	T := len(res.Weight)
 	ct := chunkTerms{Weight: make([]float32, T)}
 	any := false
@@ -208,7 +275,15 @@ func (tr *Trainer) terms(r *credit.Rollout, res *credit.Result, ref []float64, b
 			}
 		}
 	}
-	return ct, any
+	if slices.ContainsFunc(res.DistillWeight, func(w float64) bool { return w != 0 }) {
+		v := viewOf(tr.opts.Credit.Distill)
+		d, err := newDistillTerms(v, tr.model.Config.VocabSize, res.DistillWeight, r.Hints, sc.dists)
+		if err != nil {
+			return chunkTerms{}, false, err
+		}
+		ct.Distill, any = d, true
+	}
+	return ct, any, nil
 }
 
 func f64s(xs []float32) []float64 {
