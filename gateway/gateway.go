@@ -146,7 +146,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			errc <- g.srv.Serve(g.ln)
 		}
 	}()
-	g.log.Info().Str("listen", g.Addr()).Str("model", g.cfg.ModelName).Bool("auth", g.keys != nil).Bool("tls", g.tls != nil).Msg("gateway serving")
+	g.log.Info().Str("listen", g.Addr()).Str("model", g.cfg.ModelName).Bool("auth", g.keys != nil).Bool("tls", g.tls != nil).Str("backend", g.opts.Backend).Msg("gateway serving")
 	tick := time.NewTicker(min(max(g.cfg.IdleTimeout/10, 10*time.Millisecond), time.Second))
 	defer tick.Stop()
 	reload := time.NewTicker(g.cfg.ReloadInterval)

@@ -205,14 +205,14 @@ func (g *Gateway) closeSession(w http.ResponseWriter, r *http.Request) {
 	}
 	g.mu.Lock()
 	s := g.sessions[id]
-	switch {
+	switch { // s.turns is read only with s.busy == 0: no request holds s.mu then
+	case s != nil && s.busy > 0:
+		g.mu.Unlock()
+		writeError(w, &apiError{status: http.StatusConflict, Message: fmt.Sprintf("session %q has a request in progress", id), Type: "invalid_request_error"})
+		return
 	case s == nil || s.turns == 0:
 		g.mu.Unlock()
 		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no open session %q", id), Type: "invalid_request_error"})
-		return
-	case s.busy > 0:
-		g.mu.Unlock()
-		writeError(w, &apiError{status: http.StatusConflict, Message: fmt.Sprintf("session %q has a request in progress", id), Type: "invalid_request_error"})
 		return
 	}
 	delete(g.sessions, id)
