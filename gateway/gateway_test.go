@@ -111,3 +111,40 @@ func TestConcurrentSessions(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, entries, "every journal is removed once its session is written")
 }
+
+// TestSessionMatching: a follow-up that extends a conversation continues its
+// session; one that edits the history starts a new session (never a rollout
+// whose earlier tokens differ from its messages); a session header whose
+// conversation the messages do not extend is refused.
+func TestSessionMatching(t *testing.T) {
+	g, srv, _ := newTestGateway(t)
+	first := []map[string]any{{"role": "user", "content": "one"}}
+	v, sid := chat(t, srv.URL, "", first, 1)
+	reply := v["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+
+	_, same := chat(t, srv.URL, "", append(first, reply, map[string]any{"role": "user", "content": "two"}), 2)
+	require.Equal(t, sid, same)
+
+	edited := []map[string]any{{"role": "user", "content": "ONE"}, reply, {"role": "user", "content": "two"}}
+	_, other := chat(t, srv.URL, "", edited, 3)
+	require.NotEqual(t, sid, other)
+
+	_, h := chat(t, srv.URL, "named", first, 4)
+	require.Equal(t, "named", h)
+	body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": edited, "max_tokens": 4})
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set(SessionHeader, "named")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var e struct{ Error apiError }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, "session_mismatch", *e.Error.Code)
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Len(t, g.sessions, 3)
+	require.Equal(t, 2, g.sessions[sid].turns)
+}
