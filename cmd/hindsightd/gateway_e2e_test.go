@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/gateway"
+	"github.com/hindsight-ai/hindsight/internal/apikey"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -59,7 +60,7 @@ func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc,
 		require.Equal(t, 0, code, stderr)
 	}
 	keys := filepath.Join(dataDir, "keys")
-	require.NoError(t, os.WriteFile(keys, []byte("# gateway test key\n"+gateway.HashKey(gatewayKey)+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(keys, []byte("# gateway test key\n"+apikey.Hash(gatewayKey)+"\n"), 0o600))
 	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json, level: debug}\nmodel: {dir: %s}\n%s"+
 		"gateway: {enabled: true, listen: %s, keys_file: %s, idle_timeout: 1h%s}\n", dataDir, modelDir, train, listen, keys, gatewayExtra)
 	path := filepath.Join(dataDir, "hindsightd.yaml")
@@ -529,6 +530,32 @@ func getStatus(t *testing.T, addr string) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// TestControlAPIKey: with control_keys_file, pause needs a key
+// (HINDSIGHT_CONTROL_KEY for the CLI) while status stays open.
+func TestControlAPIKey(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "control-keys")
+	require.NoError(t, os.WriteFile(keys, []byte(apikey.Hash("ops-key")+"\n"), 0o600))
+	cfg := filepath.Join(dir, "hindsightd.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json}\ntrain: {enabled: false}\ncontrol_keys_file: %s\n", filepath.Join(dir, "data"), keys)), 0o644))
+	p := startDaemon(t, "-config", cfg)
+	addr := p.waitReady(t)
+
+	t.Setenv("HINDSIGHT_CONTROL_KEY", "")
+	_, stderr, code := runCLI(t, "pause", "-addr", addr, "-reason", "no key")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "unauthenticated")
+	t.Setenv("HINDSIGHT_CONTROL_KEY", "wrong")
+	_, _, code = runCLI(t, "pause", "-addr", addr)
+	require.Equal(t, 1, code)
+	t.Setenv("HINDSIGHT_CONTROL_KEY", "ops-key")
+	out, stderr, code := runCLI(t, "pause", "-addr", addr, "-reason", "maintenance")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "paused by ")
+	require.Contains(t, getStatus(t, addr), "maintenance", "status needs no key")
+	require.NotContains(t, p.log(), "ops-key")
 }
 
 func mustGlob(t *testing.T, pattern string) []string {
