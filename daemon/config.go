@@ -45,6 +45,10 @@ type Config struct {
 	// Gateway is the OpenAI-compatible chat completions server that records
 	// conversations as rollouts (docs/gateway.md); off by default.
 	Gateway gateway.Config `yaml:"gateway"`
+	// ControlKeysFile lists the SHA-256 hashes of the API keys ControlService
+	// (pause, resume) needs, as gateway.keys_file does; empty: none. Status,
+	// health and metrics stay open.
+	ControlKeysFile string `yaml:"control_keys_file"`
 	// EngineHooks tell serving engines (SGLang, vLLM LoRA) about each new
 	// checkpoint (docs/gateway.md "Engine hooks").
 	EngineHooks []gateway.HookConfig `yaml:"engine_hooks"`

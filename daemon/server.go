@@ -21,6 +21,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/api/hindsight/v1/hindsightv1connect"
+	"github.com/hindsight-ai/hindsight/internal/apikey"
 )
 
 // Limits of WatchStatusRequest.interval.
@@ -67,7 +68,14 @@ type Server struct {
 	listener net.Listener // set by Start
 	control  Controller   // set by SetController; nil: ControlService is UNIMPLEMENTED
 	pages    *Pages       // set by SetPages; nil: the page routes are 404
+	// controlKeys, set by SetControlKeys before Start, are the keys ControlService
+	// needs (Authorization: Bearer); nil: none.
+	controlKeys *apikey.Keys
 }
+
+// SetControlKeys makes ControlService answer 401 (Connect: unauthenticated) to a
+// request without one of k's keys. Call it before Start.
+func (s *Server) SetControlKeys(k *apikey.Keys) { s.controlKeys = k }
 
 // Controller carries out ControlService calls: the daemon pauses and resumes its
 // pipeline. by is who asked (the request's by, else the client's address).
@@ -111,7 +119,12 @@ func NewServer(addr string, snapshot func() *hindsightv1.Status, gatherer promet
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes)}
 	mux := http.NewServeMux()
 	mux.Handle(hindsightv1connect.NewStatusServiceHandler(&statusService{s: s}, opts...))
-	mux.Handle(hindsightv1connect.NewControlServiceHandler(&controlService{s: s}, opts...))
+	controlPath, control := hindsightv1connect.NewControlServiceHandler(&controlService{s: s}, opts...)
+	mux.Handle(controlPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.controlKeys.Require(control, func(w http.ResponseWriter) {
+			http.Error(w, "missing or invalid API key (Authorization: Bearer <key>)", http.StatusUnauthorized)
+		}).ServeHTTP(w, r)
+	}))
 	mux.Handle(grpchealth.NewHandler(s.health, opts...))
 	reflector := grpcreflect.NewStaticReflector(
 		hindsightv1connect.StatusServiceName,

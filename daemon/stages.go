@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hindsight-ai/hindsight/gateway"
+	"github.com/hindsight-ai/hindsight/internal/apikey"
 )
 
 // stage is one goroutine of a run.
@@ -88,6 +89,11 @@ func (d *daemon) serve(ctx context.Context) error {
 	srv := NewServer(d.cfg.Listen, d.stats.snapshot, d.reg, d.opts.Log)
 	srv.SetServing(false) // not ready until the spool is recovered
 	srv.SetController(d)
+	keys, kerr := apikey.Load(d.cfg.ControlKeysFile, "control_keys_file")
+	if kerr != nil {
+		return kerr
+	}
+	srv.SetControlKeys(keys)
 	srv.SetPages(Pages{History: d.stats.hist.points, CreditDir: d.cfg.OutputPath(), Tokenizer: d.tokenizer, Clip: d.cfg.Credit.Clip, Storage: &d.storage})
 	if err := srv.Start(); err != nil {
 		return err

@@ -14,6 +14,10 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// ModelName is the model id GET /v1/models lists and requests must name.
 	ModelName string `yaml:"model_name"`
+	// UnrecordedModel is a second model id answered by the same policy without
+	// recording the conversation: what the policy's own teacher names
+	// (teacher.openai.model), so its calls do not become rollouts. Empty: none.
+	UnrecordedModel string `yaml:"unrecorded_model"`
 	// KeysFile holds the API keys' SHA-256 hashes, one "sha256:<hex>" a line ('#'
 	// comments allowed); empty: no authentication.
 	KeysFile string `yaml:"keys_file"`
@@ -43,6 +47,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:          "127.0.0.1:7078",
 		ModelName:       "hindsight",
+		UnrecordedModel: "policy",
 		IdleTimeout:     10 * time.Minute,
 		MaxTokens:       512,
 		MaxRequestBytes: 8 << 20,
@@ -61,6 +66,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway.listen: empty")
 	case c.ModelName == "":
 		return errors.New("gateway.model_name: empty")
+	case c.UnrecordedModel == c.ModelName:
+		return fmt.Errorf("gateway.unrecorded_model %q: the same as model_name", c.UnrecordedModel)
 	case c.IdleTimeout <= 0:
 		return fmt.Errorf("gateway.idle_timeout %s: want > 0", c.IdleTimeout)
 	case c.MaxTokens <= 0:

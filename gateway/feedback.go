@@ -60,11 +60,12 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("", "rating %d: want -1, 0 or 1", *req.Rating))
 		return
 	}
+	notOpen := &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no open session %q (unknown, or already written to the spool: late feedback is not supported yet)", id), Type: "invalid_request_error"}
 	g.mu.Lock()
 	s := g.sessions[id]
-	if s == nil || s.turns == 0 {
+	if s == nil {
 		g.mu.Unlock()
-		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no open session %q (unknown, or already written to the spool: late feedback is not supported yet)", id), Type: "invalid_request_error"})
+		writeError(w, notOpen)
 		return
 	}
 	s.busy++
@@ -72,8 +73,8 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 	defer g.release(s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended {
-		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("session %q was just written to the spool", id), Type: "invalid_request_error"})
+	if s.ended || s.turns == 0 {
+		writeError(w, notOpen)
 		return
 	}
 	if turn == 0 {

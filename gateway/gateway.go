@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hindsight-ai/hindsight/internal/apikey"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -45,7 +46,7 @@ type Gateway struct {
 	opts Options
 	log  zerolog.Logger
 	pol  *policies
-	keys *keys
+	keys *apikey.Keys
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -64,7 +65,7 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	var err error
-	if g.keys, err = loadKeys(g.cfg.KeysFile); err != nil {
+	if g.keys, err = apikey.Load(g.cfg.KeysFile, "gateway.keys_file"); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{opts.JournalDir, opts.Incoming} {
@@ -146,7 +147,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			errc <- g.srv.Serve(g.ln)
 		}
 	}()
-	g.log.Info().Str("listen", g.Addr()).Str("model", g.cfg.ModelName).Bool("auth", g.keys != nil).Bool("tls", g.tls != nil).Msg("gateway serving")
+	g.log.Info().Str("listen", g.Addr()).Str("model", g.cfg.ModelName).Bool("auth", g.keys != nil).Bool("tls", g.tls != nil).Str("backend", g.opts.Backend).Msg("gateway serving")
 	tick := time.NewTicker(min(max(g.cfg.IdleTimeout/10, 10*time.Millisecond), time.Second))
 	defer tick.Stop()
 	reload := time.NewTicker(g.cfg.ReloadInterval)
@@ -191,7 +192,11 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path), Type: "invalid_request_error"})
 	})
-	return g.keys.require(mux)
+	return g.keys.Require(mux, func(w http.ResponseWriter) {
+		code := "invalid_api_key"
+		writeError(w, &apiError{status: http.StatusUnauthorized, Message: "missing or invalid API key (Authorization: Bearer <key>)",
+			Type: "invalid_request_error", Code: &code})
+	})
 }
 
 // newSessionID returns a fresh session id.

@@ -34,7 +34,8 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("", "malformed JSON body: %v", err))
 		return
 	}
-	if req.Model != g.cfg.ModelName {
+	recorded := req.Model == g.cfg.ModelName
+	if !recorded && (g.cfg.UnrecordedModel == "" || req.Model != g.cfg.UnrecordedModel) {
 		writeError(w, badRequest("model_not_found", "model %q does not exist; this gateway serves %q", req.Model, g.cfg.ModelName))
 		return
 	}
@@ -57,26 +58,39 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := g.pol.cur.Load()
-	s, k, aerr := g.acquire(r.Header.Get(SessionHeader), msgs)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	t, aerr := g.sampleTurn(r.Context(), p, s, &req, msgs, tools, k)
-	if aerr == nil {
-		if err := s.appendTurn(g.opts.JournalDir, t.rec); err != nil {
-			g.log.Error().Err(err).Str("session", s.id).Msg("journal turn; not answered")
-			aerr = &apiError{status: http.StatusInternalServerError, Message: "record the turn: " + err.Error(), Type: "server_error"}
+	var t *turn
+	var s *session
+	if recorded {
+		var k int
+		if s, k, aerr = g.acquire(r.Header.Get(SessionHeader), msgs); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		t, aerr = g.sampleTurn(r.Context(), p, s, &req, msgs, tools, k)
+		if aerr == nil {
+			if err := s.appendTurn(g.opts.JournalDir, t.rec); err != nil {
+				g.log.Error().Err(err).Str("session", s.id).Msg("journal turn; not answered")
+				aerr = &apiError{status: http.StatusInternalServerError, Message: "record the turn: " + err.Error(), Type: "server_error"}
+			}
+		}
+		s.mu.Unlock()
+		g.release(s)
+	} else { // the unrecorded model: a session of its own, never kept
+		s = &session{id: "unrecorded-" + newSessionID(), version: -1}
+		t, aerr = g.sampleTurn(r.Context(), p, s, &req, msgs, tools, 0)
+		if aerr == nil {
+			t.rec.Turn = 1
+			g.log.Debug().Str("model", req.Model).Int("prompt_tokens", t.prompt).Int("tokens", len(t.sampled)).Msg("unrecorded turn")
 		}
 	}
-	s.mu.Unlock()
-	g.release(s)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
 	g.log.Debug().Str("session", s.id).Int("turn", t.rec.Turn).Int("prompt_tokens", t.prompt).Int("tokens", len(t.sampled)).Str("finish", t.finish).Msg("turn")
-	w.Header().Set(SessionHeader, s.id)
+	if recorded {
+		w.Header().Set(SessionHeader, s.id)
+	}
 	id := fmt.Sprintf("chatcmpl-%s-%d", s.id, t.rec.Turn)
 	if req.Stream {
 		g.stream(w, &req, id, t)
@@ -91,7 +105,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	if req.Logprobs {
 		ch.Logprobs = &LogprobList{Content: g.tokenLogprobs(t, 0, len(t.sampled))}
 	}
-	writeJSON(w, ChatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: g.cfg.ModelName,
+	writeJSON(w, ChatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
 		SystemFingerprint: fmt.Sprintf("hindsight-step-%d", t.policy.step), Choices: []Choice{ch},
 		Usage: &Usage{PromptTokens: t.prompt, CompletionTokens: len(t.sampled), TotalTokens: t.prompt + len(t.sampled)}})
 }
@@ -120,7 +134,7 @@ func (g *Gateway) stream(w http.ResponseWriter, req *ChatRequest, id string, t *
 	fl, _ := w.(http.Flusher)
 	created := time.Now().Unix()
 	send := func(ch Choice, usage *Usage) {
-		chunk := ChatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.cfg.ModelName,
+		chunk := ChatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model,
 			SystemFingerprint: fmt.Sprintf("hindsight-step-%d", t.policy.step), Choices: []Choice{ch}, Usage: usage}
 		if usage != nil {
 			chunk.Choices = []Choice{}
@@ -180,13 +194,17 @@ func (g *Gateway) stream(w http.ResponseWriter, req *ChatRequest, id string, t *
 	}
 }
 
-// models is GET /v1/models.
+// models is GET /v1/models: the recorded model id, then the unrecorded one.
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	p := g.pol.cur.Load()
-	writeJSON(w, map[string]any{"object": "list", "data": []map[string]any{{
-		"id": g.cfg.ModelName, "object": "model", "created": 0, "owned_by": "hindsight",
-		"policy_version": p.step, "max_model_len": p.maxPos,
-	}}})
+	var data []map[string]any
+	for _, id := range []string{g.cfg.ModelName, g.cfg.UnrecordedModel} {
+		if id != "" {
+			data = append(data, map[string]any{"id": id, "object": "model", "created": 0, "owned_by": "hindsight",
+				"policy_version": p.step, "max_model_len": p.maxPos, "recorded": id == g.cfg.ModelName})
+		}
+	}
+	writeJSON(w, map[string]any{"object": "list", "data": data})
 }
 
 // closeSession is POST /v1/sessions/{id}/close: the session ends now and is
@@ -205,14 +223,14 @@ func (g *Gateway) closeSession(w http.ResponseWriter, r *http.Request) {
 	}
 	g.mu.Lock()
 	s := g.sessions[id]
-	switch {
+	switch { // s.turns is read only with s.busy == 0: no request holds s.mu then
+	case s != nil && s.busy > 0:
+		g.mu.Unlock()
+		writeError(w, &apiError{status: http.StatusConflict, Message: fmt.Sprintf("session %q has a request in progress", id), Type: "invalid_request_error"})
+		return
 	case s == nil || s.turns == 0:
 		g.mu.Unlock()
 		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no open session %q", id), Type: "invalid_request_error"})
-		return
-	case s.busy > 0:
-		g.mu.Unlock()
-		writeError(w, &apiError{status: http.StatusConflict, Message: fmt.Sprintf("session %q has a request in progress", id), Type: "invalid_request_error"})
 		return
 	}
 	delete(g.sessions, id)

@@ -69,21 +69,3 @@ func TestJournalDropsTornTurn(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, lp, v)
 }
-
-func TestLoadKeys(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good")
-	require.NoError(t, os.WriteFile(good, []byte("# ops\n"+HashKey("k1")+"\n\n"+HashKey("k2")+"\n"), 0o600))
-	k, err := loadKeys(good)
-	require.NoError(t, err)
-	require.True(t, k.valid("k1"))
-	require.True(t, k.valid("k2"))
-	require.False(t, k.valid("k3"))
-	require.False(t, k.valid(""))
-
-	plain := filepath.Join(dir, "plain")
-	require.NoError(t, os.WriteFile(plain, []byte("k1\n"), 0o600))
-	_, err = loadKeys(plain)
-	require.ErrorContains(t, err, "line 1: want sha256:")
-	require.NotContains(t, err.Error(), "k1\n")
-}

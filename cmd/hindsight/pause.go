@@ -53,7 +53,11 @@ func pauseCmd(ctx context.Context, resume bool, args []string, stdout, stderr io
 		return 2
 	}
 	addr, timeout := daemon.addr, daemon.timeout
-	client := hindsightv1connect.NewControlServiceClient(http.DefaultClient, baseURL)
+	httpClient := http.DefaultClient
+	if key := os.Getenv("HINDSIGHT_CONTROL_KEY"); key != "" { // the daemon's control_keys_file
+		httpClient = &http.Client{Transport: bearer{key: key, next: http.DefaultTransport}}
+	}
+	client := hindsightv1connect.NewControlServiceClient(httpClient, baseURL)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	var st *hindsightv1.PauseState
@@ -104,4 +108,16 @@ func whoAmI() string {
 		return host
 	}
 	return name
+}
+
+// bearer adds "Authorization: Bearer <key>" to every request.
+type bearer struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return b.next.RoundTrip(r)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/gateway"
+	"github.com/hindsight-ai/hindsight/internal/apikey"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -49,15 +50,19 @@ func startGateway(t *testing.T, dataDir string) (*proc, string) {
 // gateway keys (", key: value" each) of the caller's.
 func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc, string) {
 	t.Helper()
+	listen := "127.0.0.1:0"
+	if l, ok := strings.CutPrefix(gatewayExtra, "@"); ok { // "@host:port" fixes the address
+		listen, gatewayExtra = l, ""
+	}
 	modelDir := filepath.Join(dataDir, "model")
 	if _, err := os.Stat(modelDir); err != nil {
 		_, stderr, code := runCLI(t, "init-model", "-out", modelDir, "-seed", "2")
 		require.Equal(t, 0, code, stderr)
 	}
 	keys := filepath.Join(dataDir, "keys")
-	require.NoError(t, os.WriteFile(keys, []byte("# gateway test key\n"+gateway.HashKey(gatewayKey)+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(keys, []byte("# gateway test key\n"+apikey.Hash(gatewayKey)+"\n"), 0o600))
 	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json, level: debug}\nmodel: {dir: %s}\n%s"+
-		"gateway: {enabled: true, listen: 127.0.0.1:0, keys_file: %s, idle_timeout: 1h%s}\n", dataDir, modelDir, train, keys, gatewayExtra)
+		"gateway: {enabled: true, listen: %s, keys_file: %s, idle_timeout: 1h%s}\n", dataDir, modelDir, train, listen, keys, gatewayExtra)
 	path := filepath.Join(dataDir, "hindsightd.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 	p := startDaemon(t, "-config", path)
@@ -205,7 +210,7 @@ func TestGatewayOpenAIClient(t *testing.T) {
 	raw, err := os.ReadFile(out)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &rec))
-	require.Equal(t, []string{"hindsight"}, rec.Models)
+	require.Equal(t, []string{"hindsight", "policy"}, rec.Models)
 	require.Len(t, rec.Sessions, 2)
 
 	got := doneRollouts(t, dataDir, 2)
@@ -441,6 +446,116 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
 	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
 	return certFile, keyFile, pool
+}
+
+// TestGatewayPolicyAsTeacher points the openai teacher at the daemon's own
+// gateway (teacher.openai.model: policy, the unrecorded model id): for a session
+// the person rated −1 the teacher asks the live policy itself for the hint, and
+// the teacher's calls are not recorded as rollouts.
+func TestGatewayPolicyAsTeacher(t *testing.T) {
+	dataDir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	train := "train: {idle_flush: 200ms, checkpoint: {every_steps: 1}}\n" +
+		"teacher: {chain: [openai], select: {rules: [negative_rating]}, openai: {base_url: http://" + addr + "/v1, model: policy, api_key_env: HS_GATEWAY_KEY, max_hint_tokens: 24, temperature: 1}}\n"
+	t.Setenv("HS_GATEWAY_KEY", gatewayKey)
+	p, base := startGatewayWith(t, dataDir, train, "@"+addr)
+	require.Equal(t, "http://"+addr+"/v1", base)
+	status, v := post(t, base+"/chat/completions", gatewayKey, "rated-1",
+		`{"model":"hindsight","messages":[{"role":"user","content":"what is 2+2?"}],"max_tokens":8,"seed":3}`)
+	require.Equal(t, 200, status, v)
+	status, v = post(t, base+"/feedback", gatewayKey, "", `{"session_id":"rated-1","rating":-1,"comment":""}`)
+	require.Equal(t, 200, status, v)
+	status, v = post(t, base+"/sessions/rated-1/close", gatewayKey, "", `{"reward": 0}`)
+	require.Equal(t, 200, status, v)
+
+	// The policy's reply reaches the teacher as a well-formed completion: a hint,
+	// or, from a tiny random policy, one dropped for its length or emptiness; a
+	// reply the teacher could not read (malformed, client_error, …) fails.
+	statusAddr := p.waitReady(t)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		st := getStatus(t, statusAddr)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(st), &v))
+		teacher, _ := findKey(v, "teacher").(map[string]any)
+		hints, _ := teacher["hintsBySource"].(map[string]any)
+		failures, _ := teacher["failuresByKind"].(map[string]any)
+		for kind := range failures {
+			require.Contains(t, []string{"too_long", "empty"}, kind, "status:\n%s\nlog:\n%s", st, p.log())
+		}
+		if hints["openai"] != nil || len(failures) > 0 {
+			t.Logf("teacher: %v", teacher)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the teacher did not hear from the policy in time; status:\n%s\nlog:\n%s", st, p.log())
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.Contains(t, p.log(), `"model":"policy"`, "the teacher's call reached the gateway as the unrecorded model")
+	require.Contains(t, p.log(), `"message":"unrecorded turn"`)
+	require.Len(t, mustGlob(t, filepath.Join(dataDir, "spool", "*", "*gateway-*.arrow")), 1, "only the person's session is a rollout")
+	require.NoDirExists(t, filepath.Join(dataDir, "state", "gateway", "unrecorded"))
+}
+
+// findKey returns the first value under key in a decoded JSON tree.
+func findKey(v any, key string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if got, ok := x[key]; ok {
+			return got
+		}
+		for _, c := range x {
+			if got := findKey(c, key); got != nil {
+				return got
+			}
+		}
+	case []any:
+		for _, c := range x {
+			if got := findKey(c, key); got != nil {
+				return got
+			}
+		}
+	}
+	return nil
+}
+
+// getStatus returns GetStatus as JSON (Connect over HTTP/1.1).
+func getStatus(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Post("http://"+addr+"/hindsight.v1.StatusService/GetStatus", "application/json", strings.NewReader("{}"))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// TestControlAPIKey: with control_keys_file, pause needs a key
+// (HINDSIGHT_CONTROL_KEY for the CLI) while status stays open.
+func TestControlAPIKey(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "control-keys")
+	require.NoError(t, os.WriteFile(keys, []byte(apikey.Hash("ops-key")+"\n"), 0o600))
+	cfg := filepath.Join(dir, "hindsightd.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json}\ntrain: {enabled: false}\ncontrol_keys_file: %s\n", filepath.Join(dir, "data"), keys)), 0o644))
+	p := startDaemon(t, "-config", cfg)
+	addr := p.waitReady(t)
+
+	t.Setenv("HINDSIGHT_CONTROL_KEY", "")
+	_, stderr, code := runCLI(t, "pause", "-addr", addr, "-reason", "no key")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "unauthenticated")
+	t.Setenv("HINDSIGHT_CONTROL_KEY", "wrong")
+	_, _, code = runCLI(t, "pause", "-addr", addr)
+	require.Equal(t, 1, code)
+	t.Setenv("HINDSIGHT_CONTROL_KEY", "ops-key")
+	out, stderr, code := runCLI(t, "pause", "-addr", addr, "-reason", "maintenance")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "paused by ")
+	require.Contains(t, getStatus(t, addr), "maintenance", "status needs no key")
+	require.NotContains(t, p.log(), "ops-key")
 }
 
 func mustGlob(t *testing.T, pattern string) []string {

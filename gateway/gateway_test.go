@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/rollout"
+)
+
+// newTestGateway opens a gateway on a fresh tiny byte model, served by a real HTTP
+// server.
+func newTestGateway(t *testing.T) (*Gateway, *httptest.Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model")
+	_, err := data.InitModel(model, data.InitOptions{Preset: "tiny", Seed: 2})
+	require.NoError(t, err)
+	cfg := DefaultConfig()
+	cfg.Enabled = true
+	incoming := filepath.Join(dir, "incoming")
+	g, err := New(Options{Config: cfg, ModelDir: model, JournalDir: filepath.Join(dir, "journals"), Incoming: incoming,
+		Backend: "go", Log: zerolog.Nop()})
+	require.NoError(t, err)
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	return g, srv, incoming
+}
+
+func chat(t *testing.T, url, session string, msgs []map[string]any, seed int) (map[string]any, string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs, "max_tokens": 6, "seed": seed, "logprobs": true})
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+	require.NoError(t, err)
+	if session != "" {
+		req.Header.Set(SessionHeader, session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var v map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+	require.Equal(t, 200, resp.StatusCode, v)
+	return v, resp.Header.Get(SessionHeader)
+}
+
+// TestConcurrentSessions runs conversations at once, half named by the session
+// header and half matched by their messages, and ends them all: each becomes one
+// valid rollout holding exactly its own turns' sampled tokens. Under -race the
+// only reports are inside GoMLX's pure-Go backend (simplego's parallel executor),
+// none in the gateway.
+func TestConcurrentSessions(t *testing.T) {
+	g, srv, incoming := newTestGateway(t)
+	const convs, turns = 6, 3
+	want := make([][]int32, convs)
+	ids := make([]string, convs)
+	var wg sync.WaitGroup
+	for c := range convs {
+		wg.Go(func() {
+			header := ""
+			if c%2 == 0 {
+				header = fmt.Sprintf("conv-%d", c)
+			}
+			msgs := []map[string]any{{"role": "user", "content": fmt.Sprintf("conversation %d", c)}}
+			for turn := range turns {
+				v, sid := chat(t, srv.URL, header, msgs, turn)
+				if ids[c] == "" {
+					ids[c] = sid
+				}
+				require.Equal(t, ids[c], sid, "conversation %d turn %d stays in its session", c, turn)
+				ch := v["choices"].([]any)[0].(map[string]any)
+				for _, e := range ch["logprobs"].(map[string]any)["content"].([]any) {
+					want[c] = append(want[c], int32(e.(map[string]any)["token_id"].(float64)))
+				}
+				msgs = append(msgs, ch["message"].(map[string]any), map[string]any{"role": "user", "content": "more"})
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, g.endAll())
+	files, err := filepath.Glob(filepath.Join(incoming, "*.arrow"))
+	require.NoError(t, err)
+	require.Len(t, files, convs)
+	for c, id := range ids {
+		r, err := rollout.OpenReader(filepath.Join(incoming, "gateway-"+id+".arrow"), rollout.ReadOptions{})
+		require.NoError(t, err)
+		require.True(t, r.Next())
+		require.Empty(t, r.Problems())
+		ro := r.Rollout()
+		var got []int32
+		for i, tok := range ro.Tokens {
+			if _, ok := ro.LogProb(i); ok {
+				got = append(got, tok)
+			}
+		}
+		require.Equal(t, want[c], got, "conversation %d", c)
+		require.Len(t, ro.Segments, 2*turns)
+		require.NoError(t, r.Close())
+	}
+	entries, err := os.ReadDir(g.opts.JournalDir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "every journal is removed once its session is written")
+}
+
+// TestSessionMatching: a follow-up that extends a conversation continues its
+// session; one that edits the history starts a new session (never a rollout
+// whose earlier tokens differ from its messages); a session header whose
+// conversation the messages do not extend is refused.
+func TestSessionMatching(t *testing.T) {
+	g, srv, _ := newTestGateway(t)
+	first := []map[string]any{{"role": "user", "content": "one"}}
+	v, sid := chat(t, srv.URL, "", first, 1)
+	reply := v["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+
+	_, same := chat(t, srv.URL, "", append(first, reply, map[string]any{"role": "user", "content": "two"}), 2)
+	require.Equal(t, sid, same)
+
+	edited := []map[string]any{{"role": "user", "content": "ONE"}, reply, {"role": "user", "content": "two"}}
+	_, other := chat(t, srv.URL, "", edited, 3)
+	require.NotEqual(t, sid, other)
+
+	_, h := chat(t, srv.URL, "named", first, 4)
+	require.Equal(t, "named", h)
+	body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": edited, "max_tokens": 4})
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set(SessionHeader, "named")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var e struct{ Error apiError }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, "session_mismatch", *e.Error.Code)
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Len(t, g.sessions, 3)
+	require.Equal(t, 2, g.sessions[sid].turns)
+}
