@@ -12,10 +12,10 @@ import (
 
 // The distillation divergence of credit.distill modes topk and full, on the device,
 // one chunk of positions at a time: the graph side of credit.DistillPosition, which is
-// its float64 reference (xla/distill_test.go holds the two together). Nothing here is
-// wired into the Scorer or the Trainer yet: that waits for the xla/ restructure (issue
-// 26). The functions only build graphs; a caller adds D_t·credit.Result.DistillWeight
-// to a chunk's loss and lets Gradient carry it into the weights.
+// its float64 reference (xla/distill_test.go holds the two together). The teacher pass
+// calls teacherTopK on each chunk's logits (TeacherView, ScoreHintedView); the
+// training pass adds D_t·credit.Result.DistillWeight to each chunk's loss
+// (distillNodes, newGradExec) and lets Gradient carry it into the weights.
 //
 // Memory: the largest tensors are the chunk's [n, vocab] logits and one [n, vocab]
 // membership mask (mode topk) or the teacher's [n, vocab] log-probs (mode full); never a

@@ -39,11 +39,18 @@ func teacherRowAsTopK(d TeacherDist, r int) credit.TopK {
 // at each span position. In mode full each row is a normalised log-distribution whose
 // entry at the span's token is the teacher log-prob ScoreHinted returns; in mode topk
 // each row is credit.NewTopK of the full row (ids, log-probs and the tail's mass),
-// also for k past the vocabulary and with several chunks per span.
+// also for k past the vocabulary and with several chunks per span, against the paged
+// and the contiguous (BucketAttention) cache.
 func TestScoreHintedView(t *testing.T) {
+	for _, bucket := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bucket=%v", bucket), func(t *testing.T) { testScoreHintedView(t, bucket) })
+	}
+}
+
+func testScoreHintedView(t *testing.T, bucket bool) {
 	backend := newTestBackend(t)
 	m := testModel(t, smallFields(), 31)
-	s, err := NewScorer(backend, m, ScorerOptions{Chunk: 16})
+	s, err := NewScorer(backend, m, ScorerOptions{Chunk: 16, BucketAttention: bucket})
 	require.NoError(t, err)
 	V := m.Config.VocabSize
 	tokens := testTokens(60, V, 32)
