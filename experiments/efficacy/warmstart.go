@@ -192,18 +192,9 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 		return res, err
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x73667400))
-	order := rng.Perm(len(demos))
-	next := 0
+	draw := newDemoBatches(demos, rng)
 	for step := 1; step <= cfg.Steps; step++ {
-		batch := make([]credit.Rollout, 0, cfg.Batch)
-		for len(batch) < cfg.Batch {
-			if next == len(order) {
-				order, next = rng.Perm(len(demos)), 0
-			}
-			batch = append(batch, demos[order[next]])
-			next++
-		}
-		met, err := tr.Step(ctx, batch)
+		met, err := tr.Step(ctx, draw.batch(cfg.Batch))
 		if err != nil {
 			return res, fmt.Errorf("warm start step %d: %w", step, err)
 		}
@@ -252,4 +243,30 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 	res.CPUSeconds, res.WallSecs = (CPUTime() - c0).Seconds(), time.Since(t0).Seconds()
 	progress(fmt.Sprintf("warm start: held-out success %.1f%% after %d steps; written to %s", 100*st.Success, res.Steps, cfg.Out))
 	return res, nil
+}
+
+// demoBatches draws batches of demonstrations epoch by epoch, each epoch a fresh
+// permutation from rng, so every demonstration is seen once per epoch.
+type demoBatches struct {
+	demos []credit.Rollout
+	rng   *rand.Rand
+	order []int
+	next  int
+}
+
+func newDemoBatches(demos []credit.Rollout, rng *rand.Rand) *demoBatches {
+	return &demoBatches{demos: demos, rng: rng, order: rng.Perm(len(demos))}
+}
+
+// batch returns the next n demonstrations.
+func (d *demoBatches) batch(n int) []credit.Rollout {
+	out := make([]credit.Rollout, 0, n)
+	for len(out) < n {
+		if d.next == len(d.order) {
+			d.order, d.next = d.rng.Perm(len(d.demos)), 0
+		}
+		out = append(out, d.demos[d.order[d.next]])
+		d.next++
+	}
+	return out
 }

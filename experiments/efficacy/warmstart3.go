@@ -8,7 +8,6 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -130,18 +129,10 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 	}
 	best, since := -1.0, 0
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x73667403))
-	order, next := rng.Perm(len(demos)), 0
+	draw := newDemoBatches(demos, rng)
 	res.Stop = fmt.Sprintf("reached %d steps", cfg.Steps)
 	for step := 1; step <= cfg.Steps; step++ {
-		batch := make([]credit.Rollout, 0, cfg.Batch)
-		for len(batch) < cfg.Batch {
-			if next == len(order) {
-				order, next = rng.Perm(len(demos)), 0
-			}
-			batch = append(batch, demos[order[next]])
-			next++
-		}
-		met, err := tr.Step(ctx, batch)
+		met, err := tr.Step(ctx, draw.batch(cfg.Batch))
 		if err != nil {
 			return res, fmt.Errorf("warm start 3 step %d: %w", step, err)
 		}
