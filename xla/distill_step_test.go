@@ -260,6 +260,12 @@ func shift(t *testing.T, p *gradPass, v [][]float32, h float64) {
 // the triangle inequality; and splitting the pass in two leaves the update as it was
 // (the same weights after the step as a trainer without the split).
 func TestTrainerDistillStep(t *testing.T) {
+	if testing.Short() {
+		// Whole steps in two modes, each twice (with and without term gradient norms):
+		// ~2 min on XLA CPU. The default run (go test ./...) has it; TestDistillStepGradient
+		// checks the term's gradient in -short runs too.
+		t.Skip("whole distillation steps: not in -short")
+	}
 	backend := newTestBackend(t)
 	for _, dc := range []credit.DistillConfig{
 		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivJSD, JSDAlpha: 0.5, ClipScope: credit.ClipEntry},
