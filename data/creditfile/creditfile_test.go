@@ -126,7 +126,7 @@ func goldenV3Rows() []Row {
 			Reward: 0, HasReward: true, OutcomeAdv: -0.5, LossMask: []bool{false, true, true, true, false},
 			Student: []float32{0, -1.5, -0.25, -2, -1}, Teacher: []float32{nan, -0.5, -0.75, nan, nan},
 			Advantages: []float32{0, -0.5, -0.5, -0.5, 0},
-			Base: []float32{nan, -1.5, -0.25, nan, nan}, Delta: []float32{nan, 1, -0.5, nan, nan}, Rho: []float32{0, 1, 0.5, 2, 0},
+			Base:       []float32{nan, -1.5, -0.25, nan, nan}, Delta: []float32{nan, 1, -0.5, nan, nan}, Rho: []float32{0, 1, 0.5, 2, 0},
 			Sampler: []float32{nan, -1.4, -0.3, -2.1, nan}, Tokenizer: "bytes-v1",
 			Segments: []Segment{{Start: 0, End: 1, Kind: "user"}, {Start: 1, End: 4, Kind: "tool_call", Tool: "grep", Status: "error"},
 				{Start: 4, End: 5, Kind: "tool_result", Tool: "grep", Status: "error"}},
