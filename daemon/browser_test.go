@@ -59,13 +59,16 @@ func TestStatusPageInBrowser(t *testing.T) {
 	require.Contains(t, dom, `<span id="state">ready</span>`)
 	require.Regexp(t, `uptime 1h 30m 0s;`, dom, "uptime in whole seconds, not protojson's 12.345678s")
 	line := regexp.MustCompile(`<polyline [^>]*class="line series"[^>]*points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+"`)
-	for _, id := range []string{"loss", "tps", "clip", "pivot", "latency", "errors", "queue", "evals"} {
+	require.Contains(t, dom, "loss 1.5 (outcome 1 over 640 tokens, distillation 0.5 over 48 tokens; gradient norms 2, 0.75)")
+	for _, id := range []string{"loss", "tps", "clip", "pivot", "latency", "errors", "queue", "termgrad", "evals"} {
 		at := strings.Index(dom, `id="chart-`+id+`"`)
 		require.GreaterOrEqual(t, at, 0, "chart %s rendered", id)
 		card := dom[at:]
 		card = card[:strings.Index(card, "</svg>")]
 		require.Regexp(t, line, card, "chart %s draws its two points", id)
 	}
+	loss := dom[strings.Index(dom, `id="chart-loss"`):]
+	require.Contains(t, loss[:strings.Index(loss, "</svg>")], "distillation term 0.5", "the loss chart has the two terms")
 	require.Contains(t, dom, `href="/viewer/`+name+`"`)
 	require.Contains(t, dom, "smoke")
 }

@@ -72,6 +72,7 @@ func TestConfigYAMLRoundTrip(t *testing.T) {
 	b, err := c.YAML()
 	require.NoError(t, err)
 	require.Contains(t, string(b), "rescan_interval: 2s")
+	require.Contains(t, string(b), "ema_rate: 0.05", "the EMA teacher's default rate is SDPO's")
 	back, err := ParseConfig(b)
 	require.NoError(t, err)
 	require.Equal(t, c, back)

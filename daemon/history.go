@@ -29,9 +29,15 @@ type HistoryPoint struct {
 	IngestTokensPerSecond float64 `json:"ingest_tokens_per_second"`
 	Step                  int64   `json:"step"`
 	Loss                  float64 `json:"loss"`
-	TrainTokensPerSecond  float64 `json:"train_tokens_per_second"`
-	ClipFraction          float64 `json:"clip_fraction"`
-	PivotShare            float64 `json:"pivot_share"`
+	// LossOut and LossDistill are the last step's two loss terms; the two terms'
+	// gradient norms are there only with train.term_grad_norms.
+	LossOut              float64  `json:"loss_out"`
+	LossDistill          float64  `json:"loss_distill"`
+	GradNormOut          *float64 `json:"grad_norm_out,omitempty"`
+	GradNormDistill      *float64 `json:"grad_norm_distill,omitempty"`
+	TrainTokensPerSecond float64  `json:"train_tokens_per_second"`
+	ClipFraction         float64  `json:"clip_fraction"`
+	PivotShare           float64  `json:"pivot_share"`
 	// Teacher: mean latency of a teaching call and failures so far (all kinds).
 	TeacherLatencyMs float64 `json:"teacher_latency_ms"`
 	TeacherFailures  int64   `json:"teacher_failures"`
@@ -48,6 +54,10 @@ func historyPoint(st *hindsightv1.Status) HistoryPoint {
 	p.IngestTokensPerSecond = st.GetSession().GetTokensPerSecond()
 	if tr := st.GetTraining(); tr != nil {
 		p.Step, p.Loss, p.TrainTokensPerSecond, p.RolloutsFailed = tr.Step, tr.Loss, tr.TrainTokensPerSecond, tr.RolloutsFailed
+		p.LossOut, p.LossDistill = tr.LossOut, tr.LossDistill
+		if tr.GradNormOut != nil {
+			p.GradNormOut, p.GradNormDistill = new(tr.GetGradNormOut()), new(tr.GetGradNormDistill())
+		}
 	}
 	p.ClipFraction, p.PivotShare = st.GetCredit().GetClipFraction(), st.GetCredit().GetPivotShare()
 	if te := st.GetTeacher(); te != nil {

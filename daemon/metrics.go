@@ -85,10 +85,53 @@ func newMetrics(reg *prometheus.Registry, s *stats, version string) *metrics {
 		trainGauge("hindsight_credit_clip_fraction", "Share of hint tokens clipped in the last step.", func(st *hindsightv1.Status) float64 { return st.GetCredit().GetClipFraction() }),
 		trainGauge("hindsight_queue_rollouts", "Rollouts with the teacher or waiting for the device.", func(st *hindsightv1.Status) float64 { return float64(st.GetQueues().GetRollouts()) }),
 		evalCollector{s},
+		termCollector{s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// termCollector serves the last step's two loss terms from the published status
+// (docs/distillation.md "Two terms kept apart"): hindsight_train_term_loss{term},
+// hindsight_train_term_tokens{term} and, only with train.term_grad_norms,
+// hindsight_train_term_grad_norm{term}; term is "out" or "distill". Nothing is
+// served before the first step.
+type termCollector struct{ s *stats }
+
+var (
+	termLossDesc = prometheus.NewDesc("hindsight_train_term_loss",
+		"The last step's loss term at the weights before its update: out (outcome policy gradient) or distill (hint or divergence).",
+		[]string{"term"}, nil)
+	termTokensDesc = prometheus.NewDesc("hindsight_train_term_tokens",
+		"The last step's token count of each loss term (its denominator under credit.normalize: separate).",
+		[]string{"term"}, nil)
+	termGradNormDesc = prometheus.NewDesc("hindsight_train_term_grad_norm",
+		"L2 norm of each loss term's gradient in the last step, before clipping (train.term_grad_norms only).",
+		[]string{"term"}, nil)
+)
+
+func (c termCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- termLossDesc
+	ch <- termTokensDesc
+	ch <- termGradNormDesc
+}
+
+func (c termCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.snapshot()
+	t := st.GetTraining()
+	if t.GetLastStepAt() == nil {
+		return
+	}
+	g := prometheus.GaugeValue
+	ch <- prometheus.MustNewConstMetric(termLossDesc, g, t.GetLossOut(), "out")
+	ch <- prometheus.MustNewConstMetric(termLossDesc, g, t.GetLossDistill(), "distill")
+	ch <- prometheus.MustNewConstMetric(termTokensDesc, g, float64(t.GetOutTokens()), "out")
+	ch <- prometheus.MustNewConstMetric(termTokensDesc, g, float64(t.GetDistillTokens()), "distill")
+	if t.GradNormOut != nil {
+		ch <- prometheus.MustNewConstMetric(termGradNormDesc, g, t.GetGradNormOut(), "out")
+		ch <- prometheus.MustNewConstMetric(termGradNormDesc, g, t.GetGradNormDistill(), "distill")
+	}
 }
 
 func (m *metrics) fileDone(rep *rollout.FileReport) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
@@ -54,7 +55,8 @@ func startPagesServer(t *testing.T, dir string) string {
 	t.Helper()
 	h := newHistory(10)
 	st := testStatus()
-	st.Training = &hindsightv1.TrainingStats{Step: 3, Loss: 1.5, TrainTokensPerSecond: 900}
+	st.Training = &hindsightv1.TrainingStats{Step: 3, Loss: 1.5, TrainTokensPerSecond: 900, LossOut: 1, LossDistill: 0.5,
+		OutTokens: 640, DistillTokens: 48, GradNormOut: proto.Float64(2), GradNormDistill: proto.Float64(0.75)}
 	st.Credit = &hindsightv1.CreditStats{ClipFraction: 0.25, PivotShare: 0.5}
 	st.Teacher = &hindsightv1.TeacherStats{MeanLatency: durationpb.New(40 * time.Millisecond), FailuresByKind: map[string]int64{"timeout": 2, "http": 1}}
 	st.Evals = []*hindsightv1.EvalResult{{Suite: "smoke", Step: 3, Primary: "success", Metrics: map[string]float64{"success": 0.75}}}

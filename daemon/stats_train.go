@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"math"
 	rtmetrics "runtime/metrics"
 	"strings"
 	"time"
@@ -109,6 +110,12 @@ func (s *stats) stepDone(m xla.Metrics, scored int, scoreTook time.Duration) {
 	s.mu.Lock()
 	t := &s.train.training
 	t.Step, t.Loss, t.LearningRate, t.GradNorm = m.Step, m.Loss, m.LR, m.GradNorm
+	t.LossOut, t.LossDistill = m.Terms.Out, m.Terms.Distill
+	t.OutTokens, t.DistillTokens = int64(m.Credit.OutTokens), int64(m.Credit.DistillTokens)
+	t.GradNormOut, t.GradNormDistill = nil, nil
+	if !math.IsNaN(m.OutGradNorm) { // NaN: train.term_grad_norms is off
+		t.GradNormOut, t.GradNormDistill = proto.Float64(m.OutGradNorm), proto.Float64(m.DistillGradNorm)
+	}
 	if m.Took > 0 {
 		t.TrainTokensPerSecond = float64(m.Tokens) / m.Took.Seconds()
 	}

@@ -174,10 +174,20 @@ func (e *entry) fits(maxPos int) error {
 	return nil
 }
 
+// record is what the credit rows say about how their hints were trained: the loss
+// (credit.distill) and how many of the teacher's alternatives each hinted position
+// keeps (train.credit_file_top_k).
+type record struct {
+	distill credit.DistillConfig
+	top     int
+}
+
 // creditRow builds the credit output row of e from the credit the trainer computed
-// at the weights before the update: in (the scored log-probs) and res. Its hints
-// are the ones scored, with the positions and tokens the teacher pass used.
-func creditRow(e *entry, in *credit.Rollout, res *credit.Result, step int64) (creditfile.Row, error) {
+// at the weights before the update: in (the scored log-probs), res, and dists (the
+// teacher distributions kept per hint span in modes topk and full, else nil). Its
+// hints are the ones scored, with the positions and tokens the teacher pass used,
+// and say what the teacher saw and which loss they trained with (rec).
+func creditRow(e *entry, in *credit.Rollout, res *credit.Result, dists []xla.TeacherDist, rec record, step int64) (creditfile.Row, error) {
 	r := e.item.Rollout
 	T := len(r.Tokens)
 	if len(in.Hints) != len(e.xr.Hints) {
@@ -230,11 +240,74 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, step int64) (cr
 			row.Teacher[t] = float32(span.Teacher[t-span.Start])
 		}
 		h, sent := e.hints[k], e.xr.Hints[k]
-		row.Hints = append(row.Hints, creditfile.Hint{Segment: int32(h.Segment), InsertAt: int32(span.Start),
+		ch := creditfile.Hint{Segment: int32(h.Segment), InsertAt: int32(span.Start),
 			End: int32(span.End), Source: h.Source, Reason: string(h.Reason), Text: h.Text,
-			Tokens: append([]int32(nil), sent.Hint...)})
+			Tokens: append([]int32(nil), sent.Hint...), Context: contextKind(h), LossMode: string(rec.distill.Mode),
+			TeacherLogProbs: make([]float32, len(span.Teacher))}
+		if rec.distill.Mode == credit.DistillTopK || rec.distill.Mode == credit.DistillFull {
+			ch.Divergence = string(rec.distill.Divergence)
+			if rec.distill.Divergence == credit.DivJSD {
+				ch.JSDAlpha = float32(rec.distill.JSDAlpha)
+			}
+		}
+		for i, q := range span.Teacher {
+			ch.TeacherLogProbs[i] = float32(q)
+		}
+		if k < len(dists) && rec.top > 0 {
+			d := dists[k]
+			if n := span.End - span.Start; d.Rows() != n {
+				return creditfile.Row{}, fmt.Errorf("credit row of %q: hint %d: %d teacher distributions for %d positions", r.ID, k, d.Rows(), n)
+			}
+			ch.TopIDs, ch.TopLogProbs = teacherTop(d, rec.top)
+		}
+		row.Hints = append(row.Hints, ch)
 	}
 	return row, nil
+}
+
+// contextKind names what h's inserted turn held (teacher.Context.Kind); a hint
+// made without the hinter (Context unset) holds its text alone.
+func contextKind(h teacher.Hint) string {
+	if k := h.Context.Kind(); k != "" {
+		return k
+	}
+	if h.Text != "" {
+		return "hint"
+	}
+	return ""
+}
+
+// teacherTop returns, for each position of d, its n most likely ids (fewer when the
+// row is narrower), most likely first, and their log-probs. Ties keep the row's order.
+func teacherTop(d xla.TeacherDist, n int) ([][]int32, [][]float32) {
+	rows := d.Rows()
+	n = min(n, d.K)
+	ids, lps := make([][]int32, rows), make([][]float32, rows)
+	for r := range rows {
+		lp := d.LogProbs[r*d.K : (r+1)*d.K]
+		top := make([]int, 0, n+1) // indices into the row, log-prob descending
+		for j, v := range lp {
+			if len(top) == n && v <= lp[top[n-1]] {
+				continue
+			}
+			at := len(top)
+			for at > 0 && v > lp[top[at-1]] {
+				at--
+			}
+			top = slices.Insert(top, at, j)
+			if len(top) > n {
+				top = top[:n]
+			}
+		}
+		ids[r], lps[r] = make([]int32, len(top)), make([]float32, len(top))
+		for i, j := range top {
+			ids[r][i], lps[r][i] = int32(j), lp[j]
+			if d.IDs != nil {
+				ids[r][i] = d.IDs[r*d.K+j]
+			}
+		}
+	}
+	return ids, lps
 }
 
 // valueAt returns v[t], or def when v does not reach t (a result without that

@@ -13,6 +13,7 @@ import (
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // hintedItem returns a synthetic rollout, resolved with the hints of a teacher
@@ -83,7 +84,7 @@ func TestCreditRowCarriesTheScoredHints(t *testing.T) {
 	it.hints.Hints[0].Text, it.hints.Hints[0].Tokens = "something else", []int32{1, 2, 3}
 	it.hints.Hints = it.hints.Hints[:1]
 
-	row, err := creditRow(e, &in, &res, 7)
+	row, err := creditRow(e, &in, &res, nil, record{distill: credit.DefaultDistillConfig()}, 7)
 	require.NoError(t, err)
 	require.Len(t, row.Hints, len(sent))
 	for k, h := range row.Hints {
@@ -114,7 +115,7 @@ func TestCreditRowCarriesTheScoredHints(t *testing.T) {
 	}
 	h0 := in.Hints[0]
 	res.Delta[h0.Start] = 0.25
-	row, err = creditRow(e, &in, &res, 7)
+	row, err = creditRow(e, &in, &res, nil, record{distill: credit.DefaultDistillConfig()}, 7)
 	require.NoError(t, err)
 	require.InDelta(t, -0.75, row.Base[h0.Start], 1e-6)
 	require.EqualValues(t, 0.25, row.Delta[h0.Start])
@@ -123,8 +124,75 @@ func TestCreditRowCarriesTheScoredHints(t *testing.T) {
 	require.EqualValues(t, -2, row.Sampler[1])
 
 	in.Hints = in.Hints[:1]
-	_, err = creditRow(e, &in, &res, 7)
+	_, err = creditRow(e, &in, &res, nil, record{distill: credit.DefaultDistillConfig()}, 7)
 	require.ErrorContains(t, err, fmt.Sprintf("1 hinted spans scored, %d hints sent", len(sent)))
+}
+
+// TestCreditRowRecordsTheTeachersView: schema v3 fields of each hint come from what
+// was scored: the context kind of the hint the teacher made, the loss the step ran,
+// the teacher's log-prob of the sampled tokens, and its top alternatives from the
+// distributions the teacher pass kept (topk rows as kept; full rows ranked here).
+func TestCreditRowRecordsTheTeachersView(t *testing.T) {
+	it, _ := hintedItem(t, "Hint: ")
+	it.hints.Hints[1].Context = teacher.Context{Sibling: "a solution", Feedback: "E404", Hint: it.hints.Hints[1].Text}
+	e := adapt(it, Rule{})
+	T := len(it.Rollout.Tokens)
+	in := credit.Rollout{ID: it.Rollout.ID, Student: make([]float64, T), Trainable: e.xr.Trainable}
+	var dists []xla.TeacherDist
+	for k, h := range e.xr.Hints {
+		n := h.End - h.Start
+		q := make([]float64, n)
+		// topk rows of width 3: ids r, r+1, r+2 at log-probs −0.1·(k+1), −1, −2.
+		d := xla.TeacherDist{Mode: credit.DistillTopK, K: 3, IDs: make([]int32, 3*n), LogProbs: make([]float32, 3*n), Tail: make([]float32, n)}
+		for r := range n {
+			q[r] = -0.25 * float64(r)
+			for j := range 3 {
+				d.IDs[3*r+j] = int32(r + j)
+			}
+			d.LogProbs[3*r], d.LogProbs[3*r+1], d.LogProbs[3*r+2] = -0.1*float32(k+1), -1, -2
+		}
+		in.Hints = append(in.Hints, credit.HintSpan{Start: h.Start, End: h.End, Teacher: q})
+		dists = append(dists, d)
+	}
+	res := credit.Result{Adv: make([]float64, T)}
+	cfg := credit.DefaultDistillConfig()
+	cfg.Mode, cfg.Divergence = credit.DistillTopK, credit.DivJSD
+	row, err := creditRow(e, &in, &res, dists, record{distill: cfg, top: 2}, 7)
+	require.NoError(t, err)
+	h0, h1 := row.Hints[0], row.Hints[1]
+	require.Equal(t, "hint", h0.Context)
+	require.Equal(t, "sibling+feedback+hint", h1.Context)
+	require.Equal(t, "topk", h0.LossMode)
+	require.Equal(t, "jsd", h0.Divergence)
+	require.EqualValues(t, 0.5, h0.JSDAlpha)
+	n := int(h0.End - h0.InsertAt)
+	require.Len(t, h0.TeacherLogProbs, n)
+	require.EqualValues(t, -0.5, h0.TeacherLogProbs[2])
+	require.Len(t, h0.TopIDs, n)
+	require.Equal(t, []int32{4, 5}, h0.TopIDs[4], "the first two of the kept row")
+	require.Equal(t, []float32{-0.2, -1}, h1.TopLogProbs[4])
+
+	// Mode full: the row is the whole distribution; the top come out ranked, ties in
+	// id order.
+	full := xla.TeacherDist{Mode: credit.DistillFull, K: 6, LogProbs: []float32{-3, -0.5, -2, -0.5, -9, -0.1}}
+	ids, lps := teacherTop(full, 4)
+	require.Equal(t, [][]int32{{5, 1, 3, 2}}, ids)
+	require.Equal(t, [][]float32{{-0.1, -0.5, -0.5, -2}}, lps)
+	ids, _ = teacherTop(full, 10)
+	require.Equal(t, []int32{5, 1, 3, 2, 0, 4}, ids[0], "n above the row's width keeps the whole row")
+
+	// sampled_token: no divergence and no alternatives, even if distributions came.
+	row, err = creditRow(e, &in, &res, nil, record{distill: credit.DefaultDistillConfig(), top: 5}, 7)
+	require.NoError(t, err)
+	require.Equal(t, "sampled_token", row.Hints[0].LossMode)
+	require.Empty(t, row.Hints[0].Divergence)
+	require.Nil(t, row.Hints[0].TopIDs)
+	require.Len(t, row.Hints[0].TeacherLogProbs, n)
+
+	// Distributions that do not match the span are an error, not a shifted record.
+	dists[0].LogProbs, dists[0].IDs = dists[0].LogProbs[:3], dists[0].IDs[:3]
+	_, err = creditRow(e, &in, &res, dists, record{distill: cfg, top: 2}, 7)
+	require.ErrorContains(t, err, fmt.Sprintf("hint 0: 1 teacher distributions for %d positions", n))
 }
 
 // TestTrainableIsTheOneRule: the trainer's mask and the batch's token count both

@@ -58,6 +58,11 @@ type Config struct {
 	// up to twice the training pass (xla.TrainerOptions.TermGradNorms); off by default.
 	// The two terms' loss values are logged either way.
 	TermGradNorms bool `yaml:"term_grad_norms"`
+	// CreditFileTopK is how many of the teacher's most likely tokens the credit files
+	// keep at each hinted position, with their log-probs, in distillation modes topk
+	// and full (creditfile.Hint.TopIDs; at most credit.distill.top_k in mode topk).
+	// 0 keeps none.
+	CreditFileTopK int `yaml:"credit_file_top_k"`
 	// Seed seeds the trainer's random stream.
 	Seed       uint64           `yaml:"seed"`
 	Checkpoint CheckpointConfig `yaml:"checkpoint"`
@@ -83,7 +88,8 @@ type CheckpointConfig struct {
 // DefaultConfig returns the defaults: a step every 4096 trainable tokens or 64
 // rollouts or 1,048,576 tokens in all, whichever comes first, AdamW
 // at xla.DefaultAdamW, the live teacher, no lag bound, 4 rollouts with the teacher,
-// a partial step after 5s idle, a checkpoint every 10 steps or 10 minutes, 3 kept.
+// a partial step after 5s idle, a checkpoint every 10 steps or 10 minutes, 3 kept,
+// the teacher's top 5 in the credit files.
 func DefaultConfig() Config {
 	return Config{
 		Enabled:            true,
@@ -97,6 +103,7 @@ func DefaultConfig() Config {
 		LoRA:               xla.LoRAConfig{Targets: xla.DefaultLoRATargets()},
 		TeacherConcurrency: 4,
 		IdleFlush:          5 * time.Second,
+		CreditFileTopK:     5,
 		Checkpoint:         CheckpointConfig{EverySteps: 10, Every: 10 * time.Minute, Keep: 3, Command: []string{}, CommandTimeout: time.Minute},
 	}
 }
@@ -118,6 +125,8 @@ func (c Config) Validate(prefix string) error {
 		return fmt.Errorf("%smax_policy_lag: %d, want ≥ 0", prefix, c.MaxPolicyLag)
 	case c.TeacherConcurrency < 1:
 		return fmt.Errorf("%steacher_concurrency: %d, want ≥ 1", prefix, c.TeacherConcurrency)
+	case c.CreditFileTopK < 0:
+		return fmt.Errorf("%scredit_file_top_k: %d, want ≥ 0 (0: none)", prefix, c.CreditFileTopK)
 	case c.IdleFlush < 0:
 		return fmt.Errorf("%sidle_flush: %s, want ≥ 0", prefix, c.IdleFlush)
 	case c.Checkpoint.EverySteps < 0:

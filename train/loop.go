@@ -10,6 +10,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/ledger"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // Run takes items in order from in until it is closed or ctx ends, then finishes:
@@ -175,7 +176,15 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 		return fmt.Errorf("device: %w", err)
 	}
 	for i, e := range batch {
-		row, err := creditRow(e, &met.Inputs[i], &met.Results[i], met.Step)
+		var dists []xla.TeacherDist
+		if met.Dists != nil {
+			dists = met.Dists[i]
+		}
+		rec := record{distill: lp.o.Credit.Distill, top: lp.o.Config.CreditFileTopK}
+		if rec.distill.Mode == "" { // a zero credit config: the trainer's defaults
+			rec.distill = credit.DefaultDistillConfig()
+		}
+		row, err := creditRow(e, &met.Inputs[i], &met.Results[i], dists, rec, met.Step)
 		if err != nil {
 			return err
 		}

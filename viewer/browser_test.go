@@ -2,6 +2,7 @@ package viewer
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -105,6 +106,30 @@ func TestViewerInBrowser(t *testing.T) {
 	third := rows[1]
 	third.RolloutID, third.Reward, third.HasReward = "roll-3", 2, true
 	rows = append(rows, third)
+	// Credit schema v3: the hint over tokens 3–5 ("<ok") trained with topk and JSD
+	// and kept the teacher's top three at each of them.
+	tok := tokenizer.NewBytes()
+	h := rows[0].Hints[0]
+	h.Context, h.LossMode, h.Divergence, h.JSDAlpha = "sibling+hint", "topk", "jsd", 0.5
+	alts := []string{"cat", "dog", "[!]"}
+	probs := [][]float64{{0.81, 0.12, 0.05}, {0.6, 0.3, 0.01}, {0.45, 0.4, 0.1}}
+	sampledP := []float64{0.02, 0.25, 0.4}
+	for i := range 3 {
+		ids := tok.EncodeText(string(alts[0][i]) + string(alts[1][i]) + string(alts[2][i]))
+		h.TopIDs = append(h.TopIDs, ids)
+		h.TopLogProbs = append(h.TopLogProbs, []float32{float32(math.Log(probs[i][0])), float32(math.Log(probs[i][1])), float32(math.Log(probs[i][2]))})
+		h.TeacherLogProbs = append(h.TeacherLogProbs, float32(math.Log(sampledP[i])))
+	}
+	rows[0].Hints = []creditfile.Hint{h}
+	var tips []map[string]any
+	for i := range 3 {
+		t3 := int(h.InsertAt) + i
+		sampled := string(rune(rows[0].Tokens[t3])) // the byte tokenizer: id = byte
+		tips = append(tips, map[string]any{"rollout": 0, "t": t3, "lines": []string{
+			fmt.Sprintf("teacher preferred `%c` %.2f, `%c` %.2f, `%c` %.2f; sampled `%s` %.2f",
+				alts[0][i], probs[i][0], alts[1][i], probs[i][1], alts[2][i], probs[i][2], sampled, sampledP[i]),
+			"hint 0: context sibling+hint · loss topk, jsd α 0.5"}})
+	}
 	small := writePage(t, filepath.Join(dir, "small.html"), rows)
 
 	type token struct {
@@ -127,7 +152,7 @@ func TestViewerInBrowser(t *testing.T) {
 	lr := longRow(longN)
 	long := writePage(t, filepath.Join(dir, "long.html"), []creditfile.Row{lr})
 	spec := map[string]any{
-		"small": small, "tokens": tokens, "sortKey": "reward", "sortedIDs": []string{"roll-3", "roll-<1>", "roll-2"},
+		"small": small, "tokens": tokens, "teacherTips": tips, "hintRow": "[context sibling+hint · loss topk, jsd α 0.5]", "sortKey": "reward", "sortedIDs": []string{"roll-3", "roll-<1>", "roll-2"},
 		"long": long, "longTokens": longN, "longLastID": lr.Tokens[longN-1], "maxTokenNodes": 2500,
 	}
 	raw, err := json.Marshal(spec)

@@ -54,6 +54,10 @@ type Rollout struct {
 	Adv      Numbers              `json:"a"`
 	Segments []creditfile.Segment `json:"segments"`
 	Hints    []Hint               `json:"hints"`
+	// Teacher holds, per token, what the teacher of the first hint covering it
+	// predicted there (credit schema v3); null outside hinted spans, and the whole
+	// slice is null when no hint recorded it (v1 and v2 files).
+	TeacherViews []*TeacherView `json:"teacher,omitempty"`
 }
 
 // Hint is a hint as the page shows it.
@@ -65,6 +69,23 @@ type Hint struct {
 	Reason   string `json:"reason"`
 	Text     string `json:"text"`
 	Tokens   int    `json:"tokens"`
+	// Schema v3: what the teacher saw and the loss the hint trained with; empty
+	// (and JSDAlpha 0) where the file does not say.
+	Context    string `json:"context,omitempty"`
+	LossMode   string `json:"loss_mode,omitempty"`
+	Divergence string `json:"divergence,omitempty"`
+	JSDAlpha   Number `json:"jsd_alpha,omitempty"`
+}
+
+// TeacherView is the teacher's prediction at one hinted token: the probability it
+// gave the sampled token and its most likely tokens (modes topk and full) with their
+// probabilities, most likely first.
+type TeacherView struct {
+	Hint    int      `json:"hint"`    // index in Rollout.Hints
+	Sampled Number   `json:"sampled"` // teacher probability of the sampled token
+	IDs     []int32  `json:"ids"`
+	Text    []string `json:"text"` // each id decoded alone (or the id, without a tokenizer)
+	P       Numbers  `json:"p"`
 }
 
 // Number is a float32 that marshals NaN and ±Inf as null and otherwise in its
@@ -169,7 +190,48 @@ func rollout(file string, r *creditfile.Row, tok, bytesTok tokenizer.Tokenizer, 
 	}
 	for _, h := range r.Hints {
 		out.Hints = append(out.Hints, Hint{Segment: h.Segment, InsertAt: h.InsertAt, End: h.End, Source: h.Source,
-			Reason: h.Reason, Text: h.Text, Tokens: len(h.Tokens)})
+			Reason: h.Reason, Text: h.Text, Tokens: len(h.Tokens), Context: h.Context, LossMode: h.LossMode,
+			Divergence: h.Divergence, JSDAlpha: Number(h.JSDAlpha)})
+	}
+	tv, err := teacherViews(r, dec)
+	if err != nil {
+		return Rollout{}, err
+	}
+	out.TeacherViews = tv
+	return out, nil
+}
+
+// teacherViews returns the per-token TeacherView of r's v3 hints (the first hint
+// covering a token wins, as in the distillation loss), or nil when no hint recorded
+// the teacher's log-probs. dec decodes the alternatives; nil shows their ids.
+func teacherViews(r *creditfile.Row, dec tokenizer.Tokenizer) ([]*TeacherView, error) {
+	var out []*TeacherView
+	for k, h := range r.Hints {
+		if h.TeacherLogProbs == nil {
+			continue
+		}
+		if out == nil {
+			out = make([]*TeacherView, len(r.Tokens))
+		}
+		for i, q := range h.TeacherLogProbs {
+			t := int(h.InsertAt) + i
+			if t < 0 || t >= len(out) || out[t] != nil {
+				continue
+			}
+			v := &TeacherView{Hint: k, Sampled: Number(math.Exp(float64(q))), IDs: []int32{}, Text: []string{}, P: Numbers{}}
+			if i < len(h.TopIDs) {
+				v.IDs = h.TopIDs[i]
+				for j, id := range h.TopIDs[i] {
+					text, err := tokenTexts(dec, []int32{id})
+					if err != nil {
+						return nil, fmt.Errorf("hint %d, position %d: teacher alternative %d: %w", k, t, id, err)
+					}
+					v.Text = append(v.Text, text[0])
+					v.P = append(v.P, float32(math.Exp(float64(h.TopLogProbs[i][j]))))
+				}
+			}
+			out[t] = v
+		}
 	}
 	return out, nil
 }

@@ -149,6 +149,55 @@ func TestPageReadsSchemaV1(t *testing.T) {
 	require.Nil(t, got["delta"], "a v1 file has no Δ column")
 }
 
+// TestPageShowsTheTeachersView: from a credit schema v3 file (the creditfile golden
+// file), each hinted token carries the teacher's probability of the sampled token
+// and its top alternatives, decoded, most likely first; each hint its context kind
+// and loss mode. Where two hints cover a token, the first one's teacher is shown.
+func TestPageShowsTheTeachersView(t *testing.T) {
+	golden := filepath.Join("..", "data", "creditfile", "testdata", "credit_v3.arrow")
+	p := buildFrom(t, nil, golden)
+	r := p.Rollouts[0]
+	require.Len(t, r.TeacherViews, len(r.IDs))
+	require.Nil(t, r.TeacherViews[0], "outside the hint")
+	v := r.TeacherViews[1]
+	require.Equal(t, 0, v.Hint)
+	require.InDelta(t, math.Exp(-0.5), float64(v.Sampled), 1e-6)
+	require.Equal(t, []int32{99, 105, 97}, v.IDs)
+	require.Equal(t, []string{"c", "i", "a"}, v.Text)
+	require.InDeltaSlice(t, []float64{math.Exp(-0.2), math.Exp(-0.5), math.Exp(-3)}, []float64{float64(v.P[0]), float64(v.P[1]), float64(v.P[2])}, 1e-6)
+	require.Equal(t, []string{"!", ".", "?"}, r.TeacherViews[2].Text)
+	require.Nil(t, r.TeacherViews[3], "the span ends at 3")
+	h := r.Hints[0]
+	require.Equal(t, "sibling+feedback+hint", h.Context)
+	require.Equal(t, "topk", h.LossMode)
+	require.Equal(t, "jsd", h.Divergence)
+	require.EqualValues(t, 0.5, h.JSDAlpha)
+
+	sampled := p.Rollouts[1].TeacherViews[1]
+	require.Empty(t, sampled.IDs, "mode sampled_token keeps no alternatives")
+	require.InDelta(t, math.Exp(-2), float64(sampled.Sampled), 1e-6)
+	require.Nil(t, p.Rollouts[2].TeacherViews, "a row without hints has none")
+
+	rows, err := creditfile.Read(golden)
+	require.NoError(t, err)
+	second := rows[0].Hints[0]
+	second.InsertAt, second.End = 2, 4
+	second.TeacherLogProbs, second.TopIDs, second.TopLogProbs = []float32{-1, -1}, [][]int32{{65}, {66}}, [][]float32{{-1}, {-1}}
+	rows[0].Hints = append(rows[0].Hints, second)
+	p, err = Build([]string{golden}, [][]creditfile.Row{rows}, nil, 2)
+	require.NoError(t, err)
+	views := p.Rollouts[0].TeacherViews
+	require.Equal(t, 0, views[2].Hint, "overlap: the first hint's teacher")
+	require.Equal(t, 1, views[3].Hint)
+	require.Equal(t, []string{"B"}, views[3].Text)
+
+	plain, _ := writeCreditFile(t) // hints without the v3 fields, as a v2 file's read back
+	var buf bytes.Buffer
+	require.NoError(t, Write(&buf, buildFrom(t, nil, plain)))
+	got := pageData(t, buf.String())["rollouts"].([]any)[0].(map[string]any)
+	require.NotContains(t, got, "teacher", "no teacher views in the page")
+}
+
 func TestHandlerServesThePage(t *testing.T) {
 	path, _ := writeCreditFile(t)
 	h, err := Handler(buildFrom(t, nil, path))

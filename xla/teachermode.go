@@ -37,9 +37,10 @@ type TeacherConfig struct {
 	EMARate float64 `yaml:"ema_rate"`
 }
 
-// DefaultTeacher returns the live teacher (refresh 100 and rate 0.01 for the others).
+// DefaultTeacher returns the live teacher (refresh 100 and rate 0.05 for the others;
+// 0.05 is SDPO's EMA rate, docs/distillation.md "The teacher's weights").
 func DefaultTeacher() TeacherConfig {
-	return TeacherConfig{Mode: TeacherLive, RefreshEvery: 100, EMARate: 0.01}
+	return TeacherConfig{Mode: TeacherLive, RefreshEvery: 100, EMARate: 0.05}
 }
 
 // Validate names the first bad field.

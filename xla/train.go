@@ -92,6 +92,10 @@ type Metrics struct {
 	// of them, at the weights before the update. For audit files; read-only.
 	Inputs  []credit.Rollout
 	Results []credit.Result
+	// Dists are the teacher distributions the teacher pass kept, per rollout and per
+	// hint span of Inputs (modes topk and full; nil otherwise). For audit files (the
+	// credit files' teacher alternatives); read-only.
+	Dists [][]TeacherDist
 }
 
 // Trainer owns a policy Model on a backend and applies weighted policy-gradient

@@ -74,6 +74,12 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 	}
 	met := Metrics{Rollouts: len(batch), Credit: stats, ScoredTokens: scoredTokens, ScoreTook: scoreTook,
 		Inputs: rs, Results: res, OutGradNorm: math.NaN(), DistillGradNorm: math.NaN()}
+	if tr.opts.Credit.Distill.Mode == credit.DistillTopK || tr.opts.Credit.Distill.Mode == credit.DistillFull {
+		met.Dists = make([][]TeacherDist, len(sc))
+		for i := range sc {
+			met.Dists[i] = sc[i].dists
+		}
+	}
 	acc, signal, err := tr.accumulate(ctx, batch, rs, res, sc, budget, &met)
 	if err != nil {
 		return Metrics{}, fmt.Errorf("train step: %w", err)

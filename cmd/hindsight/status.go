@@ -310,6 +310,12 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 	tr := st.GetTraining()
 	line("optimizer step", "%s (this process %s), loss %.5g, lr %.3g, grad norm %.3g",
 		count(tr.GetStep()), count(tr.GetSessionSteps()), tr.GetLoss(), tr.GetLearningRate(), tr.GetGradNorm())
+	terms := fmt.Sprintf("outcome %.5g over %s tokens, distillation %.5g over %s tokens", tr.GetLossOut(), count(tr.GetOutTokens()),
+		tr.GetLossDistill(), count(tr.GetDistillTokens()))
+	if tr.GradNormOut != nil { // train.term_grad_norms
+		terms += fmt.Sprintf("; grad norm outcome %.3g, distillation %.3g", tr.GetGradNormOut(), tr.GetGradNormDistill())
+	}
+	line("loss terms", "%s", terms)
 	line("updates", "%s (steps without signal this process: %s)", count(tr.GetUpdates()), count(tr.GetSessionStepsWithoutUpdate()))
 	line("throughput", "train %s tokens/s, score %s tokens/s, last step %s",
 		count(int64(math.Round(tr.GetTrainTokensPerSecond()))), count(int64(math.Round(tr.GetScoreTokensPerSecond()))),

@@ -233,3 +233,29 @@ func TestCount(t *testing.T) {
 		require.Equal(t, want, count(n))
 	}
 }
+
+// TestStatusTableLossTerms: the training section prints the last step's two loss
+// terms with their token counts, and the terms' gradient norms only when the daemon
+// measured them (train.term_grad_norms).
+func TestStatusTableLossTerms(t *testing.T) {
+	for _, norms := range []bool{false, true} {
+		st := statusFixture()
+		st.Training = &hindsightv1.TrainingStats{Step: 4, Loss: 0.75, LossOut: 0.5, LossDistill: 0.25,
+			OutTokens: 1200, DistillTokens: 96}
+		if norms {
+			st.Training.GradNormOut, st.Training.GradNormDistill = proto.Float64(1.5), proto.Float64(0.125)
+		}
+		s := daemon.NewServer("127.0.0.1:0", func() *hindsightv1.Status { return st }, nil, zerolog.Nop())
+		require.NoError(t, s.Start())
+		code, out, errOut := runStatus(t, "-addr", s.Addr())
+		ctx, cancel := context.WithTimeout(context.Background(), statusTestTimeout)
+		require.NoError(t, s.Shutdown(ctx))
+		cancel()
+		require.Equal(t, 0, code, "stderr: %s", errOut)
+		want := `^loss terms +outcome 0\.5 over 1,200 tokens, distillation 0\.25 over 96 tokens$`
+		if norms {
+			want = `^loss terms +outcome 0\.5 over 1,200 tokens, distillation 0\.25 over 96 tokens; grad norm outcome 1\.5, distillation 0\.125$`
+		}
+		require.Regexp(t, regexp.MustCompile("(?m)"+want), out)
+	}
+}

@@ -6,5 +6,5 @@
 // In the data flow (docs/design.md) it is the trainer's last output: the ledger
 // publishes a file's rows once every accepted rollout of it is trained (Publish:
 // temp file, fsync, rename, fsync dir), and the viewer and `hindsight inspect` read
-// them back with Read, which accepts schema versions 1 and 2.
+// them back with Read, which accepts schema versions 1, 2 and 3.
 package creditfile

@@ -11,8 +11,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// Read reads every row of a credit output file of schema version 1 or 2.
-// Rows of a version 1 file have nil v2 fields.
+// Read reads every row of a credit output file of schema version 1, 2 or 3.
+// Rows of a version 1 file have nil v2 fields; hints of a version 1 or 2 file have
+// zero v3 fields.
 func Read(path string) ([]Row, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -24,7 +25,7 @@ func Read(path string) ([]Row, error) {
 		return nil, fmt.Errorf("read credit %s: %w", path, err)
 	}
 	defer r.Close()
-	v2, err := creditFileVersion(r.Schema())
+	v, err := creditFileVersion(r.Schema())
 	if err != nil {
 		return nil, fmt.Errorf("read credit %s: %w", path, err)
 	}
@@ -34,34 +35,38 @@ func Read(path string) ([]Row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read credit %s: %w", path, err)
 		}
-		rows = append(rows, creditRows(rec, v2)...)
+		rows = append(rows, creditRows(rec, v)...)
 	}
 	return rows, nil
 }
 
 // creditFileVersion checks schema against the credit schema of the version its
-// metadata names; v2 is true for version 2.
-func creditFileVersion(schema *arrow.Schema) (v2 bool, err error) {
+// metadata names and returns that version (1, 2 or 3).
+func creditFileVersion(schema *arrow.Schema) (int, error) {
 	v := ""
 	if i := schema.Metadata().FindKey(creditVersionKey); i >= 0 {
 		v = schema.Metadata().Values()[i]
 	}
 	var want *arrow.Schema
+	n := 0
 	switch v {
 	case "1":
-		want = creditSchemaV1()
+		want, n = creditSchemaV1(), 1
+	case "2":
+		want, n = creditSchemaV2(), 2
 	case SchemaVersion:
-		want, v2 = Schema(), true
+		want, n = Schema(), 3
 	default:
-		return false, fmt.Errorf("credit schema version %q (metadata %s): this build reads 1 and %s", v, creditVersionKey, SchemaVersion)
+		return 0, fmt.Errorf("credit schema version %q (metadata %s): this build reads 1, 2 and %s", v, creditVersionKey, SchemaVersion)
 	}
 	if !schema.Equal(want) {
-		return false, fmt.Errorf("schema %s is not the credit schema version %s", schema, v)
+		return 0, fmt.Errorf("schema %s is not the credit schema version %s", schema, v)
 	}
-	return v2, nil
+	return n, nil
 }
 
-func creditRows(rec arrow.RecordBatch, v2 bool) []Row {
+func creditRows(rec arrow.RecordBatch, version int) []Row {
+	v2 := version >= 2
 	c := rec.Column
 	id := c(0).(*array.String)
 	task := c(1).(*array.String)
@@ -140,6 +145,9 @@ func creditRows(rec arrow.RecordBatch, v2 bool) []Row {
 				Text:     hs.Field(5).(*array.String).Value(j),
 				Tokens:   append([]int32(nil), tl.ListValues().(*array.Int32).Int32Values()[ta:tb]...),
 			})
+			if version >= 3 {
+				readHintV3(hs, j, &r.Hints[len(r.Hints)-1])
+			}
 		}
 		if v2 {
 			r.Base, r.Delta, r.Rho, r.Sampler = f32s(perToken[0], i, true), f32s(perToken[1], i, true),
@@ -151,6 +159,50 @@ func creditRows(rec arrow.RecordBatch, v2 bool) []Row {
 		}
 	}
 	return rows
+}
+
+// readHintV3 reads the v3 fields of hint j of the hint struct array hs into h.
+func readHintV3(hs *array.Struct, j int, h *Hint) {
+	str := func(k int) string {
+		a := hs.Field(k).(*array.String)
+		if a.IsNull(j) {
+			return ""
+		}
+		return a.Value(j)
+	}
+	h.Context, h.LossMode, h.Divergence = str(7), str(8), str(9)
+	if a := hs.Field(10).(*array.Float32); a.IsValid(j) {
+		h.JSDAlpha = a.Value(j)
+	}
+	if tl := hs.Field(11).(*array.List); tl.IsValid(j) {
+		a, b := tl.ValueOffsets(j)
+		v := tl.ListValues().(*array.Float32)
+		h.TeacherLogProbs = make([]float32, 0, b-a)
+		for x := a; x < b; x++ {
+			if v.IsNull(int(x)) {
+				h.TeacherLogProbs = append(h.TeacherLogProbs, float32(math.NaN()))
+			} else {
+				h.TeacherLogProbs = append(h.TeacherLogProbs, v.Value(int(x)))
+			}
+		}
+	}
+	ids, lps := hs.Field(12).(*array.List), hs.Field(13).(*array.List)
+	if ids.IsNull(j) {
+		return
+	}
+	rowsOf := func(l *array.List) (*array.List, int64, int64) {
+		a, b := l.ValueOffsets(j)
+		return l.ListValues().(*array.List), a, b
+	}
+	il, a, b := rowsOf(ids)
+	ll, la, _ := rowsOf(lps)
+	h.TopIDs, h.TopLogProbs = make([][]int32, 0, b-a), make([][]float32, 0, b-a)
+	for r := a; r < b; r++ {
+		x, y := il.ValueOffsets(int(r))
+		h.TopIDs = append(h.TopIDs, append([]int32{}, il.ListValues().(*array.Int32).Int32Values()[x:y]...))
+		x, y = ll.ValueOffsets(int(la + r - a))
+		h.TopLogProbs = append(h.TopLogProbs, append([]float32{}, ll.ListValues().(*array.Float32).Float32Values()[x:y]...))
+	}
 }
 
 // creditSegments returns row i of the segments column; nil when null.

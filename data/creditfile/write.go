@@ -43,12 +43,26 @@ const (
 	ColSampler   = "sampler_logprobs" // μ_t, the sampler's log-prob; null where the rollout has none
 	ColSegments  = "segments"         // the rollout's segments: start, end, kind, tool, status
 	ColTokenizer = "tokenizer"        // tokenizer fingerprint of the rollout ("bytes-v1", "sha256:…")
+	// Schema v3 adds fields to each hint of ColHints (HintFields).
+)
+
+// Fields of a hint struct (ColHints) that schema v3 adds: what the teacher saw, the
+// loss it trained with, and what it predicted over the hint's span.
+const (
+	HintContext         = "context"          // teacher.Context.Kind: hint, sibling, feedback, or several joined with "+"
+	HintLossMode        = "loss_mode"        // credit.distill.mode: sampled_token, topk, full
+	HintDivergence      = "divergence"       // credit.distill.divergence (topk, full): reverse_kl, forward_kl, jsd
+	HintJSDAlpha        = "jsd_alpha"        // α of jsd
+	HintTeacherLogProbs = "teacher_logprobs" // q_t(h) of the sampled token at each position of [insert_at, end)
+	HintTopIDs          = "top_ids"          // the teacher's most likely ids at each position, most likely first
+	HintTopLogProbs     = "top_logprobs"     // their log-probs, nats
 )
 
 // SchemaVersion is the value of the schema metadata key
 // hindsight.credit_schema_version written today. Version 1 files (without the v2
-// columns) stay readable: Read accepts both.
-const SchemaVersion = "2"
+// columns) and version 2 files (without the v3 hint fields) stay readable: Read
+// accepts all three.
+const SchemaVersion = "3"
 
 // creditVersionKey is the schema metadata key holding the schema version.
 const creditVersionKey = "hindsight.credit_schema_version"
@@ -56,15 +70,33 @@ const creditVersionKey = "hindsight.credit_schema_version"
 // Suffix ends the name of every credit output file.
 const Suffix = ".credit.arrow"
 
-var creditHintType = arrow.StructOf(
-	arrow.Field{Name: "segment", Type: arrow.PrimitiveTypes.Int32},
-	arrow.Field{Name: "insert_at", Type: arrow.PrimitiveTypes.Int32},
-	arrow.Field{Name: "end", Type: arrow.PrimitiveTypes.Int32},
-	arrow.Field{Name: "source", Type: arrow.BinaryTypes.String},
-	arrow.Field{Name: "reason", Type: arrow.BinaryTypes.String},
-	arrow.Field{Name: "text", Type: arrow.BinaryTypes.String},
-	arrow.Field{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
-)
+// creditHintFieldsV1 are the hint struct's fields of schema versions 1 and 2.
+func creditHintFieldsV1() []arrow.Field {
+	return []arrow.Field{
+		{Name: "segment", Type: arrow.PrimitiveTypes.Int32},
+		{Name: "insert_at", Type: arrow.PrimitiveTypes.Int32},
+		{Name: "end", Type: arrow.PrimitiveTypes.Int32},
+		{Name: "source", Type: arrow.BinaryTypes.String},
+		{Name: "reason", Type: arrow.BinaryTypes.String},
+		{Name: "text", Type: arrow.BinaryTypes.String},
+		{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+	}
+}
+
+// creditHintTypeV1 is the hint struct of schema versions 1 and 2.
+var creditHintTypeV1 = arrow.StructOf(creditHintFieldsV1()...)
+
+// creditHintType is the hint struct of schema version 3: the v1 fields, then
+// HintContext … HintTopLogProbs, all nullable.
+var creditHintType = arrow.StructOf(append(creditHintFieldsV1(),
+	arrow.Field{Name: HintContext, Type: arrow.BinaryTypes.String, Nullable: true},
+	arrow.Field{Name: HintLossMode, Type: arrow.BinaryTypes.String, Nullable: true},
+	arrow.Field{Name: HintDivergence, Type: arrow.BinaryTypes.String, Nullable: true},
+	arrow.Field{Name: HintJSDAlpha, Type: arrow.PrimitiveTypes.Float32, Nullable: true},
+	arrow.Field{Name: HintTeacherLogProbs, Type: arrow.ListOf(arrow.PrimitiveTypes.Float32), Nullable: true},
+	arrow.Field{Name: HintTopIDs, Type: arrow.ListOf(arrow.ListOf(arrow.PrimitiveTypes.Int32)), Nullable: true},
+	arrow.Field{Name: HintTopLogProbs, Type: arrow.ListOf(arrow.ListOf(arrow.PrimitiveTypes.Float32)), Nullable: true},
+)...)
 
 var creditSegmentType = arrow.StructOf(
 	arrow.Field{Name: "start", Type: arrow.PrimitiveTypes.Int32},
@@ -75,13 +107,17 @@ var creditSegmentType = arrow.StructOf(
 )
 
 // Schema returns the schema of credit output files (version
-// SchemaVersion): the version 1 columns followed by the v2 ones.
-func Schema() *arrow.Schema {
-	md := arrow.NewMetadata([]string{creditVersionKey}, []string{SchemaVersion})
+// SchemaVersion): the version 1 columns followed by the v2 ones; the hints column's
+// struct has the v3 fields.
+func Schema() *arrow.Schema { return creditSchema(SchemaVersion, creditHintType) }
+
+// creditSchema returns the schema of version 2 or later with hints of type hint.
+func creditSchema(version string, hint arrow.DataType) *arrow.Schema {
+	md := arrow.NewMetadata([]string{creditVersionKey}, []string{version})
 	f32 := func(name string) arrow.Field {
 		return arrow.Field{Name: name, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32), Nullable: true}
 	}
-	fields := append(creditFieldsV1(),
+	fields := append(creditFieldsV1(hint),
 		f32(ColBase), f32(ColDelta), f32(ColRho), f32(ColSampler),
 		arrow.Field{Name: ColSegments, Type: arrow.ListOf(creditSegmentType), Nullable: true},
 		arrow.Field{Name: ColTokenizer, Type: arrow.BinaryTypes.String, Nullable: true})
@@ -91,10 +127,13 @@ func Schema() *arrow.Schema {
 // creditSchemaV1 returns the schema of version 1 credit files.
 func creditSchemaV1() *arrow.Schema {
 	md := arrow.NewMetadata([]string{creditVersionKey}, []string{"1"})
-	return arrow.NewSchema(creditFieldsV1(), &md)
+	return arrow.NewSchema(creditFieldsV1(creditHintTypeV1), &md)
 }
 
-func creditFieldsV1() []arrow.Field {
+// creditSchemaV2 returns the schema of version 2 credit files.
+func creditSchemaV2() *arrow.Schema { return creditSchema("2", creditHintTypeV1) }
+
+func creditFieldsV1(hint arrow.DataType) []arrow.Field {
 	return []arrow.Field{
 		{Name: ColRolloutID, Type: arrow.BinaryTypes.String},
 		{Name: ColTaskID, Type: arrow.BinaryTypes.String, Nullable: true},
@@ -108,7 +147,7 @@ func creditFieldsV1() []arrow.Field {
 		{Name: ColStudent, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
 		{Name: ColTeacher, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
 		{Name: ColAdvantages, Type: arrow.LargeListOf(arrow.PrimitiveTypes.Float32)},
-		{Name: ColHints, Type: arrow.ListOf(creditHintType)},
+		{Name: ColHints, Type: arrow.ListOf(hint)},
 	}
 }
 
@@ -121,6 +160,30 @@ type Hint struct {
 	Reason   string // selection rule: feedback, negative_rating, tool_error, surprise
 	Text     string
 	Tokens   []int32 // the hint wrapped in the model's template, as inserted
+
+	// Schema v3; zero (written as null) where unknown, and in hints read from older files.
+
+	// Context names what the teacher's inserted turn held (teacher.Context.Kind):
+	// hint, sibling, feedback, or several of them joined with "+" in that order
+	// ("sibling+feedback+hint").
+	Context string
+	// LossMode is the credit.distill.mode the hint trained with: sampled_token, topk
+	// or full.
+	LossMode string
+	// Divergence is credit.distill.divergence in modes topk and full (reverse_kl,
+	// forward_kl, jsd); empty in mode sampled_token.
+	Divergence string
+	JSDAlpha   float32 // α of divergence jsd; 0 otherwise
+	// TeacherLogProbs is q_t(h), the teacher's log-prob of the sampled token, at each
+	// position t of [InsertAt, End) under this hint (nats; NaN written as null). The
+	// row's Teacher column holds the same values where only this hint covers t.
+	TeacherLogProbs []float32
+	// TopIDs and TopLogProbs are the teacher's most likely tokens at each position of
+	// [InsertAt, End), most likely first, and their log-probs (nats): modes topk and
+	// full only (train.credit_file_top_k of them), nil otherwise. Both have
+	// End−InsertAt rows of the same lengths.
+	TopIDs      [][]int32
+	TopLogProbs [][]float32
 }
 
 // Row is one trained rollout of a credit output file. Per-token slices have
@@ -227,6 +290,11 @@ func Encode(w io.Writer, rows []Row) error {
 		appendF32s(tea, r.Teacher)
 		adv.Append(true)
 		adv.ValueBuilder().(*array.Float32Builder).AppendValues(r.Advantages, nil)
+		for k := range r.Hints {
+			if err := r.Hints[k].check(); err != nil {
+				return fmt.Errorf("write credit: rollout %q: hint %d: %w", r.RolloutID, k, err)
+			}
+		}
 		hints.Append(true)
 		for _, h := range r.Hints {
 			hs.Append(true)
@@ -239,6 +307,7 @@ func Encode(w io.Writer, rows []Row) error {
 			lb := hs.FieldBuilder(6).(*array.ListBuilder)
 			lb.Append(true)
 			lb.ValueBuilder().(*array.Int32Builder).AppendValues(h.Tokens, nil)
+			appendHintV3(hs, &h)
 		}
 	}
 	rec := b.NewRecordBatch()
@@ -302,6 +371,78 @@ func appendSegments(b *array.ListBuilder, segs []Segment) {
 		sb.FieldBuilder(2).(*array.StringBuilder).Append(s.Kind)
 		str(3, s.Tool)
 		str(4, s.Status)
+	}
+}
+
+// check reports a v3 hint field whose length does not match the hint's span.
+func (h *Hint) check() error {
+	n := int(h.End - h.InsertAt)
+	if h.TeacherLogProbs != nil && len(h.TeacherLogProbs) != n {
+		return fmt.Errorf("%s: %d values for the %d positions of [%d, %d)", HintTeacherLogProbs, len(h.TeacherLogProbs), n, h.InsertAt, h.End)
+	}
+	if (h.TopIDs == nil) != (h.TopLogProbs == nil) || len(h.TopIDs) != len(h.TopLogProbs) {
+		return fmt.Errorf("%s: %d rows, %s: %d rows", HintTopIDs, len(h.TopIDs), HintTopLogProbs, len(h.TopLogProbs))
+	}
+	if h.TopIDs == nil {
+		return nil
+	}
+	if len(h.TopIDs) != n {
+		return fmt.Errorf("%s: %d rows for the %d positions of [%d, %d)", HintTopIDs, len(h.TopIDs), n, h.InsertAt, h.End)
+	}
+	for r := range h.TopIDs {
+		if len(h.TopIDs[r]) != len(h.TopLogProbs[r]) {
+			return fmt.Errorf("position %d: %d %s, %d %s", int(h.InsertAt)+r, len(h.TopIDs[r]), HintTopIDs, len(h.TopLogProbs[r]), HintTopLogProbs)
+		}
+	}
+	return nil
+}
+
+// appendHintV3 appends h's v3 fields to the hint struct builder hs (fields 7…13).
+func appendHintV3(hs *array.StructBuilder, h *Hint) {
+	str := func(k int, v string) {
+		b := hs.FieldBuilder(k).(*array.StringBuilder)
+		if v == "" {
+			b.AppendNull()
+		} else {
+			b.Append(v)
+		}
+	}
+	str(7, h.Context)
+	str(8, h.LossMode)
+	str(9, h.Divergence)
+	if a := hs.FieldBuilder(10).(*array.Float32Builder); h.JSDAlpha == 0 {
+		a.AppendNull()
+	} else {
+		a.Append(h.JSDAlpha)
+	}
+	tl := hs.FieldBuilder(11).(*array.ListBuilder)
+	if h.TeacherLogProbs == nil {
+		tl.AppendNull()
+	} else {
+		tl.Append(true)
+		vb := tl.ValueBuilder().(*array.Float32Builder)
+		for _, x := range h.TeacherLogProbs {
+			if math.IsNaN(float64(x)) {
+				vb.AppendNull()
+			} else {
+				vb.Append(x)
+			}
+		}
+	}
+	ids, lps := hs.FieldBuilder(12).(*array.ListBuilder), hs.FieldBuilder(13).(*array.ListBuilder)
+	if h.TopIDs == nil {
+		ids.AppendNull()
+		lps.AppendNull()
+		return
+	}
+	ids.Append(true)
+	lps.Append(true)
+	ib, lb := ids.ValueBuilder().(*array.ListBuilder), lps.ValueBuilder().(*array.ListBuilder)
+	for r := range h.TopIDs {
+		ib.Append(true)
+		ib.ValueBuilder().(*array.Int32Builder).AppendValues(h.TopIDs[r], nil)
+		lb.Append(true)
+		lb.ValueBuilder().(*array.Float32Builder).AppendValues(h.TopLogProbs[r], nil)
 	}
 }
 

@@ -173,7 +173,8 @@
           " · tokens " + s.Start + "–" + s.End;
       } else if (row.kind === "hint") {
         const h = row.hint;
-        div.textContent = "▸ hint @" + h.insert_at + "–" + h.end + " (" + h.source + ", " + h.reason + "): " + h.text;
+        div.textContent = "▸ hint @" + h.insert_at + "–" + h.end + " (" + h.source + ", " + h.reason + ")" +
+          (h.context || h.loss_mode ? " [" + hintHow(h) + "]" : "") + ": " + h.text;
         div.title = div.textContent;
       } else {
         for (let t = row.from; t < row.to; t++) div.appendChild(tokSpan(t));
@@ -186,11 +187,29 @@
 
   // ---- tooltip and keyboard ------------------------------------------------
   const tip = $("tip");
+  const shown = (s) => "`" + s.replace(/\n/g, "↵").replace(/\t/g, "→") + "`";
+  const prob = (p) => (p === null ? "—" : p.toFixed(2));
+  // hintHow says what a hint's teacher saw and the loss it trained with (credit
+  // schema v3): "sibling+hint · topk, jsd α 0.5".
+  function hintHow(h) {
+    let s = "context " + (h.context || "?");
+    if (h.loss_mode) s += " · loss " + h.loss_mode + (h.divergence ? ", " + h.divergence : "") + (h.jsd_alpha ? " α " + fmt(h.jsd_alpha) : "");
+    return s;
+  }
+  // teacherLines are the tooltip's lines on the teacher's view of token t: its
+  // most likely tokens, the sampled token's probability, and the hint's context.
+  function teacherLines(t) {
+    const v = R.teacher ? R.teacher[t] : null;
+    if (!v) return "";
+    const alts = v.ids.map((_, j) => shown(v.text[j]) + " " + prob(v.p[j]));
+    return "\nteacher " + (alts.length ? "preferred " + alts.join(", ") + "; " : "") +
+      "sampled " + shown(R.text[t]) + " " + prob(v.sampled) + "\nhint " + v.hint + ": " + hintHow(R.hints[v.hint]);
+  }
   function tipText(t) {
     const v = (arr) => (arr ? arr[t] : null);
     return "t " + t + "  id " + R.ids[t] + (R.mask[t] ? "" : "  (not trained)") +
       "\ns_t " + fmt(R.s[t]) + "\nq_t " + fmt(R.q[t]) + "\nΔ_t " + fmt(v(R.delta)) + "\nρ_t " + fmt(v(R.rho)) +
-      "\nA_t " + fmt(R.a[t]) + "\nbase " + fmt(v(R.base)) + "\nμ_t " + fmt(v(R.mu));
+      "\nA_t " + fmt(R.a[t]) + "\nbase " + fmt(v(R.base)) + "\nμ_t " + fmt(v(R.mu)) + teacherLines(t);
   }
   function showTip(el) {
     const t = Number(el.dataset.t);
@@ -198,8 +217,8 @@
     tip.dataset.t = t;
     tip.hidden = false;
     const b = el.getBoundingClientRect();
-    tip.style.left = Math.min(b.left, window.innerWidth - 200) + "px";
-    tip.style.top = (b.bottom + 150 < window.innerHeight ? b.bottom + 4 : b.top - 140) + "px";
+    tip.style.left = Math.min(b.left, window.innerWidth - tip.offsetWidth - 4) + "px";
+    tip.style.top = (b.bottom + tip.offsetHeight + 8 < window.innerHeight ? b.bottom + 4 : b.top - tip.offsetHeight - 4) + "px";
   }
   const rowsBox = $("rows");
   rowsBox.addEventListener("mouseover", (e) => { if (e.target.classList.contains("tok")) showTip(e.target); });

@@ -1078,8 +1078,24 @@ type TrainingStats struct {
 	Updates int64 `protobuf:"varint,17,opt,name=updates,proto3" json:"updates,omitempty"`
 	// Steps of this process whose batch had no signal, so made no update.
 	SessionStepsWithoutUpdate int64 `protobuf:"varint,18,opt,name=session_steps_without_update,json=sessionStepsWithoutUpdate,proto3" json:"session_steps_without_update,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// The last step's loss terms (docs/distillation.md "Two terms kept apart"), at the
+	// weights before its update: the outcome policy-gradient term and the
+	// distillation term (the sampled-token hint part, or the divergence in modes topk
+	// and full). loss is their sum plus the KL term.
+	LossOut     float64 `protobuf:"fixed64,19,opt,name=loss_out,json=lossOut,proto3" json:"loss_out,omitempty"`
+	LossDistill float64 `protobuf:"fixed64,20,opt,name=loss_distill,json=lossDistill,proto3" json:"loss_distill,omitempty"`
+	// The last step's token counts of the two terms: trainable tokens of rollouts with
+	// a reward, and trainable tokens inside a teacher span (their denominators under
+	// credit.normalize: separate).
+	OutTokens     int64 `protobuf:"varint,21,opt,name=out_tokens,json=outTokens,proto3" json:"out_tokens,omitempty"`
+	DistillTokens int64 `protobuf:"varint,22,opt,name=distill_tokens,json=distillTokens,proto3" json:"distill_tokens,omitempty"`
+	// The L2 norms of the gradients of the outcome term (with KL) and of the
+	// distillation term of the last step, before clipping; set only with
+	// train.term_grad_norms (it runs the training pass once per term).
+	GradNormOut     *float64 `protobuf:"fixed64,23,opt,name=grad_norm_out,json=gradNormOut,proto3,oneof" json:"grad_norm_out,omitempty"`
+	GradNormDistill *float64 `protobuf:"fixed64,24,opt,name=grad_norm_distill,json=gradNormDistill,proto3,oneof" json:"grad_norm_distill,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TrainingStats) Reset() {
@@ -1234,6 +1250,48 @@ func (x *TrainingStats) GetUpdates() int64 {
 func (x *TrainingStats) GetSessionStepsWithoutUpdate() int64 {
 	if x != nil {
 		return x.SessionStepsWithoutUpdate
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetLossOut() float64 {
+	if x != nil {
+		return x.LossOut
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetLossDistill() float64 {
+	if x != nil {
+		return x.LossDistill
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetOutTokens() int64 {
+	if x != nil {
+		return x.OutTokens
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetDistillTokens() int64 {
+	if x != nil {
+		return x.DistillTokens
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetGradNormOut() float64 {
+	if x != nil && x.GradNormOut != nil {
+		return *x.GradNormOut
+	}
+	return 0
+}
+
+func (x *TrainingStats) GetGradNormDistill() float64 {
+	if x != nil && x.GradNormDistill != nil {
+		return *x.GradNormDistill
 	}
 	return 0
 }
@@ -1961,7 +2019,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\fdisk_full_op\x18\a \x01(\tR\n" +
 	"diskFullOp\x12B\n" +
 	"\x0fdisk_full_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rdiskFullSince\x12>\n" +
-	"\rnext_retry_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\"\xf5\x05\n" +
+	"\rnext_retry_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\"\xfb\a\n" +
 	"\rTrainingStats\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04loss\x18\x02 \x01(\x01R\x04loss\x12#\n" +
@@ -1982,7 +2040,16 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\rsession_steps\x18\x0f \x01(\x03R\fsessionSteps\x12!\n" +
 	"\fcredit_files\x18\x10 \x01(\x03R\vcreditFiles\x12\x18\n" +
 	"\aupdates\x18\x11 \x01(\x03R\aupdates\x12?\n" +
-	"\x1csession_steps_without_update\x18\x12 \x01(\x03R\x19sessionStepsWithoutUpdate\"s\n" +
+	"\x1csession_steps_without_update\x18\x12 \x01(\x03R\x19sessionStepsWithoutUpdate\x12\x19\n" +
+	"\bloss_out\x18\x13 \x01(\x01R\alossOut\x12!\n" +
+	"\floss_distill\x18\x14 \x01(\x01R\vlossDistill\x12\x1d\n" +
+	"\n" +
+	"out_tokens\x18\x15 \x01(\x03R\toutTokens\x12%\n" +
+	"\x0edistill_tokens\x18\x16 \x01(\x03R\rdistillTokens\x12'\n" +
+	"\rgrad_norm_out\x18\x17 \x01(\x01H\x00R\vgradNormOut\x88\x01\x01\x12/\n" +
+	"\x11grad_norm_distill\x18\x18 \x01(\x01H\x01R\x0fgradNormDistill\x88\x01\x01B\x10\n" +
+	"\x0e_grad_norm_outB\x14\n" +
+	"\x12_grad_norm_distill\"s\n" +
 	"\x0eCheckpointInfo\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x129\n" +
@@ -2160,6 +2227,7 @@ func file_hindsight_v1_status_proto_init() {
 	if File_hindsight_v1_status_proto != nil {
 		return
 	}
+	file_hindsight_v1_status_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

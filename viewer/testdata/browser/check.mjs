@@ -6,7 +6,7 @@
 //   node check.mjs CHROMIUM SPEC.json
 //
 // spec (each part optional): {small: PAGE, tokens: [{rollout, t, id, s, q, delta, rho, a}],
-//        sortKey, sortedIDs, long: PAGE, longTokens, longLastID, maxTokenNodes,
+//        teacherTips: [{rollout, t, lines: [LINE…]}], hintRow: TEXT, sortKey, sortedIDs, long: PAGE, longTokens, longLastID, maxTokenNodes,
 //        screenshot: {page, out, rollout, t}}  (docs/gen_viewer_screenshot.sh)
 // Prints one line per check and exits 1 on the first failure.
 import { spawn } from "node:child_process";
@@ -111,6 +111,26 @@ try {
     for (const k of ["t", "id", "s", "q", "delta", "rho", "a"]) {
       check(close(got[k], want[k]), `token ${want.t}: tooltip ${k} ${got[k]} = file ${want[k]}`);
     }
+  }
+  // Hover a hinted token: the tooltip names the teacher's alternatives, the sampled
+  // token's teacher probability, and the hint's context and loss (credit schema v3).
+  for (const want of spec.teacherTips || []) {
+    await evaluate(`hindsightViewer.open(${want.rollout})`);
+    await frame();
+    const c = await centre(`.tok[data-t="${want.t}"]`);
+    check(c !== null, `rollout ${want.rollout} token ${want.t} is rendered`);
+    await S("Input.dispatchMouseEvent", { type: "mouseMoved", x: 1, y: 1 });
+    await S("Input.dispatchMouseEvent", { type: "mouseMoved", x: c.x, y: c.y });
+    const got = await tipNumbers();
+    check(got !== null, `hovering token ${want.t} shows the tooltip`);
+    const lines = got.text.split("\n");
+    for (const line of want.lines) check(lines.includes(line), `token ${want.t}: tooltip has the line "${line}" (tooltip: ${JSON.stringify(got.text)})`);
+  }
+  if (spec.hintRow) {
+    await evaluate(`hindsightViewer.open(0)`);
+    await frame();
+    const rowText = await evaluate(`[...document.querySelectorAll(".row.hint")].map((e) => e.textContent)`);
+    check(rowText.some((x) => x.includes(spec.hintRow)), `a hint row shows "${spec.hintRow}" (rows: ${JSON.stringify(rowText)})`);
   }
   // Keyboard: focus a token, arrow right moves focus and the tooltip to the next one.
   await S("Input.dispatchMouseEvent", { type: "mouseMoved", x: 1, y: 1 }); // hover would show its own token
