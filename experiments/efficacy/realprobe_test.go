@@ -1,7 +1,10 @@
 package efficacy
 
 import (
+	"compress/gzip"
+	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -209,4 +212,63 @@ func TestRealProbeBookkeeping(t *testing.T) {
 		require.LessOrEqual(t, x.Exact, x.Loose, "an exact call is a loose one")
 	}
 	require.Contains(t, res.Table(), "| hint |")
+}
+
+// TestRealChatChatML renders a slip's conversation in ChatML with SmolLM2-135M-
+// Instruct's own chat template (testdata/smollm2_chat_template.jinja, the model's
+// chat_template.jinja) and a ChatML tokenizer (the Qwen3 fixture: <|im_start|> and
+// <|im_end|> are special tokens), without the model: the text the model is shown,
+// its stop token, and pieces that equal the whole render's encoding.
+func TestRealChatChatML(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "..", "data", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz"))
+	require.NoError(t, err)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	require.NoError(t, err)
+	raw, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	tok, err := tokenizer.ParseJSON(raw)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("testdata", "smollm2_chat_template.jinja"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "chat_template.jinja"), src, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}`), 0o644))
+	chat, err := NewRealChat(dir, tok)
+	require.NoError(t, err)
+	require.Equal(t, "chat_template.jinja", chat.Template.Source())
+	end, _ := tok.SpecialID("<|im_end|>")
+	require.Equal(t, end, chat.Stop)
+
+	held, err := toolworld.Tasks(toolworld.SplitHeldout, 0)
+	require.NoError(t, err)
+	slips, err := RealSlips(held, 5, 27)
+	require.NoError(t, err)
+	turn := func(role, content string) string { return "<|im_start|>" + role + "\n" + content + "<|im_end|>\n" }
+	for _, s := range slips {
+		task := byID(t, held, s.TaskID)
+		want := turn("system", RealSystemPrompt)
+		for _, e := range RealExample {
+			want += turn(e.Role, e.Content)
+		}
+		want += turn("user", task.Prompt)
+		for _, tu := range s.Turns {
+			want += turn("assistant", tu.Call) + turn("tool", tu.Out)
+		}
+		for kind, ctxText := range map[string]string{RealNone: "", RealHint: turn("user", "Hint: "+s.Hint),
+			RealEmpty: turn("user", "Hint: "), RealSibling: turn("user", SiblingText(task.Solution))} {
+			ids, err := chat.IDs(s, kind)
+			require.NoError(t, err)
+			got, err := tok.Decode(ids.Prompt())
+			require.NoError(t, err)
+			require.Equal(t, want+ctxText+"<|im_start|>assistant\n", got, "%s %s", s.TaskID, kind)
+			for _, a := range realActions(s) {
+				text, whole, err := chat.Whole(s, kind, a.call)
+				require.NoError(t, err)
+				require.Equal(t, want+ctxText+"<|im_start|>assistant\n"+a.call+"<|im_end|>\n", text)
+				pieces := slices.Concat(ids.Prompt(), chat.Action(a.call))
+				require.Equal(t, pieces, whole[:len(pieces)], "%s %s %s: pieces equal the whole render", s.TaskID, kind, a.name)
+			}
+		}
+	}
 }
