@@ -9,8 +9,10 @@
 # skipped when WORK_DIR/model exists), then bench/efficacy/realprobe scores and decodes
 # SLIPS (default 40) scripted slips on held-out tasks with hindsight's own Scorer and
 # Sampler on XLA CPU, in the model's own chat template, and writes
-# bench/efficacy/protocol3/realmodel.json. The weights stay in WORK_DIR (default a new
-# temp dir); they are never committed.
+# bench/efficacy/protocol3/realmodel.json (rewritten every 5 slips, so a stopped run
+# keeps what it measured); then scripts/real_model_probe_check.py checks the first 2
+# slips in transformers (rendering, ids, log-probs, greedy replies). The weights stay in
+# WORK_DIR (default a new temp dir); they are never committed.
 #
 # Not part of .ci/run: it needs the venv $HINDSIGHT_REAL_MODEL_VENV (default
 # /work/venvs/llm, made by scripts/real_model.sh) and ~15 CPU-minutes.
@@ -39,3 +41,8 @@ export HINDSIGHT_XLA_CPU_PLUGIN="${HINDSIGHT_XLA_CPU_PLUGIN:-$(go run ./cmd/hind
 go build -o "$work/realprobe" ./bench/efficacy/realprobe
 nice -n 19 "$work/realprobe" -model "$work/model" -slips "$slips" -backend xla-cpu \
 	-out bench/efficacy/protocol3/realmodel.json
+
+echo "== spot-check in transformers (the first 2 slips)"
+"$work/realprobe" -model "$work/model" -slips 2 -dump "$work/dump.json"
+nice -n 19 "$py" scripts/real_model_probe_check.py --model "$work/model" --dump "$work/dump.json" \
+	--results bench/efficacy/protocol3/realmodel.json --greedy 1

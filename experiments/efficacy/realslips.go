@@ -275,3 +275,43 @@ func (c *RealChat) Whole(s RealSlip, kind, call string) (string, []int32, error)
 	}
 	return text, c.Tok.Encode(text), nil
 }
+
+// RealDump is one probe conversation written out for an outside check
+// (scripts/real_model_probe_check.py): the messages the template renders, the
+// teacher-forced action, and the ids hindsight scores (the prompt's pieces, then the
+// action and its stop token).
+type RealDump struct {
+	TaskID   string             `json:"task"`
+	Context  string             `json:"context"`
+	Messages []gateway.ChatTurn `json:"messages"` // up to the context turn; the generation prompt follows
+	Action   string             `json:"action"`   // "right", "repeat" or "explore"
+	Call     string             `json:"call"`
+	Text     string             `json:"text"` // the whole render with the action's assistant turn
+	IDs      []int32            `json:"ids"`
+	Prompt   int                `json:"prompt"` // ids before the action
+}
+
+// Dump returns s's conversations under every scored context and action.
+func (c *RealChat) Dump(s RealSlip) ([]RealDump, error) {
+	var out []RealDump
+	for _, kind := range realScored {
+		ids, err := c.IDs(s, kind)
+		if err != nil {
+			return nil, err
+		}
+		msgs := s.Conversation()
+		if turn, ok, _ := s.ContextTurn(kind); ok {
+			msgs = append(msgs, turn)
+		}
+		for _, a := range realActions(s) {
+			text, _, err := c.Whole(s, kind, a.call)
+			if err != nil {
+				return nil, err
+			}
+			p := ids.Prompt()
+			out = append(out, RealDump{TaskID: s.TaskID, Context: kind, Messages: msgs, Action: a.name, Call: a.call,
+				Text: text, IDs: append(p, c.Action(a.call)...), Prompt: len(p)})
+		}
+	}
+	return out, nil
+}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/toolworld"
@@ -37,6 +38,7 @@ func main() {
 	seed := flag.Uint64("seed", 27, "seed of the slips")
 	maxNew := flag.Int("max-new", 20, "most tokens of a greedy reply")
 	backendSpec := flag.String("backend", "xla-cpu", "GoMLX backend: xla-cpu, go, xla:<plugin path>")
+	dump := flag.String("dump", "", "write the first -slips slips' conversations, ids and actions to this JSON file (tokenizer and template only, no model run) and exit")
 	saveEvery := flag.Int("save-every", 5, "write -out after every this many slips (a stopped run keeps them)")
 	out := flag.String("out", "", "write the results here as JSON (default: stdout only)")
 	flag.Parse()
@@ -56,6 +58,12 @@ func main() {
 	slips, err := efficacy.RealSlips(held, *n, *seed)
 	if err != nil {
 		fatal(err)
+	}
+	if *dump != "" {
+		if err := dumpSlips(*model, slips, *dump); err != nil {
+			fatal(err)
+		}
+		return
 	}
 	progress(fmt.Sprintf("%d slips on held-out tasks %s … %s", len(slips), slips[0].TaskID, slips[len(slips)-1].TaskID))
 	command := "go run ./bench/efficacy/realprobe " + strings.Join(os.Args[1:], " ")
@@ -79,6 +87,33 @@ func main() {
 		fatal(err)
 	}
 	fmt.Print(res.Table())
+}
+
+// dumpSlips writes slips' conversations (efficacy.RealChat.Dump) to path.
+func dumpSlips(model string, slips []efficacy.RealSlip, path string) error {
+	md, err := data.OpenModelDir(model)
+	if err != nil {
+		return err
+	}
+	tok := md.Tokenizer
+	md.Close()
+	chat, err := efficacy.NewRealChat(model, tok)
+	if err != nil {
+		return err
+	}
+	var all []efficacy.RealDump
+	for _, s := range slips {
+		d, err := chat.Dump(s)
+		if err != nil {
+			return err
+		}
+		all = append(all, d...)
+	}
+	b, err := json.MarshalIndent(all, "", " ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileBytes(path, append(b, '\n'), 0o644)
 }
 
 func fatal(err error) {
