@@ -20,12 +20,14 @@ type RealNext struct {
 	Slips   int    `json:"slips"`
 	// Exact: the reply's first line is the right call (SameCall). Loose: some line
 	// of it holds the right tool's name followed by every argument of the right call
-	// (LooseCall). Repeat: the first line is the slipped call again; Explore: the
-	// exploring call.
-	Exact   int `json:"exact"`
-	Loose   int `json:"loose"`
-	Repeat  int `json:"repeat"`
-	Explore int `json:"explore"`
+	// (LooseCall); LooseFirst: its first line does (a reply that recites several
+	// calls, e.g. the sibling's, counts for Loose when any line holds the right one).
+	// Repeat: the first line is the slipped call again; Explore: the exploring call.
+	Exact      int `json:"exact"`
+	Loose      int `json:"loose"`
+	LooseFirst int `json:"loose_first_line"`
+	Repeat     int `json:"repeat"`
+	Explore    int `json:"explore"`
 	// ExactNamed and LooseNamed count the same over the slips whose hint names the
 	// right call (RealSlip.NamesNext), Named of them.
 	Named      int `json:"named"`
@@ -274,6 +276,10 @@ func firstLine(s string) string {
 	return ""
 }
 
+// Resummarize recomputes the summary (deltas, next-call counts) from res.Items, for
+// a result read back from its JSON after the summary's definitions changed.
+func (res *RealProbeResult) Resummarize() { res.summarize() }
+
 // summarize computes the deltas and next-call counts from the items.
 func (res *RealProbeResult) summarize() {
 	res.Slips = len(res.Items)
@@ -324,6 +330,7 @@ func (res *RealProbeResult) summarize() {
 			first := firstLine(reply)
 			exact, loose := SameCall(first, it.Right), LooseCall(reply, it.Right)
 			x.Exact, x.Loose = x.Exact+b2i(exact), x.Loose+b2i(loose)
+			x.LooseFirst += b2i(LooseCall(first, it.Right))
 			x.Repeat += b2i(SameCall(first, it.Repeat))
 			x.Explore += b2i(it.Explore != "" && SameCall(first, it.Explore))
 			if it.NamesNext {
@@ -354,9 +361,9 @@ func (res RealProbeResult) Table() string {
 		fmt.Fprintf(&b, "| %s | %+.2f | %+.2f | %+.2f | %+.2f | %+.2f |\n", d.Context, d.Right, d.RightNamed, d.Repeat, d.Explore, d.Wrong)
 	}
 	b.WriteString("\nG1-style: greedy next call after the slip\n\n")
-	b.WriteString("| context | exact | loose | exact, hint names it | loose, hint names it | repeat | explore |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| context | exact | loose, first line | loose, any line | exact, hint names it | loose, hint names it | repeat | explore |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range res.Next {
-		fmt.Fprintf(&b, "| %s | %d/%d | %d/%d | %d/%d | %d/%d | %d | %d |\n", x.Context, x.Exact, x.Slips, x.Loose, x.Slips,
+		fmt.Fprintf(&b, "| %s | %d/%d | %d/%d | %d/%d | %d/%d | %d/%d | %d | %d |\n", x.Context, x.Exact, x.Slips, x.LooseFirst, x.Slips, x.Loose, x.Slips,
 			x.ExactNamed, x.Named, x.LooseNamed, x.Named, x.Repeat, x.Explore)
 	}
 	return b.String()

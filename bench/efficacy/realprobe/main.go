@@ -39,9 +39,16 @@ func main() {
 	maxNew := flag.Int("max-new", 20, "most tokens of a greedy reply")
 	backendSpec := flag.String("backend", "xla-cpu", "GoMLX backend: xla-cpu, go, xla:<plugin path>")
 	dump := flag.String("dump", "", "write the first -slips slips' conversations, ids and actions to this JSON file (tokenizer and template only, no model run) and exit")
+	resum := flag.Bool("resummarize", false, "read -out, recompute its summary from its items (no model run), rewrite it and print the tables")
 	saveEvery := flag.Int("save-every", 5, "write -out after every this many slips (a stopped run keeps them)")
 	out := flag.String("out", "", "write the results here as JSON (default: stdout only)")
 	flag.Parse()
+	if *resum {
+		if err := resummarize(*out); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	if *model == "" {
 		fatal(fmt.Errorf("-model is required"))
 	}
@@ -87,6 +94,24 @@ func main() {
 		fatal(err)
 	}
 	fmt.Print(res.Table())
+}
+
+// resummarize rewrites the results at path with their summary recomputed.
+func resummarize(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res efficacy.RealProbeResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	res.Resummarize()
+	if b, err = json.MarshalIndent(res, "", " "); err != nil {
+		return err
+	}
+	fmt.Print(res.Table())
+	return fsutil.WriteFileBytes(path, append(b, '\n'), 0o644)
 }
 
 // dumpSlips writes slips' conversations (efficacy.RealChat.Dump) to path.
