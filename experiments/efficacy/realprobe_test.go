@@ -2,6 +2,7 @@ package efficacy
 
 import (
 	"compress/gzip"
+	"encoding/json"
 	"io"
 	"math"
 	"os"
@@ -212,6 +213,16 @@ func TestRealProbeBookkeeping(t *testing.T) {
 		require.LessOrEqual(t, x.Exact, x.Loose, "an exact call is a loose one")
 	}
 	require.Contains(t, res.Table(), "| hint |")
+
+	// Read back from JSON, the summary recomputes to the same numbers.
+	b, err := json.Marshal(res)
+	require.NoError(t, err)
+	var back RealProbeResult
+	require.NoError(t, json.Unmarshal(b, &back))
+	back.Delta, back.Next = nil, nil
+	back.Resummarize()
+	require.Equal(t, res.Delta, back.Delta)
+	require.Equal(t, res.Next, back.Next)
 }
 
 // TestRealChatChatML renders a slip's conversation in ChatML with SmolLM2-135M-
