@@ -47,6 +47,12 @@ type RealDelta struct {
 	Wrong float64 `json:"wrong"`
 	// RightNamed is Right over the slips whose hint names the right call.
 	RightNamed float64 `json:"right_named"`
+	// RightFirst counts the slips at which, after this context, the right call's Σ
+	// log-prob is above every wrong action's (of Slips); EmptyRightFirst the same
+	// after the empty hint turn.
+	RightFirst      int `json:"right_first"`
+	EmptyRightFirst int `json:"empty_right_first"`
+	Slips           int `json:"slips"`
 }
 
 // RealSlipResult is one slip's measurements: Σ log-prob of each action under each
@@ -299,9 +305,11 @@ func (res *RealProbeResult) summarize() {
 	}
 	res.BaseRightLP /= n
 	for _, kind := range []string{RealHint, RealSibling, RealNone} {
-		d := RealDelta{Context: kind}
+		d := RealDelta{Context: kind, Slips: len(res.Items)}
 		var nExp, nWrong, nNamed int
 		for _, it := range res.Items {
+			d.RightFirst += b2i(rightFirst(it.LogProb[kind]))
+			d.EmptyRightFirst += b2i(rightFirst(it.LogProb[RealEmpty]))
 			delta := func(a string) float64 { return it.LogProb[kind][a] - it.LogProb[RealEmpty][a] }
 			d.Right += delta("right")
 			d.Repeat += delta("repeat")
@@ -342,6 +350,16 @@ func (res *RealProbeResult) summarize() {
 	}
 }
 
+// rightFirst reports whether the right action's log-prob is above every other's.
+func rightFirst(lp map[string]float64) bool {
+	for a, v := range lp {
+		if a != "right" && v >= lp["right"] {
+			return false
+		}
+	}
+	return true
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -356,9 +374,10 @@ func (res RealProbeResult) Table() string {
 	fmt.Fprintf(&b, "%d slips (%v), %d hints name the right call; chat template %s; pieces equal to the whole render %d/%d\n\n",
 		res.Slips, res.Kinds, res.Named, res.Template, res.PiecesMatch, res.Pieces)
 	fmt.Fprintf(&b, "G2: mean Σ Δ log-prob vs the empty hint turn (nats); right call after the empty hint: %.2f nats\n\n", res.BaseRightLP)
-	b.WriteString("| context | right | right (hint names it) | repeat the slip | explore | wrong (pooled) |\n|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| context | right | right (hint names it) | repeat the slip | explore | wrong (pooled) | right call above the wrong ones (empty hint) |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, d := range res.Delta {
-		fmt.Fprintf(&b, "| %s | %+.2f | %+.2f | %+.2f | %+.2f | %+.2f |\n", d.Context, d.Right, d.RightNamed, d.Repeat, d.Explore, d.Wrong)
+		fmt.Fprintf(&b, "| %s | %+.2f | %+.2f | %+.2f | %+.2f | %+.2f | %d/%d (%d/%d) |\n", d.Context, d.Right, d.RightNamed, d.Repeat, d.Explore, d.Wrong,
+			d.RightFirst, d.Slips, d.EmptyRightFirst, d.Slips)
 	}
 	b.WriteString("\nG1-style: greedy next call after the slip\n\n")
 	b.WriteString("| context | exact | loose, first line | loose, any line | exact, hint names it | loose, hint names it | repeat | explore |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -204,6 +204,14 @@ func TestRealProbeBookkeeping(t *testing.T) {
 			}
 		}
 		require.InDelta(t, right, d.Right, 1e-9, d.Context)
+		first := 0
+		for _, it := range res.Items {
+			lp := it.LogProb[d.Context]
+			if lp["right"] > lp["repeat"] && (it.Explore == "" || lp["right"] > lp["explore"]) {
+				first++
+			}
+		}
+		require.Equal(t, first, d.RightFirst, d.Context)
 		require.InDelta(t, wrong/float64(nw), d.Wrong, 1e-9, d.Context)
 		require.False(t, math.IsNaN(d.Right))
 	}
