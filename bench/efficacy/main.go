@@ -9,6 +9,8 @@
 //
 //	go run ./bench/efficacy -warmstart3 -backend xla-cpu -dir bench/efficacy/protocol3  # its warm start
 //	go run ./bench/efficacy -gates -backend xla-cpu -dir bench/efficacy/protocol3       # G1–G3 → results.json
+//	go run ./bench/efficacy -pilot -backend xla-cpu -dir bench/efficacy/protocol3       # G4 and the arms' rate → results.json
+//	go run ./bench/efficacy -arms3 -backend xla-cpu -dir bench/efficacy/protocol3       # the arms → DIR/arms, only when G1–G4 pass
 //
 // The defaults are protocol 2's (docs/experiments/protocol2.md); protocol 1 ran with -steps 8
 // -eval-every 4 -hints generic,failed,student.
@@ -72,7 +74,12 @@ func main() {
 	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
 	evalSplit := flag.String("eval-split", def.EvalSplit, "split of the arms' evals: heldout, or validation for a pilot")
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
+	pilot := flag.Bool("pilot", false, "protocol 3's G4: outcome-only with seed 1 on the validation split at each rate of -pilot-lrs; adds G4 and the chosen rate to DIR/results.json")
+	pilotLRs := flag.String("pilot-lrs", "3e-4,1e-3,3e-3", "the pilot's learning rates, comma-separated")
+	arms3 := flag.Bool("arms3", false, "protocol 3's arms (outcome, sdpo, hint, placebo) into -out (default DIR/arms); refused unless DIR/results.json records G1–G4 passed")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *replot {
 		res, err := efficacy.ReadResults(filepath.Join(*dir, "results.json"))
 		if err == nil {
@@ -105,6 +112,43 @@ func main() {
 	}
 	if *gates {
 		if err := gates3(ctx, backend, *dir, *gateGroups); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if *pilot || *arms3 {
+		cfg := efficacy.Protocol3Config()
+		cfg.Model = model
+		// Overrides for trying the command out; the pre-registered run sets none.
+		override := func(name string, dst *int, v int) {
+			if set[name] {
+				*dst = v
+			}
+		}
+		override("steps", &cfg.Steps, *steps)
+		override("tasks", &cfg.TasksPerStep, *tasks)
+		override("group", &cfg.Group, *group)
+		override("eval-every", &cfg.EvalEvery, *evalEvery)
+		override("eval-tasks", &cfg.EvalTasks, *evalTasks)
+		if set["seeds"] {
+			cfg.Seeds = cfg.Seeds[:0]
+			for i := 1; i <= *seeds; i++ {
+				cfg.Seeds = append(cfg.Seeds, int64(i))
+			}
+		}
+		if set["arms"] {
+			cfg.Arms = strings.Split(*arms, ",")
+		}
+		var err error
+		if *pilot {
+			err = runPilot(ctx, backend, cfg, *pilotLRs, *dir)
+		} else {
+			if *out == "" {
+				*out = filepath.Join(*dir, "arms")
+			}
+			err = runArms3(ctx, backend, cfg, *dir, *out)
+		}
+		if err != nil {
 			fatal(err)
 		}
 		return
