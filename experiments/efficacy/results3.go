@@ -206,6 +206,9 @@ func (res Results3) Table() string {
 		for _, x := range a.ToThreshold {
 			tt = append(tt, num(x, "%.0f"))
 		}
+		if s.NoRatio != "" { // no threshold worth the name: every run "reaches" it at once
+			tt = []string{"n/a"}
+		}
 		per, agg := "–", "–"
 		if r, ok := s.Ratio[a.Name]; ok {
 			var ps []string
