@@ -22,6 +22,7 @@ func (d *daemon) openGateway() error {
 		JournalDir:  filepath.Join(d.cfg.DataDir, "state", "gateway"),
 		Incoming:    filepath.Join(d.cfg.SpoolDir(), "incoming"),
 		Backend:     xla.ResolveBackend(d.opts.Backend, d.cfg.Backend),
+		Late:        d.late,
 		Log:         d.opts.Log,
 	})
 	if err != nil {

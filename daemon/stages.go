@@ -53,7 +53,7 @@ func (d *daemon) stages(work context.Context) []stage {
 // pipeline returns the training stages after ingest: feed, the teacher workers and
 // the device loop.
 func (d *daemon) pipeline(work context.Context) []stage {
-	s := []stage{{"feed", func(ctx context.Context) error { return feed(ctx, d.spool, d.q, d.ledger.Before) }}}
+	s := []stage{{"feed", func(ctx context.Context) error { return feed(ctx, d.spool, d.q, d.ledger.Before, d.joinLate) }}}
 	for range d.cfg.Train.TeacherConcurrency {
 		s = append(s, stage{"teacher", func(ctx context.Context) error { return d.teachRollouts(ctx, d.q, d.log) }})
 	}

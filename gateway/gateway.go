@@ -37,7 +37,11 @@ type Options struct {
 	Incoming string
 	// Backend is the compute backend spec (xla.ResolveBackend's result).
 	Backend string
-	Log     zerolog.Logger
+	// Late holds feedback on sessions already written, shared with the daemon,
+	// which joins it to the rollouts; nil: the gateway opens its own in
+	// <JournalDir>/../feedback.
+	Late *LateFeedback
+	Log  zerolog.Logger
 }
 
 // Gateway serves chat completions and records the conversations.
@@ -48,8 +52,11 @@ type Gateway struct {
 	pol  *policies
 	keys *apikey.Keys
 
+	late *LateFeedback
+
 	mu       sync.Mutex
 	sessions map[string]*session
+	ending   map[string]*session // out of sessions, being written to the spool
 	srv      *http.Server
 	ln       net.Listener
 	pending  atomic.Int64 // chat requests in the gateway (Config.MaxPending)
@@ -60,7 +67,7 @@ type Gateway struct {
 // crash or a restart left open continue, and end like any other).
 func New(opts Options) (*Gateway, error) {
 	g := &Gateway{cfg: opts.Config, opts: opts, log: opts.Log.With().Str("component", "gateway").Logger(),
-		sessions: map[string]*session{}}
+		sessions: map[string]*session{}, ending: map[string]*session{}, late: opts.Late}
 	if err := g.cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -71,6 +78,11 @@ func New(opts Options) (*Gateway, error) {
 	for _, d := range []string{opts.JournalDir, opts.Incoming} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("open gateway: %w", err)
+		}
+	}
+	if g.late == nil {
+		if g.late, err = OpenLateFeedback(filepath.Join(filepath.Dir(opts.JournalDir), "feedback")); err != nil {
+			return nil, err
 		}
 	}
 	backend, err := xla.NewBackend(opts.Backend)
@@ -286,6 +298,7 @@ func (g *Gateway) endIdle(now time.Time) {
 		if s.busy == 0 && s.turns > 0 && now.Sub(s.used) >= g.cfg.IdleTimeout {
 			idle = append(idle, s)
 			delete(g.sessions, id)
+			g.ending[id] = s
 		}
 	}
 	g.mu.Unlock()
@@ -303,6 +316,7 @@ func (g *Gateway) endAll() error {
 	for id, s := range g.sessions {
 		if s.turns > 0 {
 			all = append(all, s)
+			g.ending[id] = s
 		}
 		delete(g.sessions, id)
 	}
@@ -316,12 +330,19 @@ func (g *Gateway) endAll() error {
 	return errors.Join(errs...)
 }
 
-// end writes s (already out of the session map) to the spool.
+// end writes s (moved from the session map to ending) to the spool.
 func (g *Gateway) end(s *session, why string) (string, error) {
+	defer func() {
+		g.mu.Lock()
+		if g.ending[s.id] == s {
+			delete(g.ending, s.id)
+		}
+		g.mu.Unlock()
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ended = true
-	path, err := s.emit(g.opts.JournalDir, g.opts.Incoming)
+	path, err := s.emit(g.opts.JournalDir, g.opts.Incoming, g.late)
 	if err != nil {
 		return "", err
 	}

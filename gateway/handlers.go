@@ -234,6 +234,7 @@ func (g *Gateway) closeSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	delete(g.sessions, id)
+	g.ending[id] = s
 	g.mu.Unlock()
 	if body.TaskID != "" || body.Reward != nil {
 		s.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
@@ -20,8 +19,8 @@ func (s *Sampler) newCache(b, capacity int) *contiguousCache {
 	cfg := s.model.Config
 	c := &contiguousCache{}
 	for range cfg.NumHiddenLayers {
-		c.kv.K = append(c.kv.K, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, b, cfg.NumKeyValueHeads, cfg.HeadDim)))
-		c.kv.V = append(c.kv.V, tensors.FromShape(shapes.Make(dtypes.Float32, capacity, b, cfg.NumKeyValueHeads, cfg.HeadDim)))
+		c.kv.K = append(c.kv.K, tensors.FromShape(shapes.Make(s.model.cacheDType(), capacity, b, cfg.NumKeyValueHeads, cfg.HeadDim)))
+		c.kv.V = append(c.kv.V, tensors.FromShape(shapes.Make(s.model.cacheDType(), capacity, b, cfg.NumKeyValueHeads, cfg.HeadDim)))
 	}
 	return c
 }

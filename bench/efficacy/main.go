@@ -71,6 +71,9 @@ func main() {
 	ws3Own := flag.Float64("warmstart3-own", efficacy.DefaultWarmStart3().Demo.Own, "share of the demonstrations' slips of the model's own kinds (efficacy.OwnSlip)")
 	ws3Hint := flag.Float64("warmstart3-hint-rate", efficacy.DefaultWarmStart3().Demo.HintRate, "share of the demonstrations' slips followed by a hint turn")
 	ws3Steps := flag.Int("warmstart3-steps", efficacy.DefaultWarmStart3().Steps, "most SFT steps of protocol 3's warm start")
+	ws3LR := flag.Float64("warmstart3-lr", efficacy.DefaultWarmStart3().LR, "AdamW learning rate of protocol 3's warm start")
+	ws3Every := flag.Int("warmstart3-eval-every", efficacy.DefaultWarmStart3().EvalEvery, "steps between validation evals of protocol 3's warm start")
+	ws3Patience := flag.Int("warmstart3-patience", efficacy.DefaultWarmStart3().Patience, "evals without a better checkpoint (efficacy.Gate3Better) before protocol 3's warm start stops")
 	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
 	evalSplit := flag.String("eval-split", def.EvalSplit, "split of the arms' evals: heldout, or validation for a pilot")
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
@@ -101,6 +104,7 @@ func main() {
 	if *warm3 {
 		cfg := efficacy.DefaultWarmStart3()
 		cfg.Steps, cfg.WallBudget, cfg.Demo.Own, cfg.Demo.HintRate = *ws3Steps, *ws3Budget, *ws3Own, *ws3Hint
+		cfg.LR, cfg.EvalEvery, cfg.Patience = *ws3LR, *ws3Every, *ws3Patience
 		from := *wsFrom
 		if from == "" {
 			from = "bench/efficacy/warmstart/model"
