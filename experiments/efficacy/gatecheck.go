@@ -34,6 +34,9 @@ type GateSet map[string]GateResult
 // record when there is one.
 func ReadGates(path string) (GateSet, *PilotResult, error) {
 	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("%w: no gates recorded, %s does not exist: measure G1–G3 first (-gates)", ErrGates, path)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("read gates: %w", err)
 	}
