@@ -101,8 +101,8 @@ const pilotKey = "g4_pilot"
 
 // PilotResult is G4, the outcome-only pilot: outcome-only with seed 1 on the
 // validation split, at each learning rate of a grid, with the arms' steps, tasks,
-// group and eval cadence. The rate with the largest final gain is the arms' rate for
-// every arm (fixed on the baseline, so any tuning bias favours it); G4 passes when
+// group and eval cadence. The rate with the largest final gain (of equal gains, the
+// earlier in the grid) is the arms' rate for every arm (fixed on the baseline, so any tuning bias favours it); G4 passes when
 // that gain is at least PilotMinGain.
 type PilotResult struct {
 	// Model is the warm start's directory and ModelSHA256 its weights' digest: the
