@@ -79,7 +79,7 @@ func main() {
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
 	pilot := flag.Bool("pilot", false, "protocol 3's G4: outcome-only with seed 1 on the validation split at each rate of -pilot-lrs; adds G4 and the chosen rate to DIR/results.json")
 	pilotLRs := flag.String("pilot-lrs", "3e-4,1e-3,3e-3", "the pilot's learning rates, comma-separated")
-	arms3 := flag.Bool("arms3", false, "protocol 3's arms (outcome, sdpo, hint, placebo) into -out (default DIR/arms); refused unless DIR/results.json records G1–G4 passed")
+	arms3 := flag.Bool("arms3", false, "protocol 3's arms (outcome, sdpo, hint, placebo) into -out (default DIR/arms) at the pilot's learning rate (-lr is ignored); refused unless DIR/results.json records G1–G4 passed on DIR/warmstart/model")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
