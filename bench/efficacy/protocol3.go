@@ -61,10 +61,10 @@ func gates3(ctx context.Context, backend backends.Backend, dir string, groups in
 	return fsutil.WriteFileBytes(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644)
 }
 
-// probeSplit runs G2's diagnostic (efficacy.ProbeSplit) on dir/warmstart/model, on the
+// probeSplit runs G2's diagnostic (efficacy.ProbeSplit) on the model at model, on the
 // held-out episodes G2 probes, and writes dir/probe_split.json.
-func probeSplit(ctx context.Context, backend backends.Backend, dir string) error {
-	p, err := efficacy.OpenPolicy(backend, filepath.Join(dir, "warmstart", "model"))
+func probeSplit(ctx context.Context, backend backends.Backend, dir, model string) error {
+	p, err := efficacy.OpenPolicy(backend, model)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func probeSplit(ctx context.Context, backend backends.Backend, dir string) error
 		Model      string              `json:"model"`
 		Split      efficacy.SplitDelta `json:"split"`
 		CPUSeconds float64             `json:"cpu_seconds"`
-	}{"go run ./bench/efficacy " + strings.Join(os.Args[1:], " "), filepath.Join(dir, "warmstart", "model"), d, (efficacy.CPUTime() - c0).Seconds()}), "", "  ")
+	}{"go run ./bench/efficacy " + strings.Join(os.Args[1:], " "), model, d, (efficacy.CPUTime() - c0).Seconds()}), "", "  ")
 	if err != nil {
 		return err
 	}
