@@ -2,6 +2,7 @@ package efficacy
 
 import (
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // wrongTokens are the words of a slipped call that the call the task needed does not
@@ -177,4 +179,31 @@ func TestGate3Better(t *testing.T) {
 		return 0
 	})
 	require.Equal(t, []ValPoint{inHint, inHigh, inLow, over, underMore, under}, evals)
+}
+
+// TestProbeSplitAddsUp checks ProbeSplit against G2's own probe on the same episodes
+// of the committed protocol-3 warm start (whose slips are near misses, so the right
+// call and the slip share a prefix): the shared prefix plus the rest is ProbeSlips's
+// Σ Δ, for the right call and for the slip repeated, and the failed and silent slips
+// add up to all.
+func TestProbeSplitAddsUp(t *testing.T) {
+	backend, err := xla.NewBackend(xla.ResolveBackend(xla.DefaultBackend, ""))
+	require.NoError(t, err)
+	p, err := OpenPolicy(backend, filepath.Join("..", "..", "bench", "efficacy", "protocol3", "warmstart", "model"))
+	require.NoError(t, err)
+	tasks, err := toolworld.Tasks(toolworld.SplitValidation, 4)
+	require.NoError(t, err)
+	w := Protocol3World()
+	d, err := ProbeSlips(t.Context(), backend, p, tasks, w, 1, 5)
+	require.NoError(t, err)
+	s, err := ProbeSplit(t.Context(), backend, p, tasks, w, 1, 5)
+	require.NoError(t, err)
+	t.Logf("G2 %+v\nsplit %+v", d, s)
+	require.Equal(t, d.Slips, s.All.Slips)
+	require.Positive(t, s.All.SharedLen, "near misses share a prefix with the right call")
+	require.InDelta(t, d.HintRight, s.All.Shared+s.All.RightRest, 1e-3)
+	require.InDelta(t, d.HintRepeat, s.All.Shared+s.All.RepeatRest, 1e-3)
+	require.Equal(t, s.All.Slips, s.Failed.Slips+s.Silent.Slips)
+	require.LessOrEqual(t, s.All.AboveHint, s.All.Slips)
+	require.InDelta(t, s.All.MarginHint*float64(s.All.Slips), s.Failed.MarginHint*float64(s.Failed.Slips)+s.Silent.MarginHint*float64(s.Silent.Slips), 1e-6)
 }
