@@ -20,7 +20,7 @@ import (
 
 // newTestGateway opens a gateway on a fresh tiny byte model, served by a real HTTP
 // server.
-func newTestGateway(t *testing.T) (*Gateway, *httptest.Server, string) {
+func newTestGateway(t testing.TB) (*Gateway, *httptest.Server, string) {
 	t.Helper()
 	dir := t.TempDir()
 	model := filepath.Join(dir, "model")

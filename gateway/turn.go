@@ -73,20 +73,19 @@ func deltaFrom(t *chatTemplate, msgs []chatMessage, tools []any, k, lo int) (pie
 
 // turn is one answered request.
 type turn struct {
-	rec      *turnRecord
-	reply    chatMessage
-	finish   string
-	sampled  []int32
-	lps      []float32
-	prompt   int // prompt tokens
-	policy   *policy
-	turnID   string
-	streamed bool
+	rec     *turnRecord
+	reply   chatMessage
+	finish  string
+	sampled []int32
+	lps     []float32
+	prompt  int // prompt tokens
+	policy  *policy
 }
 
 // sampleTurn renders the request's new messages onto s's tokens, samples the reply
-// and returns the turn, not yet journaled. s is locked by the caller.
-func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *ChatRequest, msgs []chatMessage, tools []any, k int) (*turn, *apiError) {
+// and returns the turn, not yet journaled. s is locked by the caller. onToken, when
+// set, sees each token as it is sampled (the streamer).
+func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *ChatRequest, msgs []chatMessage, tools []any, k int, onToken func(int32, float32)) (*turn, *apiError) {
 	pieces, gen, ok, err := delta(p.template, msgs, tools, k)
 	if err != nil {
 		return nil, badRequest("", "%v", err)
@@ -128,6 +127,9 @@ func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *Ch
 	opts, aerr := g.sampleOptions(req, p, len(prompt))
 	if aerr != nil {
 		return nil, aerr
+	}
+	if onToken != nil {
+		opts.OnToken = func(_ int, tok int32, lp float32) { onToken(tok, lp) }
 	}
 	out, err := p.sampler.Generate(ctx, [][]int32{prompt}, opts)
 	if err != nil {

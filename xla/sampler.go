@@ -28,6 +28,11 @@ type SampleOptions struct {
 	// Seed seeds row r's stream (PCG(Seed, r)): the same seed, prompts and backend
 	// give the same tokens.
 	Seed uint64
+	// OnToken, when set, is called for each token as it is sampled (a stop token
+	// included), in order within a row, on Generate's goroutine, with the log-prob
+	// Sample.LogProbs will hold: a server streams the reply while it is sampled.
+	// Decoding waits for it to return.
+	OnToken func(row int, tok int32, logProb float32)
 }
 
 // Validate names the first bad field.

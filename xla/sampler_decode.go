@@ -108,6 +108,9 @@ func (s *Sampler) decode(ctx context.Context, c *contiguousCache, prompts [][]in
 			o.Tokens = append(o.Tokens, tok)
 			o.LogProbs = append(o.LogProbs, float32(lp))
 			o.PolicyLogProbs = append(o.PolicyLogProbs, float32(plp))
+			if opts.OnToken != nil {
+				opts.OnToken(r, tok, float32(lp))
+			}
 			switch {
 			case slices.Contains(opts.Stop, tok):
 				o.Reason = StopToken

@@ -56,16 +56,27 @@ func TestGenerateLogProbsEqualScorer(t *testing.T) {
 }
 
 // TestGenerateDeterministic: the same seed gives the same tokens; another seed
-// other tokens.
+// other tokens. OnToken sees every row's tokens and log-probs, in order, as the
+// samples hold them, and changes nothing.
 func TestGenerateDeterministic(t *testing.T) {
 	s := newTestSampler(t, 22)
 	prompts := samplerPrompts(s.Model().Config.VocabSize)
 	opts := SampleOptions{MaxNew: 20, Temperature: 1.3, TopK: 50, TopP: 0.95, Seed: 9}
 	a, err := s.Generate(t.Context(), prompts, opts)
 	require.NoError(t, err)
+	seen := make([]Sample, len(prompts))
+	opts.OnToken = func(row int, tok int32, lp float32) {
+		seen[row].Tokens = append(seen[row].Tokens, tok)
+		seen[row].LogProbs = append(seen[row].LogProbs, lp)
+	}
 	b, err := s.Generate(t.Context(), prompts, opts)
 	require.NoError(t, err)
+	opts.OnToken = nil
 	require.Equal(t, a, b)
+	for r := range a {
+		require.Equal(t, a[r].Tokens, seen[r].Tokens, "row %d", r)
+		require.Equal(t, a[r].LogProbs, seen[r].LogProbs, "row %d", r)
+	}
 	opts.Seed = 10
 	c, err := s.Generate(t.Context(), prompts, opts)
 	require.NoError(t, err)
