@@ -32,9 +32,8 @@ func (d *daemon) stages(work context.Context) []stage {
 	if d.gateway != nil {
 		s = append(s, stage{"gateway", d.gateway.Run})
 	}
-	if len(d.cfg.EngineHooks) > 0 && d.training() {
-		h := &gateway.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
-		s = append(s, stage{"engine_hooks", h.Run})
+	if d.hooks != nil {
+		s = append(s, stage{"engine_hooks", d.hooks.Run})
 	}
 	if !d.training() {
 		return append(s, stage{"ingest", func(ctx context.Context) error { return d.ingestLoop(ctx, work) }})
@@ -102,6 +101,10 @@ func (d *daemon) serve(ctx context.Context) error {
 	if err := d.openGateway(); err != nil {
 		return err
 	}
+	if len(d.cfg.EngineHooks) > 0 && d.training() {
+		d.hooks = &gateway.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
+	}
+	d.stats.setGateway(d.gatewayStats)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

@@ -93,6 +93,9 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if aerr != nil {
+		if st != nil && st.started {
+			g.errors.Add(1) // answered 200 already: the error is in the stream
+		}
 		if st != nil {
 			st.fail(aerr)
 			return
@@ -100,6 +103,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	g.turns.Add(1)
 	g.log.Debug().Str("session", s.id).Int("turn", t.rec.Turn).Int("prompt_tokens", t.prompt).Int("tokens", len(t.sampled)).Str("finish", t.finish).Msg("turn")
 	if st != nil {
 		st.finish(t)

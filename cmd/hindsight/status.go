@@ -273,6 +273,10 @@ func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
 		printEvals(line, st)
 		fmt.Fprintln(tw, "\t")
 	}
+	if st.GetGateway() != nil || len(st.GetEngineHooks()) > 0 {
+		printGateway(line, st)
+		fmt.Fprintln(tw, "\t")
+	}
 	if st.GetPaused() {
 		line("paused", "%s", orDash(st.GetPauseReason()))
 		if ps := st.GetPause(); ps.GetOperator() {
@@ -302,6 +306,30 @@ func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
 		return fmt.Errorf("write status: %w", err)
 	}
 	return nil
+}
+
+// printGateway writes the gateway's counters and each engine hook's state.
+func printGateway(line func(key, format string, args ...any), st *hindsightv1.Status) {
+	if g := st.GetGateway(); g != nil {
+		line("gateway", "%s serving %q at step %s", orDash(g.GetListenAddr()), g.GetModel(), count(g.GetPolicyStep()))
+		line("  requests", "%s (%s errors), %s turns", count(g.GetRequests()), count(g.GetErrors()), count(g.GetTurns()))
+		line("  sessions", "%s open, %s recorded as rollouts", count(g.GetOpenSessions()), count(g.GetRolloutsRecorded()))
+		line("  late feedback", "%s joined, %s too late, %s pending", count(g.GetFeedbackJoined()), count(g.GetFeedbackLate()),
+			count(g.GetFeedbackPending()))
+	}
+	for _, h := range st.GetEngineHooks() {
+		last := "none yet"
+		if h.GetLastCheckpoint() != "" {
+			last = fmt.Sprintf("step %s at %s", count(h.GetLastStep()), formatTime(h.GetLastPushedAt()))
+		}
+		line("engine hook", "%s %s: last pushed %s, %s attempts", h.GetKind(), h.GetUrl(), last, count(h.GetAttempts()))
+		if h.GetPushing() != "" {
+			line("  pushing", "%s", h.GetPushing())
+		}
+		if h.GetLastError() != "" {
+			line("  last error", "%s (at %s)", h.GetLastError(), formatTime(h.GetLastErrorAt()))
+		}
+	}
 }
 
 // printTraining writes the training section: optimizer, rollouts, teacher, credit,
