@@ -52,7 +52,7 @@ func statusFixture() *hindsightv1.Status {
 			{Kind: "sglang", Url: "http://127.0.0.1:30000", LastCheckpoint: "/ck/step-000012", LastStep: 12,
 				LastPushedAt: timestamppb.New(time.Date(2026, 1, 2, 4, 1, 0, 0, time.UTC)), Attempts: 2},
 			{Kind: "vllm_lora", Url: "http://127.0.0.1:8000", Attempts: 3, Pushing: "/ck/step-000012",
-				LastError: "call http://127.0.0.1:8000/v1/load_lora_adapter (attempt 3/5): 503 Service Unavailable",
+				LastError:   "call http://127.0.0.1:8000/v1/load_lora_adapter (attempt 3/5): 503 Service Unavailable",
 				LastErrorAt: timestamppb.New(time.Date(2026, 1, 2, 4, 2, 0, 0, time.UTC))},
 		},
 		BestEvals: []*hindsightv1.EvalResult{
