@@ -93,6 +93,10 @@ func New(opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("open gateway: backend: %w", err)
 	}
 	g.pol = &policies{backend: backend, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
+	if g.cfg.Upstream != "" {
+		g.pol.up = &upstream{base: g.cfg.Upstream, model: g.cfg.UpstreamModel, keyEnv: g.cfg.UpstreamAPIKeyEnv,
+			client: &http.Client{Timeout: g.cfg.UpstreamTimeout}}
+	}
 	if err := g.pol.refresh(); err != nil {
 		return nil, fmt.Errorf("open gateway: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,14 +132,18 @@ func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *Ch
 	if onToken != nil {
 		opts.OnToken = func(_ int, tok int32, lp float32) { onToken(tok, lp) }
 	}
-	out, err := p.sampler.Generate(ctx, [][]int32{prompt}, opts)
+	smp, err := p.generate(ctx, prompt, opts)
 	if err != nil {
-		if errors.Is(err, xla.ErrTooLong) {
+		var up *upstreamError
+		switch {
+		case errors.Is(err, xla.ErrTooLong):
 			return nil, badRequest("context_length_exceeded", "%v", err)
+		case errors.As(err, &up):
+			code := "upstream_error"
+			return nil, &apiError{status: http.StatusBadGateway, Message: err.Error(), Type: "server_error", Code: &code}
 		}
 		return nil, &apiError{status: 500, Message: fmt.Sprintf("sample: %v", err), Type: "server_error"}
 	}
-	smp := out[0]
 	toks, lps := smp.Tokens, smp.LogProbs
 	finish := "length"
 	if smp.Reason == xla.StopToken {
