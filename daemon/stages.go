@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -93,6 +95,18 @@ func (d *daemon) serve(ctx context.Context) error {
 		return kerr
 	}
 	srv.SetControlKeys(keys)
+	skeys, kerr := apikey.Load(d.cfg.StatusKeysFile, "status_keys_file")
+	if kerr != nil {
+		return kerr
+	}
+	srv.SetStatusKeys(skeys)
+	if d.cfg.StatusTLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(d.cfg.StatusTLSCertFile, d.cfg.StatusTLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("load status_tls_cert_file / status_tls_key_file: %w", err)
+		}
+		srv.SetTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}})
+	}
 	srv.SetPages(Pages{History: d.stats.hist.points, CreditDir: d.cfg.OutputPath(), Tokenizer: d.tokenizer, Clip: d.cfg.Credit.Clip, Storage: &d.storage})
 	if err := srv.Start(); err != nil {
 		return err
