@@ -76,7 +76,10 @@ type daemon struct {
 	gateway *gateway.Gateway // nil unless gateway.enabled
 	// late holds feedback on gateway sessions already written, which feed joins
 	// to their rollouts (the gateway adds to it).
-	late    *gateway.LateFeedback
+	late *gateway.LateFeedback
+	// hooks tell serving engines about new checkpoints (nil without engine_hooks
+	// or training).
+	hooks   *gateway.Hooks
 	cfg     Config
 	opts    Options
 	log     zerolog.Logger

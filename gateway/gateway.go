@@ -60,7 +60,10 @@ type Gateway struct {
 	srv      *http.Server
 	ln       net.Listener
 	pending  atomic.Int64 // chat requests in the gateway (Config.MaxPending)
-	tls      *tls.Config  // nil: plain HTTP
+
+	// Counters since start (Stats).
+	requests, errors, turns, recorded atomic.Int64
+	tls                               *tls.Config // nil: plain HTTP
 }
 
 // New opens the policy, the API keys and the open sessions' journals (sessions a
@@ -90,6 +93,10 @@ func New(opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("open gateway: backend: %w", err)
 	}
 	g.pol = &policies{backend: backend, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
+	if g.cfg.Upstream != "" {
+		g.pol.up = &upstream{base: g.cfg.Upstream, model: g.cfg.UpstreamModel, keyEnv: g.cfg.UpstreamAPIKeyEnv,
+			client: &http.Client{Timeout: g.cfg.UpstreamTimeout}}
+	}
 	if err := g.pol.refresh(); err != nil {
 		return nil, fmt.Errorf("open gateway: %w", err)
 	}
@@ -204,11 +211,79 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path), Type: "invalid_request_error"})
 	})
-	return g.keys.Require(mux, func(w http.ResponseWriter) {
+	auth := g.keys.Require(mux, func(w http.ResponseWriter) {
 		code := "invalid_api_key"
 		writeError(w, &apiError{status: http.StatusUnauthorized, Message: "missing or invalid API key (Authorization: Bearer <key>)",
 			Type: "invalid_request_error", Code: &code})
 	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cw := &countingWriter{ResponseWriter: w}
+		auth.ServeHTTP(cw, r)
+		g.requests.Add(1)
+		if cw.status >= 400 {
+			g.errors.Add(1)
+		}
+	})
+}
+
+// countingWriter notes the status an answer was sent with.
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+// Flush passes a stream's chunks on at once.
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// Stats are the gateway's counters (status, /metrics).
+type Stats struct {
+	Listen, Model string
+	// PolicyStep is the serving checkpoint's step (0: the initial model).
+	PolicyStep int64
+	// Requests and Errors (status ≥ 400, or a stream ended by an error) count HTTP
+	// requests since start; Turns the chat turns answered; RolloutsRecorded the
+	// sessions written to the spool.
+	Requests, Errors, Turns, RolloutsRecorded int64
+	// OpenSessions are the sessions open now.
+	OpenSessions int64
+	// Feedback counts the late-feedback records on disk.
+	Feedback LateCounts
+}
+
+// Stats returns the gateway's counters now.
+func (g *Gateway) Stats() Stats {
+	g.mu.Lock()
+	open := int64(len(g.sessions))
+	g.mu.Unlock()
+	st := Stats{Model: g.cfg.ModelName, Requests: g.requests.Load(), Errors: g.errors.Load(), Turns: g.turns.Load(),
+		RolloutsRecorded: g.recorded.Load(), OpenSessions: open, Feedback: g.late.Counts()}
+	if g.ln != nil {
+		st.Listen = g.Addr()
+	}
+	if p := g.pol.cur.Load(); p != nil {
+		st.PolicyStep = p.step
+	}
+	return st
 }
 
 // newSessionID returns a fresh session id.
@@ -346,6 +421,7 @@ func (g *Gateway) end(s *session, why string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	g.recorded.Add(1)
 	g.log.Info().Str("session", s.id).Str("why", why).Int("turns", s.turns).Int("tokens", len(s.tokens)).
 		Str("file", filepath.Base(path)).Msg("session written to the spool")
 	return path, nil

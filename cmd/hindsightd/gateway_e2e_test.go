@@ -28,6 +28,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/internal/apikey"
@@ -389,6 +390,27 @@ func TestGatewayLateFeedback(t *testing.T) {
 	status, v = post(t, base2+"/feedback", gatewayKey, "", `{"session_id":"late-1","rating":1,"comment":"after training"}`)
 	require.Equal(t, 200, status, v)
 	require.Equal(t, true, v["too_late"])
+	// Status, the CLI and /metrics count them: one joined, one too late.
+	var gs *hindsightv1.GatewayStats
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		gs = statusOf(t, addr2).GetGateway()
+		if gs.GetFeedbackLate() == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.EqualValues(t, 1, gs.GetFeedbackJoined())
+	require.EqualValues(t, 1, gs.GetFeedbackLate())
+	require.EqualValues(t, 0, gs.GetFeedbackPending())
+	require.EqualValues(t, 1, gs.GetRequests(), "this process answered the one feedback request")
+	table, _, code := runCLI(t, "status", "-addr", addr2)
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^  late feedback +1 joined, 1 too late, 0 pending$`, table)
+	resp, err := http.Get("http://" + addr2 + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(metrics), `hindsight_gateway_feedback_records{state="late"} 1`)
+	require.Contains(t, string(metrics), "hindsight_gateway_requests_total 1")
 	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p2.wait(t, 60*time.Second), p2.log())
 
@@ -475,7 +497,33 @@ func TestGatewaySwapsCheckpoint(t *testing.T) {
 		}
 	}
 	require.Contains(t, p.log(), "engine hook failed; retrying")
-	resp, err := http.Get(base + "/models")
+	// The hook's state is in status and /metrics: the checkpoint pushed on the
+	// second attempt, no error left.
+	addr := p.waitReady(t)
+	var hk *hindsightv1.EngineHookState
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		hs := statusOf(t, addr).GetEngineHooks()
+		require.Len(t, hs, 1)
+		hk = hs[0]
+		if hk.GetLastStep() > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.Equal(t, "sglang", hk.GetKind())
+	require.Positive(t, hk.GetLastStep())
+	require.Regexp(t, `/checkpoints/step-\d+$`, hk.GetLastCheckpoint())
+	require.EqualValues(t, 2, hk.GetAttempts())
+	require.Empty(t, hk.GetLastError(), "a success clears the error")
+	gs := statusOf(t, addr).GetGateway()
+	require.Positive(t, gs.GetTurns())
+	require.EqualValues(t, 1, gs.GetRolloutsRecorded())
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Regexp(t, `hindsight_engine_hook_last_step\{kind="sglang",url="http://127\.0\.0\.1:\d+"\} [1-9]`, string(metrics))
+	require.Contains(t, string(metrics), `hindsight_engine_hook_failing{kind="sglang"`)
+	resp, err = http.Get(base + "/models")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 401, resp.StatusCode, "models needs the key too")
