@@ -145,6 +145,21 @@ func TestSplitByTokens(t *testing.T) {
 	require.Equal(t, [][]int{{0}, nil}, splitByTokens(batch[:1], 2))
 }
 
+// dpPool is rolloutPool's rollouts cut to T tokens (hints inside), so that every
+// rollout runs the same few programs: XLA compiles each shape, and compiling is
+// most of these tests' time.
+func dpPool(n, T int, seed uint64) []credit.Rollout {
+	pool := rolloutPool(n, seed)
+	for i := range pool {
+		r := &pool[i]
+		r.Tokens, r.Sampler, r.Trainable = r.Tokens[:T], r.Sampler[:T], r.Trainable[:T]
+		h := &r.Hints[0]
+		h.Start = 12 + i%(T-24)
+		h.End = h.Start + 1 + i%8
+	}
+	return pool
+}
+
 // maxAbsDiff is max |a−b| over every element of two weight lists.
 func maxAbsDiff(a, b [][]float32) float64 {
 	d := 0.0
@@ -170,11 +185,11 @@ const dpTolerance = 1e-5
 func TestDataParallelStepMatchesOneDevice(t *testing.T) {
 	b := newTwoDevices(t)
 	dir := tinyModelDir(t)
-	pool := rolloutPool(6, 11)
+	pool := dpPool(6, 40, 11)
 	opts := func(devices int) TrainerOptions {
 		cfg := credit.DefaultConfig()
 		cfg.Distill.Mode = credit.DistillTopK
-		return TrainerOptions{Budget: 64, Chunk: 16, Scorer: ScorerOptions{Chunk: 32}, Credit: cfg, Seed: 7,
+		return TrainerOptions{Budget: 64, Chunk: 64, Scorer: ScorerOptions{Chunk: 64}, Credit: cfg, Seed: 7,
 			Optimizer:     AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1, WarmupSteps: 2},
 			TermGradNorms: true, Devices: devices}
 	}
@@ -216,13 +231,14 @@ func TestDataParallelStepMatchesOneDevice(t *testing.T) {
 
 // TestDataParallelResume: on two devices, N steps, a checkpoint, a restore and N
 // more give bit for bit the weights, moments, teacher and RNG of 2N steps straight;
-// the same checkpoint resumes on one device, and one written on one device resumes
-// on two, each within dpTolerance of the straight run.
+// the same checkpoint resumes on one device, and one that a one-device trainer
+// writes resumes on two, each within dpTolerance of the straight run (the EMA
+// teacher and the KL reference run on device 0).
 func TestDataParallelResume(t *testing.T) {
 	b := newTwoDevices(t)
 	const N = 2
 	dir := tinyModelDir(t)
-	pool := rolloutPool(6, 11)
+	pool := dpPool(6, 40, 11)
 	open := func(d string) *Model {
 		m, err := OpenModel(d)
 		require.NoError(t, err)
@@ -230,7 +246,7 @@ func TestDataParallelResume(t *testing.T) {
 	}
 	trainer := func(d string, devices int) *Trainer {
 		o := resumeOptions(open(dir))
-		o.Devices = devices
+		o.Chunk, o.Scorer.Chunk, o.Devices = 64, 64, devices
 		tr, err := NewTrainer(b, open(d), o)
 		require.NoError(t, err)
 		return tr
@@ -248,12 +264,12 @@ func TestDataParallelResume(t *testing.T) {
 		require.Equal(t, ckdir, latest)
 		return latest
 	}
-	resume := func(ck string, devices int) *Trainer {
+	restore := func(ck string, devices int) *Trainer {
 		tr := trainer(ck, devices)
 		_, err := tr.Restore(ck)
 		require.NoError(t, err)
 		require.EqualValues(t, N, tr.StepCount())
-		trainSteps(t, tr, pool, N)
+		require.Equal(t, devices, tr.Devices())
 		return tr
 	}
 
@@ -265,7 +281,12 @@ func TestDataParallelResume(t *testing.T) {
 	_, err := os.Stat(filepath.Join(ck2, checkpoint.TrainerDirName))
 	require.NoError(t, err, "the same layout as one device")
 
-	resumed := resume(ck2, 2)
+	resumed := restore(ck2, 2)
+	on1 := restore(ck2, 1)
+	on2 := restore(save(on1), 2) // written by a one-device trainer
+	for _, tr := range []*Trainer{resumed, on1, on2} {
+		trainSteps(t, tr, pool, N)
+	}
 	require.Equal(t, weightsOf(straight.model), weightsOf(resumed.model), "policy weights")
 	require.Equal(t, weightsOf(straight.teacher.model), weightsOf(resumed.teacher.model), "teacher weights")
 	require.Equal(t, momentsOf(straight), momentsOf(resumed), "optimizer moments")
@@ -274,10 +295,6 @@ func TestDataParallelResume(t *testing.T) {
 	next := straight.Rand().Uint64()
 	require.Equal(t, next, resumed.Rand().Uint64())
 
-	on1 := resume(ck2, 1)
-	firstOne := trainer(dir, 1)
-	trainSteps(t, firstOne, pool, N)
-	on2 := resume(save(firstOne), 2)
 	for name, tr := range map[string]*Trainer{"2→1 devices": on1, "1→2 devices": on2} {
 		d := maxAbsDiff(weightsOf(straight.model), weightsOf(tr.model))
 		t.Logf("%s: max |Δw| %.3g against 2N steps on 2 devices", name, d)
