@@ -382,10 +382,3 @@ func (dp *dataParallel) allReduce(tr *Trainer, sums []deviceSums, of func(device
 	finalize(out[np:])
 	return out[:np], nil
 }
-
-// close frees the replicas' weight copies.
-func (dp *dataParallel) close(m *Model) {
-	if dp != nil {
-		m.dropReplicas()
-	}
-}

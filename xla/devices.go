@@ -1,7 +1,6 @@
 package xla
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -263,6 +262,3 @@ func deviceOf(t *tensors.Tensor) backends.DeviceNum {
 	}
 	return 0
 }
-
-// errNoDevices is returned for a device list that is empty.
-var errNoDevices = errors.New("no devices")
