@@ -139,7 +139,7 @@ func teacherTopK(logits *Node, k int) (ids, lp, tail *Node) {
 		if i > 0 {
 			cur = Where(after(valList[i-1], idList[i-1]), logits, negInf)
 		}
-		idList[i] = ConvertDType(ArgMax(cur, 1), dtypes.Int32)         // [n]
+		idList[i] = ConvertDType(ArgMax(cur, 1), dtypes.Int32)          // [n]
 		valList[i] = Gather(logits, Stack([]*Node{rows, idList[i]}, 1)) // [n]
 	}
 	ids = Stack(idList, 1)           // [n, k]

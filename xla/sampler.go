@@ -118,9 +118,9 @@ type Sampler struct {
 	backend backends.Backend
 	chunk   int
 	mu      sync.Mutex
-	prefill *mlctx.Exec // tokens [b, n], start, a contiguous cache → Σhidden, the cache
-	step    *mlctx.Exec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
-	grow    *mlctx.Exec // lengthArg(capacity), a cache → the cache at that capacity
+	prefill *modelExec // tokens [b, n], start, a contiguous cache → Σhidden, the cache
+	step    *modelExec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
+	grow    *modelExec // lengthArg(capacity), a cache → the cache at that capacity
 	// headroom is how many new tokens the first cache bucket holds beyond the
 	// longest prompt (more are reached by doubling).
 	headroom int
