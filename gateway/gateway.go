@@ -37,6 +37,8 @@ type Options struct {
 	Incoming string
 	// Backend is the compute backend spec (xla.ResolveBackend's result).
 	Backend string
+	// Precision is the policy's compute precision (xla.Precision; "" is f32).
+	Precision xla.Precision
 	Log     zerolog.Logger
 }
 
@@ -77,7 +79,10 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open gateway: backend: %w", err)
 	}
-	g.pol = &policies{backend: backend, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
+	if err := opts.Precision.CheckBackend(backend); err != nil {
+		return nil, fmt.Errorf("open gateway: model.%w", err)
+	}
+	g.pol = &policies{backend: backend, precision: opts.Precision, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
 	if err := g.pol.refresh(); err != nil {
 		return nil, fmt.Errorf("open gateway: %w", err)
 	}
