@@ -17,6 +17,7 @@ import (
 	"github.com/hindsight-ai/hindsight/eval"
 	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // Config is hindsightd's configuration. It is decoded strictly from YAML over
@@ -86,6 +87,11 @@ type ModelConfig struct {
 	// is empty and <data_dir>/model does not exist yet.
 	InitPreset    string `yaml:"init_preset"`
 	InitTokenizer string `yaml:"init_tokenizer"`
+	// Precision is the dtype the policy computes in, for scoring, the gateway's
+	// generation and training alike: f32 (the default) or bf16 (bfloat16 weights
+	// and KV cache, float32 master weights and optimizer; docs/training.md
+	// "Precision"). bf16 needs a backend with bfloat16.
+	Precision xla.Precision `yaml:"precision"`
 }
 
 // SpoolConfig tunes how the spool is watched.
@@ -191,6 +197,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Spool.RescanInterval < 10*time.Millisecond {
 		return fmt.Errorf("spool.rescan_interval: %s is below the 10ms minimum", c.Spool.RescanInterval)
+	}
+	if err := c.Model.Precision.Validate(); err != nil {
+		return fmt.Errorf("model.precision: %w", err)
 	}
 	if c.Valid.VocabSize < 0 {
 		return fmt.Errorf("validation.vocab_size: %d is negative", c.Valid.VocabSize)

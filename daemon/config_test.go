@@ -46,6 +46,7 @@ func TestParseConfig(t *testing.T) {
 			require.Equal(t, xla.BackpropExact, c.Train.Backprop)
 		}},
 		{name: "bad backprop", yaml: "train:\n  backprop: sideways\n", err: `train.backprop: "sideways", want truncated, exact or full`},
+		{name: "bad precision", yaml: "model:\n  precision: fp8\n", err: `model.precision: "fp8", want f32 or bf16`},
 		{name: "distill mode topk on the device", yaml: "credit:\n  distill:\n    mode: topk\n    top_k: 20\n", check: func(t *testing.T, c Config) {
 			require.Equal(t, credit.DistillTopK, c.Credit.Distill.Mode)
 			require.Equal(t, 20, c.Credit.Distill.TopK)

@@ -21,6 +21,7 @@ func (d *daemon) openGateway() error {
 	g, err := gateway.New(gateway.Options{
 		Config:      d.cfg.Gateway,
 		ModelDir:    dir,
+		Precision:   d.cfg.Model.Precision,
 		Checkpoints: d.cfg.CheckpointDir(),
 		JournalDir:  filepath.Join(d.cfg.DataDir, "state", "gateway"),
 		Incoming:    filepath.Join(d.cfg.SpoolDir(), "incoming"),

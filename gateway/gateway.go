@@ -41,7 +41,9 @@ type Options struct {
 	// which joins it to the rollouts; nil: the gateway opens its own in
 	// <JournalDir>/../feedback.
 	Late *LateFeedback
-	Log  zerolog.Logger
+	// Precision is the policy's compute precision (xla.Precision; "" is f32).
+	Precision xla.Precision
+	Log       zerolog.Logger
 }
 
 // Gateway serves chat completions and records the conversations.
@@ -92,7 +94,10 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open gateway: backend: %w", err)
 	}
-	g.pol = &policies{backend: backend, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
+	if err := opts.Precision.CheckBackend(backend); err != nil {
+		return nil, fmt.Errorf("open gateway: model.%w", err)
+	}
+	g.pol = &policies{backend: backend, precision: opts.Precision, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
 	if g.cfg.Upstream != "" {
 		g.pol.up = &upstream{base: g.cfg.Upstream, model: g.cfg.UpstreamModel, keyEnv: g.cfg.UpstreamAPIKeyEnv,
 			client: &http.Client{Timeout: g.cfg.UpstreamTimeout}}

@@ -45,12 +45,13 @@ func (p *policy) generate(ctx context.Context, prompt []int32, o xla.SampleOptio
 
 // policies holds the serving policy and swaps in the newest checkpoint.
 type policies struct {
-	cur     atomic.Pointer[policy]
-	backend backends.Backend
-	initial string // the model directory used until a checkpoint exists
-	root    string // the checkpoint root whose `latest` link is followed
-	up      *upstream
-	log     zerolog.Logger
+	cur       atomic.Pointer[policy]
+	backend   backends.Backend
+	precision xla.Precision
+	initial   string // the model directory used until a checkpoint exists
+	root      string // the checkpoint root whose `latest` link is followed
+	up        *upstream
+	log       zerolog.Logger
 }
 
 // refresh loads the checkpoint `latest` names (or the initial model the first
@@ -87,7 +88,7 @@ func (p *policies) open(dir string, step int64) (*policy, error) {
 	if p.up != nil {
 		return p.openUpstream(dir, step)
 	}
-	m, tok, _, err := xla.OpenPolicy(dir)
+	m, tok, _, err := xla.OpenPolicyAs(dir, p.precision)
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", dir, err)
 	}
