@@ -92,7 +92,7 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open gateway: backend: %w", err)
 	}
-	g.pol = &policies{backend: backend, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
+	g.pol = &policies{backend: backend, initial: opts.ModelDir, root: opts.Checkpoints, batch: g.cfg.MaxBatch, log: g.log}
 	if g.cfg.Upstream != "" {
 		g.pol.up = &upstream{base: g.cfg.Upstream, model: g.cfg.UpstreamModel, keyEnv: g.cfg.UpstreamAPIKeyEnv,
 			client: &http.Client{Timeout: g.cfg.UpstreamTimeout}}
