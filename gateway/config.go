@@ -34,6 +34,9 @@ type Config struct {
 	// waiting for the sampler, which runs one at a time); one more is refused with
 	// 429 instead of queueing without bound.
 	MaxPending int `yaml:"max_pending"`
+	// MaxBatch bounds the requests sampled together in one batch by the embedded
+	// sampler (each answer is what it would be alone); 1: one at a time.
+	MaxBatch int `yaml:"max_batch"`
 	// TLSCertFile and TLSKeyFile (PEM) make the gateway serve HTTPS; both or
 	// neither.
 	TLSCertFile string `yaml:"tls_cert_file"`
@@ -62,6 +65,7 @@ func DefaultConfig() Config {
 		MaxTokens:       512,
 		MaxRequestBytes: 8 << 20,
 		MaxPending:      64,
+		MaxBatch:        8,
 		ReloadInterval:  2 * time.Second,
 		UpstreamTimeout: 10 * time.Minute,
 	}
@@ -85,6 +89,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway.max_tokens %d: want > 0", c.MaxTokens)
 	case c.MaxRequestBytes <= 0:
 		return fmt.Errorf("gateway.max_request_bytes %d: want > 0", c.MaxRequestBytes)
+	case c.MaxBatch <= 0:
+		return fmt.Errorf("gateway.max_batch %d: want > 0", c.MaxBatch)
 	case c.MaxPending <= 0:
 		return fmt.Errorf("gateway.max_pending %d: want > 0", c.MaxPending)
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):

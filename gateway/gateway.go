@@ -97,7 +97,7 @@ func New(opts Options) (*Gateway, error) {
 	if err := opts.Precision.CheckBackend(backend); err != nil {
 		return nil, fmt.Errorf("open gateway: model.%w", err)
 	}
-	g.pol = &policies{backend: backend, precision: opts.Precision, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
+	g.pol = &policies{backend: backend, precision: opts.Precision, initial: opts.ModelDir, root: opts.Checkpoints, batch: g.cfg.MaxBatch, log: g.log}
 	if g.cfg.Upstream != "" {
 		g.pol.up = &upstream{base: g.cfg.Upstream, model: g.cfg.UpstreamModel, keyEnv: g.cfg.UpstreamAPIKeyEnv,
 			client: &http.Client{Timeout: g.cfg.UpstreamTimeout}}

@@ -28,6 +28,7 @@ type policy struct {
 	maxPos   int
 	stops    []int32   // turn-end token ids: sampling stops at them
 	up       *upstream // non-nil: an engine samples (sampler is nil)
+	batch    *batcher  // batches the requests waiting for sampler
 }
 
 // generate samples one reply to prompt, on the embedded sampler or the upstream
@@ -36,11 +37,7 @@ func (p *policy) generate(ctx context.Context, prompt []int32, o xla.SampleOptio
 	if p.up != nil {
 		return p.up.generate(ctx, prompt, o, p.tok.VocabSize())
 	}
-	out, err := p.sampler.Generate(ctx, [][]int32{prompt}, o)
-	if err != nil {
-		return xla.Sample{}, err
-	}
-	return out[0], nil
+	return p.batch.generate(ctx, prompt, o)
 }
 
 // policies holds the serving policy and swaps in the newest checkpoint.
@@ -51,6 +48,7 @@ type policies struct {
 	initial   string // the model directory used until a checkpoint exists
 	root      string // the checkpoint root whose `latest` link is followed
 	up        *upstream
+	batch     int // gateway.max_batch
 	log       zerolog.Logger
 }
 
@@ -100,7 +98,8 @@ func (p *policies) open(dir string, step int64) (*policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", dir, err)
 	}
-	return withStops(&policy{dir: dir, step: step, sampler: s, tok: tok, template: tmpl, maxPos: m.Config.MaxPositionEmbeddings})
+	return withStops(&policy{dir: dir, step: step, sampler: s, tok: tok, template: tmpl, maxPos: m.Config.MaxPositionEmbeddings,
+		batch: &batcher{sampler: s, max: max(p.batch, 1)}})
 }
 
 // openUpstream is open when an engine samples: the tokenizer, chat template and

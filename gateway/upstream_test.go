@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -94,4 +96,69 @@ func TestUpstreamErrors(t *testing.T) {
 		require.Empty(t, g.sessions, "nothing recorded")
 		g.mu.Unlock()
 	}
+}
+
+// TestUpstreamStreamsTokenByToken: a streamed turn streams from the engine, and
+// the gateway sends the client the first token's content while the engine has not
+// yet sent the rest (the engine waits for the client to have it).
+func TestUpstreamStreamsTokenByToken(t *testing.T) {
+	clientHasFirst := make(chan struct{})
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req completionRequest
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
+		require.True(t, req.Stream)
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := func(id int32, finish string) {
+			f := "null"
+			if finish != "" {
+				f = `"` + finish + `"`
+			}
+			fmt.Fprintf(w, `data: {"id":"cmpl-s","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"x",`+
+				`"logprobs":{"text_offset":[0],"token_logprobs":[-0.5],"tokens":["token_id:%d"],"top_logprobs":[{"token_id:%d":-0.5}]},`+
+				`"finish_reason":%s,"stop_reason":null,"token_ids":[%d]}]}`+"\n\n", id, id, f, id)
+			w.(http.Flusher).Flush()
+		}
+		chunk('H', "")
+		select {
+		case <-clientHasFirst:
+		case <-time.After(10 * time.Second):
+			t.Error("the gateway did not pass the first token on before the engine finished")
+		}
+		chunk('i', "")
+		chunk(req.StopTokenIDs[0], "stop")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	defer engine.Close()
+	cfg := DefaultConfig()
+	cfg.Upstream, cfg.UpstreamModel = engine.URL+"/v1", "m"
+	_, srv, _ := newTestGatewayWith(t, cfg)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"hindsight","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var content strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	finish := ""
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, `"content":"H"`) {
+			close(clientHasFirst)
+		}
+		if i := strings.Index(line, `"finish_reason":"`); i >= 0 {
+			finish = line[i+17 : i+17+strings.IndexByte(line[i+17:], '"')]
+		}
+		if d, ok := strings.CutPrefix(line, "data: "); ok && d != "[DONE]" {
+			var c struct {
+				Choices []struct {
+					Delta struct{ Content string } `json:"delta"`
+				} `json:"choices"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(d), &c))
+			for _, ch := range c.Choices {
+				content.WriteString(ch.Delta.Content)
+			}
+		}
+	}
+	require.Equal(t, "Hi", content.String())
+	require.Equal(t, "stop", finish)
 }

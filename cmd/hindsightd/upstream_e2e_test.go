@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/gateway"
 )
 
 // startFakeVLLM starts gateway/testdata/fake_vllm.py, an HTTP server process that
@@ -46,6 +50,59 @@ type engineRequest struct {
 	StopTokenIDs           []int32 `json:"stop_token_ids"`
 	ReturnTokenIDs         bool    `json:"return_token_ids"`
 	ReturnTokensAsTokenIDs bool    `json:"return_tokens_as_token_ids"`
+	Stream                 bool    `json:"stream"`
+}
+
+// streamTurn sends a streamed turn and returns the content and token ids the
+// client assembled from the chunks.
+func streamTurn(t *testing.T, base, session string, msgs []map[string]any) (string, []int32) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs, "max_tokens": 32, "logprobs": true, "stream": true})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/chat/completions", strings.NewReader(string(body)))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+gatewayKey)
+	req.Header.Set(gateway.SessionHeader, session)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	var content string
+	var ids []int32
+	finish := ""
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+				Logprobs *struct {
+					Content []struct {
+						TokenID int32 `json:"token_id"`
+					} `json:"content"`
+				} `json:"logprobs"`
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(data), &chunk), data)
+		for _, c := range chunk.Choices {
+			content += c.Delta.Content
+			if c.Logprobs != nil {
+				for _, e := range c.Logprobs.Content {
+					ids = append(ids, e.TokenID)
+				}
+			}
+			if c.FinishReason != "" {
+				finish = c.FinishReason
+			}
+		}
+	}
+	require.Equal(t, "stop", finish)
+	return content, ids
 }
 
 // fakeReply is what fake_vllm.py samples for a request: the bytes of "reply <prompt
@@ -95,6 +152,11 @@ func TestGatewayUpstream(t *testing.T) {
 				}
 				msgs = append(msgs, msg, map[string]any{"role": "user", "content": "again"})
 			}
+			// A third turn streamed: the engine streams too.
+			content, ids := streamTurn(t, base, "up-1", msgs)
+			require.Regexp(t, `^reply \d+$`, content)
+			got = append(got, ids...)
+			msgs = append(msgs, map[string]any{"role": "assistant", "content": content})
 			status, v := post(t, base+"/sessions/up-1/close", gatewayKey, "", `{"reward": 1}`)
 			require.Equal(t, 200, status, v)
 			ro := doneRollouts(t, dataDir, 1)["up-1"]
@@ -111,7 +173,7 @@ func TestGatewayUpstream(t *testing.T) {
 				require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
 				reqs = append(reqs, r)
 			}
-			require.Len(t, reqs, 2)
+			require.Len(t, reqs, 3)
 			var wantIDs []int32
 			var wantLPs []float32
 			for i, r := range reqs {
@@ -125,13 +187,16 @@ func TestGatewayUpstream(t *testing.T) {
 				require.Equal(t, ids, ro.Tokens[len(r.Prompt):len(r.Prompt)+len(ids)], "request %d's reply follows its prompt in the rollout", i)
 				wantIDs, wantLPs = append(wantIDs, ids...), append(wantLPs, lps...)
 			}
-			require.True(t, slices.Equal(slices.Concat(reqs[0].Prompt, wantIDs[:len(wantIDs)/2]), reqs[1].Prompt[:len(reqs[0].Prompt)+len(wantIDs)/2]),
+			first, _ := fakeReply(reqs[0])
+			require.True(t, slices.Equal(slices.Concat(reqs[0].Prompt, first), reqs[1].Prompt[:len(reqs[0].Prompt)+len(first)]),
 				"the second prompt extends the first prompt and reply")
+			require.True(t, reqs[2].Stream, "a streamed turn streams from the engine")
 			ids, lps := sampledOf(ro)
 			require.Equal(t, wantIDs, ids, "the rollout keeps the engine's sampled ids")
 			require.Equal(t, wantLPs, lps, "and its log-probs")
 			require.Equal(t, wantIDs, got, "the client got them too")
 			require.Equal(t, "reply "+strconv.Itoa(len(reqs[1].Prompt)), msgs[3]["content"], "the client's second reply")
+			require.Equal(t, "reply "+strconv.Itoa(len(reqs[2].Prompt)), msgs[5]["content"], "the client's streamed reply")
 			require.NotContains(t, p.log(), `"level":"error"`)
 		})
 	}

@@ -6,8 +6,10 @@ finish_reason, stop_reason, prompt_token_ids and token_ids with return_token_ids
 usage) and GET /v1/models. It is not vLLM: it samples nothing, it makes up a reply
 from the prompt (the bytes of "reply <prompt length>", then the first stop token
 id), with made-up log-probs, so the test knows what the engine sampled. Every
-request body is appended to LOG as one JSON line. With --old it leaves token_ids
-out (vLLM before 0.10.2): the ids are only in logprobs.tokens.
+request body is appended to LOG as one JSON line. With "stream": true it answers
+with server-sent events, a chunk per token, as vLLM's completion_stream_generator
+does. With --old it leaves token_ids out (vLLM before 0.10.2): the ids are only in
+logprobs.tokens.
 
 usage: fake_vllm.py PORT_FILE LOG [--old]
 """
@@ -33,6 +35,31 @@ class Engine(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(b)))
         self.end_headers()
         self.wfile.write(b)
+
+    def stream(self, req, ids, lps, finish, stop_reason):
+        """Server-sent events as vLLM's completion_stream_generator writes them: a
+        chunk per token (the delta's text, logprobs and, with return_token_ids,
+        token_ids; prompt_token_ids on the first), the finish reason on the last,
+        then [DONE]."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for i, (t, lp) in enumerate(zip(ids, lps)):
+            tok = f"token_id:{t}"
+            last = i == len(ids) - 1
+            choice = {"index": 0, "text": bytes([t]).decode("utf-8", "replace") if t < 256 else "",
+                      "logprobs": {"text_offset": [i], "token_logprobs": [lp], "tokens": [tok], "top_logprobs": [{tok: lp}]},
+                      "finish_reason": finish if last else None, "stop_reason": stop_reason if last else None}
+            if not old:
+                choice["token_ids"] = [t]
+                if i == 0:
+                    choice["prompt_token_ids"] = req["prompt"]
+            chunk = {"id": "cmpl-s", "object": "text_completion", "created": int(time.time()), "model": req["model"],
+                     "choices": [choice]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
 
     def do_GET(self):
         if self.path == "/v1/models":
@@ -75,6 +102,9 @@ class Engine(BaseHTTPRequestHandler):
                          "top_logprobs": [{tok: lp} for tok, lp in zip(tokens, lps)]},
             "finish_reason": finish, "stop_reason": stop_reason, "prompt_logprobs": None,
         }
+        if req.get("stream"):
+            self.stream(req, ids, lps, finish, stop_reason)
+            return
         if not old:
             choice["prompt_token_ids"] = prompt
             choice["token_ids"] = ids
