@@ -262,12 +262,6 @@ func (tr *Trainer) accumulateParallel(ctx context.Context, parts [][]int, batch,
 		if split {
 			s.accD = r.grad.zeroGrads()
 		}
-		for _, t := range append(slices.Clone(s.acc), s.accD...) {
-			// On the device, so the passes donate them there.
-			if _, err := t.Buffer(tr.backend, r.device); err != nil {
-				return fmt.Errorf("gradient sums on device %d: %w", r.device, err)
-			}
-		}
 		for _, i := range idx {
 			T := len(batch[i].Tokens)
 			logp[i], div[i] = make([]float64, T), make([]float64, T)

@@ -235,6 +235,33 @@ func TestDataParallelStepMatchesOneDevice(t *testing.T) {
 	require.Greater(t, maxAbsDiff(initial, weightsOf(two.model)), 1e-3, "the steps moved the weights")
 }
 
+// TestDataParallelBackpropModes: exact and full backprop on two devices equal one
+// device (two chunks per rollout, so exact carries cotangents between them).
+func TestDataParallelBackpropModes(t *testing.T) {
+	b := newTwoDevices(t)
+	dir := tinyModelDir(t)
+	pool := dpPool(3, 40, 5)
+	for _, mode := range []Backprop{BackpropExact, BackpropFull} {
+		t.Run(string(mode), func(t *testing.T) {
+			var ws [][][]float32
+			for _, devices := range []int{1, 2} {
+				m, err := OpenModel(dir)
+				require.NoError(t, err)
+				tr, err := NewTrainer(b, m, TrainerOptions{Budget: 64, Chunk: 32, Scorer: ScorerOptions{Chunk: 64}, Backprop: mode, Seed: 7,
+					Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1, WarmupSteps: 1}, Devices: devices})
+				require.NoError(t, err)
+				met, err := tr.Step(t.Context(), pool)
+				require.NoError(t, err)
+				require.True(t, met.Updated)
+				ws = append(ws, weightsOf(m))
+			}
+			d := maxAbsDiff(ws[0], ws[1])
+			t.Logf("%s: max |Δw| %.3g between 2 devices and 1", mode, d)
+			require.LessOrEqual(t, d, dpTolerance)
+		})
+	}
+}
+
 // TestDataParallelResume: on two devices, N steps, a checkpoint, a restore and N
 // more give bit for bit the weights, moments, teacher and RNG of 2N steps straight;
 // the same checkpoint resumes on one device, and one that a one-device trainer
