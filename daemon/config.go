@@ -17,6 +17,7 @@ import (
 	"github.com/hindsight-ai/hindsight/eval"
 	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/teacher"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // Config is hindsightd's configuration. It is decoded strictly from YAML over
@@ -46,9 +47,18 @@ type Config struct {
 	// conversations as rollouts (docs/gateway.md); off by default.
 	Gateway gateway.Config `yaml:"gateway"`
 	// ControlKeysFile lists the SHA-256 hashes of the API keys ControlService
-	// (pause, resume) needs, as gateway.keys_file does; empty: none. Status,
-	// health and metrics stay open.
+	// (pause, resume) needs, as gateway.keys_file does; empty: none (then the
+	// status keys, if any).
 	ControlKeysFile string `yaml:"control_keys_file"`
+	// StatusKeysFile lists the API keys' hashes (as control_keys_file) that
+	// everything else on listen needs: status, metrics, the pages, reflection, and
+	// ControlService too when control_keys_file is empty. /healthz and gRPC health
+	// stay open for probes. Empty: all open.
+	StatusKeysFile string `yaml:"status_keys_file"`
+	// StatusTLSCertFile and StatusTLSKeyFile (PEM) serve listen over TLS (≥ 1.2,
+	// HTTP/2 by ALPN); both or neither.
+	StatusTLSCertFile string `yaml:"status_tls_cert_file"`
+	StatusTLSKeyFile  string `yaml:"status_tls_key_file"`
 	// EngineHooks tell serving engines (SGLang, vLLM LoRA) about each new
 	// checkpoint (docs/gateway.md "Engine hooks").
 	EngineHooks []gateway.HookConfig `yaml:"engine_hooks"`
@@ -77,6 +87,11 @@ type ModelConfig struct {
 	// is empty and <data_dir>/model does not exist yet.
 	InitPreset    string `yaml:"init_preset"`
 	InitTokenizer string `yaml:"init_tokenizer"`
+	// Precision is the dtype the policy computes in, for scoring, the gateway's
+	// generation and training alike: f32 (the default) or bf16 (bfloat16 weights
+	// and KV cache, float32 master weights and optimizer; docs/training.md
+	// "Precision"). bf16 needs a backend with bfloat16.
+	Precision xla.Precision `yaml:"precision"`
 }
 
 // SpoolConfig tunes how the spool is watched.
@@ -183,8 +198,14 @@ func (c *Config) Validate() error {
 	if c.Spool.RescanInterval < 10*time.Millisecond {
 		return fmt.Errorf("spool.rescan_interval: %s is below the 10ms minimum", c.Spool.RescanInterval)
 	}
+	if err := c.Model.Precision.Validate(); err != nil {
+		return fmt.Errorf("model.precision: %w", err)
+	}
 	if c.Valid.VocabSize < 0 {
 		return fmt.Errorf("validation.vocab_size: %d is negative", c.Valid.VocabSize)
+	}
+	if (c.StatusTLSCertFile == "") != (c.StatusTLSKeyFile == "") {
+		return errors.New("status_tls_cert_file and status_tls_key_file: give both or neither")
 	}
 	if c.DiskFullRetry <= 0 {
 		return fmt.Errorf("disk_full_retry: %s must be positive", c.DiskFullRetry)

@@ -59,7 +59,7 @@ func (d *daemon) openTraining() error {
 	cfgYAML, _ := d.cfg.YAML()
 	d.loop, err = train.Open(train.Options{
 		Config: d.cfg.Train, Credit: d.cfg.Credit, Backend: xla.ResolveBackend(d.opts.Backend, d.cfg.Backend),
-		ModelDir: modelDir, Tokenizer: d.tokenizer, CheckpointDir: d.cfg.CheckpointDir(), ResumeFrom: d.opts.ResumeFrom,
+		ModelDir: modelDir, Precision: d.cfg.Model.Precision, Tokenizer: d.tokenizer, CheckpointDir: d.cfg.CheckpointDir(), ResumeFrom: d.opts.ResumeFrom,
 		Version: d.opts.Version, ConfigYAML: cfgYAML,
 		Ledger: d.ledger, Retry: d.retryDiskFull, Pause: d.pauser,
 		Busy:            func() bool { return d.ingesting.Load() || d.q.busy() },

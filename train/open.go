@@ -78,7 +78,10 @@ func Open(o Options) (*Loop, error) {
 	if ckdir != "" && !o.Config.LoRA.Enabled() { // a LoRA run's root is merged: the base is the model dir
 		src = ckdir
 	}
-	m, err := xla.OpenModelWith(src, o.Tokenizer)
+	if err := o.Precision.CheckBackend(b); err != nil {
+		return nil, fmt.Errorf("model.%w", err)
+	}
+	m, err := xla.OpenModelAs(src, o.Tokenizer, o.Precision)
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", src, err)
 	}
@@ -116,7 +119,7 @@ func Open(o Options) (*Loop, error) {
 	o.Ledger.Restore(lp.tr.Trained())
 	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), lp.tr.TrainedTotal()
 	o.Log.Info().Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
-		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
+		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
 	return lp, nil
 }
 

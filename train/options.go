@@ -97,6 +97,7 @@ type Options struct {
 	Credit        credit.Config // credit:
 	Backend       string        // GoMLX backend spec, resolved (xla.ResolveBackend)
 	ModelDir      string        // the model directory: config and tokenizer files, initial weights
+	Precision     xla.Precision // model.precision: f32 ("") or bf16
 	Tokenizer     tokenizer.Tokenizer
 	CheckpointDir string
 	ResumeFrom    int64 // restore this step instead of the newest; < 0: the newest

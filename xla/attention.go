@@ -70,6 +70,11 @@ func projectQKV(ctx *context.Context, c Config, x, cos, sin *Node) (q, k, v *Nod
 	}
 	q = applyRoPE(q, cos, sin)
 	k = applyRoPE(k, cos, sin)
+	// The keys and values are rounded to the cache's dtype (the weights') here, so
+	// that every cache layout, and a pass without a cache, attends over the same
+	// values.
+	cdt := weight(ctx.In("k_proj"), x.Graph(), "weight").DType()
+	k, v = roundVia(k, cdt), roundVia(v, cdt)
 	return q, TransposeAllAxes(k, 1, 0, 2, 3), TransposeAllAxes(v, 1, 0, 2, 3)
 }
 

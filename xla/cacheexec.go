@@ -35,7 +35,7 @@ func newCacheExecs(backend backends.Backend, m *Model) (cacheExecs, error) {
 		capacity := lengthOf(size)
 		out := make([]*Node, 2*cfg.NumHiddenLayers)
 		for i := range out {
-			out[i] = Zeros(size.Graph(), shapes.Make(size.DType(), capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim))
+			out[i] = Zeros(size.Graph(), shapes.Make(m.cacheDType(), capacity, 1, cfg.NumKeyValueHeads, cfg.HeadDim))
 		}
 		return out
 	})

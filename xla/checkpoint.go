@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -72,7 +74,7 @@ func namedTensors(vars []*mlctx.Variable, prefix string, dtype safetensors.Dtype
 }
 
 func tensorNamed(name string, t *tensors.Tensor, dtype safetensors.Dtype) safetensors.NamedTensor {
-	return safetensors.NamedTensor{Name: name, Dtype: dtype, Shape: t.Shape().Dimensions, Values: tensors.MustCopyFlatData[float32](t)}
+	return safetensors.NamedTensor{Name: name, Dtype: dtype, Shape: t.Shape().Dimensions, Values: float32sOf(t)}
 }
 
 // Checkpoint returns the trainer's state after StepCount() steps as a
@@ -97,7 +99,9 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state checkpoint.TrainerS
 	params := tr.grad.params
 	var model []safetensors.NamedTensor
 	var err error
-	if tr.model.lora == nil { // a LoRA run's root is the merged policy (loraCheckpoint)
+	if tr.model.lora == nil && tr.masters != nil { // bf16: the policy is the masters, rounded to dtype
+		model = tr.masterTensors("", dtype)
+	} else if tr.model.lora == nil { // a LoRA run's root is the merged policy (loraCheckpoint)
 		if model, err = namedTensors(params, "", dtype); err != nil {
 			return nil, fmt.Errorf("checkpoint: model: %w", err)
 		}
@@ -107,7 +111,9 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state checkpoint.TrainerS
 		name := HFName(v.Scope(), v.Name())
 		opt = append(opt, tensorNamed(expAvgPrefix+name, tr.opt.m[i], safetensors.DtypeF32), tensorNamed(expAvgSqPrefix+name, tr.opt.v[i], safetensors.DtypeF32))
 	}
-	if dtype != safetensors.DtypeF32 && tr.model.lora == nil {
+	if dtype != safetensors.DtypeF32 && tr.masters != nil {
+		opt = append(opt, tr.masterTensors(masterPrefix, safetensors.DtypeF32)...)
+	} else if dtype != safetensors.DtypeF32 && tr.model.lora == nil {
 		master, err := namedTensors(params, masterPrefix, safetensors.DtypeF32)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: master weights: %w", err)
@@ -203,7 +209,7 @@ func (tr *Trainer) Restore(dir string) (*checkpoint.TrainerState, error) {
 			return nil, fmt.Errorf("tensor %s: %w", name, err)
 		}
 		t := tensors.FromFlatDataAndDimensions(vals, view.Shape...)
-		if !like.Shape().Equal(t.Shape()) {
+		if !slices.Equal(like.Shape().Dimensions, view.Shape) {
 			return nil, fmt.Errorf("tensor %s: shape %v, want %v", name, view.Shape, like.Shape().Dimensions)
 		}
 		return t, nil
@@ -213,6 +219,18 @@ func (tr *Trainer) Restore(dir string) (*checkpoint.TrainerState, error) {
 		hasMaster = hasMaster || strings.HasPrefix(n, masterPrefix)
 	}
 	params := tr.grad.params
+	// A bf16 policy's masters are master.* (a bf16 or f16 model file), else the F32
+	// model file itself.
+	masterFile := masterSource(of)
+	if tr.masters != nil && !hasMaster {
+		mf, err := safetensors.Open(filepath.Join(dir, safetensors.FileName))
+		if err != nil {
+			return fail("%v", err)
+		}
+		defer mf.Close()
+		masterFile = masterSource(mf)
+	}
+	var masters []*tensors.Tensor
 	ms, vs := make([]*tensors.Tensor, len(params)), make([]*tensors.Tensor, len(params))
 	for i, v := range params {
 		name := HFName(v.Scope(), v.Name())
@@ -223,7 +241,13 @@ func (tr *Trainer) Restore(dir string) (*checkpoint.TrainerState, error) {
 		if vs[i], err = load(of, expAvgSqPrefix+name, cur); err != nil {
 			return fail("%v", err)
 		}
-		if hasMaster {
+		if tr.masters != nil {
+			w, err := load(masterFile, masterFile.prefix+name, cur)
+			if err != nil {
+				return fail("%v", err)
+			}
+			masters = append(masters, w)
+		} else if hasMaster {
 			w, err := load(of, masterPrefix+name, cur)
 			if err != nil {
 				return fail("%v", err)
@@ -250,7 +274,7 @@ func (tr *Trainer) Restore(dir string) (*checkpoint.TrainerState, error) {
 				if err != nil {
 					return fail("teacher: %v", err)
 				}
-				if err := v.SetValue(w); err != nil {
+				if err := v.SetValue(inDType(w, v.Shape().DType)); err != nil {
 					return fail("teacher: %v", err)
 				}
 			}
@@ -272,6 +296,11 @@ func (tr *Trainer) Restore(dir string) (*checkpoint.TrainerState, error) {
 		}
 		if err := tr.pcg.UnmarshalBinary(raw); err != nil {
 			return fail("rng: %v", err)
+		}
+	}
+	if masters != nil {
+		if err := tr.masters.set(masters, params); err != nil {
+			return fail("%v", err)
 		}
 	}
 	for i := range params {

@@ -396,3 +396,61 @@ func cpuPluginB(b *testing.B) {
 		b.Skipf("XLA CPU plugin not available: %v", err)
 	}
 }
+
+// TestDataParallelBF16: bf16 weights on two devices. The same batches through a bf16
+// trainer on two devices and one on device 0 give the same loss and the same float32
+// masters within dpTolerance (the replicas are the bfloat16 variables as they are; the
+// gradients are summed in float32), and the model's bfloat16 weights differ by at
+// most one rounding of those masters.
+func TestDataParallelBF16(t *testing.T) {
+	b := newTwoDevices(t)
+	dir := tinyModelDir(t)
+	pool := dpPool(4, 40, 13)
+	opts := func(devices int) TrainerOptions {
+		return TrainerOptions{Budget: 64, Chunk: 64, Scorer: ScorerOptions{Chunk: 64}, Credit: credit.DefaultConfig(), Seed: 7,
+			Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1, WarmupSteps: 2},
+			Devices:   devices}
+	}
+	open := func() *Model {
+		m, err := OpenModelAs(dir, nil, PrecisionBF16)
+		require.NoError(t, err)
+		require.Equal(t, PrecisionBF16, m.Precision())
+		return m
+	}
+	one, err := NewTrainer(b, open(), opts(1))
+	require.NoError(t, err)
+	two, err := NewTrainer(b, open(), opts(2))
+	require.NoError(t, err)
+	require.Equal(t, 2, two.Devices())
+	masters := func(tr *Trainer) [][]float32 {
+		var out [][]float32
+		for _, v := range tr.updated() {
+			out = append(out, float32sOf(v))
+		}
+		return out
+	}
+	initial := masters(one)
+	for step, idx := range [][]int{{0, 1, 2, 3}, {3, 1}} {
+		var batch []credit.Rollout
+		for _, i := range idx {
+			batch = append(batch, pool[i])
+		}
+		m1, err := one.Step(t.Context(), batch)
+		require.NoError(t, err)
+		m2, err := two.Step(t.Context(), batch)
+		require.NoError(t, err)
+		require.True(t, m1.Updated && m2.Updated)
+		require.InDelta(t, m1.Loss, m2.Loss, 1e-5*math.Max(1, math.Abs(m1.Loss)), "step %d loss", step)
+		d := maxAbsDiff(masters(one), masters(two))
+		t.Logf("step %d: loss %.6g vs %.6g, max |Δ master| %.3g", step, m1.Loss, m2.Loss, d)
+		require.LessOrEqual(t, d, dpTolerance, "step %d: max |Δ master| between 2 devices and 1", step)
+		w1, w2 := weightsOf(one.model), weightsOf(two.model)
+		for i := range w1 {
+			for j := range w1[i] {
+				ulp := math.Max(math.Abs(float64(w1[i][j])), 1e-30) / 128 // bfloat16 keeps 8 significant bits
+				require.LessOrEqual(t, math.Abs(float64(w1[i][j]-w2[i][j])), ulp, "step %d: weight %d[%d]", step, i, j)
+			}
+		}
+	}
+	require.Greater(t, maxAbsDiff(initial, masters(two)), 1e-3, "the steps moved the masters")
+}

@@ -6,15 +6,18 @@ import (
 	"math"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
-// zeroGrads returns zero accumulators, one per parameter.
+// zeroGrads returns zero accumulators, one per parameter, float32 whatever the
+// parameter's dtype.
 func (p *gradPass) zeroGrads() []*tensors.Tensor {
 	out := make([]*tensors.Tensor, len(p.params))
 	for i, v := range p.params {
-		out[i] = tensors.FromShape(v.Shape())
+		out[i] = tensors.FromShape(shapes.Make(dtypes.Float32, v.Shape().Dimensions...))
 	}
 	return out
 }

@@ -64,13 +64,13 @@ type contiguousLayer struct {
 func (l contiguousLayer) attend(q5, k, v, start *Node) *Node {
 	kc, vc := l.c.in.K[l.i], l.c.in.V[l.i]
 	if start.Rank() == 1 {
-		kc, vc = writeRows(kc, k, start), writeRows(vc, v, start)
+		kc, vc = writeRows(kc, like(k, kc), start), writeRows(vc, like(v, vc), start)
 	} else {
-		kc, vc = writeCache(kc, k, start), writeCache(vc, v, start)
+		kc, vc = writeCache(kc, like(k, kc), start), writeCache(vc, like(v, vc), start)
 	}
 	l.c.out.K[l.i], l.c.out.V[l.i] = kc, vc
 	kPos := Iota(kc.Graph(), shapes.Make(dtypes.Int32, kc.Shape().Dimensions[0]), 0)
-	return attendMasked(q5, kc, vc, queryPositions(start, q5.Shape().Dimensions[1]), kPos)
+	return attendMasked(q5, like(kc, q5), like(vc, q5), queryPositions(start, q5.Shape().Dimensions[1]), kPos)
 }
 
 // writeCache returns cache with update written at positions start…start+seq-1:
@@ -156,9 +156,13 @@ type pagedLayer struct {
 
 func (l pagedLayer) attend(q5, k, v, start *Node) *Node {
 	p := l.p
-	o := attendPaged(q5, k, v, p.pastK[l.i], p.pastV[l.i], p.perBlock, start)
-	p.written.K[l.i] = writePages(p.head.K[l.i], k, p.offset)
-	p.written.V[l.i] = writePages(p.head.V[l.i], v, p.offset)
+	pastK, pastV := make([]*Node, len(p.pastK[l.i])), make([]*Node, len(p.pastV[l.i]))
+	for j := range pastK {
+		pastK[j], pastV[j] = like(p.pastK[l.i][j], q5), like(p.pastV[l.i][j], q5)
+	}
+	o := attendPaged(q5, k, v, pastK, pastV, p.perBlock, start)
+	p.written.K[l.i] = writePages(p.head.K[l.i], like(k, p.head.K[l.i]), p.offset)
+	p.written.V[l.i] = writePages(p.head.V[l.i], like(v, p.head.V[l.i]), p.offset)
 	return o
 }
 

@@ -208,7 +208,8 @@ func LoadAdapter(m *Model, dir string) error {
 func mergedTensors(backend backends.Backend, m *Model, dtype safetensors.Dtype) ([]safetensors.NamedTensor, error) {
 	scale := float32(m.lora.Scale())
 	merge, err := NewExec(backend, func(w, a, b *Node) *Node {
-		return Add(w, MulScalar(dot(b, []int{1}, nil, a, []int{0}, nil), float64(scale)))
+		// A bfloat16 base is widened: the merge is float32, rounded once when written.
+		return Add(ConvertDType(w, a.DType()), MulScalar(dot(b, []int{1}, nil, a, []int{0}, nil), float64(scale)))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("merge adapters: %w", err)

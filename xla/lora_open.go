@@ -48,6 +48,11 @@ func AdapterBase(dir, base string) (string, error) {
 // trained, at the base's cost plus 2·r·(in + out) flops per adapted projection and
 // token.
 func OpenAdapter(dir, base string) (*Model, *data.ModelDir, error) {
+	return openAdapterAs(dir, base, PrecisionF32)
+}
+
+// openAdapterAs is OpenAdapter with the base in precision p.
+func openAdapterAs(dir, base string, p Precision) (*Model, *data.ModelDir, error) {
 	cfg, err := ReadAdapterConfig(dir)
 	if err != nil {
 		return nil, nil, err
@@ -59,7 +64,7 @@ func OpenAdapter(dir, base string) (*Model, *data.ModelDir, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open adapter %s: base: %w", dir, err)
 	}
-	m, err := LoadModel(md.Config, md.Weights)
+	m, err := LoadModelAs(md.Config, md.Weights, p)
 	if err != nil {
 		md.Close()
 		return nil, nil, fmt.Errorf("open adapter %s: base %s: %w", dir, base, err)
@@ -77,8 +82,8 @@ func OpenAdapter(dir, base string) (*Model, *data.ModelDir, error) {
 }
 
 // openAdapterPolicy is OpenPolicy of an adapter directory.
-func openAdapterPolicy(dir string) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
-	m, md, err := OpenAdapter(dir, "")
+func openAdapterPolicy(dir string, p Precision) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
+	m, md, err := openAdapterAs(dir, "", p)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -19,24 +19,29 @@ import (
 // TestLoRAExactResume: 2N LoRA steps straight give bit for bit the adapters,
 // moments, EMA teacher, baselines and RNG of N steps, a checkpoint, a fresh
 // process's restore (base from the model directory, adapters from adapter/) and N
-// more steps, for a float32 and a bfloat16 base; the checkpoint's root is the
-// merged policy in the model's dtype.
+// more steps, for a float32 and a bfloat16 base, and for a bfloat16 base kept in
+// bfloat16 on the device (precision bf16; the adapters float32); the checkpoint's
+// root is the merged policy in the model's dtype.
 func TestLoRAExactResume(t *testing.T) {
 	backend := newTestBackend(t)
 	const N = 2
-	for _, dtype := range []string{"float32", "bfloat16"} {
-		t.Run(dtype, func(t *testing.T) {
+	for _, variant := range []string{"float32", "bfloat16", "bfloat16-bf16"} {
+		dtype, bf16 := strings.CutSuffix(variant, "-bf16")
+		prec := map[bool]Precision{false: PrecisionF32, true: PrecisionBF16}[bf16]
+		t.Run(variant, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "model")
 			_, err := dataInitModel(dir, dtype)
 			require.NoError(t, err)
 			pool := rolloutPool(6, 13)
 			open := func() *Model {
-				m, err := OpenModel(dir)
+				m, err := OpenModelAs(dir, nil, prec)
 				require.NoError(t, err)
 				return m
 			}
 			straight, err := NewTrainer(backend, open(), loraOptions(open()))
 			require.NoError(t, err)
+			require.Nil(t, straight.masters, "LoRA's adapters are float32: no masters")
+			require.Equal(t, prec.DType(), straight.model.ctx.GetVariableByScopeAndName("/model/layers/0/mlp/up_proj", "weight").Shape().DType, "the frozen base in the model's precision")
 			trainSteps(t, straight, pool, 2*N)
 
 			first, err := NewTrainer(backend, open(), loraOptions(open()))
@@ -87,7 +92,11 @@ func TestLoRAExactResume(t *testing.T) {
 
 			// A full-training trainer refuses the LoRA checkpoint, and a LoRA trainer
 			// of another rank refuses it, each saying why.
-			full, err := NewTrainer(backend, open(), resumeOptions(open()))
+			fullOpts := resumeOptions(open())
+			if bf16 {
+				fullOpts = bf16Options(open())
+			}
+			full, err := NewTrainer(backend, open(), fullOpts)
 			require.NoError(t, err)
 			_, err = full.Restore(latest)
 			require.ErrorContains(t, err, "written by LoRA training")

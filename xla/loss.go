@@ -180,7 +180,8 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 			out = append(out, div)
 		}
 		for _, a := range acc {
-			out = append(out, Add(a, grads.next()))
+			// A bfloat16 weight's gradient is summed in float32 (zeroGrads).
+			out = append(out, Add(a, like(grads.next(), a)))
 		}
 		if mode == BackpropExact {
 			gkv := takeKV(grads, nl)

@@ -21,27 +21,27 @@ func weight(ctx *context.Context, g *Graph, name string) *Node {
 }
 
 // linear is x·Wᵀ (+ b) with W [out, in] as transformers stores it, so no weight is
-// transposed.
+// transposed; under PrecisionBF16 the product takes bfloat16 operands (matmul).
 //
 //	x: [batch, seq, in] → [batch, seq, out]
 func linear(ctx *context.Context, x *Node, bias bool) *Node {
 	g := x.Graph()
-	y := dot(x, []int{2}, nil, weight(ctx, g, "weight"), []int{1}, nil)
+	y := matmul(x, weight(ctx, g, "weight"))
 	if bias {
-		y = Add(y, lastAxis(weight(ctx, g, "bias"), y.Rank()))
+		y = Add(y, lastAxis(like(weight(ctx, g, "bias"), y), y.Rank()))
 	}
 	return loraAdd(ctx, x, y)
 }
 
 // rmsNorm is x / sqrt(mean(x², last axis) + eps) · w, in float32 as transformers'
-// LlamaRMSNorm.
+// LlamaRMSNorm (a bfloat16 w is widened).
 //
 //	x: [..., dim] → [..., dim]
 func rmsNorm(ctx *context.Context, x *Node, eps float64) *Node {
 	last := x.Rank() - 1
 	ms := ReduceAndKeep(Square(x), ReduceMean, last)
 	// Div by Sqrt rather than Rsqrt: v0.26.0 has no gradient for Rsqrt.
-	return Mul(Div(x, Sqrt(AddScalar(ms, eps))), lastAxis(weight(ctx, x.Graph(), "weight"), x.Rank()))
+	return Mul(Div(x, Sqrt(AddScalar(ms, eps))), lastAxis(like(weight(ctx, x.Graph(), "weight"), x), x.Rank()))
 }
 
 // lastAxis reshapes a vector w [n] to rank dims [1, …, 1, n], to broadcast along
@@ -76,7 +76,9 @@ func decoder(ctx *context.Context, c Config, tokens, start *Node, cache graphCac
 	b, t := dims[0], dims[1]
 	mctx := ctx.InAbsPath("/model")
 	emb := weight(mctx.In("embed_tokens"), g, "weight") // [vocab, hidden]
-	x := Gather(emb, Reshape(tokens, b, t, 1))          // [batch, seq, hidden]
+	// [batch, seq, hidden], float32 whatever the weights' precision: the residual
+	// stream stays float32.
+	x := ConvertDType(Gather(emb, Reshape(tokens, b, t, 1)), dtypes.Float32)
 	cos, sin := ropeTables(c, start, t)
 	for i := range c.NumHiddenLayers {
 		lctx := mctx.In("layers").In(strconv.Itoa(i))
@@ -135,5 +137,5 @@ func headLogits(ctx *context.Context, c Config, hidden *Node) *Node {
 		head = "/model/embed_tokens"
 	}
 	w := weight(ctx.InAbsPath(head), hidden.Graph(), "weight") // [vocab, hidden]
-	return dot(hidden, []int{2}, nil, w, []int{1}, nil)
+	return matmul(hidden, w)                                   // float32 logits
 }

@@ -1,7 +1,8 @@
 package xla
 
-// StateBytes is the memory a Trainer holds between steps, by part, in bytes (all
-// float32): what LoRA shrinks. Activations and the KV cache come on top during a
+// StateBytes is the memory a Trainer holds between steps, by part, in bytes: what
+// LoRA shrinks. Weights are in the model's precision; the rest is float32, and
+// under bf16 Optimizer includes the float32 master weights. Activations and the KV cache come on top during a
 // step (bench/gpubench's memory model).
 type StateBytes struct {
 	Weights   int64 // every weight of the policy, adapters included
@@ -17,16 +18,22 @@ func (s StateBytes) Total() int64 { return s.Weights + s.Grads + s.Optimizer + s
 // StateBytes returns the trainer's state sizes.
 func (tr *Trainer) StateBytes() StateBytes {
 	const f32 = 4
-	var trained int64
+	var trained, weights int64
 	for _, v := range tr.grad.params {
 		trained += int64(v.Shape().Size())
 	}
-	s := StateBytes{Weights: f32 * int64(tr.model.NumParameters()), Trainable: f32 * trained,
-		Grads: f32 * trained, Optimizer: 2 * f32 * trained}
+	for v := range tr.model.ctx.IterVariables() {
+		weights += int64(v.Shape().Memory())
+	}
+	// Under bf16 the masters are float32 beside the bfloat16 weights.
+	s := StateBytes{Weights: weights, Trainable: f32 * trained, Grads: f32 * trained, Optimizer: 2 * f32 * trained}
+	if tr.masters != nil {
+		s.Optimizer += f32 * trained
+	}
 	if tr.teacher != nil {
 		for _, v := range trainables(tr.teacher.model) {
 			if tr.teacher.cfg.Mode != TeacherBase {
-				s.Teacher += f32 * int64(v.Shape().Size())
+				s.Teacher += int64(v.Shape().Memory())
 			}
 		}
 	}

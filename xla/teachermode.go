@@ -78,6 +78,12 @@ func newTeacher(backend backends.Backend, cfg TeacherConfig, student *Model, opt
 	if cfg.Mode == TeacherBase && student.lora == nil {
 		return nil, errors.New("teacher: mode base is the base model with the LoRA adapters off, and there are none: set train.lora (rank > 0) or use live, frozen or ema")
 	}
+	if cfg.Mode == TeacherEMA && student.lora == nil && student.Precision() == PrecisionBF16 {
+		// An EMA step (rate ~0.01) moves a weight by less than bfloat16's resolution
+		// (2⁻⁸ relative), so a bfloat16 EMA copy would hardly move; it would need its
+		// own float32 copy, which is not built.
+		return nil, errors.New("teacher: mode ema of a full bf16 policy is not supported (a bfloat16 EMA copy loses the updates); use frozen or live, precision f32, or LoRA")
+	}
 	var m *Model
 	var err error
 	switch {
@@ -156,9 +162,14 @@ func variables(m *Model) []*mlctx.Variable {
 	return out
 }
 
-// hostCopy copies a float32 tensor through the host, so the copy shares no buffer.
+// hostCopy copies a tensor (float32 or bfloat16) through the host, so the copy
+// shares no buffer.
 func hostCopy(t *tensors.Tensor) *tensors.Tensor {
-	return tensors.FromFlatDataAndDimensions(tensors.MustCopyFlatData[float32](t), t.Shape().Dimensions...)
+	c, err := t.LocalClone()
+	if err != nil {
+		panic(fmt.Errorf("xla: copy %s tensor: %w", t.Shape(), err))
+	}
+	return c
 }
 
 // cloneModel returns a model with the same config and a copy of m's weights.
@@ -171,7 +182,7 @@ func cloneModel(m *Model) (*Model, error) {
 		}
 		ctx.InAbsPath(v.Scope()).VariableWithValue(v.Name(), hostCopy(t))
 	}
-	return &Model{Config: m.Config, ctx: ctx}, nil
+	return &Model{Config: m.Config, precision: m.precision, ctx: ctx}, nil
 }
 
 // copyWeights sets dst's trained weights (trainables: the adapters of a LoRA

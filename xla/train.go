@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/hindsight-ai/hindsight/credit"
 )
@@ -112,8 +111,9 @@ type Trainer struct {
 	scorer    *Scorer
 	grad      *gradPass
 	opt       *adamW
-	teacher   *teacher // nil for the live teacher
-	ref       *Scorer  // nil without KL
+	masters   *masterWeights // float32 masters of a bf16 policy's trained weights; nil in f32
+	teacher   *teacher       // nil for the live teacher
+	ref       *Scorer        // nil without KL
 	baselines *credit.Baselines
 	pcg       *rand.PCG
 	rng       *rand.Rand
@@ -185,11 +185,10 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	if err := tr.grad.withDistill(opts.Credit.Distill); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
-	params := make([]*tensors.Tensor, len(tr.grad.params))
-	for i, v := range tr.grad.params {
-		params[i] = v.MustValue()
+	if tr.masters, err = newMasters(backend, m, tr.grad.params); err != nil {
+		return nil, fmt.Errorf("new trainer: %w", err)
 	}
-	if tr.opt, err = newAdamW(backend, opts.Optimizer, params); err != nil {
+	if tr.opt, err = newAdamW(backend, opts.Optimizer, tr.updated()); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
 	if tr.teacher, err = newTeacher(backend, opts.Teacher, m, opts.Scorer); err != nil {

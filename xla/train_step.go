@@ -185,18 +185,12 @@ func (tr *Trainer) accumulate(ctx context.Context, batch []credit.Rollout, rs []
 
 // update applies AdamW with the accumulated gradient and moves the teacher.
 func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
-	params := make([]*tensors.Tensor, len(tr.grad.params))
-	for i, v := range tr.grad.params {
-		params[i] = v.MustValue()
-	}
-	newP, norm, lr, err := tr.opt.apply(params, acc)
+	newP, norm, lr, err := tr.opt.apply(tr.updated(), acc)
 	if err != nil {
 		return err
 	}
-	for i, v := range tr.grad.params {
-		if err := v.SetValue(newP[i]); err != nil {
-			return fmt.Errorf("set %s: %w", v.ScopeAndName(), err)
-		}
+	if err := tr.setUpdated(newP); err != nil {
+		return err
 	}
 	met.Updated, met.LR, met.GradNorm = true, lr, norm
 	return tr.teacher.update(tr.model, tr.opt.step)

@@ -259,7 +259,7 @@ func TestHintRaisesOrLowersSegment(t *testing.T) {
 func weightsOf(m *Model) [][]float32 {
 	var out [][]float32
 	for _, v := range variables(m) {
-		out = append(out, tensors.MustCopyFlatData[float32](v.MustValue()))
+		out = append(out, float32sOf(v.MustValue()))
 	}
 	return out
 }

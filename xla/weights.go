@@ -10,7 +10,6 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
@@ -25,14 +24,16 @@ type Weights interface {
 }
 
 // Model is a loaded Llama-family decoder: its Config and its weights, held as
-// float32 variables of a GoMLX context whose scopes are the checkpoint's tensor
-// names (HFScope). BF16 and F16 checkpoints are widened to float32 at load, so the
-// variables are the float32 master copy training will update.
+// variables of a GoMLX context whose scopes are the checkpoint's tensor names
+// (HFScope), in its Precision's dtype: float32 by default (BF16 and F16
+// checkpoints widened at load, so the variables are the float32 weights training
+// updates), or bfloat16 (LoadModelAs; a BF16 checkpoint kept as it is).
 type Model struct {
-	Config  Config
-	ctx     *context.Context
-	lora    *LoRAConfig // adapters in ctx (lora.go); nil: every weight trains
-	placeMu sync.Mutex  // serialises place
+	Config    Config
+	precision Precision // "": f32
+	ctx       *context.Context
+	lora      *LoRAConfig // adapters in ctx (lora.go); nil: every weight trains
+	placeMu   sync.Mutex  // serialises place
 	// replicas are the weights' copies on devices other than 0 (devices.go).
 	replicas replicas
 }
@@ -45,27 +46,38 @@ func OpenModel(dir string) (*Model, error) { return OpenModelWith(dir, nil) }
 // tokenizer.json is checked against tok's fingerprint, not parsed again
 // (data.OpenModelDirWith). A nil tok parses it.
 func OpenModelWith(dir string, tok tokenizer.Tokenizer) (*Model, error) {
+	return OpenModelAs(dir, tok, PrecisionF32)
+}
+
+// OpenModelAs is OpenModelWith with the weights in precision p.
+func OpenModelAs(dir string, tok tokenizer.Tokenizer, p Precision) (*Model, error) {
 	md, err := data.OpenModelDirWith(dir, tok)
 	if err != nil {
 		return nil, err
 	}
 	defer md.Close()
-	return LoadModel(md.Config, md.Weights)
+	return LoadModelAs(md.Config, md.Weights, p)
 }
 
 // OpenPolicy loads the model directory dir once and returns its model, tokenizer
 // and config (for callers that sample or tokenize as well as score). dir may also be
 // a PEFT adapter directory (IsAdapterDir): its base with the adapters on top.
 func OpenPolicy(dir string) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
+	return OpenPolicyAs(dir, PrecisionF32)
+}
+
+// OpenPolicyAs is OpenPolicy with the weights in precision p (an adapter's base
+// in p, its adapters float32).
+func OpenPolicyAs(dir string, p Precision) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
 	if IsAdapterDir(dir) {
-		return openAdapterPolicy(dir)
+		return openAdapterPolicy(dir, p)
 	}
 	md, err := data.OpenModelDir(dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	defer md.Close()
-	m, err := LoadModel(md.Config, md.Weights)
+	m, err := LoadModelAs(md.Config, md.Weights, p)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -77,6 +89,14 @@ func OpenPolicy(dir string) (*Model, tokenizer.Tokenizer, *data.ModelConfig, err
 // naming it (every problem, not just the first). The weights are copied, so w may
 // be closed afterwards.
 func LoadModel(mc *data.ModelConfig, w Weights) (*Model, error) {
+	return LoadModelAs(mc, w, PrecisionF32)
+}
+
+// LoadModelAs is LoadModel with the weights in precision p (Precision).
+func LoadModelAs(mc *data.ModelConfig, w Weights, p Precision) (*Model, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("load model: precision: %w", err)
+	}
 	cfg, err := NewConfig(mc)
 	if err != nil {
 		return nil, fmt.Errorf("load model: %w", err)
@@ -96,14 +116,12 @@ func LoadModel(mc *data.ModelConfig, w Weights) (*Model, error) {
 			problems = append(problems, fmt.Errorf("tensor %s: shape %v, want %v", spec.Name, v.Shape, spec.Shape))
 			continue
 		}
-		vals, err := v.Float32s()
+		t, err := weightTensor(v, p.DType())
 		if err != nil {
 			problems = append(problems, fmt.Errorf("tensor %s: %w", spec.Name, err))
 			continue
 		}
 		scope, name := HFScope(spec.Name)
-		// FromFlatDataAndDimensions copies, so a memory-mapped F32 view is not retained.
-		t := tensors.FromFlatDataAndDimensions(vals, spec.Shape...)
 		ctx.InAbsPath(scope).VariableWithValue(name, t)
 	}
 	for _, name := range w.Names() {
@@ -118,7 +136,7 @@ func LoadModel(mc *data.ModelConfig, w Weights) (*Model, error) {
 	if err := errors.Join(problems...); err != nil {
 		return nil, fmt.Errorf("load model: %w", err)
 	}
-	return &Model{Config: cfg, ctx: ctx}, nil
+	return &Model{Config: cfg, precision: p, ctx: ctx}, nil
 }
 
 // HFScope maps a Hugging Face tensor name to the context scope and variable name

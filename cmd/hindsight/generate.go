@@ -53,6 +53,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	stop := fs.String("stop", "", "comma-separated stop token `ids`, or none (default: the model's eos_token_id)")
 	bos := fs.Bool("bos", true, "prepend the model's bos_token_id (if it has one) to text prompts")
 	asJSON := fs.Bool("json", false, "print one JSON object per sample")
+	precision := fs.String("precision", "f32", "compute precision: f32, or bf16 (bfloat16 weights and KV cache; an XLA backend)")
 	backendSpec := fs.String("backend", "", "GoMLX backend: go[:opts], xla:<absolute plugin path>, xla-cpu (default $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: hindsight generate -model DIR (-prompt TEXT | -in FILE) [-n N] [-max-new N] [-temperature T]\n"+
@@ -75,7 +76,14 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return fail(err)
 	}
-	model, tok, mc, err := xla.OpenPolicy(*modelDir)
+	prec := xla.Precision(*precision)
+	if err := prec.Validate(); err != nil {
+		return fail(fmt.Errorf("-precision: %w", err))
+	}
+	if err := prec.CheckBackend(backend); err != nil {
+		return fail(err)
+	}
+	model, tok, mc, err := xla.OpenPolicyAs(*modelDir, prec)
 	if err != nil {
 		return fail(err)
 	}

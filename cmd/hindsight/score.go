@@ -33,9 +33,10 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	in := fs.String("in", "", "rollout `file` (Arrow IPC)")
 	out := fs.String("out", "", "scores `file` to write (Arrow IPC: rollout_id, student_logprobs)")
 	chunk := fs.Int("chunk", xla.DefaultChunk, "positions per forward step; peak memory is the KV cache plus chunk × vocab floats")
+	precision := fs.String("precision", "f32", "compute precision: f32, or bf16 (bfloat16 weights and KV cache; an XLA backend)")
 	backendSpec := fs.String("backend", "", "GoMLX backend: go[:opts], xla:<absolute plugin path>, xla-cpu (default $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hindsight score -model DIR -in ROLLOUTS.arrow -out SCORES.arrow [-chunk N] [-backend SPEC]\n\n"+
+		fmt.Fprintf(stderr, "usage: hindsight score -model DIR -in ROLLOUTS.arrow -out SCORES.arrow [-chunk N] [-precision f32|bf16] [-backend SPEC]\n\n"+
 			"Scores every rollout under the model: student_logprobs[t] = log p(y_t | y_<t), null at t = 0.\n"+
 			"A rollout that is invalid or longer than the model's context is reported and skipped (exit 1).\n\n")
 		fs.PrintDefaults()
@@ -55,7 +56,14 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail(err)
 	}
-	model, tok, _, err := xla.OpenPolicy(*modelDir)
+	prec := xla.Precision(*precision)
+	if err := prec.Validate(); err != nil {
+		return fail(fmt.Errorf("-precision: %w", err))
+	}
+	if err := prec.CheckBackend(backend); err != nil {
+		return fail(err)
+	}
+	model, tok, _, err := xla.OpenPolicyAs(*modelDir, prec)
 	if err != nil {
 		return fail(err)
 	}
