@@ -39,7 +39,7 @@ type Options struct {
 	Backend string
 	// Precision is the policy's compute precision (xla.Precision; "" is f32).
 	Precision xla.Precision
-	Log     zerolog.Logger
+	Log       zerolog.Logger
 }
 
 // Gateway serves chat completions and records the conversations.

