@@ -71,4 +71,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	require.Contains(t, loss[:strings.Index(loss, "</svg>")], "distillation term 0.5", "the loss chart has the two terms")
 	require.Contains(t, dom, `href="/viewer/`+name+`"`)
 	require.Contains(t, dom, "smoke")
+	require.Contains(t, dom, "<td>127.0.0.1:7078</td><td>hindsight</td><td>3</td><td>41</td><td>2</td><td>39</td><td>5</td><td>11</td><td>6</td><td>1</td><td>0</td>",
+		"the gateway's counters")
+	require.Regexp(t, `<td>sglang</td><td>http://127.0.0.1:30000</td><td>step 3 at [^<]+</td><td>2</td><td></td><td></td>`, dom)
+	require.Contains(t, dom, "<td>vllm_lora</td><td>http://127.0.0.1:8000</td><td>none yet</td><td>4</td><td></td><td>503 Service Unavailable</td>")
 }

@@ -47,9 +47,18 @@ type Config struct {
 	// conversations as rollouts (docs/gateway.md); off by default.
 	Gateway gateway.Config `yaml:"gateway"`
 	// ControlKeysFile lists the SHA-256 hashes of the API keys ControlService
-	// (pause, resume) needs, as gateway.keys_file does; empty: none. Status,
-	// health and metrics stay open.
+	// (pause, resume) needs, as gateway.keys_file does; empty: none (then the
+	// status keys, if any).
 	ControlKeysFile string `yaml:"control_keys_file"`
+	// StatusKeysFile lists the API keys' hashes (as control_keys_file) that
+	// everything else on listen needs: status, metrics, the pages, reflection, and
+	// ControlService too when control_keys_file is empty. /healthz and gRPC health
+	// stay open for probes. Empty: all open.
+	StatusKeysFile string `yaml:"status_keys_file"`
+	// StatusTLSCertFile and StatusTLSKeyFile (PEM) serve listen over TLS (≥ 1.2,
+	// HTTP/2 by ALPN); both or neither.
+	StatusTLSCertFile string `yaml:"status_tls_cert_file"`
+	StatusTLSKeyFile  string `yaml:"status_tls_key_file"`
 	// EngineHooks tell serving engines (SGLang, vLLM LoRA) about each new
 	// checkpoint (docs/gateway.md "Engine hooks").
 	EngineHooks []gateway.HookConfig `yaml:"engine_hooks"`
@@ -194,6 +203,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Valid.VocabSize < 0 {
 		return fmt.Errorf("validation.vocab_size: %d is negative", c.Valid.VocabSize)
+	}
+	if (c.StatusTLSCertFile == "") != (c.StatusTLSKeyFile == "") {
+		return errors.New("status_tls_cert_file and status_tls_key_file: give both or neither")
 	}
 	if c.DiskFullRetry <= 0 {
 		return fmt.Errorf("disk_full_retry: %s must be positive", c.DiskFullRetry)

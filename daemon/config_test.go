@@ -52,6 +52,9 @@ func TestParseConfig(t *testing.T) {
 			require.Equal(t, 20, c.Credit.Distill.TopK)
 		}},
 		{name: "negative batch rollouts", yaml: "train:\n  max_batch_rollouts: -1\n", err: "train.max_batch_rollouts: -1"},
+		{name: "status tls half", yaml: "status_tls_cert_file: /c.pem\n", err: "status_tls_cert_file and status_tls_key_file: give both or neither"},
+		{name: "gateway upstream without model", yaml: "gateway:\n  enabled: true\n  upstream: http://127.0.0.1:8000/v1\n", err: "gateway.upstream_model: empty"},
+		{name: "gateway upstream not a URL", yaml: "gateway:\n  enabled: true\n  upstream: 127.0.0.1:8000\n  upstream_model: m\n", err: "gateway.upstream \"127.0.0.1:8000\""},
 		{name: "negative batch tokens", yaml: "train:\n  max_batch_tokens: -5\n", err: "train.max_batch_tokens: -5"},
 	}
 	for _, tt := range tests {

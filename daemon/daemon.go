@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -73,6 +74,12 @@ type Events interface {
 // else reads published snapshots.
 type daemon struct {
 	gateway *gateway.Gateway // nil unless gateway.enabled
+	// late holds feedback on gateway sessions already written, which feed joins
+	// to their rollouts (the gateway adds to it).
+	late *gateway.LateFeedback
+	// hooks tell serving engines about new checkpoints (nil without engine_hooks
+	// or training).
+	hooks   *gateway.Hooks
 	cfg     Config
 	opts    Options
 	log     zerolog.Logger
@@ -171,6 +178,9 @@ func (d *daemon) open() (close func(), err error) {
 		}
 	})
 	d.logCompaction()
+	if d.late, err = gateway.OpenLateFeedback(filepath.Join(d.cfg.DataDir, "state", "feedback")); err != nil {
+		return close, err
+	}
 
 	d.reg = prometheus.NewRegistry()
 	d.stats = newStats(d.opts.Version, d.cfg.DataDir, d.storage, d.started, d.spool, d.pauser.proto)

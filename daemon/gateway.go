@@ -3,6 +3,9 @@ package daemon
 import (
 	"path/filepath"
 
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -23,6 +26,7 @@ func (d *daemon) openGateway() error {
 		JournalDir:  filepath.Join(d.cfg.DataDir, "state", "gateway"),
 		Incoming:    filepath.Join(d.cfg.SpoolDir(), "incoming"),
 		Backend:     xla.ResolveBackend(d.opts.Backend, d.cfg.Backend),
+		Late:        d.late,
 		Log:         d.opts.Log,
 	})
 	if err != nil {
@@ -33,4 +37,32 @@ func (d *daemon) openGateway() error {
 	}
 	d.gateway = g
 	return nil
+}
+
+// gatewayStats returns the gateway's counters (nil without the gateway) and the
+// engine hooks' states, for status.
+func (d *daemon) gatewayStats() (*hindsightv1.GatewayStats, []*hindsightv1.EngineHookState) {
+	var gs *hindsightv1.GatewayStats
+	if d.gateway != nil {
+		st := d.gateway.Stats()
+		gs = &hindsightv1.GatewayStats{ListenAddr: st.Listen, Model: st.Model, PolicyStep: st.PolicyStep,
+			Requests: st.Requests, Errors: st.Errors, Turns: st.Turns, OpenSessions: st.OpenSessions,
+			RolloutsRecorded: st.RolloutsRecorded, FeedbackJoined: st.Feedback.Joined, FeedbackLate: st.Feedback.Late,
+			FeedbackPending: st.Feedback.Pending}
+	}
+	var hs []*hindsightv1.EngineHookState
+	if d.hooks != nil {
+		for _, h := range d.hooks.States() {
+			p := &hindsightv1.EngineHookState{Kind: h.Kind, Url: h.URL, LastCheckpoint: h.LastCheckpoint, LastStep: h.LastStep,
+				Attempts: int64(h.Attempts), LastError: h.LastError, Pushing: h.Pushing}
+			if !h.LastPushedAt.IsZero() {
+				p.LastPushedAt = timestamppb.New(h.LastPushedAt)
+			}
+			if !h.LastErrorAt.IsZero() {
+				p.LastErrorAt = timestamppb.New(h.LastErrorAt)
+			}
+			hs = append(hs, p)
+		}
+	}
+	return gs, hs
 }

@@ -86,6 +86,7 @@ func newMetrics(reg *prometheus.Registry, s *stats, version string) *metrics {
 		trainGauge("hindsight_queue_rollouts", "Rollouts with the teacher or waiting for the device.", func(st *hindsightv1.Status) float64 { return float64(st.GetQueues().GetRollouts()) }),
 		evalCollector{s},
 		termCollector{s},
+		gatewayCollector{s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -131,6 +132,58 @@ func (c termCollector) Collect(ch chan<- prometheus.Metric) {
 	if t.GradNormOut != nil {
 		ch <- prometheus.MustNewConstMetric(termGradNormDesc, g, t.GetGradNormOut(), "out")
 		ch <- prometheus.MustNewConstMetric(termGradNormDesc, g, t.GetGradNormDistill(), "distill")
+	}
+}
+
+// gatewayCollector serves the gateway's counters and the engine hooks' states from
+// the published status; nothing without a gateway or hooks.
+type gatewayCollector struct{ s *stats }
+
+var (
+	gwRequestsDesc = prometheus.NewDesc("hindsight_gateway_requests_total", "HTTP requests the gateway answered (this process).", nil, nil)
+	gwErrorsDesc   = prometheus.NewDesc("hindsight_gateway_errors_total",
+		"Gateway requests answered with an error: status ≥ 400, or a stream ended by an error event (this process).", nil, nil)
+	gwTurnsDesc    = prometheus.NewDesc("hindsight_gateway_turns_total", "Chat turns the gateway answered (this process).", nil, nil)
+	gwRecordedDesc = prometheus.NewDesc("hindsight_gateway_rollouts_recorded_total", "Sessions the gateway wrote to the spool as rollouts (this process).", nil, nil)
+	gwOpenDesc     = prometheus.NewDesc("hindsight_gateway_open_sessions", "Gateway sessions open now.", nil, nil)
+	gwStepDesc     = prometheus.NewDesc("hindsight_gateway_policy_step", "Step of the checkpoint the gateway serves (0: the initial model).", nil, nil)
+	gwFeedbackDesc = prometheus.NewDesc("hindsight_gateway_feedback_records",
+		"Follow-up records of feedback on written sessions, by state: joined (trained with the rollout), late (after it was taken; never trained), pending.",
+		[]string{"state"}, nil)
+	hookAttemptsDesc = prometheus.NewDesc("hindsight_engine_hook_attempts", "Calls an engine hook made for the newest checkpoint.", []string{"kind", "url"}, nil)
+	hookStepDesc     = prometheus.NewDesc("hindsight_engine_hook_last_step", "Step of the last checkpoint the engine accepted (0: none).", []string{"kind", "url"}, nil)
+	hookFailingDesc  = prometheus.NewDesc("hindsight_engine_hook_failing", "1 while the engine hook's last call failed.", []string{"kind", "url"}, nil)
+)
+
+func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{gwRequestsDesc, gwErrorsDesc, gwTurnsDesc, gwRecordedDesc, gwOpenDesc, gwStepDesc, gwFeedbackDesc,
+		hookAttemptsDesc, hookStepDesc, hookFailingDesc} {
+		ch <- d
+	}
+}
+
+func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.snapshot()
+	if g := st.GetGateway(); g != nil {
+		ctr, gauge := prometheus.CounterValue, prometheus.GaugeValue
+		ch <- prometheus.MustNewConstMetric(gwRequestsDesc, ctr, float64(g.GetRequests()))
+		ch <- prometheus.MustNewConstMetric(gwErrorsDesc, ctr, float64(g.GetErrors()))
+		ch <- prometheus.MustNewConstMetric(gwTurnsDesc, ctr, float64(g.GetTurns()))
+		ch <- prometheus.MustNewConstMetric(gwRecordedDesc, ctr, float64(g.GetRolloutsRecorded()))
+		ch <- prometheus.MustNewConstMetric(gwOpenDesc, gauge, float64(g.GetOpenSessions()))
+		ch <- prometheus.MustNewConstMetric(gwStepDesc, gauge, float64(g.GetPolicyStep()))
+		ch <- prometheus.MustNewConstMetric(gwFeedbackDesc, gauge, float64(g.GetFeedbackJoined()), "joined")
+		ch <- prometheus.MustNewConstMetric(gwFeedbackDesc, gauge, float64(g.GetFeedbackLate()), "late")
+		ch <- prometheus.MustNewConstMetric(gwFeedbackDesc, gauge, float64(g.GetFeedbackPending()), "pending")
+	}
+	for _, h := range st.GetEngineHooks() {
+		failing := 0.0
+		if h.GetLastError() != "" {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(hookAttemptsDesc, prometheus.GaugeValue, float64(h.GetAttempts()), h.GetKind(), h.GetUrl())
+		ch <- prometheus.MustNewConstMetric(hookStepDesc, prometheus.GaugeValue, float64(h.GetLastStep()), h.GetKind(), h.GetUrl())
+		ch <- prometheus.MustNewConstMetric(hookFailingDesc, prometheus.GaugeValue, failing, h.GetKind(), h.GetUrl())
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
@@ -59,6 +60,11 @@ func startPagesServer(t *testing.T, dir string) string {
 		OutTokens: 640, DistillTokens: 48, GradNormOut: proto.Float64(2), GradNormDistill: proto.Float64(0.75)}
 	st.Credit = &hindsightv1.CreditStats{ClipFraction: 0.25, PivotShare: 0.5}
 	st.Teacher = &hindsightv1.TeacherStats{MeanLatency: durationpb.New(40 * time.Millisecond), FailuresByKind: map[string]int64{"timeout": 2, "http": 1}}
+	st.Gateway = &hindsightv1.GatewayStats{ListenAddr: "127.0.0.1:7078", Model: "hindsight", PolicyStep: 3, Requests: 41, Errors: 2,
+		Turns: 39, OpenSessions: 5, RolloutsRecorded: 11, FeedbackJoined: 6, FeedbackLate: 1}
+	st.EngineHooks = []*hindsightv1.EngineHookState{{Kind: "sglang", Url: "http://127.0.0.1:30000", Attempts: 2, LastStep: 3,
+		LastCheckpoint: "/ck/step-000003", LastPushedAt: timestamppb.Now(), LastError: ""},
+		{Kind: "vllm_lora", Url: "http://127.0.0.1:8000", Attempts: 4, LastError: "503 Service Unavailable"}}
 	st.Evals = []*hindsightv1.EvalResult{{Suite: "smoke", Step: 3, Primary: "success", Metrics: map[string]float64{"success": 0.75}}}
 	p := historyPoint(st)
 	h.add(p)

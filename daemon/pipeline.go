@@ -99,9 +99,10 @@ func (q *queues) busy() bool {
 }
 
 // feed streams the accepted rollouts of each file through the spool and sends them
-// on, skipping those trained or skipped before this process started (before). It
-// closes work and ordered when files is closed or ctx ends.
-func feed(ctx context.Context, sp *rollout.Spool, q *queues, before func(id string) bool) error {
+// on, skipping those trained or skipped before this process started (before), after
+// join has added late feedback to each (nil: none). It closes work and ordered when
+// files is closed or ctx ends.
+func feed(ctx context.Context, sp *rollout.Spool, q *queues, before func(id string) bool, join func(*rollout.Rollout)) error {
 	defer close(q.work)
 	defer close(q.ordered)
 	send := func(it *train.Item) bool {
@@ -137,6 +138,9 @@ func feed(ctx context.Context, sp *rollout.Spool, q *queues, before func(id stri
 			if before(r.ID) {
 				already++
 				return true
+			}
+			if join != nil {
+				join(r)
 			}
 			stopped = !send(train.NewItem(f.File, row, r))
 			return !stopped
@@ -199,5 +203,18 @@ func (d *daemon) teachRollouts(ctx context.Context, q *queues, log zerolog.Logge
 			it.Resolve(res)
 			break
 		}
+	}
+}
+
+// joinLate adds the late feedback records on r (a gateway session rated after it
+// was written) to r, which is about to be hinted and trained; records that come
+// after this are too late (gateway.LateFeedback).
+func (d *daemon) joinLate(r *rollout.Rollout) {
+	n, err := d.late.Join(r)
+	if err != nil {
+		d.log.Warn().Err(err).Str("rollout_id", r.ID).Msg("record that late feedback was joined; a restart joins it again")
+	}
+	if n > 0 {
+		d.log.Info().Str("rollout_id", r.ID).Int("records", n).Bool("rating", r.HasFeedback).Msg("late feedback joined")
 	}
 }

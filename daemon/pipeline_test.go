@@ -30,7 +30,7 @@ func TestFeedKeptRows(t *testing.T) {
 		}
 	}()
 	done := make(chan error, 1)
-	go func() { done <- feed(t.Context(), nil, q, func(id string) bool { return id == ids[1] }) }()
+	go func() { done <- feed(t.Context(), nil, q, func(id string) bool { return id == ids[1] }, nil) }()
 
 	var got []*train.Item
 	for it := range q.ordered {

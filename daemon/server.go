@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	stdlog "log"
@@ -71,6 +72,37 @@ type Server struct {
 	// controlKeys, set by SetControlKeys before Start, are the keys ControlService
 	// needs (Authorization: Bearer); nil: none.
 	controlKeys *apikey.Keys
+	// statusKeys, set by SetStatusKeys before Start, are the keys every route but
+	// /healthz and gRPC health needs (ControlService: when controlKeys is nil).
+	statusKeys *apikey.Keys
+	// tls, set by SetTLS before Start, serves over TLS; nil: plain HTTP and h2c.
+	tls *tls.Config
+}
+
+// SetStatusKeys makes every route but /healthz and gRPC health answer 401 to a
+// request without one of k's keys; ControlService keeps its own keys when it has
+// them. Call it before Start.
+func (s *Server) SetStatusKeys(k *apikey.Keys) { s.statusKeys = k }
+
+// SetTLS serves over TLS with cfg (certificates set; HTTP/2 by ALPN). Call it before
+// Start.
+func (s *Server) SetTLS(cfg *tls.Config) { s.tls = cfg }
+
+// guard is the status keys' check in front of mux.
+func (s *Server) guard(mux http.Handler) http.Handler {
+	health := "/" + grpchealth.HealthV1ServiceName + "/"
+	control := "/" + hindsightv1connect.ControlServiceName + "/"
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		open := s.statusKeys == nil || r.URL.Path == "/healthz" || strings.HasPrefix(r.URL.Path, health) ||
+			(s.controlKeys != nil && strings.HasPrefix(r.URL.Path, control))
+		if open {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		s.statusKeys.Require(mux, func(w http.ResponseWriter) {
+			http.Error(w, "missing or invalid API key (Authorization: Bearer <key>)", http.StatusUnauthorized)
+		}).ServeHTTP(w, r)
+	})
 }
 
 // SetControlKeys makes ControlService answer 401 (Connect: unauthenticated) to a
@@ -143,7 +175,7 @@ func NewServer(addr string, snapshot func() *hindsightv1.Status, gatherer promet
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC clients speak HTTP/2 without TLS (h2c)
 	s.http = &http.Server{
-		Handler:           mux,
+		Handler:           s.guard(mux),
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		// No write timeout: WatchStatus streams stay open for as long as the client wants.
@@ -166,9 +198,15 @@ func (s *Server) Start() error {
 		return fmt.Errorf("listen on %s: %w", s.addr, err)
 	}
 	s.listener = ln
-	s.log.Info().Str("addr", ln.Addr().String()).Msg("status server listening")
+	serve := s.http.Serve
+	if s.tls != nil {
+		s.http.TLSConfig = s.tls
+		s.http.Protocols.SetHTTP2(true)
+		serve = func(ln net.Listener) error { return s.http.ServeTLS(ln, "", "") }
+	}
+	s.log.Info().Str("addr", ln.Addr().String()).Bool("tls", s.tls != nil).Bool("status_keys", s.statusKeys != nil).Msg("status server listening")
 	go func() {
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error().Err(err).Str("addr", ln.Addr().String()).Msg("status server stopped")
 		}
 	}()

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/api/hindsight/v1/hindsightv1connect"
+	"github.com/hindsight-ai/hindsight/internal/apikey"
 )
 
 // testTimeout bounds every call a test makes; the server answers in milliseconds.
@@ -304,4 +307,71 @@ func TestServerStartOccupiedPort(t *testing.T) {
 func TestServerStartTwice(t *testing.T) {
 	s, _ := startServer(t, testStatus, nil)
 	require.ErrorContains(t, s.Start(), "already started")
+}
+
+// fakeController pauses nothing; it answers with the pause state asked for.
+type fakeController struct{}
+
+func (fakeController) Pause(by, reason string) *hindsightv1.PauseState {
+	return &hindsightv1.PauseState{Operator: true, By: by, Reason: reason}
+}
+func (fakeController) Resume(string) *hindsightv1.PauseState { return &hindsightv1.PauseState{} }
+
+// TestStatusKeys: with status keys every route but /healthz and gRPC health needs
+// one; ControlService takes its own keys when it has them (not the status keys),
+// else the status keys.
+func TestStatusKeys(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, key string) *apikey.Keys {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(apikey.Hash(key)+"\n"), 0o600))
+		k, err := apikey.Load(path, name)
+		require.NoError(t, err)
+		return k
+	}
+	status, control := write("status", "s-key"), write("control", "c-key")
+	for _, withControl := range []bool{true, false} {
+		s := NewServer("127.0.0.1:0", testStatus, prometheus.NewRegistry(), zerolog.Nop())
+		s.SetController(fakeController{})
+		s.SetStatusKeys(status)
+		if withControl {
+			s.SetControlKeys(control)
+		}
+		require.NoError(t, s.Start())
+		base := "http://" + s.Addr()
+		do := func(method, path, key string) int {
+			var body io.Reader
+			if method == http.MethodPost {
+				body = strings.NewReader(`{"reason":"x"}`)
+			}
+			req, err := http.NewRequestWithContext(testCtx(t), method, base+path, body)
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		require.Equal(t, 200, do(http.MethodGet, "/healthz", ""))
+		require.Equal(t, 200, do(http.MethodPost, "/grpc.health.v1.Health/Check", ""), "gRPC health is open")
+		require.Equal(t, 401, do(http.MethodGet, "/metrics", ""))
+		require.Equal(t, 401, do(http.MethodGet, "/metrics", "c-key"))
+		require.Equal(t, 200, do(http.MethodGet, "/metrics", "s-key"))
+		require.Equal(t, 401, do(http.MethodPost, "/hindsight.v1.StatusService/GetStatus", ""))
+		require.Equal(t, 200, do(http.MethodPost, "/hindsight.v1.StatusService/GetStatus", "s-key"))
+		pause := "/hindsight.v1.ControlService/Pause"
+		require.Equal(t, 401, do(http.MethodPost, pause, ""))
+		if withControl {
+			require.Equal(t, 200, do(http.MethodPost, pause, "c-key"))
+			require.Equal(t, 401, do(http.MethodPost, pause, "s-key"), "control keeps its own keys")
+		} else {
+			require.Equal(t, 200, do(http.MethodPost, pause, "s-key"))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		require.NoError(t, s.Shutdown(ctx))
+		cancel()
+	}
 }

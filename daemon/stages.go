@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -32,9 +34,8 @@ func (d *daemon) stages(work context.Context) []stage {
 	if d.gateway != nil {
 		s = append(s, stage{"gateway", d.gateway.Run})
 	}
-	if len(d.cfg.EngineHooks) > 0 && d.training() {
-		h := &gateway.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
-		s = append(s, stage{"engine_hooks", h.Run})
+	if d.hooks != nil {
+		s = append(s, stage{"engine_hooks", d.hooks.Run})
 	}
 	if !d.training() {
 		return append(s, stage{"ingest", func(ctx context.Context) error { return d.ingestLoop(ctx, work) }})
@@ -53,7 +54,7 @@ func (d *daemon) stages(work context.Context) []stage {
 // pipeline returns the training stages after ingest: feed, the teacher workers and
 // the device loop.
 func (d *daemon) pipeline(work context.Context) []stage {
-	s := []stage{{"feed", func(ctx context.Context) error { return feed(ctx, d.spool, d.q, d.ledger.Before) }}}
+	s := []stage{{"feed", func(ctx context.Context) error { return feed(ctx, d.spool, d.q, d.ledger.Before, d.joinLate) }}}
 	for range d.cfg.Train.TeacherConcurrency {
 		s = append(s, stage{"teacher", func(ctx context.Context) error { return d.teachRollouts(ctx, d.q, d.log) }})
 	}
@@ -94,6 +95,18 @@ func (d *daemon) serve(ctx context.Context) error {
 		return kerr
 	}
 	srv.SetControlKeys(keys)
+	skeys, kerr := apikey.Load(d.cfg.StatusKeysFile, "status_keys_file")
+	if kerr != nil {
+		return kerr
+	}
+	srv.SetStatusKeys(skeys)
+	if d.cfg.StatusTLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(d.cfg.StatusTLSCertFile, d.cfg.StatusTLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("load status_tls_cert_file / status_tls_key_file: %w", err)
+		}
+		srv.SetTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}})
+	}
 	srv.SetPages(Pages{History: d.stats.hist.points, CreditDir: d.cfg.OutputPath(), Tokenizer: d.tokenizer, Clip: d.cfg.Credit.Clip, Storage: &d.storage})
 	if err := srv.Start(); err != nil {
 		return err
@@ -102,6 +115,10 @@ func (d *daemon) serve(ctx context.Context) error {
 	if err := d.openGateway(); err != nil {
 		return err
 	}
+	if len(d.cfg.EngineHooks) > 0 && d.training() {
+		d.hooks = &gateway.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
+	}
+	d.stats.setGateway(d.gatewayStats)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

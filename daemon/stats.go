@@ -52,6 +52,9 @@ type stats struct {
 	train      trainStats
 	// evals reads the eval recorder's latest and best results; nil without suites.
 	evals func() (latest, best []eval.Result)
+	// gateway reads the gateway's counters and the engine hooks' states (nil before
+	// the gateway is opened).
+	gateway func() (*hindsightv1.GatewayStats, []*hindsightv1.EngineHookState)
 
 	snap atomic.Pointer[hindsightv1.Status]
 	hist *history // a point per publish, for the status page
@@ -106,6 +109,13 @@ func (s *stats) fileDone(rep *rollout.FileReport, _ time.Duration) {
 	s.session.LastSeq = rep.Seq
 }
 
+// setGateway sets where the gateway's counters and the hooks' states are read.
+func (s *stats) setGateway(f func() (*hindsightv1.GatewayStats, []*hindsightv1.EngineHookState)) {
+	s.mu.Lock()
+	s.gateway = f
+	s.mu.Unlock()
+}
+
 // setError records the most recent problem that lost work.
 func (s *stats) setError(err error, file string) {
 	s.mu.Lock()
@@ -155,6 +165,9 @@ func (s *stats) publish() {
 		st.LastErrorAt = timestamppb.New(s.lastErrAt)
 	}
 	s.fillTraining(st)
+	if s.gateway != nil {
+		st.Gateway, st.EngineHooks = s.gateway()
+	}
 	if s.evals != nil {
 		latest, best := s.evals()
 		st.Evals, st.BestEvals = evalProtos(latest), evalProtos(best)

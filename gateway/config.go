@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -33,10 +34,22 @@ type Config struct {
 	// waiting for the sampler, which runs one at a time); one more is refused with
 	// 429 instead of queueing without bound.
 	MaxPending int `yaml:"max_pending"`
+	// MaxBatch bounds the requests sampled together in one batch by the embedded
+	// sampler (each answer is what it would be alone); 1: one at a time.
+	MaxBatch int `yaml:"max_batch"`
 	// TLSCertFile and TLSKeyFile (PEM) make the gateway serve HTTPS; both or
 	// neither.
 	TLSCertFile string `yaml:"tls_cert_file"`
 	TLSKeyFile  string `yaml:"tls_key_file"`
+	// Upstream is an OpenAI-compatible engine's base URL (vLLM, e.g.
+	// http://127.0.0.1:8000/v1) that samples instead of the embedded sampler; empty:
+	// the embedded sampler. UpstreamModel is the model id it serves (a LoRA
+	// adapter's name for vllm_lora hooks); UpstreamAPIKeyEnv names an environment
+	// variable with its API key; UpstreamTimeout bounds one request.
+	Upstream          string        `yaml:"upstream"`
+	UpstreamModel     string        `yaml:"upstream_model"`
+	UpstreamAPIKeyEnv string        `yaml:"upstream_api_key_env"`
+	UpstreamTimeout   time.Duration `yaml:"upstream_timeout"`
 	// ReloadInterval is how often the checkpoint root's `latest` link is looked at;
 	// a new checkpoint is swapped in without dropping a request.
 	ReloadInterval time.Duration `yaml:"reload_interval"`
@@ -52,7 +65,9 @@ func DefaultConfig() Config {
 		MaxTokens:       512,
 		MaxRequestBytes: 8 << 20,
 		MaxPending:      64,
+		MaxBatch:        8,
 		ReloadInterval:  2 * time.Second,
+		UpstreamTimeout: 10 * time.Minute,
 	}
 }
 
@@ -74,10 +89,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway.max_tokens %d: want > 0", c.MaxTokens)
 	case c.MaxRequestBytes <= 0:
 		return fmt.Errorf("gateway.max_request_bytes %d: want > 0", c.MaxRequestBytes)
+	case c.MaxBatch <= 0:
+		return fmt.Errorf("gateway.max_batch %d: want > 0", c.MaxBatch)
 	case c.MaxPending <= 0:
 		return fmt.Errorf("gateway.max_pending %d: want > 0", c.MaxPending)
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
 		return errors.New("gateway.tls_cert_file and gateway.tls_key_file: give both or neither")
+	case c.Upstream != "" && !strings.HasPrefix(c.Upstream, "http://") && !strings.HasPrefix(c.Upstream, "https://"):
+		return fmt.Errorf("gateway.upstream %q: want an http:// or https:// base URL", c.Upstream)
+	case c.Upstream != "" && c.UpstreamModel == "":
+		return errors.New("gateway.upstream_model: empty (the model id the upstream engine serves)")
+	case c.Upstream != "" && c.UpstreamTimeout <= 0:
+		return fmt.Errorf("gateway.upstream_timeout %s: want > 0", c.UpstreamTimeout)
 	case c.ReloadInterval <= 0:
 		return fmt.Errorf("gateway.reload_interval %s: want > 0", c.ReloadInterval)
 	}

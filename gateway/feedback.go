@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,9 +27,11 @@ type FeedbackRequest struct {
 	Turn int `json:"turn"`
 }
 
-// feedback is POST /v1/feedback. It is journaled like a turn, so it is in the
-// rollout when the session ends. A session already written to the spool takes no
-// more feedback (404): joining late ratings to written rollouts is not done yet.
+// feedback is POST /v1/feedback. On an open session it is journaled like a turn,
+// so it is in the rollout when the session ends. On a session already written to
+// the spool it becomes a follow-up record (LateFeedback) that the daemon joins to
+// the rollout if it comes before the rollout is taken for training; after, it is
+// kept as too late and never trained.
 func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 	var req FeedbackRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil && err != io.EOF {
@@ -59,13 +62,18 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 	case req.Rating != nil && (*req.Rating < -1 || *req.Rating > 1):
 		writeError(w, badRequest("", "rating %d: want -1, 0 or 1", *req.Rating))
 		return
+	case turn < 0:
+		writeError(w, badRequest("", "turn %d: want ≥ 1", turn))
+		return
 	}
-	notOpen := &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no open session %q (unknown, or already written to the spool: late feedback is not supported yet)", id), Type: "invalid_request_error"}
 	g.mu.Lock()
 	s := g.sessions[id]
 	if s == nil {
+		s = g.ending[id] // being written: its lock is held until the write is done
+	}
+	if s == nil {
 		g.mu.Unlock()
-		writeError(w, notOpen)
+		g.lateFeedback(w, id, &req, turn)
 		return
 	}
 	s.busy++
@@ -73,8 +81,12 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 	defer g.release(s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended || s.turns == 0 {
-		writeError(w, notOpen)
+	if s.ended {
+		g.lateFeedback(w, id, &req, turn)
+		return
+	}
+	if s.turns == 0 {
+		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no session %q", id), Type: "invalid_request_error"})
 		return
 	}
 	if turn == 0 {
@@ -92,5 +104,28 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.log.Info().Str("session", id).Int("turn", turn).Bool("rating", req.Rating != nil).Bool("comment", req.Comment != "").Msg("feedback recorded")
-	writeJSON(w, map[string]any{"session_id": id, "turn": turn, "recorded": true})
+	writeJSON(w, map[string]any{"session_id": id, "turn": turn, "recorded": true, "late": false, "too_late": false})
+}
+
+// lateFeedback records feedback on a session no longer open as a follow-up
+// record: "late" in the answer says it is one, "too_late" that its rollout was
+// taken for training already (kept, counted, never trained).
+func (g *Gateway) lateFeedback(w http.ResponseWriter, id string, req *FeedbackRequest, turn int) {
+	n, tooLate, err := g.late.Add(id, req.Rating, req.Comment, turn)
+	var bad *TurnError
+	switch {
+	case errors.Is(err, ErrNoSession):
+		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no session %q (neither open nor written by this gateway)", id), Type: "invalid_request_error"})
+		return
+	case errors.As(err, &bad):
+		writeError(w, badRequest("", "%v", err))
+		return
+	case err != nil:
+		g.log.Error().Err(err).Str("session", id).Msg("record late feedback")
+		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "record the feedback: " + err.Error(), Type: "server_error"})
+		return
+	}
+	g.log.Info().Str("session", id).Int("turn", n).Bool("too_late", tooLate).Bool("rating", req.Rating != nil).
+		Bool("comment", req.Comment != "").Msg("late feedback recorded")
+	writeJSON(w, map[string]any{"session_id": id, "turn": n, "recorded": true, "late": true, "too_late": tooLate})
 }

@@ -37,6 +37,10 @@ type Options struct {
 	Incoming string
 	// Backend is the compute backend spec (xla.ResolveBackend's result).
 	Backend string
+	// Late holds feedback on sessions already written, shared with the daemon,
+	// which joins it to the rollouts; nil: the gateway opens its own in
+	// <JournalDir>/../feedback.
+	Late *LateFeedback
 	// Precision is the policy's compute precision (xla.Precision; "" is f32).
 	Precision xla.Precision
 	Log       zerolog.Logger
@@ -50,19 +54,25 @@ type Gateway struct {
 	pol  *policies
 	keys *apikey.Keys
 
+	late *LateFeedback
+
 	mu       sync.Mutex
 	sessions map[string]*session
+	ending   map[string]*session // out of sessions, being written to the spool
 	srv      *http.Server
 	ln       net.Listener
 	pending  atomic.Int64 // chat requests in the gateway (Config.MaxPending)
-	tls      *tls.Config  // nil: plain HTTP
+
+	// Counters since start (Stats).
+	requests, errors, turns, recorded atomic.Int64
+	tls                               *tls.Config // nil: plain HTTP
 }
 
 // New opens the policy, the API keys and the open sessions' journals (sessions a
 // crash or a restart left open continue, and end like any other).
 func New(opts Options) (*Gateway, error) {
 	g := &Gateway{cfg: opts.Config, opts: opts, log: opts.Log.With().Str("component", "gateway").Logger(),
-		sessions: map[string]*session{}}
+		sessions: map[string]*session{}, ending: map[string]*session{}, late: opts.Late}
 	if err := g.cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -75,6 +85,11 @@ func New(opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("open gateway: %w", err)
 		}
 	}
+	if g.late == nil {
+		if g.late, err = OpenLateFeedback(filepath.Join(filepath.Dir(opts.JournalDir), "feedback")); err != nil {
+			return nil, err
+		}
+	}
 	backend, err := xla.NewBackend(opts.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("open gateway: backend: %w", err)
@@ -82,7 +97,11 @@ func New(opts Options) (*Gateway, error) {
 	if err := opts.Precision.CheckBackend(backend); err != nil {
 		return nil, fmt.Errorf("open gateway: model.%w", err)
 	}
-	g.pol = &policies{backend: backend, precision: opts.Precision, initial: opts.ModelDir, root: opts.Checkpoints, log: g.log}
+	g.pol = &policies{backend: backend, precision: opts.Precision, initial: opts.ModelDir, root: opts.Checkpoints, batch: g.cfg.MaxBatch, log: g.log}
+	if g.cfg.Upstream != "" {
+		g.pol.up = &upstream{base: g.cfg.Upstream, model: g.cfg.UpstreamModel, keyEnv: g.cfg.UpstreamAPIKeyEnv,
+			client: &http.Client{Timeout: g.cfg.UpstreamTimeout}}
+	}
 	if err := g.pol.refresh(); err != nil {
 		return nil, fmt.Errorf("open gateway: %w", err)
 	}
@@ -197,11 +216,79 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path), Type: "invalid_request_error"})
 	})
-	return g.keys.Require(mux, func(w http.ResponseWriter) {
+	auth := g.keys.Require(mux, func(w http.ResponseWriter) {
 		code := "invalid_api_key"
 		writeError(w, &apiError{status: http.StatusUnauthorized, Message: "missing or invalid API key (Authorization: Bearer <key>)",
 			Type: "invalid_request_error", Code: &code})
 	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cw := &countingWriter{ResponseWriter: w}
+		auth.ServeHTTP(cw, r)
+		g.requests.Add(1)
+		if cw.status >= 400 {
+			g.errors.Add(1)
+		}
+	})
+}
+
+// countingWriter notes the status an answer was sent with.
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+// Flush passes a stream's chunks on at once.
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// Stats are the gateway's counters (status, /metrics).
+type Stats struct {
+	Listen, Model string
+	// PolicyStep is the serving checkpoint's step (0: the initial model).
+	PolicyStep int64
+	// Requests and Errors (status ≥ 400, or a stream ended by an error) count HTTP
+	// requests since start; Turns the chat turns answered; RolloutsRecorded the
+	// sessions written to the spool.
+	Requests, Errors, Turns, RolloutsRecorded int64
+	// OpenSessions are the sessions open now.
+	OpenSessions int64
+	// Feedback counts the late-feedback records on disk.
+	Feedback LateCounts
+}
+
+// Stats returns the gateway's counters now.
+func (g *Gateway) Stats() Stats {
+	g.mu.Lock()
+	open := int64(len(g.sessions))
+	g.mu.Unlock()
+	st := Stats{Model: g.cfg.ModelName, Requests: g.requests.Load(), Errors: g.errors.Load(), Turns: g.turns.Load(),
+		RolloutsRecorded: g.recorded.Load(), OpenSessions: open, Feedback: g.late.Counts()}
+	if g.ln != nil {
+		st.Listen = g.Addr()
+	}
+	if p := g.pol.cur.Load(); p != nil {
+		st.PolicyStep = p.step
+	}
+	return st
 }
 
 // newSessionID returns a fresh session id.
@@ -291,6 +378,7 @@ func (g *Gateway) endIdle(now time.Time) {
 		if s.busy == 0 && s.turns > 0 && now.Sub(s.used) >= g.cfg.IdleTimeout {
 			idle = append(idle, s)
 			delete(g.sessions, id)
+			g.ending[id] = s
 		}
 	}
 	g.mu.Unlock()
@@ -308,6 +396,7 @@ func (g *Gateway) endAll() error {
 	for id, s := range g.sessions {
 		if s.turns > 0 {
 			all = append(all, s)
+			g.ending[id] = s
 		}
 		delete(g.sessions, id)
 	}
@@ -321,15 +410,23 @@ func (g *Gateway) endAll() error {
 	return errors.Join(errs...)
 }
 
-// end writes s (already out of the session map) to the spool.
+// end writes s (moved from the session map to ending) to the spool.
 func (g *Gateway) end(s *session, why string) (string, error) {
+	defer func() {
+		g.mu.Lock()
+		if g.ending[s.id] == s {
+			delete(g.ending, s.id)
+		}
+		g.mu.Unlock()
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ended = true
-	path, err := s.emit(g.opts.JournalDir, g.opts.Incoming)
+	path, err := s.emit(g.opts.JournalDir, g.opts.Incoming, g.late)
 	if err != nil {
 		return "", err
 	}
+	g.recorded.Add(1)
 	g.log.Info().Str("session", s.id).Str("why", why).Int("turns", s.turns).Int("tokens", len(s.tokens)).
 		Str("file", filepath.Base(path)).Msg("session written to the spool")
 	return path, nil

@@ -20,13 +20,18 @@ import (
 
 // newTestGateway opens a gateway on a fresh tiny byte model, served by a real HTTP
 // server.
-func newTestGateway(t *testing.T) (*Gateway, *httptest.Server, string) {
+func newTestGateway(t testing.TB) (*Gateway, *httptest.Server, string) {
+	t.Helper()
+	return newTestGatewayWith(t, DefaultConfig())
+}
+
+// newTestGatewayWith is newTestGateway with cfg.
+func newTestGatewayWith(t testing.TB, cfg Config) (*Gateway, *httptest.Server, string) {
 	t.Helper()
 	dir := t.TempDir()
 	model := filepath.Join(dir, "model")
 	_, err := data.InitModel(model, data.InitOptions{Preset: "tiny", Seed: 2})
 	require.NoError(t, err)
-	cfg := DefaultConfig()
 	cfg.Enabled = true
 	incoming := filepath.Join(dir, "incoming")
 	g, err := New(Options{Config: cfg, ModelDir: model, JournalDir: filepath.Join(dir, "journals"), Incoming: incoming,

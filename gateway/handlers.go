@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // SessionHeader carries a session id on requests and answers.
@@ -60,13 +58,23 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	p := g.pol.cur.Load()
 	var t *turn
 	var s *session
+	var st *streamer // with stream: true, sends the reply as it is sampled
+	var onToken func(int32, float32)
+	openStream := func(turnNo int) {
+		if req.Stream {
+			st = g.newStreamer(w, &req, fmt.Sprintf("chatcmpl-%s-%d", s.id, turnNo), p)
+			onToken = st.token
+		}
+	}
 	if recorded {
 		var k int
 		if s, k, aerr = g.acquire(r.Header.Get(SessionHeader), msgs); aerr != nil {
 			writeError(w, aerr)
 			return
 		}
-		t, aerr = g.sampleTurn(r.Context(), p, s, &req, msgs, tools, k)
+		w.Header().Set(SessionHeader, s.id) // before a streamed byte
+		openStream(s.turns + 1)
+		t, aerr = g.sampleTurn(r.Context(), p, s, &req, msgs, tools, k, onToken)
 		if aerr == nil {
 			if err := s.appendTurn(g.opts.JournalDir, t.rec); err != nil {
 				g.log.Error().Err(err).Str("session", s.id).Msg("journal turn; not answered")
@@ -77,25 +85,31 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 		g.release(s)
 	} else { // the unrecorded model: a session of its own, never kept
 		s = &session{id: "unrecorded-" + newSessionID(), version: -1}
-		t, aerr = g.sampleTurn(r.Context(), p, s, &req, msgs, tools, 0)
+		openStream(1)
+		t, aerr = g.sampleTurn(r.Context(), p, s, &req, msgs, tools, 0, onToken)
 		if aerr == nil {
 			t.rec.Turn = 1
 			g.log.Debug().Str("model", req.Model).Int("prompt_tokens", t.prompt).Int("tokens", len(t.sampled)).Msg("unrecorded turn")
 		}
 	}
 	if aerr != nil {
+		if st != nil && st.started {
+			g.errors.Add(1) // answered 200 already: the error is in the stream
+		}
+		if st != nil {
+			st.fail(aerr)
+			return
+		}
 		writeError(w, aerr)
 		return
 	}
+	g.turns.Add(1)
 	g.log.Debug().Str("session", s.id).Int("turn", t.rec.Turn).Int("prompt_tokens", t.prompt).Int("tokens", len(t.sampled)).Str("finish", t.finish).Msg("turn")
-	if recorded {
-		w.Header().Set(SessionHeader, s.id)
-	}
-	id := fmt.Sprintf("chatcmpl-%s-%d", s.id, t.rec.Turn)
-	if req.Stream {
-		g.stream(w, &req, id, t)
+	if st != nil {
+		st.finish(t)
 		return
 	}
+	id := fmt.Sprintf("chatcmpl-%s-%d", s.id, t.rec.Turn)
 	content := t.reply.Content
 	msg := &OutMessage{Role: "assistant", Content: &content, ToolCalls: t.reply.ToolCalls}
 	if len(t.reply.ToolCalls) > 0 && content == "" {
@@ -103,7 +117,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	ch := Choice{Message: msg, FinishReason: &t.finish}
 	if req.Logprobs {
-		ch.Logprobs = &LogprobList{Content: g.tokenLogprobs(t, 0, len(t.sampled))}
+		ch.Logprobs = &LogprobList{Content: tokenLogprobs(t.policy, t.sampled, t.lps, 0, len(t.sampled))}
 	}
 	writeJSON(w, ChatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
 		SystemFingerprint: fmt.Sprintf("hindsight-step-%d", t.policy.step), Choices: []Choice{ch},
@@ -111,87 +125,17 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 }
 
 // tokenLogprobs returns the logprobs entries of sampled tokens [from, to).
-func (g *Gateway) tokenLogprobs(t *turn, from, to int) []TokenLogprob {
+func tokenLogprobs(p *policy, toks []int32, lps []float32, from, to int) []TokenLogprob {
 	out := make([]TokenLogprob, 0, to-from)
 	for i := from; i < to; i++ {
-		text, _ := t.policy.tok.Decode(t.sampled[i : i+1])
+		text, _ := p.tok.Decode(toks[i : i+1])
 		bs := make([]int, len(text))
 		for j := range len(text) {
 			bs[j] = int(text[j])
 		}
-		out = append(out, TokenLogprob{Token: text, Logprob: float64(t.lps[i]), Bytes: bs, TopLogprobs: []struct{}{}, TokenID: t.sampled[i]})
+		out = append(out, TokenLogprob{Token: text, Logprob: float64(lps[i]), Bytes: bs, TopLogprobs: []struct{}{}, TokenID: toks[i]})
 	}
 	return out
-}
-
-// stream writes an already journaled turn as server-sent events: the role, the
-// content a token at a time (with its log-probs when asked), the tool calls, the
-// finish reason, the usage when asked, and [DONE]. The turn is sampled whole
-// before the first event: what is streamed is on disk already.
-func (g *Gateway) stream(w http.ResponseWriter, req *ChatRequest, id string, t *turn) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	fl, _ := w.(http.Flusher)
-	created := time.Now().Unix()
-	send := func(ch Choice, usage *Usage) {
-		chunk := ChatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model,
-			SystemFingerprint: fmt.Sprintf("hindsight-step-%d", t.policy.step), Choices: []Choice{ch}, Usage: usage}
-		if usage != nil {
-			chunk.Choices = []Choice{}
-		}
-		b, _ := json.Marshal(chunk)
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		if fl != nil {
-			fl.Flush()
-		}
-	}
-	empty := ""
-	send(Choice{Delta: &OutMessage{Role: "assistant", Content: &empty}}, nil)
-	content := t.reply.Content
-	emitted, pending := 0, 0 // bytes of content sent; first token whose log-prob is not sent
-	if len(t.reply.ToolCalls) == 0 {
-		for i := range t.sampled {
-			pre, _ := t.policy.tok.Decode(t.sampled[:i+1])
-			upto := min(len(pre), len(content))
-			if upto <= emitted || !strings.HasPrefix(content, pre[:upto]) || !utf8.ValidString(content[:upto]) {
-				continue
-			}
-			piece := content[emitted:upto]
-			ch := Choice{Delta: &OutMessage{Content: &piece}}
-			if req.Logprobs {
-				ch.Logprobs = &LogprobList{Content: g.tokenLogprobs(t, pending, i+1)}
-				pending = i + 1
-			}
-			send(ch, nil)
-			emitted = upto
-		}
-	}
-	if emitted < len(content) || len(t.reply.ToolCalls) > 0 {
-		piece := content[emitted:]
-		d := &OutMessage{Content: &piece}
-		for i, tc := range t.reply.ToolCalls {
-			tc.Index = &i
-			d.ToolCalls = append(d.ToolCalls, tc)
-		}
-		ch := Choice{Delta: d}
-		if req.Logprobs {
-			ch.Logprobs = &LogprobList{Content: g.tokenLogprobs(t, pending, len(t.sampled))}
-			pending = len(t.sampled)
-		}
-		send(ch, nil)
-	}
-	ch := Choice{Delta: &OutMessage{}, FinishReason: &t.finish}
-	if req.Logprobs && pending < len(t.sampled) { // the stop token
-		ch.Logprobs = &LogprobList{Content: g.tokenLogprobs(t, pending, len(t.sampled))}
-	}
-	send(ch, nil)
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		send(Choice{}, &Usage{PromptTokens: t.prompt, CompletionTokens: len(t.sampled), TotalTokens: t.prompt + len(t.sampled)})
-	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	if fl != nil {
-		fl.Flush()
-	}
 }
 
 // models is GET /v1/models: the recorded model id, then the unrecorded one.
@@ -234,6 +178,7 @@ func (g *Gateway) closeSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	delete(g.sessions, id)
+	g.ending[id] = s
 	g.mu.Unlock()
 	if body.TaskID != "" || body.Reward != nil {
 		s.mu.Lock()

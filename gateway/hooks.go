@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -83,6 +85,51 @@ type Hooks struct {
 	Interval time.Duration // how often `latest` is looked at
 	Log      zerolog.Logger
 	Client   *http.Client
+
+	mu     sync.Mutex
+	states []HookState // one per hook, in config order (States)
+}
+
+// HookState is one hook's progress (status).
+type HookState struct {
+	Kind, URL string
+	// LastCheckpoint is the last checkpoint the engine accepted, LastStep its step.
+	LastCheckpoint string
+	LastStep       int64
+	LastPushedAt   time.Time
+	// Attempts are the calls made for the newest checkpoint so far.
+	Attempts int
+	// LastError is the last failed call's error, cleared by a success.
+	LastError   string
+	LastErrorAt time.Time
+	// Pushing is the checkpoint being pushed now ("" when none is).
+	Pushing string
+}
+
+// States returns every hook's state, in config order.
+func (h *Hooks) States() []HookState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.initStates()
+	return slices.Clone(h.states)
+}
+
+// initStates makes the states from the config once; h.mu is held.
+func (h *Hooks) initStates() {
+	if h.states == nil {
+		h.states = make([]HookState, len(h.Hooks))
+		for i, hk := range h.Hooks {
+			h.states[i] = HookState{Kind: hk.Kind, URL: hk.URL}
+		}
+	}
+}
+
+// update changes hook i's state under the lock.
+func (h *Hooks) update(i int, f func(*HookState)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.initStates()
+	f(&h.states[i])
 }
 
 // Run calls the hooks for every checkpoint `latest` points to after the start
@@ -117,8 +164,22 @@ func (h *Hooks) Run(ctx context.Context) error {
 		if err != nil {
 			abs = dir
 		}
-		for _, hk := range h.Hooks {
-			if err := call(ctx, client, hk, abs, log); err != nil && ctx.Err() == nil {
+		for i, hk := range h.Hooks {
+			h.update(i, func(s *HookState) { s.Pushing, s.Attempts = abs, 0 })
+			tried := func(err error) {
+				h.update(i, func(s *HookState) {
+					s.Attempts++
+					if err != nil {
+						s.LastError, s.LastErrorAt = err.Error(), time.Now()
+						return
+					}
+					s.LastError, s.LastErrorAt = "", time.Time{}
+					s.LastCheckpoint, s.LastStep, s.LastPushedAt = abs, st.Step, time.Now()
+				})
+			}
+			err := call(ctx, client, hk, abs, log, tried)
+			h.update(i, func(s *HookState) { s.Pushing = "" })
+			if err != nil && ctx.Err() == nil {
 				log.Error().Err(err).Str("engine", hk.URL).Int64("step", st.Step).Msg("engine not told about the checkpoint")
 			} else if err == nil {
 				log.Info().Str("engine", hk.URL).Str("kind", hk.Kind).Int64("step", st.Step).Msg("engine loads the checkpoint")
@@ -127,8 +188,9 @@ func (h *Hooks) Run(ctx context.Context) error {
 	}
 }
 
-// call tries one hook up to its attempts, doubling the wait from 1s.
-func call(ctx context.Context, client *http.Client, h HookConfig, dir string, log zerolog.Logger) error {
+// call tries one hook up to its attempts, doubling the wait from 1s; tried hears
+// each attempt's outcome.
+func call(ctx context.Context, client *http.Client, h HookConfig, dir string, log zerolog.Logger, tried func(error)) error {
 	attempts := h.Attempts
 	if attempts == 0 {
 		attempts = 5
@@ -145,11 +207,13 @@ func call(ctx context.Context, client *http.Client, h HookConfig, dir string, lo
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			if resp.StatusCode/100 == 2 {
+				tried(nil)
 				return nil
 			}
 			err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 		}
 		last = fmt.Errorf("call %s (attempt %d/%d): %w", req.URL, i, attempts, err)
+		tried(last)
 		if i == attempts {
 			break
 		}

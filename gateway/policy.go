@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/rs/zerolog"
 
+	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -24,7 +26,18 @@ type policy struct {
 	tok      tokenizer.Tokenizer
 	template *chatTemplate
 	maxPos   int
-	stops    []int32 // turn-end token ids: sampling stops at them
+	stops    []int32   // turn-end token ids: sampling stops at them
+	up       *upstream // non-nil: an engine samples (sampler is nil)
+	batch    *batcher  // batches the requests waiting for sampler
+}
+
+// generate samples one reply to prompt, on the embedded sampler or the upstream
+// engine.
+func (p *policy) generate(ctx context.Context, prompt []int32, o xla.SampleOptions) (xla.Sample, error) {
+	if p.up != nil {
+		return p.up.generate(ctx, prompt, o, p.tok.VocabSize())
+	}
+	return p.batch.generate(ctx, prompt, o)
 }
 
 // policies holds the serving policy and swaps in the newest checkpoint.
@@ -34,6 +47,8 @@ type policies struct {
 	precision xla.Precision
 	initial   string // the model directory used until a checkpoint exists
 	root      string // the checkpoint root whose `latest` link is followed
+	up        *upstream
+	batch     int // gateway.max_batch
 	log       zerolog.Logger
 }
 
@@ -68,6 +83,9 @@ func (p *policies) refresh() error {
 }
 
 func (p *policies) open(dir string, step int64) (*policy, error) {
+	if p.up != nil {
+		return p.openUpstream(dir, step)
+	}
 	m, tok, _, err := xla.OpenPolicyAs(dir, p.precision)
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", dir, err)
@@ -80,7 +98,35 @@ func (p *policies) open(dir string, step int64) (*policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", dir, err)
 	}
-	np := &policy{dir: dir, step: step, sampler: s, tok: tok, template: tmpl, maxPos: m.Config.MaxPositionEmbeddings}
+	return withStops(&policy{dir: dir, step: step, sampler: s, tok: tok, template: tmpl, maxPos: m.Config.MaxPositionEmbeddings,
+		batch: &batcher{sampler: s, max: max(p.batch, 1)}})
+}
+
+// openUpstream is open when an engine samples: the tokenizer, chat template and
+// context length come from the initial model directory (training changes none of
+// them, and a LoRA checkpoint holds only the adapter), nothing is loaded for
+// sampling; the step is the checkpoint's, which the engine hooks push to the engine.
+func (p *policies) openUpstream(dir string, step int64) (*policy, error) {
+	if cur := p.cur.Load(); cur != nil {
+		np := *cur
+		np.dir, np.step = dir, step
+		return &np, nil
+	}
+	md, err := data.OpenModelDir(p.initial)
+	if err != nil {
+		return nil, fmt.Errorf("open tokenizer for gateway.upstream: %w", err)
+	}
+	defer md.Close()
+	tmpl, err := loadTemplate(p.initial, md.Tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	return withStops(&policy{dir: dir, step: step, tok: md.Tokenizer, template: tmpl, maxPos: md.Config.MaxPositionEmbeddings, up: p.up})
+}
+
+// withStops sets np's turn-end token ids from its template.
+func withStops(np *policy) (*policy, error) {
+	dir, tmpl, tok := np.dir, np.template, np.tok
 	for _, name := range tmpl.stopTokens {
 		id, _ := tok.SpecialID(name)
 		np.stops = append(np.stops, id)

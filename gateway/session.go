@@ -216,8 +216,12 @@ func (s *session) fileName() string { return "gateway-" + s.id + ".arrow" }
 // emit writes the session to incoming/ as a rollout file (temp, fsync, rename,
 // fsync folder), then removes its journal. A crash between the two re-emits the
 // same file on the next start; the spool's rollout_id dedupe keeps it from being
-// trained twice.
-func (s *session) emit(journalDir, incoming string) (string, error) {
+// trained twice. Before the file, late records the session as written, so feedback
+// from then on becomes a follow-up record the daemon joins.
+func (s *session) emit(journalDir, incoming string, late *LateFeedback) (string, error) {
+	if err := late.Written(s.id, s.replySeg); err != nil {
+		return "", fmt.Errorf("emit session %s: %w", s.id, err)
+	}
 	path := filepath.Join(incoming, s.fileName())
 	if err := rollout.WriteFile(path, []*rollout.Rollout{s.rollout()}, rollout.WriteOptions{}); err != nil {
 		return "", fmt.Errorf("emit session %s: %w", s.id, err)

@@ -53,7 +53,9 @@ func TestJournalDropsTornTurn(t *testing.T) {
 
 	incoming := filepath.Join(t.TempDir(), "incoming")
 	require.NoError(t, os.MkdirAll(incoming, 0o755))
-	file, err := again.emit(dir, incoming)
+	late, err := OpenLateFeedback(filepath.Join(t.TempDir(), "feedback"))
+	require.NoError(t, err)
+	file, err := again.emit(dir, incoming, late)
 	require.NoError(t, err)
 	require.NoFileExists(t, path)
 	r, err := rollout.OpenReader(file, rollout.ReadOptions{})

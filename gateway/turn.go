@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,20 +74,19 @@ func deltaFrom(t *chatTemplate, msgs []chatMessage, tools []any, k, lo int) (pie
 
 // turn is one answered request.
 type turn struct {
-	rec      *turnRecord
-	reply    chatMessage
-	finish   string
-	sampled  []int32
-	lps      []float32
-	prompt   int // prompt tokens
-	policy   *policy
-	turnID   string
-	streamed bool
+	rec     *turnRecord
+	reply   chatMessage
+	finish  string
+	sampled []int32
+	lps     []float32
+	prompt  int // prompt tokens
+	policy  *policy
 }
 
 // sampleTurn renders the request's new messages onto s's tokens, samples the reply
-// and returns the turn, not yet journaled. s is locked by the caller.
-func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *ChatRequest, msgs []chatMessage, tools []any, k int) (*turn, *apiError) {
+// and returns the turn, not yet journaled. s is locked by the caller. onToken, when
+// set, sees each token as it is sampled (the streamer).
+func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *ChatRequest, msgs []chatMessage, tools []any, k int, onToken func(int32, float32)) (*turn, *apiError) {
 	pieces, gen, ok, err := delta(p.template, msgs, tools, k)
 	if err != nil {
 		return nil, badRequest("", "%v", err)
@@ -129,14 +129,21 @@ func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *Ch
 	if aerr != nil {
 		return nil, aerr
 	}
-	out, err := p.sampler.Generate(ctx, [][]int32{prompt}, opts)
+	if onToken != nil {
+		opts.OnToken = func(_ int, tok int32, lp float32) { onToken(tok, lp) }
+	}
+	smp, err := p.generate(ctx, prompt, opts)
 	if err != nil {
-		if errors.Is(err, xla.ErrTooLong) {
+		var up *upstreamError
+		switch {
+		case errors.Is(err, xla.ErrTooLong):
 			return nil, badRequest("context_length_exceeded", "%v", err)
+		case errors.As(err, &up):
+			code := "upstream_error"
+			return nil, &apiError{status: http.StatusBadGateway, Message: err.Error(), Type: "server_error", Code: &code}
 		}
 		return nil, &apiError{status: 500, Message: fmt.Sprintf("sample: %v", err), Type: "server_error"}
 	}
-	smp := out[0]
 	toks, lps := smp.Tokens, smp.LogProbs
 	finish := "length"
 	if smp.Reason == xla.StopToken {

@@ -63,6 +63,12 @@ type Config struct {
 	// and full (creditfile.Hint.TopIDs; at most credit.distill.top_k in mode topk).
 	// 0 keeps none.
 	CreditFileTopK int `yaml:"credit_file_top_k"`
+	// Devices is how many of the backend's devices each step runs on: its rollouts
+	// are split over them, balanced by tokens, and their gradients summed on the
+	// devices before one AdamW update (xla.TrainerOptions.Devices; data parallel,
+	// docs/training.md "Several devices"). A count, or all; default 1. The XLA CPU
+	// plugin shows 4 devices unless the backend says `xla-cpu,devices=N`.
+	Devices xla.Devices `yaml:"devices"`
 	// Seed seeds the trainer's random stream.
 	Seed       uint64           `yaml:"seed"`
 	Checkpoint CheckpointConfig `yaml:"checkpoint"`
@@ -104,6 +110,7 @@ func DefaultConfig() Config {
 		TeacherConcurrency: 4,
 		IdleFlush:          5 * time.Second,
 		CreditFileTopK:     5,
+		Devices:            1,
 		Checkpoint:         CheckpointConfig{EverySteps: 10, Every: 10 * time.Minute, Keep: 3, Command: []string{}, CommandTimeout: time.Minute},
 	}
 }
@@ -125,6 +132,8 @@ func (c Config) Validate(prefix string) error {
 		return fmt.Errorf("%smax_policy_lag: %d, want ≥ 0", prefix, c.MaxPolicyLag)
 	case c.TeacherConcurrency < 1:
 		return fmt.Errorf("%steacher_concurrency: %d, want ≥ 1", prefix, c.TeacherConcurrency)
+	case c.Devices < 0:
+		return fmt.Errorf("%sdevices: %d, want ≥ 1 or all", prefix, int(c.Devices))
 	case c.CreditFileTopK < 0:
 		return fmt.Errorf("%scredit_file_top_k: %d, want ≥ 0 (0: none)", prefix, c.CreditFileTopK)
 	case c.IdleFlush < 0:

@@ -95,9 +95,13 @@ func Open(o Options) (*Loop, error) {
 			return nil, fmt.Errorf("lora base model: %w", err)
 		}
 	}
+	devices, err := tc.Devices.Resolve(b)
+	if err != nil {
+		return nil, fmt.Errorf("train.%w", err)
+	}
 	lp.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
 		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: o.Credit, Optimizer: tc.Optimizer,
-		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms})
+		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms, Devices: devices})
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +119,7 @@ func Open(o Options) (*Loop, error) {
 	o.Ledger.Restore(lp.tr.Trained())
 	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), lp.tr.TrainedTotal()
 	o.Log.Info().Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
-		Int64("step", lp.tr.StepCount()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
+		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
 	return lp, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -93,7 +94,8 @@ func CPUPluginPath() (string, error) {
 }
 
 // NewBackend creates the GoMLX backend spec names (`go[:opts]`, `xla:<absolute plugin
-// path>[,opts]` or `xla-cpu[,opts]`) and runs a tiny graph on it, so a backend that is
+// path>[,opts]` or `xla-cpu[,opts]`; the option `devices=N` sets the XLA CPU plugin's
+// device count, PJRT's cpu_device_count, 4 by default) and runs a tiny graph on it, so a backend that is
 // returned works. Every failure — unknown backend, missing plugin, a file that is not
 // a shared library, a plugin speaking an incompatible PJRT C API, a load error, a panic
 // inside GoMLX — comes back as one error that names the plugin path and says what to
@@ -120,6 +122,17 @@ func NewBackendWithOptions(spec string, clientOptions map[string]any) (b backend
 			return nil, fmt.Errorf("backend %s: %w", name, err)
 		}
 		spec = "xla:" + path + opts
+	}
+	spec, devices, err := cutDevicesOption(spec)
+	if err != nil {
+		return nil, err
+	}
+	if devices != nil {
+		clientOptions = maps.Clone(clientOptions)
+		if clientOptions == nil {
+			clientOptions = map[string]any{}
+		}
+		maps.Copy(clientOptions, devices)
 	}
 	name, config, _ := strings.Cut(spec, ":")
 	switch name {

@@ -16,13 +16,13 @@ type cacheExecs struct {
 	// [capacity, 1, kv_heads, head_dim]. Zeros made on the host would cost the
 	// cache's size in host memory and a copy to the device per Score (0.94 GB for a
 	// 0.6B model at 4,096 positions).
-	zeros *mlctx.Exec
+	zeros *modelExec
 	// grow: lengthArg(capacity), a cache → the cache with zeros after its old
 	// positions.
-	grow *mlctx.Exec
+	grow *modelExec
 	// flat: every layer's K pages, then V pages (as many per layer) → the
 	// contiguous cache they make.
-	flat *mlctx.Exec
+	flat *modelExec
 }
 
 // newCacheExecs returns m's cache executables on backend.
@@ -65,7 +65,7 @@ func newCacheExecs(backend backends.Backend, m *Model) (cacheExecs, error) {
 // (zeros after the old positions).
 //
 //	lengthArg(newCapacity), caches [capacity, batch, kv, hd] → [newCapacity, batch, kv, hd] each
-func newGrowExec(backend backends.Backend, m *Model) (*mlctx.Exec, error) {
+func newGrowExec(backend backends.Backend, m *Model) (*modelExec, error) {
 	return newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
 		newCap := lengthOf(l.next())

@@ -108,9 +108,14 @@ func bucketDivergence(cfg credit.DistillConfig, l, a *Node) *Node {
 // teacherTopK returns the teacher's side of mode topk for a chunk: the k most likely
 // ids of each row, their log-probs and the row's tail log-prob (the log of the mass of
 // every other id; −Inf when k ≥ vocab, then k is vocab). GoMLX has no sort or top-k
-// op, so it takes k rounds of ArgMax, each masking the id it found: k passes over the
-// chunk's [n, vocab] logits, no gradient. Ties go to the lower id, as credit.NewTopK
-// breaks them, where the backend's ArgMax returns the first maximum.
+// op, so it takes k rounds of ArgMax over the chunk's [n, vocab] logits, no gradient.
+// Ids are ranked by logit, then by id (ties go to the lower id, as credit.NewTopK
+// breaks them; the backend's ArgMax returns the first maximum). Round i looks only at
+// the ids ranked after round i−1's pick, a mask computed afresh from the logits and
+// that pick's (logit, id): no round depends on an earlier round's [n, vocab] tensor,
+// so only one such temporary is live at a time. Masking cumulatively (each round
+// masking the previous round's masked copy) let XLA CPU keep dozens of [n, vocab]
+// copies live at once: 32 GB for one 1,024-row chunk of a 151,936-id vocabulary.
 //
 //	logits: [n, vocab] teacher logits → ids [n, k'] int32, lp [n, k'], tail [n]; k' = min(k, vocab)
 func teacherTopK(logits *Node, k int) (ids, lp, tail *Node) {
@@ -121,21 +126,27 @@ func teacherTopK(logits *Node, k int) (ids, lp, tail *Node) {
 	k = min(k, vocab)
 	lse := ExpandAxes(rowLogSumExp(logits), -1) // [n, 1]
 	rows := Iota(g, shapes.Make(dtypes.Int32, n), 0)
-	cur := logits
+	col := Iota(g, shapes.Make(dtypes.Int32, n, vocab), 1)
+	// after is the [n, vocab] mask of the ids ranked after (v, id) in each row.
+	after := func(v, id *Node) *Node {
+		v, id = ExpandAxes(v, -1), ExpandAxes(id, -1)
+		return LogicalOr(LessThan(logits, v), LogicalAnd(Equal(logits, v), GreaterThan(col, id)))
+	}
+	negInf := BroadcastToDims(Infinity(g, dt, -1), n, vocab)
 	idList, valList := make([]*Node, k), make([]*Node, k)
 	for i := range k {
-		id := ConvertDType(ArgMax(cur, 1), dtypes.Int32) // [n]
-		at := Stack([]*Node{rows, id}, 1)                // [n, 2]
-		idList[i], valList[i] = id, Gather(cur, at)      // [n]
-		if i+1 < k || k < vocab {
-			hit := Scatter(at, Ones(g, shapes.Make(dt, n)), shapes.Make(dt, n, vocab), false, true)
-			cur = Where(GreaterThan(hit, ZerosLike(hit)), Infinity(g, dt, -1), cur)
+		cur := logits
+		if i > 0 {
+			cur = Where(after(valList[i-1], idList[i-1]), logits, negInf)
 		}
+		idList[i] = ConvertDType(ArgMax(cur, 1), dtypes.Int32)          // [n]
+		valList[i] = Gather(logits, Stack([]*Node{rows, idList[i]}, 1)) // [n]
 	}
 	ids = Stack(idList, 1)           // [n, k]
 	lp = Sub(Stack(valList, 1), lse) // [n, k]
 	if k < vocab {
-		tail = Sub(rowLogSumExp(cur), Squeeze(lse, -1))
+		rest := Where(after(valList[k-1], idList[k-1]), logits, negInf)
+		tail = Sub(rowLogSumExp(rest), Squeeze(lse, -1))
 	} else {
 		tail = BroadcastToDims(Infinity(g, dt, -1), n) // no other id
 	}

@@ -181,3 +181,55 @@ func TestTeacherTopK(t *testing.T) {
 		}
 	}
 }
+
+// TestTeacherTopKTies checks teacherTopK's ranking where logits repeat: equal logits
+// go to the lower id first, as credit.NewTopK ranks them, every id at most once, and
+// the tail is the mass of exactly the ids not picked.
+func TestTeacherTopKTies(t *testing.T) {
+	rows := [][]float64{
+		{1, 3, 3, 0, 3, -1, 0, 2, 2},
+		{0, 0, 0, 0, 0, 0, 0, 0, 0},
+		{5, -2, 5, -2, 5, -2, 1, 1, -7},
+	}
+	const V = 9
+	var flat []float64
+	logProbs := make([][]float64, len(rows))
+	for i, r := range rows {
+		flat = append(flat, r...)
+		lse := 0.0
+		for _, x := range r {
+			lse += math.Exp(x)
+		}
+		lse = math.Log(lse)
+		for _, x := range r {
+			logProbs[i] = append(logProbs[i], x-lse)
+		}
+	}
+	for _, k := range []int{1, 2, 3, 5, 8, V} {
+		e, err := NewExec(newTestBackend(t), func(x *Node) []*Node {
+			ids, lp, tail := teacherTopK(x, k)
+			return []*Node{ids, lp, tail}
+		})
+		require.NoError(t, err)
+		out, err := e.Exec(tensors.FromFlatDataAndDimensions(flat, len(rows), V))
+		require.NoError(t, err)
+		ids := tensors.MustCopyFlatData[int32](out[0])
+		lp, tail := tensors.MustCopyFlatData[float64](out[1]), tensors.MustCopyFlatData[float64](out[2])
+		for i := range rows {
+			want := credit.NewTopK(logProbs[i], k)
+			seen := map[int32]bool{}
+			for b := range k {
+				id := ids[i*k+b]
+				require.False(t, seen[id], "k=%d row %d: id %d twice", k, i, id)
+				seen[id] = true
+				require.EqualValues(t, want.IDs[b], id, "k=%d row %d bucket %d", k, i, b)
+				require.InDelta(t, want.LogProbs[b], lp[i*k+b], 1e-12)
+			}
+			if math.IsInf(want.Tail, -1) {
+				require.True(t, math.IsInf(tail[i], -1), "k=%d row %d: no tail", k, i)
+			} else {
+				require.InDelta(t, want.Tail, tail[i], 1e-12, "k=%d row %d: tail", k, i)
+			}
+		}
+	}
+}

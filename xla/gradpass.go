@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -105,7 +106,7 @@ func (p *gradPass) accumulate(ctx context.Context, mode Backprop, s *Scorer, tok
 // cut); the cut copy is shared by the chunks of one span.
 func (p *gradPass) truncated(ctx context.Context, s *Scorer, tokens []int32, cache *contiguousCache, terms chunkTerms, chunk, scores int, acc []*tensors.Tensor, res *passResult) error {
 	T := len(tokens)
-	views := cacheViews{shrink: p.shrink}
+	views := cacheViews{shrink: p.shrink, device: p.device}
 	defer views.drop()
 	heads := p.model.Config.NumAttentionHeads
 	for off := 0; off < T; {
@@ -158,7 +159,7 @@ func (p *gradPass) exact(ctx context.Context, s *Scorer, tokens []int32, cache *
 		carried[i] = tensors.FromShape(t.Shape())
 	}
 	defer func() { finalize(carried) }()
-	views := cacheViews{shrink: p.shrink}
+	views := cacheViews{shrink: p.shrink, device: p.device}
 	defer views.drop()
 	for i := len(offs) - 1; i >= 0; i-- {
 		if err := ctx.Err(); err != nil {
@@ -205,7 +206,7 @@ func (p *gradPass) runChunk(mode Backprop, tokens []int32, terms chunkTerms, off
 	for _, t := range acc {
 		args = append(args, donated(t, p.backend))
 	}
-	out, err := e.Exec(args...)
+	out, err := e.ExecOn(p.device, args...)
 	if err != nil {
 		return nil, fmt.Errorf("gradient of chunk at %d: %w", off, err)
 	}
@@ -239,6 +240,7 @@ func (p *gradPass) runChunk(mode Backprop, tokens []int32, terms chunkTerms, off
 // cut for the chunks of the same bucket.
 type cacheViews struct {
 	shrink   *graph.Exec
+	device   backends.DeviceNum
 	view     []*tensors.Tensor
 	capacity int
 }
@@ -251,7 +253,7 @@ func (v *cacheViews) of(caches []*tensors.Tensor, c int) ([]*tensors.Tensor, err
 	}
 	if c != v.capacity {
 		v.drop()
-		out, err := v.shrink.Exec(append([]any{lengthArg(c)}, anys(caches)...)...)
+		out, _, err := v.shrink.ExecWithGraphOnDevice(v.device, append([]any{lengthArg(c)}, anys(caches)...)...)
 		if err != nil {
 			return nil, fmt.Errorf("cut kv cache to %d: %w", c, err)
 		}
@@ -320,7 +322,7 @@ func (p *gradPass) combine(a, b []*tensors.Tensor) (sum []*tensors.Tensor, na, n
 	for _, t := range b {
 		args = append(args, donated(t, p.backend))
 	}
-	out, err := p.sum.Exec(args...)
+	out, _, err := p.sum.ExecWithGraphOnDevice(p.device, args...)
 	finalize(a)
 	finalize(b)
 	if err != nil {

@@ -134,7 +134,7 @@ func (c *contiguousCache) replace(kv kvPair[*tensors.Tensor]) {
 // (the executable then updates it in place), else t itself.
 func donated(t *tensors.Tensor, backend backends.Backend) any {
 	if !t.IsShared() {
-		if d, err := graph.DonateTensorBuffer(t, backend, 0); err == nil {
+		if d, err := graph.DonateTensorBuffer(t, backend, deviceOf(t)); err == nil {
 			return d
 		}
 	}

@@ -59,19 +59,20 @@ type gradPass struct {
 	model   *Model
 	backend backends.Backend
 	params  []*mlctx.Variable // the trained variables (trainables), in context order
-	execs   map[Backprop]*mlctx.Exec
+	execs   map[Backprop]*modelExec
 	// dexecs are execs with the distillation term of modes topk and full
 	// (withDistill; nil without it).
-	dexecs  map[Backprop]*mlctx.Exec
+	dexecs  map[Backprop]*modelExec
 	distill credit.DistillConfig
-	sum     *Exec           // combine's: two gradient sums added, and their norms
-	shrink  *Exec           // the first c positions of every cache tensor
-	stats   AttentionStats  // chunk executions against a cache (GradientStats)
-	seen    map[[2]int]bool // (chunk, cut) pairs run
+	sum     *Exec              // combine's: two gradient sums added, and their norms
+	shrink  *Exec              // the first c positions of every cache tensor
+	device  backends.DeviceNum // runs the passes (dataparallel.go; 0 otherwise)
+	stats   AttentionStats     // chunk executions against a cache (GradientStats)
+	seen    map[[2]int]bool    // (chunk, cut) pairs run
 }
 
 func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
-	p := &gradPass{model: m, backend: backend, params: trainables(m), seen: map[[2]int]bool{}, execs: map[Backprop]*mlctx.Exec{}}
+	p := &gradPass{model: m, backend: backend, params: trainables(m), seen: map[[2]int]bool{}, execs: map[Backprop]*modelExec{}}
 	var err error
 	if p.shrink, err = newShrinkExec(backend); err != nil {
 		return nil, fmt.Errorf("new gradient pass: %w", err)
@@ -91,7 +92,7 @@ func (p *gradPass) withDistill(cfg credit.DistillConfig) error {
 	if !v.keeps() {
 		return nil
 	}
-	p.distill, p.dexecs = cfg, map[Backprop]*mlctx.Exec{}
+	p.distill, p.dexecs = cfg, map[Backprop]*modelExec{}
 	for _, mode := range []Backprop{BackpropTruncated, BackpropExact, BackpropFull} {
 		e, err := p.newGradExec(mode, v)
 		if err != nil {
@@ -122,7 +123,7 @@ func (p *gradPass) withDistill(cfg credit.DistillConfig) error {
 // without a cache; exact adds <cotangent, the chunk's own K/V> to the loss, so that
 // its gradient carries what later chunks owe these keys and values back into the
 // weights and into the earlier positions' K/V (vector-Jacobian chain).
-func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*mlctx.Exec, error) {
+func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, error) {
 	cfg := p.model.Config
 	nl, np := cfg.NumHiddenLayers, len(p.params)
 	return newModelExec(p.backend, p.model, func(ctx *mlctx.Context, in []*Node) []*Node {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 
 	"github.com/gomlx/gomlx/backends"
@@ -28,6 +29,35 @@ type SampleOptions struct {
 	// Seed seeds row r's stream (PCG(Seed, r)): the same seed, prompts and backend
 	// give the same tokens.
 	Seed uint64
+	// OnToken, when set, is called for each token as it is sampled (a stop token
+	// included), in order within a row, on Generate's goroutine, with the log-prob
+	// Sample.LogProbs will hold: a server streams the reply while it is sampled.
+	// Decoding waits for it to return.
+	OnToken func(row int, tok int32, logProb float32)
+	// Rows, when set (one per prompt), gives each row its own MaxNew,
+	// Temperature, TopK, TopP and Seed (their Stop and OnToken are ignored), so
+	// unrelated requests share one batch; row r then draws from PCG(Rows[r].Seed,
+	// 0), the stream it would have alone, and the top level's MaxNew must be their
+	// largest.
+	Rows []SampleOptions
+}
+
+// row returns row r's options.
+func (o SampleOptions) row(r int) SampleOptions {
+	if o.Rows == nil {
+		return o
+	}
+	ro := o.Rows[r]
+	ro.Stop, ro.OnToken, ro.Rows = o.Stop, o.OnToken, nil
+	return ro
+}
+
+// seedOf returns row r's random stream.
+func (o SampleOptions) seedOf(r int) *rand.Rand {
+	if o.Rows == nil {
+		return rand.New(rand.NewPCG(o.Seed, uint64(r)))
+	}
+	return rand.New(rand.NewPCG(o.Rows[r].Seed, 0))
 }
 
 // Validate names the first bad field.
@@ -41,6 +71,17 @@ func (o SampleOptions) Validate() error {
 		return fmt.Errorf("sample options: top_k %d: want ≥ 0", o.TopK)
 	case o.TopP < 0 || o.TopP > 1:
 		return fmt.Errorf("sample options: top_p %g: want in [0, 1]", o.TopP)
+	}
+	for r, ro := range o.Rows {
+		if ro.Rows != nil {
+			return fmt.Errorf("sample options: rows[%d]: rows of its own", r)
+		}
+		if err := ro.Validate(); err != nil {
+			return fmt.Errorf("rows[%d]: %w", r, err)
+		}
+		if ro.MaxNew > o.MaxNew {
+			return fmt.Errorf("sample options: rows[%d].max_new %d: above max_new %d", r, ro.MaxNew, o.MaxNew)
+		}
 	}
 	return nil
 }
@@ -77,9 +118,9 @@ type Sampler struct {
 	backend backends.Backend
 	chunk   int
 	mu      sync.Mutex
-	prefill *mlctx.Exec // tokens [b, n], start, a contiguous cache → Σhidden, the cache
-	step    *mlctx.Exec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
-	grow    *mlctx.Exec // lengthArg(capacity), a cache → the cache at that capacity
+	prefill *modelExec // tokens [b, n], start, a contiguous cache → Σhidden, the cache
+	step    *modelExec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
+	grow    *modelExec // lengthArg(capacity), a cache → the cache at that capacity
 	// headroom is how many new tokens the first cache bucket holds beyond the
 	// longest prompt (more are reached by doubling).
 	headroom int
@@ -157,6 +198,9 @@ func (s *Sampler) Generate(ctx context.Context, prompts [][]int32, opts SampleOp
 	}
 	if len(prompts) == 0 {
 		return nil, errors.New("generate: no prompts")
+	}
+	if opts.Rows != nil && len(opts.Rows) != len(prompts) {
+		return nil, fmt.Errorf("generate: %d row options for %d prompts", len(opts.Rows), len(prompts))
 	}
 	maxPos, vocab := s.model.Config.MaxPositionEmbeddings, int32(s.model.Config.VocabSize)
 	longest := 0

@@ -76,7 +76,11 @@ func (s *Sampler) decode(ctx context.Context, c *contiguousCache, prompts [][]in
 	rngs := make([]*rand.Rand, b)
 	for r, p := range prompts {
 		cur[r], pos[r] = p[len(p)-1], int32(len(p)-1)
-		rngs[r] = rand.New(rand.NewPCG(opts.Seed, uint64(r)))
+		rngs[r] = opts.seedOf(r)
+	}
+	rows := make([]SampleOptions, b)
+	for r := range rows {
+		rows[r] = opts.row(r)
 	}
 	var scratch pickScratch
 	for step, live := 0, b; live > 0; step++ {
@@ -103,14 +107,17 @@ func (s *Sampler) decode(ctx context.Context, c *contiguousCache, prompts [][]in
 			if o.Reason != "" {
 				continue
 			}
-			tok, lp, plp := pick(logits[r*vocab:(r+1)*vocab], opts, rngs[r], &scratch)
+			tok, lp, plp := pick(logits[r*vocab:(r+1)*vocab], rows[r], rngs[r], &scratch)
 			o.Tokens = append(o.Tokens, tok)
 			o.LogProbs = append(o.LogProbs, float32(lp))
 			o.PolicyLogProbs = append(o.PolicyLogProbs, float32(plp))
+			if opts.OnToken != nil {
+				opts.OnToken(r, tok, float32(lp))
+			}
 			switch {
 			case slices.Contains(opts.Stop, tok):
 				o.Reason = StopToken
-			case len(o.Tokens) == opts.MaxNew:
+			case len(o.Tokens) == rows[r].MaxNew:
 				o.Reason = StopLength
 			case int(pos[r])+2 >= maxPos: // the token just sampled sits at pos+1, the last position
 				o.Reason = StopContext

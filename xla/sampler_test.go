@@ -56,16 +56,27 @@ func TestGenerateLogProbsEqualScorer(t *testing.T) {
 }
 
 // TestGenerateDeterministic: the same seed gives the same tokens; another seed
-// other tokens.
+// other tokens. OnToken sees every row's tokens and log-probs, in order, as the
+// samples hold them, and changes nothing.
 func TestGenerateDeterministic(t *testing.T) {
 	s := newTestSampler(t, 22)
 	prompts := samplerPrompts(s.Model().Config.VocabSize)
 	opts := SampleOptions{MaxNew: 20, Temperature: 1.3, TopK: 50, TopP: 0.95, Seed: 9}
 	a, err := s.Generate(t.Context(), prompts, opts)
 	require.NoError(t, err)
+	seen := make([]Sample, len(prompts))
+	opts.OnToken = func(row int, tok int32, lp float32) {
+		seen[row].Tokens = append(seen[row].Tokens, tok)
+		seen[row].LogProbs = append(seen[row].LogProbs, lp)
+	}
 	b, err := s.Generate(t.Context(), prompts, opts)
 	require.NoError(t, err)
+	opts.OnToken = nil
 	require.Equal(t, a, b)
+	for r := range a {
+		require.Equal(t, a[r].Tokens, seen[r].Tokens, "row %d", r)
+		require.Equal(t, a[r].LogProbs, seen[r].LogProbs, "row %d", r)
+	}
 	opts.Seed = 10
 	c, err := s.Generate(t.Context(), prompts, opts)
 	require.NoError(t, err)
@@ -162,4 +173,33 @@ func TestGenerateContextAndErrors(t *testing.T) {
 	require.ErrorContains(t, err, "max_new 0")
 	_, err = s.Generate(t.Context(), [][]int32{{1}}, SampleOptions{MaxNew: 1, TopP: 1.5})
 	require.ErrorContains(t, err, "top_p 1.5")
+}
+
+// TestGenerateRowOptions: rows with their own temperature, top-p, max_new and seed
+// in one batch each give exactly what the prompt gives alone with those options
+// (what lets a server batch unrelated requests without changing any answer).
+func TestGenerateRowOptions(t *testing.T) {
+	s := newTestSampler(t, 25)
+	prompts := samplerPrompts(s.Model().Config.VocabSize)
+	rows := []SampleOptions{
+		{MaxNew: 12, Temperature: 1, Seed: 3},
+		{MaxNew: 5, Temperature: 0.7, TopP: 0.9, Seed: 4},
+		{MaxNew: 9},
+		{MaxNew: 12, Temperature: 1.2, TopK: 20, Seed: 5},
+	}
+	var seen [4][]int32
+	batch, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 12, Rows: rows,
+		OnToken: func(r int, tok int32, _ float32) { seen[r] = append(seen[r], tok) }})
+	require.NoError(t, err)
+	for r, p := range prompts {
+		alone, err := s.Generate(t.Context(), [][]int32{p}, rows[r])
+		require.NoError(t, err)
+		require.Equal(t, alone[0], batch[r], "row %d", r)
+		require.Equal(t, batch[r].Tokens, seen[r], "row %d's callback", r)
+		require.LessOrEqual(t, len(batch[r].Tokens), rows[r].MaxNew)
+	}
+	_, err = s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 4, Rows: rows})
+	require.ErrorContains(t, err, "rows[0].max_new 12: above max_new 4")
+	_, err = s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 12, Rows: rows[:2]})
+	require.ErrorContains(t, err, "2 row options for 4 prompts")
 }

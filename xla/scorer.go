@@ -10,7 +10,6 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
-	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
 
 // DefaultChunk is the number of positions a Scorer runs at a time unless told
@@ -62,11 +61,14 @@ type Scorer struct {
 	scores  int  // AttentionScores
 	bucket  bool // ScorerOptions.BucketAttention
 	mu      sync.Mutex
+	// device runs its programs and holds its caches (0 unless a data-parallel
+	// trainer made it for another device: dataparallel.go).
+	device backends.DeviceNum
 	// step runs one chunk against a contiguous cache (BucketAttention), attending
 	// over its whole capacity; paged against a paged cache (runPaged). Both take
 	// chunkArgs, then the cache (contiguousCache.args, pagedCache.stepArgs), and
 	// return the chunk's log-probs, then what the cache layout writes.
-	step, paged *mlctx.Exec
+	step, paged *modelExec
 	caches      cacheExecs
 	// zeroPage is a page of zeros (K or V), standing for pages not yet written.
 	zeroPage *tensors.Tensor

@@ -40,7 +40,7 @@ func chunkArgs(seq []int32, off, n, pos int) []any {
 // chunkArgs, then the cache; outputs the chunk's log-probs [1, seq], then what view
 // keeps of the chunk's distributions (TeacherView.outputs: nothing for
 // sampled_token), then the cache's outputs.
-func newScoreExec(backend backends.Backend, m *Model, take func(*list[*Node]) graphCache, view TeacherView) (*mlctx.Exec, error) {
+func newScoreExec(backend backends.Backend, m *Model, take func(*list[*Node]) graphCache, view TeacherView) (*modelExec, error) {
 	cfg := m.Config
 	return newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
@@ -52,17 +52,6 @@ func newScoreExec(backend backends.Backend, m *Model, take func(*list[*Node]) gr
 		out = append(out, view.outputs(Squeeze(logits, 0))...)
 		return append(out, cache.outputs()...)
 	})
-}
-
-// newModelExec is mlctx.NewExec over m's variables, keeping every shape it compiles
-// (the callers bucket shapes to a few).
-func newModelExec(backend backends.Backend, m *Model, fn func(*mlctx.Context, []*Node) []*Node) (*mlctx.Exec, error) {
-	e, err := mlctx.NewExec(backend, m.ctx, fn)
-	if err != nil {
-		return nil, err
-	}
-	e.SetMaxCache(-1)
-	return e, nil
 }
 
 // newCache returns an empty cache: paged (pages are added as chunks run), or with

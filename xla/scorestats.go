@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
-	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
 
 // ScoreStats says where a Scorer's time went since it was made (or since
@@ -66,11 +65,13 @@ func (s *Scorer) ResetStats() {
 // timedExec runs e on args, compiling it first (timed apart) when key — the shape
 // bucket the arguments fall in — is new, and adds the times to s.stats. cache says
 // whether e makes or grows a KV cache (else it is a chunk step).
-func (s *Scorer) timedExec(e *mlctx.Exec, key string, cache bool, args []any) ([]*tensors.Tensor, error) {
+func (s *Scorer) timedExec(e *modelExec, key string, cache bool, args []any) ([]*tensors.Tensor, error) {
 	if s.compiled == nil {
 		s.compiled = map[string]bool{}
 	}
-	if !s.compiled[key] {
+	if !s.compiled[key] && s.device == 0 {
+		// (PreCompile places arguments on device 0 only: on other devices the
+		// compile time counts as execution.)
 		t0 := time.Now()
 		if err := e.PreCompile(args...); err != nil {
 			return nil, fmt.Errorf("compile %s: %w", key, err)
@@ -80,7 +81,7 @@ func (s *Scorer) timedExec(e *mlctx.Exec, key string, cache bool, args []any) ([
 		s.stats.CompileSeconds += time.Since(t0).Seconds()
 	}
 	t0 := time.Now()
-	out, err := e.Exec(args...)
+	out, err := e.ExecOn(s.device, args...)
 	d := time.Since(t0).Seconds()
 	s.stats.ExecuteSeconds += d
 	if cache {

@@ -6,7 +6,6 @@ import (
 
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
-	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/hindsight-ai/hindsight/credit"
 )
@@ -106,7 +105,7 @@ func newTeacherDist(v TeacherView, vocab, rows int) TeacherDist {
 type viewSink struct {
 	view        TeacherView
 	label       string // names the compiled programs (scorestats)
-	step, paged *mlctx.Exec
+	step, paged *modelExec
 	// take gets a chunk's extra outputs (n positions from index off of the sequence
 	// run); nil drops them.
 	take func(off, n int, out []*tensors.Tensor)

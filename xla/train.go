@@ -51,6 +51,9 @@ type TrainerOptions struct {
 	// weights). Off, the two norms are NaN; the terms' loss values are always
 	// reported (Metrics.Terms).
 	TermGradNorms bool
+	// Devices is how many of the backend's devices a step runs on (data parallel,
+	// dataparallel.go); 0 or 1: device 0 only.
+	Devices int
 }
 
 // DefaultChunkTrain is the default TrainerOptions.Chunk.
@@ -121,6 +124,7 @@ type Trainer struct {
 	steps int64
 	// trainedTotal counts rollouts trained over the run's life.
 	trainedTotal int64
+	dp           *dataParallel // nil on one device
 }
 
 // NewTrainer returns a Trainer that updates m in place.
@@ -194,6 +198,9 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 		if tr.ref, err = NewScorer(backend, opts.Ref, opts.Scorer); err != nil {
 			return nil, fmt.Errorf("new trainer: reference: %w", err)
 		}
+	}
+	if tr.dp, err = newDataParallel(tr, opts.Devices); err != nil {
+		return nil, fmt.Errorf("new trainer: %w", err)
 	}
 	return tr, nil
 }

@@ -37,6 +37,9 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 	if len(batch) == 0 {
 		return Metrics{}, errors.New("train step: empty batch")
 	}
+	if tr.dp != nil {
+		return tr.stepParallel(ctx, batch)
+	}
 	rs := make([]credit.Rollout, len(batch))
 	sc := make([]scored, len(batch))
 	defer func() {
@@ -197,11 +200,17 @@ func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
 // with their log-probs filled in (Student, Ref, each hint's Teacher and EmptyHint),
 // and its KV cache. r itself is not modified.
 func (tr *Trainer) score(ctx context.Context, r *credit.Rollout) (credit.Rollout, scored, error) {
+	return tr.scoreWith(ctx, r, tr.scorer)
+}
+
+// scoreWith is score with student as the student's scorer (a device's, under data
+// parallel), and the hinted passes' too when the teacher is the live policy.
+func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, student *Scorer) (credit.Rollout, scored, error) {
 	T := len(r.Tokens)
 	if len(r.Sampler) != T || len(r.Trainable) != T {
 		return credit.Rollout{}, scored{}, fmt.Errorf("%d tokens, %d sampler log-probs, %d trainable flags", T, len(r.Sampler), len(r.Trainable))
 	}
-	s, cache, err := tr.scorer.Score(ctx, r.Tokens)
+	s, cache, err := student.Score(ctx, r.Tokens)
 	if err != nil {
 		return credit.Rollout{}, scored{}, err
 	}
@@ -213,6 +222,9 @@ func (tr *Trainer) score(ctx context.Context, r *credit.Rollout) (credit.Rollout
 	cr.Hints = slices.Clone(r.Hints)
 	if len(cr.Hints) > 0 {
 		tsc, shared := tr.teacherScorer()
+		if shared {
+			tsc = student
+		}
 		prefix := cache
 		if !shared {
 			prefix = nil

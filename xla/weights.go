@@ -34,6 +34,8 @@ type Model struct {
 	ctx       *context.Context
 	lora      *LoRAConfig // adapters in ctx (lora.go); nil: every weight trains
 	placeMu   sync.Mutex  // serialises place
+	// replicas are the weights' copies on devices other than 0 (devices.go).
+	replicas replicas
 }
 
 // OpenModel loads the model directory dir (config.json, safetensors, tokenizer)

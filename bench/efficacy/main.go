@@ -9,6 +9,8 @@
 //
 //	go run ./bench/efficacy -warmstart3 -backend xla-cpu -dir bench/efficacy/protocol3  # its warm start
 //	go run ./bench/efficacy -gates -backend xla-cpu -dir bench/efficacy/protocol3       # G1–G3 → results.json
+//	go run ./bench/efficacy -pilot -backend xla-cpu -dir bench/efficacy/protocol3       # G4 and the arms' rate → results.json
+//	go run ./bench/efficacy -arms3 -backend xla-cpu -dir bench/efficacy/protocol3       # the arms → DIR/arms, only when G1–G4 pass
 //
 // The defaults are protocol 2's (docs/experiments/protocol2.md); protocol 1 ran with -steps 8
 // -eval-every 4 -hints generic,failed,student.
@@ -63,16 +65,26 @@ func main() {
 	probe := flag.Int("probe", 0, "probe the warm start instead: sample this many train tasks × -group rollouts and measure each hint setup's Δ on right and wrong actions (no training)")
 	hints := flag.String("hints", def.Hints.String(), "hint setup of the hint arms: RULES,PLACE,BASE with RULES generic (protocol 1) or world, PLACE failed (protocol 1) or retry, BASE student (protocol 1) or empty_hint")
 	warm3 := flag.Bool("warmstart3", false, "train protocol 3's warm start (DIR/warmstart/model, from -warmstart-from or protocol 1's warm start) instead of running the arms")
+	split := flag.Bool("probe-split", false, "diagnose G2 (efficacy.ProbeSplit) on DIR/warmstart/model (or -probe-split-model) and write DIR/probe_split.json")
+	splitModel := flag.String("probe-split-model", "", "the model directory -probe-split diagnoses (default DIR/warmstart/model)")
 	gates := flag.Bool("gates", false, "measure protocol 3's gates G1–G3 of DIR/warmstart/model and write DIR/results.json")
 	gateGroups := flag.Int("gate-groups", 64, "train tasks of G3's mixed-group measure (G = 8 each)")
 	ws3Budget := flag.Duration("warmstart3-budget", efficacy.DefaultWarmStart3().WallBudget, "wall-time budget of protocol 3's warm start")
 	ws3Own := flag.Float64("warmstart3-own", efficacy.DefaultWarmStart3().Demo.Own, "share of the demonstrations' slips of the model's own kinds (efficacy.OwnSlip)")
 	ws3Hint := flag.Float64("warmstart3-hint-rate", efficacy.DefaultWarmStart3().Demo.HintRate, "share of the demonstrations' slips followed by a hint turn")
 	ws3Steps := flag.Int("warmstart3-steps", efficacy.DefaultWarmStart3().Steps, "most SFT steps of protocol 3's warm start")
+	ws3LR := flag.Float64("warmstart3-lr", efficacy.DefaultWarmStart3().LR, "AdamW learning rate of protocol 3's warm start")
+	ws3Every := flag.Int("warmstart3-eval-every", efficacy.DefaultWarmStart3().EvalEvery, "steps between validation evals of protocol 3's warm start")
+	ws3Patience := flag.Int("warmstart3-patience", efficacy.DefaultWarmStart3().Patience, "evals without a better checkpoint (efficacy.Gate3Better) before protocol 3's warm start stops")
 	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
 	evalSplit := flag.String("eval-split", def.EvalSplit, "split of the arms' evals: heldout, or validation for a pilot")
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
+	pilot := flag.Bool("pilot", false, "protocol 3's G4: outcome-only with seed 1 on the validation split at each rate of -pilot-lrs; adds G4 and the chosen rate to DIR/results.json")
+	pilotLRs := flag.String("pilot-lrs", "3e-4,1e-3,3e-3", "the pilot's learning rates, comma-separated")
+	arms3 := flag.Bool("arms3", false, "protocol 3's arms (outcome, sdpo, hint, placebo) into -out (default DIR/arms) at the pilot's learning rate (-lr is ignored); refused unless DIR/results.json records G1–G4 passed on DIR/warmstart/model")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *replot {
 		res, err := efficacy.ReadResults(filepath.Join(*dir, "results.json"))
 		if err == nil {
@@ -94,6 +106,7 @@ func main() {
 	if *warm3 {
 		cfg := efficacy.DefaultWarmStart3()
 		cfg.Steps, cfg.WallBudget, cfg.Demo.Own, cfg.Demo.HintRate = *ws3Steps, *ws3Budget, *ws3Own, *ws3Hint
+		cfg.LR, cfg.EvalEvery, cfg.Patience = *ws3LR, *ws3Every, *ws3Patience
 		from := *wsFrom
 		if from == "" {
 			from = "bench/efficacy/warmstart/model"
@@ -103,8 +116,55 @@ func main() {
 		}
 		return
 	}
+	if *split {
+		m := *splitModel
+		if m == "" {
+			m = model
+		}
+		if err := probeSplit(ctx, backend, *dir, m); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	if *gates {
 		if err := gates3(ctx, backend, *dir, *gateGroups); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if *pilot || *arms3 {
+		cfg := efficacy.Protocol3Config()
+		cfg.Model = model
+		// Overrides for trying the command out; the pre-registered run sets none.
+		override := func(name string, dst *int, v int) {
+			if set[name] {
+				*dst = v
+			}
+		}
+		override("steps", &cfg.Steps, *steps)
+		override("tasks", &cfg.TasksPerStep, *tasks)
+		override("group", &cfg.Group, *group)
+		override("eval-every", &cfg.EvalEvery, *evalEvery)
+		override("eval-tasks", &cfg.EvalTasks, *evalTasks)
+		if set["seeds"] {
+			cfg.Seeds = cfg.Seeds[:0]
+			for i := 1; i <= *seeds; i++ {
+				cfg.Seeds = append(cfg.Seeds, int64(i))
+			}
+		}
+		if set["arms"] {
+			cfg.Arms = strings.Split(*arms, ",")
+		}
+		var err error
+		if *pilot {
+			err = runPilot(ctx, backend, cfg, *pilotLRs, *dir)
+		} else {
+			if *out == "" {
+				*out = filepath.Join(*dir, "arms")
+			}
+			err = runArms3(ctx, backend, cfg, *dir, *out)
+		}
+		if err != nil {
 			fatal(err)
 		}
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
@@ -58,4 +59,43 @@ func gates3(ctx context.Context, backend backends.Backend, dir string, groups in
 	}
 	fmt.Printf("G1 %v %v\nG2 %v %v\nG3 %v %v\n", g.G1.Pass, g.G1.Measured, g.G2.Pass, g.G2.Measured, g.G3.Pass, g.G3.Measured)
 	return fsutil.WriteFileBytes(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644)
+}
+
+// runPilot runs protocol 3's G4 (efficacy.Pilot) at each rate of lrs and adds it to
+// dir/results.json.
+func runPilot(ctx context.Context, backend backends.Backend, cfg efficacy.Config, lrs, dir string) error {
+	var grid []float64
+	for _, f := range strings.Split(lrs, ",") {
+		lr, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return fmt.Errorf("-pilot-lrs: %q: %w", f, err)
+		}
+		grid = append(grid, lr)
+	}
+	path := filepath.Join(dir, "results.json")
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("pilot: %w (measure G1–G3 first: -gates)", err)
+	}
+	p, err := efficacy.Pilot(ctx, backend, cfg, grid, progress)
+	if err != nil {
+		return err
+	}
+	p.Command = "go run ./bench/efficacy " + strings.Join(os.Args[1:], " ")
+	if err := efficacy.WritePilot(path, p); err != nil {
+		return err
+	}
+	fmt.Printf("G4 %v: outcome-only gained %+.1f points on the validation split at lr %g (gains %v at %v)\n", p.Pass, 100*p.Gain, p.LR, p.Gains, p.LRs)
+	return nil
+}
+
+// runArms3 runs protocol 3's arms into out, refused unless dir/results.json records
+// G1–G4 passed on this warm start.
+func runArms3(ctx context.Context, backend backends.Backend, cfg efficacy.Config, dir, out string) error {
+	res, err := efficacy.RunArms3(ctx, backend, cfg, filepath.Join(dir, "results.json"), out,
+		"go run ./bench/efficacy "+strings.Join(os.Args[1:], " "), progress)
+	if err != nil {
+		return err
+	}
+	fmt.Print(res.Table())
+	return nil
 }

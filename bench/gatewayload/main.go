@@ -51,6 +51,7 @@ type report struct {
 	RolloutsDone    int     `json:"rollout_files_done"`
 	RolloutsFailed  int     `json:"rollout_files_failed"`
 	Backend         string  `json:"backend"`
+	MaxBatch        int     `json:"max_batch"`
 }
 
 func main() {
@@ -59,14 +60,15 @@ func main() {
 	turns := flag.Int("turns", 4, "turns per conversation before it is closed")
 	maxTokens := flag.Int("max-tokens", 16, "max_tokens per request")
 	out := flag.String("out", "", "output folder (default: a temp folder)")
+	maxBatch := flag.Int("max-batch", 8, "gateway.max_batch: requests sampled together (1: one at a time)")
 	flag.Parse()
-	if err := run(*sessions, *duration, *turns, *maxTokens, *out); err != nil {
+	if err := run(*sessions, *duration, *turns, *maxTokens, *maxBatch, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "gatewayload:", err)
 		os.Exit(1)
 	}
 }
 
-func run(sessions int, duration time.Duration, turns, maxTokens int, out string) error {
+func run(sessions int, duration time.Duration, turns, maxTokens, maxBatch int, out string) error {
 	if out == "" {
 		var err error
 		if out, err = os.MkdirTemp("", "gatewayload-"); err != nil {
@@ -84,7 +86,7 @@ func run(sessions int, duration time.Duration, turns, maxTokens int, out string)
 		return fmt.Errorf("init-model: %v: %s", err, b)
 	}
 	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json}\nmodel: {dir: %s}\ntrain: {enabled: false}\n"+
-		"gateway: {enabled: true, listen: 127.0.0.1:0, idle_timeout: 1h}\n", data, filepath.Join(data, "model"))
+		"gateway: {enabled: true, listen: 127.0.0.1:0, idle_timeout: 1h, max_batch: %d}\n", data, filepath.Join(data, "model"), maxBatch)
 	cfgPath := filepath.Join(out, "hindsightd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -170,7 +172,7 @@ func run(sessions int, duration time.Duration, turns, maxTokens int, out string)
 	cmd.Wait()
 
 	r := report{Sessions: sessions, Turns: turns, MaxTokens: maxTokens, DurationS: elapsed.Seconds(), Requests: len(lat), Errors: errs,
-		RequestsPerS: float64(len(lat)) / elapsed.Seconds(), TokensPerS: float64(tokens) / elapsed.Seconds(), Conversations: closed, Backend: backend}
+		RequestsPerS: float64(len(lat)) / elapsed.Seconds(), TokensPerS: float64(tokens) / elapsed.Seconds(), Conversations: closed, Backend: backend, MaxBatch: maxBatch}
 	slices.Sort(lat)
 	if n := len(lat); n > 0 {
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

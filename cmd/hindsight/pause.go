@@ -22,7 +22,9 @@ pause: hindsightd stops claiming files from incoming/ and starting optimizer ste
 (the step in hand finishes; checkpoints of steps taken are still written) until
 resume. Status shows who paused it, why and since when. A full disk keeps the daemon
 paused after resume until a retried write succeeds. Exit 0 on success, 1 if the
-daemon cannot be reached or refuses, 2 on a usage error.
+daemon cannot be reached or refuses, 2 on a usage error. The key sent is
+$HINDSIGHT_CONTROL_KEY (the daemon's control_keys_file), else $HINDSIGHT_STATUS_KEY
+(its status_keys_file); -addr https://… and -cacert as for hindsight status.
 
 flags:
 `
@@ -53,9 +55,11 @@ func pauseCmd(ctx context.Context, resume bool, args []string, stdout, stderr io
 		return 2
 	}
 	addr, timeout := daemon.addr, daemon.timeout
-	httpClient := http.DefaultClient
-	if key := os.Getenv("HINDSIGHT_CONTROL_KEY"); key != "" { // the daemon's control_keys_file
-		httpClient = &http.Client{Transport: bearer{key: key, next: http.DefaultTransport}}
+	// The daemon's control_keys_file, else its status_keys_file.
+	httpClient, err := daemon.client("HINDSIGHT_CONTROL_KEY", "HINDSIGHT_STATUS_KEY")
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
 	}
 	client := hindsightv1connect.NewControlServiceClient(httpClient, baseURL)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)

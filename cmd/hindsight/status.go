@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,11 +32,13 @@ import (
 // defaultStatusAddr is where hindsightd serves its status unless configured otherwise.
 const defaultStatusAddr = "127.0.0.1:7077"
 
-const statusUsage = `usage: hindsight status [-addr HOST:PORT] [-json] [-watch [-interval D]] [-timeout D]
+const statusUsage = `usage: hindsight status [-addr HOST:PORT] [-cacert FILE] [-json] [-watch [-interval D]] [-timeout D]
 
 Print the status of a running hindsightd: version, state, spool and ingest counters,
 and the last error. Exit 0 on success, 1 if the daemon cannot be reached or reports an
-error, 2 on a usage error.
+error, 2 on a usage error. With the daemon's status_keys_file, $HINDSIGHT_STATUS_KEY is
+sent as the key; with its status TLS, give -addr https://… (and -cacert for a
+certificate the system does not trust).
 
 flags:
 `
@@ -69,7 +74,12 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *asJSON {
 		printer = printStatusJSON
 	}
-	client := hindsightv1connect.NewStatusServiceClient(http.DefaultClient, baseURL, connect.WithHTTPGet())
+	httpClient, err := daemon.client("HINDSIGHT_STATUS_KEY") // the daemon's status_keys_file
+	if err != nil {
+		fmt.Fprintf(stderr, "hindsight status: %v\n", err)
+		return 2
+	}
+	client := hindsightv1connect.NewStatusServiceClient(httpClient, baseURL, connect.WithHTTPGet())
 	c := statusClient{client: client, addr: *addr, stdout: stdout, stderr: stderr, print: printer}
 	if *watch {
 		return c.watch(ctx, *interval, *timeout)
@@ -81,13 +91,43 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 type daemonFlags struct {
 	addr    *string
 	timeout *time.Duration
+	cacert  *string
 }
 
 func addDaemonFlags(fs *flag.FlagSet) daemonFlags {
 	return daemonFlags{
-		addr:    fs.String("addr", defaultStatusAddr, "hindsightd status `address`, HOST:PORT or an http:// URL"),
+		addr:    fs.String("addr", defaultStatusAddr, "hindsightd status `address`, HOST:PORT or an http:// or https:// URL"),
 		timeout: fs.Duration("timeout", 5*time.Second, "give up if the daemon has not answered within this `duration`"),
+		cacert:  fs.String("cacert", "", "PEM `file` of the certificate (or its CA) an https:// daemon is trusted by, beside the system's"),
 	}
+}
+
+// client returns the HTTP client for the daemon: trusting -cacert, and sending
+// the first of the keyEnvs environment variables that is set as a bearer key.
+func (f daemonFlags) client(keyEnvs ...string) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if *f.cacert != "" {
+		pem, err := os.ReadFile(*f.cacert)
+		if err != nil {
+			return nil, fmt.Errorf("read -cacert: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("read -cacert %s: no PEM certificate", *f.cacert)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	var rt http.RoundTripper = tr
+	for _, env := range keyEnvs {
+		if key := os.Getenv(env); key != "" {
+			rt = bearer{key: key, next: tr}
+			break
+		}
+	}
+	return &http.Client{Transport: rt}, nil
 }
 
 // check validates the parsed flags and that no argument is left, and returns the
@@ -273,6 +313,10 @@ func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
 		printEvals(line, st)
 		fmt.Fprintln(tw, "\t")
 	}
+	if st.GetGateway() != nil || len(st.GetEngineHooks()) > 0 {
+		printGateway(line, st)
+		fmt.Fprintln(tw, "\t")
+	}
 	if st.GetPaused() {
 		line("paused", "%s", orDash(st.GetPauseReason()))
 		if ps := st.GetPause(); ps.GetOperator() {
@@ -302,6 +346,30 @@ func printStatusTable(w io.Writer, st *hindsightv1.Status) error {
 		return fmt.Errorf("write status: %w", err)
 	}
 	return nil
+}
+
+// printGateway writes the gateway's counters and each engine hook's state.
+func printGateway(line func(key, format string, args ...any), st *hindsightv1.Status) {
+	if g := st.GetGateway(); g != nil {
+		line("gateway", "%s serving %q at step %s", orDash(g.GetListenAddr()), g.GetModel(), count(g.GetPolicyStep()))
+		line("  requests", "%s (%s errors), %s turns", count(g.GetRequests()), count(g.GetErrors()), count(g.GetTurns()))
+		line("  sessions", "%s open, %s recorded as rollouts", count(g.GetOpenSessions()), count(g.GetRolloutsRecorded()))
+		line("  late feedback", "%s joined, %s too late, %s pending", count(g.GetFeedbackJoined()), count(g.GetFeedbackLate()),
+			count(g.GetFeedbackPending()))
+	}
+	for _, h := range st.GetEngineHooks() {
+		last := "none yet"
+		if h.GetLastCheckpoint() != "" {
+			last = fmt.Sprintf("step %s at %s", count(h.GetLastStep()), formatTime(h.GetLastPushedAt()))
+		}
+		line("engine hook", "%s %s: last pushed %s, %s attempts", h.GetKind(), h.GetUrl(), last, count(h.GetAttempts()))
+		if h.GetPushing() != "" {
+			line("  pushing", "%s", h.GetPushing())
+		}
+		if h.GetLastError() != "" {
+			line("  last error", "%s (at %s)", h.GetLastError(), formatTime(h.GetLastErrorAt()))
+		}
+	}
 }
 
 // printTraining writes the training section: optimizer, rollouts, teacher, credit,

@@ -46,6 +46,15 @@ func statusFixture() *hindsightv1.Status {
 				Metrics: map[string]float64{"success": 0.25, "tool_error_rate": 0.5}, TookSeconds: 3.25},
 			{Suite: "unit", Kind: "command", Step: 12, Primary: "score", Error: "command ./eval.sh: exit status 3"},
 		},
+		Gateway: &hindsightv1.GatewayStats{ListenAddr: "127.0.0.1:7078", Model: "hindsight", PolicyStep: 12, Requests: 1500,
+			Errors: 3, Turns: 1490, OpenSessions: 4, RolloutsRecorded: 310, FeedbackJoined: 7, FeedbackLate: 1, FeedbackPending: 2},
+		EngineHooks: []*hindsightv1.EngineHookState{
+			{Kind: "sglang", Url: "http://127.0.0.1:30000", LastCheckpoint: "/ck/step-000012", LastStep: 12,
+				LastPushedAt: timestamppb.New(time.Date(2026, 1, 2, 4, 1, 0, 0, time.UTC)), Attempts: 2},
+			{Kind: "vllm_lora", Url: "http://127.0.0.1:8000", Attempts: 3, Pushing: "/ck/step-000012",
+				LastError:   "call http://127.0.0.1:8000/v1/load_lora_adapter (attempt 3/5): 503 Service Unavailable",
+				LastErrorAt: timestamppb.New(time.Date(2026, 1, 2, 4, 2, 0, 0, time.UTC))},
+		},
 		BestEvals: []*hindsightv1.EvalResult{
 			{Suite: "heldout", Kind: "toolworld", Step: 8, Checkpoint: "/ck/step-000008", Primary: "success",
 				Metrics: map[string]float64{"success": 0.3}},
@@ -98,6 +107,14 @@ func TestStatusTable(t *testing.T) {
 				`^eval heldout +step 12: success 0\.25, tool_error_rate 0\.5 in 3\.2s$`,
 				`^  best +step 8: success 0\.3 \(/ck/step-000008\)$`,
 				`^eval unit +step 12 failed: command \./eval\.sh: exit status 3$`,
+				`^gateway +127\.0\.0\.1:7078 serving "hindsight" at step 12$`,
+				`^  requests +1,500 \(3 errors\), 1,490 turns$`,
+				`^  sessions +4 open, 310 recorded as rollouts$`,
+				`^  late feedback +7 joined, 1 too late, 2 pending$`,
+				`^engine hook +sglang http://127\.0\.0\.1:30000: last pushed step 12 at 2026-01-02T04:01:00Z, 2 attempts$`,
+				`^engine hook +vllm_lora http://127\.0\.0\.1:8000: last pushed none yet, 3 attempts$`,
+				`^  pushing +/ck/step-000012$`,
+				`^  last error +call http://127\.0\.0\.1:8000/v1/load_lora_adapter \(attempt 3/5\): 503 Service Unavailable \(at 2026-01-02T04:02:00Z\)$`,
 			} {
 				require.Regexp(t, regexp.MustCompile("(?m)"+want), out)
 			}

@@ -28,6 +28,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/internal/apikey"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -333,11 +335,112 @@ func TestGatewaySIGKILLKeepsAcknowledgedTurns(t *testing.T) {
 	require.Equal(t, "say what you count", ro.Segments[1].Feedback, "the comment is on the first reply")
 	require.Empty(t, ro.Segments[3].Feedback)
 	status, v = post(t, base2+"/feedback", gatewayKey, "", `{"session_id":"kill-1","rating":1}`)
-	require.Equal(t, 404, status, "a written session takes no more feedback (late feedback is not joined yet): %v", v)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, true, v["late"], "a written session's feedback is a follow-up record")
 	require.NoFileExists(t, filepath.Join(dataDir, "state", "gateway", "kill-1.jsonl"))
 	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p2.wait(t, 30*time.Second))
 	require.Len(t, mustGlob(t, filepath.Join(dataDir, "spool", "*", "*gateway-*.arrow")), 1, "the session is written once")
+}
+
+// TestGatewayLateFeedback rates a session before it is written (journaled with the
+// session) and after it is written but before it is trained (a follow-up record),
+// kills the daemon with SIGKILL, restarts it, and finds both comments as hints of
+// the one trained rollout, exactly once each; a rating after the training is
+// recorded as too late and not trained again.
+func TestGatewayLateFeedback(t *testing.T) {
+	dataDir := t.TempDir()
+	// min_gap 0: the two short replies may both be hinted.
+	train := "train: {idle_flush: 200ms, checkpoint: {every_steps: 1}}\nteacher: {select: {min_gap: 0}}\n"
+	p, base := startGatewayWith(t, dataDir, train, "")
+	addr := p.waitReady(t)
+	_, stderr, code := runCLI(t, "pause", "-addr", addr, "-reason", "hold the rollout in incoming/")
+	require.Equal(t, 0, code, stderr)
+
+	msgs := []map[string]any{{"role": "user", "content": "count with me"}}
+	for i := range 2 {
+		body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs, "max_tokens": 6, "seed": i})
+		status, v := post(t, base+"/chat/completions", gatewayKey, "late-1", string(body))
+		require.Equal(t, 200, status, v)
+		msgs = append(msgs, v["choices"].([]any)[0].(map[string]any)["message"].(map[string]any), map[string]any{"role": "user", "content": "go on"})
+	}
+	status, v := post(t, base+"/feedback", gatewayKey, "", `{"session_id":"late-1","turn":1,"comment":"before the write"}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, false, v["late"])
+	status, v = post(t, base+"/sessions/late-1/close", gatewayKey, "", `{"reward": 0}`)
+	require.Equal(t, 200, status, v)
+	require.Len(t, mustGlob(t, filepath.Join(dataDir, "spool", "incoming", "gateway-late-1.arrow")), 1, "paused: not claimed")
+
+	status, v = post(t, base+"/feedback", gatewayKey, "", `{"session_id":"late-1","rating":-1,"comment":"after the write"}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, true, v["late"])
+	require.Equal(t, false, v["too_late"])
+	require.Equal(t, float64(2), v["turn"], "default: the last turn")
+	status, v = post(t, base+"/feedback", gatewayKey, "", `{"session_id":"late-1","turn":3,"rating":1}`)
+	require.Equal(t, 400, status, v)
+	status, v = post(t, base+"/feedback", gatewayKey, "", `{"session_id":"never-1","rating":1}`)
+	require.Equal(t, 404, status, v)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	p.wait(t, 10*time.Second)
+
+	p2, base2 := startGatewayWith(t, dataDir, train, "")
+	addr2 := p2.waitReady(t)
+	waitTrained(t, p2, addr2, 1)
+	require.Contains(t, p2.log(), `"message":"late feedback joined"`)
+	status, v = post(t, base2+"/feedback", gatewayKey, "", `{"session_id":"late-1","rating":1,"comment":"after training"}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, true, v["too_late"])
+	// Status, the CLI and /metrics count them: one joined, one too late.
+	var gs *hindsightv1.GatewayStats
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		gs = statusOf(t, addr2).GetGateway()
+		if gs.GetFeedbackLate() == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.EqualValues(t, 1, gs.GetFeedbackJoined())
+	require.EqualValues(t, 1, gs.GetFeedbackLate())
+	require.EqualValues(t, 0, gs.GetFeedbackPending())
+	require.EqualValues(t, 1, gs.GetRequests(), "this process answered the one feedback request")
+	table, _, code := runCLI(t, "status", "-addr", addr2)
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^  late feedback +1 joined, 1 too late, 0 pending$`, table)
+	resp, err := http.Get("http://" + addr2 + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(metrics), `hindsight_gateway_feedback_records{state="late"} 1`)
+	require.Contains(t, string(metrics), "hindsight_gateway_requests_total 1")
+	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p2.wait(t, 60*time.Second), p2.log())
+
+	var hints []string
+	rows := 0
+	for _, n := range listDir(t, filepath.Join(dataDir, "outputs")) {
+		rs, err := creditfile.Read(filepath.Join(dataDir, "outputs", n))
+		require.NoError(t, err)
+		for _, r := range rs {
+			require.Equal(t, "late-1", r.RolloutID)
+			rows++
+			for _, h := range r.Hints {
+				hints = append(hints, fmt.Sprintf("%d:%s:%s", h.Segment, h.Reason, h.Text))
+			}
+		}
+	}
+	require.Equal(t, 1, rows, "trained once")
+	require.ElementsMatch(t, []string{"1:feedback:before the write", "3:feedback:after the write"}, hints,
+		"each comment is the hint of its turn, once; the one after training is not\n%s", p2.log())
+	var joined, late int
+	for _, line := range strings.Split(p2.log(), "\n") {
+		if strings.Contains(line, `"message":"late feedback joined"`) {
+			joined++
+		}
+		if strings.Contains(line, `"too_late":true`) {
+			late++
+		}
+	}
+	require.Equal(t, 1, joined)
+	require.Equal(t, 1, late)
 }
 
 // TestGatewaySwapsCheckpoint runs the outer loop: a session recorded by the
@@ -394,7 +497,33 @@ func TestGatewaySwapsCheckpoint(t *testing.T) {
 		}
 	}
 	require.Contains(t, p.log(), "engine hook failed; retrying")
-	resp, err := http.Get(base + "/models")
+	// The hook's state is in status and /metrics: the checkpoint pushed on the
+	// second attempt, no error left.
+	addr := p.waitReady(t)
+	var hk *hindsightv1.EngineHookState
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		hs := statusOf(t, addr).GetEngineHooks()
+		require.Len(t, hs, 1)
+		hk = hs[0]
+		if hk.GetLastStep() > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.Equal(t, "sglang", hk.GetKind())
+	require.Positive(t, hk.GetLastStep())
+	require.Regexp(t, `/checkpoints/step-\d+$`, hk.GetLastCheckpoint())
+	require.EqualValues(t, 2, hk.GetAttempts())
+	require.Empty(t, hk.GetLastError(), "a success clears the error")
+	gs := statusOf(t, addr).GetGateway()
+	require.Positive(t, gs.GetTurns())
+	require.EqualValues(t, 1, gs.GetRolloutsRecorded())
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Regexp(t, `hindsight_engine_hook_last_step\{kind="sglang",url="http://127\.0\.0\.1:\d+"\} [1-9]`, string(metrics))
+	require.Contains(t, string(metrics), `hindsight_engine_hook_failing{kind="sglang"`)
+	resp, err = http.Get(base + "/models")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 401, resp.StatusCode, "models needs the key too")

@@ -32,7 +32,8 @@ type Demo3Config struct {
 	SiblingRate float64 `json:"sibling_rate"`
 }
 
-// DefaultDemo3 is the committed warm start's mix (attempt 2; attempt 1 ran with Own 0 and HintRate 0.4).
+// DefaultDemo3 is the warm start's mix of attempts 2 and 3 (attempt 1 ran with Own 0 and
+// HintRate 0.4; attempt 3 changed SlipHint's wording, not the mix).
 func DefaultDemo3() Demo3Config {
 	return Demo3Config{Slip: 0.3, Own: 0.8, HintRate: 0.5, SiblingRate: 0.2}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/rollout"
-	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/train"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -42,6 +41,11 @@ type Config struct {
 	World     World  `json:"world"`
 	// Hints is the hint stage of the hint arms (protocol 1: Protocol1Hints).
 	Hints HintSetup `json:"hints"`
+	// Protocol 3 runs protocol 3's arms (ArmSpec3, Protocol3Config); 0 protocol 1
+	// and 2's (SpecOf).
+	Protocol int `json:"protocol,omitempty"`
+	// Distill is protocol 3's distillation mode, full or topk (DistillFor).
+	Distill credit.DistillMode `json:"distill,omitempty"`
 }
 
 // DefaultConfig returns the settings of protocol 2 (bench/efficacy/protocol2): 24
@@ -70,8 +74,11 @@ func (c Config) Validate() error {
 	if err := c.Hints.Validate(); err != nil {
 		return err
 	}
+	if c.Protocol == 3 && c.Hints.Rules != RulesWorld3 {
+		return fmt.Errorf("hints.rules: %q, protocol 3's hint arms use %s", c.Hints.Rules, RulesWorld3)
+	}
 	for _, a := range c.Arms {
-		if _, err := SpecOf(a); err != nil {
+		if _, err := c.Spec(a); err != nil {
 			return err
 		}
 	}
@@ -103,6 +110,11 @@ type StepStat struct {
 	DeltaWrong float64 `json:"delta_wrong"`
 	AOutAbs    float64 `json:"a_out_abs_mean"`
 	AHintAbs   float64 `json:"a_hint_abs_mean"`
+	// LossOut and LossDistill are the step's two loss terms (xla.Metrics.Terms) and
+	// DistillTokens the trainable tokens inside a teacher span (credit.Stats).
+	LossOut       float64 `json:"loss_out"`
+	LossDistill   float64 `json:"loss_distill"`
+	DistillTokens int     `json:"distill_tokens"`
 }
 
 // Run is one arm with one seed.
@@ -138,7 +150,7 @@ func (r *Runner) Close() error {
 }
 
 // trainer returns the arm's trainer at the config's learning rate, restored to the
-// warm start.
+// warm start (an EMA or frozen teacher too).
 func (r *Runner) trainer(spec ArmSpec, seed int64) (*xla.Trainer, error) {
 	c := r.Config
 	if r.policy == nil {
@@ -151,10 +163,8 @@ func (r *Runner) trainer(spec ArmSpec, seed int64) (*xla.Trainer, error) {
 	key := fmt.Sprintf("%s@%g", spec.Name, c.LR)
 	tr := r.trainers[key]
 	if tr == nil {
-		opt := xla.DefaultAdamW()
-		opt.LR, opt.WarmupSteps = c.LR, 2
 		var err error
-		if tr, err = xla.NewTrainer(r.Backend, r.policy.Model, xla.TrainerOptions{Credit: spec.Credit, Optimizer: opt, Seed: uint64(seed)}); err != nil {
+		if tr, err = xla.NewTrainer(r.Backend, r.policy.Model, r.Config.TrainerOptions(spec, seed)); err != nil {
 			return nil, fmt.Errorf("trainer of %s: %w", key, err)
 		}
 		r.trainers[key] = tr
@@ -193,6 +203,15 @@ func saveReset(tr *xla.Trainer, model string) (string, error) {
 	return dir, nil
 }
 
+// TrainerOptions are the trainer options of arm spec with seed: the learning rate,
+// AdamW (2 warm-up steps) and seed are the config's, the same for every arm; the
+// credit and the teacher's weights are the arm's.
+func (c Config) TrainerOptions(spec ArmSpec, seed int64) xla.TrainerOptions {
+	opt := xla.DefaultAdamW()
+	opt.LR, opt.WarmupSteps = c.LR, 2
+	return xla.TrainerOptions{Credit: spec.Credit, Teacher: spec.Teacher, Optimizer: opt, Seed: uint64(seed)}
+}
+
 // Tasks returns the train tasks of step (1-based) for seed: the same for every arm.
 func (c Config) Tasks(seed int64, step int) ([]toolworld.Task, error) {
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(step)))
@@ -221,11 +240,11 @@ func (r *Runner) eval(ctx context.Context, p *Policy) (float64, error) {
 // training CPU-seconds.
 func (r *Runner) Run(ctx context.Context, arm string, seed int64) (Run, error) {
 	c := r.Config
-	spec, err := SpecOf(arm)
+	spec, err := c.Spec(arm)
 	if err != nil {
 		return Run{}, err
 	}
-	if spec.Hints {
+	if spec.Context == ContextRules {
 		spec.Credit.Base = c.Hints.Base
 	}
 	t0 := time.Now()
@@ -248,7 +267,7 @@ func (r *Runner) Run(ctx context.Context, arm string, seed int64) (Run, error) {
 		r.Progress(fmt.Sprintf("warm start: %s success %.1f%% (%d tasks, cpu %.0fs)", c.EvalSplit, 100*warm, c.EvalTasks, (CPUTime() - e0).Seconds()))
 	}
 	run.Curve.Points = append(run.Curve.Points, Point{Success: warm})
-	h, err := NewHinterWith(p.Tok, c.Hints)
+	h, err := newArmTeacher(p.Tok, spec, c.Hints)
 	if err != nil {
 		return Run{}, err
 	}
@@ -273,15 +292,15 @@ func (r *Runner) Run(ctx context.Context, arm string, seed int64) (Run, error) {
 		pt := Point{Rollouts: step * c.TasksPerStep * c.Group, CPUSeconds: cpu.Seconds(), Success: s}
 		run.Curve.Points = append(run.Curve.Points, pt)
 		r.Progress(fmt.Sprintf("%s seed %d: step %d/%d rollouts %d success %.1f%% (train %.1f%%, hints %d, |Δ| %.3f, clip %.3f) cpu %.0fs wall %.0fs",
-			arm, seed, step, c.Steps, pt.Rollouts, 100*s, 100*st.Success, h.Stats.Hints, st.DeltaAbs, st.ClipFrac, cpu.Seconds(), time.Since(t0).Seconds()))
+			arm, seed, step, c.Steps, pt.Rollouts, 100*s, 100*st.Success, h.stats().Hints, st.DeltaAbs, st.ClipFrac, cpu.Seconds(), time.Since(t0).Seconds()))
 	}
-	run.CPUSeconds, run.WallSeconds, run.Hints = cpu.Seconds(), time.Since(t0).Seconds(), h.Stats
+	run.CPUSeconds, run.WallSeconds, run.Hints = cpu.Seconds(), time.Since(t0).Seconds(), h.stats()
 	return run, nil
 }
 
-// step samples the step's rollouts with the policy, hints them (hint arms), and
-// applies one optimizer step.
-func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *Hinter, spec ArmSpec, seed int64, step int) (StepStat, error) {
+// step samples the step's rollouts with the policy, gives them the arm's teacher
+// contexts, and applies one optimizer step.
+func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *armTeacher, spec ArmSpec, seed int64, step int) (StepStat, error) {
 	c := r.Config
 	tasks, err := c.Tasks(seed, step)
 	if err != nil {
@@ -292,25 +311,26 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *Hinter
 		return StepStat{}, err
 	}
 	st := StepStat{Step: step, Success: collect.Summarize(envs).Success, Tasks: TasksFingerprint(tasks)}
-	batch := make([]credit.Rollout, len(envs))
 	rolls := make([]*rollout.Rollout, len(envs))
+	rtasks := make([]toolworld.Task, len(envs))
 	for i, e := range envs {
-		ro := e.Rollout(fmt.Sprintf("s%d-%04d-%03d", seed, step, i))
-		ro.PolicyVersion = tr.StepCount()
-		var hints []teacher.Hint
-		if spec.Hints {
-			if hints, err = h.Hints(ctx, ro, e.Task()); err != nil {
-				return StepStat{}, err
-			}
-			st.Hints += len(hints)
-		}
-		rolls[i] = ro
-		batch[i] = train.ToTrainer(ro, hints, train.NewRule(spec.Credit, p.Tok))
+		rolls[i], rtasks[i] = e.Rollout(fmt.Sprintf("s%d-%04d-%03d", seed, step, i)), e.Task()
+		rolls[i].PolicyVersion = tr.StepCount()
+	}
+	hints, err := h.step(ctx, rolls, rtasks, rand.New(rand.NewPCG(uint64(seed), sampleSeed(seed, step))))
+	if err != nil {
+		return StepStat{}, err
+	}
+	batch := make([]credit.Rollout, len(envs))
+	for i, ro := range rolls {
+		st.Hints += len(hints[i])
+		batch[i] = train.ToTrainer(ro, hints[i], train.NewRule(spec.Credit, p.Tok))
 	}
 	met, err := tr.Step(ctx, batch)
 	if err != nil {
 		return StepStat{}, err
 	}
+	st.LossOut, st.LossDistill, st.DistillTokens = met.Terms.Out, met.Terms.Distill, met.Credit.DistillTokens
 	st.Loss, st.DeltaAbs, st.ClipFrac, st.Pivot = met.Loss, met.Credit.DeltaAbsMean, met.Credit.ClipFraction, met.Credit.TopShare
 	st.AOutAbs, st.AHintAbs = met.Credit.AOutAbsMean, met.Credit.AHintAbsMean
 	st.DeltaFailed, st.DeltaOther = signedDeltas(rolls, met)

@@ -155,12 +155,13 @@ type probeItem struct {
 	hint, sib, empty []int32
 	right, repeat    string
 	explore          string
+	failed           bool // the slip was a failed call (else a silent one)
 }
 
-// ProbeSlips samples one episode of each task at temperature temp and, at every slip
-// that SlipHint has a hint for, scores the right, repeated and exploring next actions
-// after the hint, the sibling context and the empty hint turn.
-func ProbeSlips(ctx context.Context, backend backends.Backend, p *Policy, tasks []toolworld.Task, w World, temp float64, seed uint64) (ProbeDelta, error) {
+// probeItems samples one episode of each task at temperature temp and returns, at
+// every slip that SlipHint has a hint for, the contexts (hint, sibling, empty hint)
+// and the next actions G2 scores, with the tokenizer's stop token.
+func probeItems(ctx context.Context, p *Policy, tasks []toolworld.Task, w World, temp float64, seed uint64) ([]probeItem, int32, error) {
 	var items []probeItem
 	trackers := make([]*Tracker, len(tasks))
 	for i, t := range tasks {
@@ -185,7 +186,7 @@ func ProbeSlips(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 		}
 		exp := k.Expected()
 		it := probeItem{hint: env.ContextWith(toolworld.HintLabel + h), sib: env.ContextWith(SiblingText(k.Task.Solution)),
-			empty: env.ContextWith(toolworld.HintLabel), right: exp, repeat: line}
+			empty: env.ContextWith(toolworld.HintLabel), right: exp, repeat: line, failed: failed}
 		if e := Explore(exp); !SameCall(e, exp) && !SameCall(e, line) {
 			it.explore = e
 		}
@@ -195,7 +196,18 @@ func ProbeSlips(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 		return nil
 	}
 	if _, err := collect.Episodes(ctx, p.Sampler, p.Tok, tasks, opts); err != nil {
-		return ProbeDelta{}, fmt.Errorf("probe slips: %w", err)
+		return nil, 0, fmt.Errorf("probe slips: %w", err)
+	}
+	return items, stop, nil
+}
+
+// ProbeSlips samples one episode of each task at temperature temp and, at every slip
+// that SlipHint has a hint for, scores the right, repeated and exploring next actions
+// after the hint, the sibling context and the empty hint turn.
+func ProbeSlips(ctx context.Context, backend backends.Backend, p *Policy, tasks []toolworld.Task, w World, temp float64, seed uint64) (ProbeDelta, error) {
+	items, stop, err := probeItems(ctx, p, tasks, w, temp, seed)
+	if err != nil {
+		return ProbeDelta{}, err
 	}
 	sc, err := xla.NewScorer(backend, p.Model, xla.ScorerOptions{})
 	if err != nil {

@@ -44,6 +44,9 @@ type Gates3 struct {
 	Command    string             `json:"command,omitempty"`
 }
 
+// ProbeSeed is the sampling seed of G2's held-out episodes (and of ProbeSplit's).
+const ProbeSeed = 0x70726f6265
+
 // MeasureGates3 measures G1–G3 of the model at dir: G1 live none / hint / sibling
 // greedy on the held-out split (LiveWorld), G2 the slip probe on held-out episodes at
 // temperature 1, G3 greedy and temperature-1 held-out success (World), per family, and
@@ -76,7 +79,7 @@ func MeasureGates3(ctx context.Context, backend backends.Backend, dir string, w,
 			"none_success": none.Success, "hint_success": hint.Success, "sibling_success": sib.Success}}
 	g.G1.Pass = hint.RightRate >= 0.6 && none.RightRate <= 0.25 && hint.Success >= none.Success+0.10 && sib.Success >= none.Success+0.10
 
-	g.Probe, err = ProbeSlips(ctx, backend, p, held, w, 1, 0x70726f6265)
+	g.Probe, err = ProbeSlips(ctx, backend, p, held, w, 1, ProbeSeed)
 	if err != nil {
 		return g, err
 	}

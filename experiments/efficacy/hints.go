@@ -26,8 +26,19 @@ type HintStats struct {
 	// NoRetry counts hints of PlaceRetry dropped because no policy turn follows the
 	// failed call (or another hint already targets it).
 	NoRetry int `json:"no_retry,omitempty"`
-	// ByReason counts kept hints per selection rule (tool_error, surprise, …).
+	// ByReason counts kept hints per selection rule (tool_error, surprise, …); in the
+	// sdpo arm, the hint spans trained on per context kind (sibling, feedback,
+	// sibling+feedback).
 	ByReason map[string]int `json:"by_reason"`
+	// Contexts are the sdpo arm's teacher.Stats contexts: selections given the
+	// feedback context, rollouts given a sibling, and those whose group had no
+	// success (sibling_no_success).
+	Contexts map[string]int `json:"contexts,omitempty"`
+	// Placebo counts the placebo arm's hints given another task's text
+	// (Hinter.Placebo); PlaceboSameTask those dropped because every other text left
+	// was of their own task.
+	Placebo         int `json:"placebo,omitempty"`
+	PlaceboSameTask int `json:"placebo_same_task,omitempty"`
 }
 
 // Hinter is the experiment's hint stage: teacher.Select on the whole rollout (the

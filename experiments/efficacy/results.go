@@ -97,7 +97,7 @@ func ReadResults(path string) (Results, error) {
 func (s *StepStat) UnmarshalJSON(b []byte) error {
 	type plain StepStat
 	nan := math.NaN()
-	p := plain{Loss: nan, DeltaAbs: nan, ClipFrac: nan, Pivot: nan, DeltaFailed: nan, DeltaOther: nan, DeltaRight: nan, DeltaWrong: nan, AOutAbs: nan, AHintAbs: nan}
+	p := plain{Loss: nan, DeltaAbs: nan, ClipFrac: nan, Pivot: nan, DeltaFailed: nan, DeltaOther: nan, DeltaRight: nan, DeltaWrong: nan, AOutAbs: nan, AHintAbs: nan, LossOut: nan, LossDistill: nan}
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
@@ -107,22 +107,10 @@ func (s *StepStat) UnmarshalJSON(b []byte) error {
 
 // summarize fills the summary, ratio, costs and credit means from the runs.
 func (res *Results) summarize() {
-	res.ArmCost, res.Credit = map[string]Cost{}, map[string]StepStat{}
+	res.ArmCost, res.Credit = armCosts(res.Runs)
 	var curves []Curve
-	n := map[string]float64{}
 	for _, run := range res.Runs {
-		a := run.Curve.Arm
 		curves = append(curves, run.Curve)
-		c := res.ArmCost[a]
-		c.CPUSeconds += run.CPUSeconds
-		c.WallSeconds += run.WallSeconds
-		c.EvalCPU += run.EvalCPU
-		res.ArmCost[a] = c
-		n[a]++
-		res.Credit[a] = meanSteps(res.Credit[a], run.Steps, n[a])
-	}
-	for a, c := range res.ArmCost {
-		res.ArmCost[a] = Cost{CPUSeconds: c.CPUSeconds / n[a], WallSeconds: c.WallSeconds / n[a], EvalCPU: c.EvalCPU / n[a]}
 	}
 	res.Summary, res.Ratio, res.NoRatio = nil, nil, ""
 	s, err := Summarize(curves, ArmOutcome, ArmHint)
@@ -138,6 +126,27 @@ func (res *Results) summarize() {
 	} else if s.NoRatio == "" {
 		res.NoRatio = "hint credit never reached the threshold on a seed where outcome-only did (or neither did)"
 	}
+}
+
+// armCosts returns per arm the mean cost of a run and the credit statistics averaged
+// over steps and runs.
+func armCosts(runs []Run) (map[string]Cost, map[string]StepStat) {
+	costs, credits := map[string]Cost{}, map[string]StepStat{}
+	n := map[string]float64{}
+	for _, run := range runs {
+		a := run.Curve.Arm
+		c := costs[a]
+		c.CPUSeconds += run.CPUSeconds
+		c.WallSeconds += run.WallSeconds
+		c.EvalCPU += run.EvalCPU
+		costs[a] = c
+		n[a]++
+		credits[a] = meanSteps(credits[a], run.Steps, n[a])
+	}
+	for a, c := range costs {
+		costs[a] = Cost{CPUSeconds: c.CPUSeconds / n[a], WallSeconds: c.WallSeconds / n[a], EvalCPU: c.EvalCPU / n[a]}
+	}
+	return costs, credits
 }
 
 // meanSteps folds one run's step statistics (their mean) into the running mean acc of
@@ -165,9 +174,9 @@ func meanSteps(acc StepStat, steps []StepStat, k float64) StepStat {
 		}
 		return old + (v-old)/k
 	}
-	hints := 0
+	hints, dtok := 0, 0
 	for _, st := range steps {
-		hints += st.Hints
+		hints, dtok = hints+st.Hints, dtok+st.DistillTokens
 	}
 	return StepStat{
 		Step:        len(steps),
@@ -183,6 +192,10 @@ func meanSteps(acc StepStat, steps []StepStat, k float64) StepStat {
 		DeltaWrong:  fold(acc.DeltaWrong, mean(func(s StepStat) float64 { return s.DeltaWrong })),
 		AOutAbs:     fold(acc.AOutAbs, mean(func(s StepStat) float64 { return s.AOutAbs })),
 		AHintAbs:    fold(acc.AHintAbs, mean(func(s StepStat) float64 { return nanIfNoHints(s, s.AHintAbs) })),
+		LossOut:     fold(acc.LossOut, mean(func(s StepStat) float64 { return s.LossOut })),
+		LossDistill: fold(acc.LossDistill, mean(func(s StepStat) float64 { return nanIfNoHints(s, s.LossDistill) })),
+		// DistillTokens is summed over steps and runs, like Hints.
+		DistillTokens: acc.DistillTokens + dtok,
 	}
 }
 

@@ -15,9 +15,10 @@ import (
 // WarmStart3Config configures protocol 3's warm start: supervised fine-tuning on
 // Demos3, evaluated on the validation split every EvalEvery steps, stopped at the
 // first checkpoint whose validation numbers pass the gates' thresholds (Gate3Proxy),
-// when validation success passes the G3 ceiling, or when it has not improved for
-// Patience evals. The model written is the first that passed, else the best by
-// validation success.
+// when validation success passes the G3 ceiling, when no eval has been better
+// (Gate3Better) than the kept one for Patience evals, at Steps, or when the wall
+// budget is spent (then evaluated at that step). The model written is the first that
+// passed, else the best by Gate3Better.
 type WarmStart3Config struct {
 	Init          string      `json:"init"`
 	Out           string      `json:"out"`
@@ -61,6 +62,22 @@ type ValPoint struct {
 	HintRight   float64 `json:"hint_next_right"`
 	Passes      bool    `json:"passes"`
 	CPUSeconds  float64 `json:"cpu_seconds"`
+}
+
+// Gate3Better reports whether validation eval a is closer to passing the gates than b
+// (attempt 3's rule for the checkpoint kept when none passes Gate3Proxy): a checkpoint
+// inside G3's greedy band (30–45%) before one outside it; then the higher next-call
+// rate after a hinted slip (G1's unmet half in attempts 1 and 2); then the higher
+// greedy success. On a tie the earlier checkpoint stays (a is not better).
+func Gate3Better(a, b ValPoint) bool {
+	inBand := func(v ValPoint) bool { return v.Success >= 0.30 && v.Success <= 0.45 }
+	if inBand(a) != inBand(b) {
+		return inBand(a)
+	}
+	if a.HintRight != b.HintRight {
+		return a.HintRight > b.HintRight
+	}
+	return a.Success > b.Success
 }
 
 // Gate3Proxy reports whether a validation eval passes the thresholds of G1 (hint
@@ -127,7 +144,7 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 			step, loss, 100*v.Success, 100*none.Success, none.NextRight, none.After, 100*hint.Success, hint.NextRight, hint.After, v.Passes, v.CPUSeconds, time.Since(t0).Seconds()))
 		return v, nil
 	}
-	best, since := -1.0, 0
+	since := 0
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x73667403))
 	draw := newDemoBatches(demos, rng)
 	res.Stop = fmt.Sprintf("reached %d steps", cfg.Steps)
@@ -139,7 +156,8 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 		if step%25 == 0 {
 			progress(fmt.Sprintf("warm start 3: step %d loss %.3f cpu %.0fs wall %.0fs", step, met.Loss, (CPUTime() - c0).Seconds(), time.Since(t0).Seconds()))
 		}
-		if step%cfg.EvalEvery != 0 && step != cfg.Steps {
+		spent := cfg.WallBudget > 0 && time.Since(t0) > cfg.WallBudget
+		if step%cfg.EvalEvery != 0 && step != cfg.Steps && !spent {
 			continue
 		}
 		v, err := eval(step, met.Loss)
@@ -148,9 +166,10 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 		}
 		res.Validation = append(res.Validation, v)
 		// Out holds the first checkpoint that passes or, while none has, the best by
-		// greedy validation success (attempt 2 kept its last, 15%, and lost the 45%
-		// checkpoint three evals earlier).
-		if v.Passes || v.Success > best {
+		// Gate3Better (attempt 2 kept its last, 15%, and lost the 45% checkpoint three
+		// evals earlier).
+		better := len(res.Validation) == 1 || Gate3Better(v, res.Kept)
+		if v.Passes || better {
 			if err := SaveModel(tr, cfg.Init, cfg.Out); err != nil {
 				return res, err
 			}
@@ -164,14 +183,14 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 			res.Stop = fmt.Sprintf("step %d: validation success %.1f%% above G3's 45%% ceiling", step, 100*v.Success)
 			break
 		}
-		if cfg.WallBudget > 0 && time.Since(t0) > cfg.WallBudget {
+		if spent {
 			res.Stop = fmt.Sprintf("step %d: the wall budget of %s is spent", step, cfg.WallBudget)
 			break
 		}
-		if v.Success > best {
-			best, since = v.Success, 0
-		} else if since++; since >= cfg.Patience {
-			res.Stop = fmt.Sprintf("step %d: validation success has not improved on %.1f%% for %d evals", step, 100*best, since)
+		if better {
+			since = 0
+		} else if since++; cfg.Patience > 0 && since >= cfg.Patience {
+			res.Stop = fmt.Sprintf("step %d: no eval better (Gate3Better) than step %d's for %d evals", step, res.Steps, since)
 			break
 		}
 	}

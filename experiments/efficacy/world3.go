@@ -156,47 +156,116 @@ func LeaksUnseen(text string, t toolworld.Task, turns []Turn) bool {
 
 var reNumber = regexp.MustCompile(`[0-9]+`)
 
-// silentAdvice says what a silent slip got wrong, by the tool it called.
-func silentAdvice(call toolworld.Call, line string) string {
-	switch call.Name {
+// silentAdvice says what a silent slip got wrong, by the tool it called (a silent slip
+// calls the tool the task needs next, so naming the tool quotes nothing wrong).
+func silentAdvice(tool string) string {
+	switch tool {
 	case "cat":
-		return fmt.Sprintf("`%s` read a file the task does not ask about.", line)
+		return "That `cat` read a file the task does not ask about."
 	case "calc":
-		return fmt.Sprintf("`%s` used other numbers than the ones the task needs from the calls above.", line)
+		return "That `calc` used other numbers than the ones the task needs from the calls above."
 	case "get":
-		return fmt.Sprintf("`%s` read a key the task does not name.", line)
+		return "That `get` read a key the task does not name."
 	case "set":
-		return fmt.Sprintf("`%s` stored another key or value than the task wants.", line)
+		return "That `set` stored another key or value than the task wants."
 	case "ls":
-		return fmt.Sprintf("`%s` lists another directory than the one the task needs.", line)
+		return "That `ls` listed another directory than the one the task needs."
 	case "grep":
-		return fmt.Sprintf("`%s` searched with another word or place than the task gives.", line)
+		return "That `grep` searched with another word or place than the task gives."
 	}
-	return fmt.Sprintf("`%s` is not the step the task needs next.", line)
+	return "That call is not the step the task needs next."
 }
 
-// SlipHint is protocol 3's world rules: the hint for the retry turn after the last
-// turn of k, a slip. It says what went wrong — for a failed call in the wording of
-// WorldAdvice (protocol 2's rules), for a silent slip by what the call read or wrote —
-// and, when the visible prefix shows every word of it and it is not the answer, names
-// the call the task needs next ("Next: `cat tmp/fox.txt`."). "" when the last turn was
-// not a slip or the hint would leak (LeaksUnseen).
+// slipAdvice is protocol 3's diagnosis of a failed call (attempt 3): what kind of
+// thing went wrong, read from the tool's error message out, and the tool's syntax. It
+// never quotes the slipped call or its wrong argument (attempt 2's hints did, in
+// WorldAdvice's wording, and raised the repetition of the slip by +5.2 nats): a tool
+// name or directory is named only when it is a word of exp, the call the task needs
+// next, so that it is not a wrong token of the slip.
+func slipAdvice(out, exp string) string {
+	right := map[string]bool{}
+	for _, w := range words(exp) {
+		right[w] = true
+	}
+	// lsDir is "`ls DIR` lists the files in DIR/" when path's directory is right.
+	lsDir := func(path string) string {
+		dir, _, _ := strings.Cut(strings.Trim(path, "./"), "/")
+		if dir == "" || !right[dir] {
+			return ""
+		}
+		return fmt.Sprintf("`ls %s` lists the files in %s/", dir, dir)
+	}
+	switch {
+	case reEmpty.MatchString(out):
+		return "Write one command per turn: a tool and its arguments, e.g. `ls`."
+	case reUnknownTool.MatchString(out):
+		switch near := nearTools(reUnknownTool.FindStringSubmatch(out)[1]); len(near) {
+		case 0:
+		case 1:
+			return fmt.Sprintf("Not a tool; you meant `%s`: %s.", near[0], syntax[near[0]])
+		default:
+			return fmt.Sprintf("Not a tool; you meant `%s` or `%s`.", near[0], near[1])
+		}
+		return "Not a tool; the tools: " + strings.Join(toolworld.Tools, ", ") + "."
+	case reBadOption.MatchString(out):
+		tool := reBadOption.FindStringSubmatch(out)[1]
+		switch {
+		case !right[tool]:
+			return "That option does not exist; the tools take no options but `grep -i` and `grep -c`."
+		case tool == "grep":
+			return "`grep` has no such option (only -i and -c); call " + syntax["grep"] + "."
+		}
+		return fmt.Sprintf("`%s` takes no options; call %s.", tool, syntax[tool])
+	case reMissingPath.MatchString(out):
+		m := reMissingPath.FindStringSubmatch(out)
+		if ls := lsDir(strings.TrimSpace(m[2])); ls != "" && right[m[1]] {
+			return fmt.Sprintf("That file does not exist; %s, then call `%s` on one of them.", ls, m[1])
+		} else if ls != "" {
+			return "That file does not exist; " + ls + "."
+		}
+		return "That path does not exist; `ls` lists the directories, `ls DIR` the files in one."
+	case reIsDir.MatchString(out):
+		if ls := lsDir(reIsDir.FindStringSubmatch(out)[1]); ls != "" {
+			return "That is a directory; " + ls + ", and `cat` reads one file: " + syntax["cat"] + "."
+		}
+		return "That is a directory; `cat` reads one file: " + syntax["cat"] + "."
+	case reNoMatch.MatchString(out):
+		return "Nothing matched there; try `grep -i`, another word from the task, or `cat` the file."
+	case reCalcEmpty.MatchString(out), reCalc.MatchString(out):
+		return "`calc` reads digits, not words: " + syntax["calc"] + "."
+	case reKey.MatchString(out):
+		return "There is no such key; `get` the key the task names: " + syntax["get"] + "."
+	case reSetValue.MatchString(out):
+		return "`set` stores an integer written in digits: " + syntax["set"] + "."
+	case reArgCount.MatchString(out):
+		if tool := reArgCount.FindStringSubmatch(out)[1]; right[tool] && syntax[tool] != "" {
+			return fmt.Sprintf("Wrong number of arguments to `%s`; call %s.", tool, syntax[tool])
+		}
+		return "Wrong number of arguments for that tool."
+	}
+	return "That call failed."
+}
+
+// SlipHint is protocol 3's world rules (attempt 3's wording): the hint for the retry
+// turn after the last turn of k, a slip. It says what kind of thing went wrong — for a
+// failed call from the tool's error message (slipAdvice), for a silent slip by what
+// the call read or wrote (silentAdvice) — and, when the visible prefix shows every
+// word of it and it is not the answer, names the call the task needs next ("Next:
+// `cat tmp/fox.txt`."). It never quotes the slipped call or its wrong argument. ""
+// when the last turn was not a slip or the hint would leak (LeaksUnseen).
 func SlipHint(k *Tracker) string {
 	if len(k.Turns) == 0 {
 		return ""
 	}
 	last := k.Turns[len(k.Turns)-1]
-	line := strings.Join(strings.Fields(last.Call), " ")
-	call := toolworld.ParseCall(line)
+	exp := k.Expected()
 	var diag string
 	if last.Failed {
-		if diag = WorldAdvice(call, last.Out); diag == "" {
-			diag = fmt.Sprintf("`%s` failed.", line)
-		}
+		diag = slipAdvice(last.Out, exp)
 	} else {
-		diag = silentAdvice(call, line)
+		diag = silentAdvice(toolworld.ParseCall(last.Call).Name)
 	}
-	if exp := k.Expected(); Nameable(exp, k.Task, k.Turns) {
+	if Nameable(exp, k.Task, k.Turns) {
 		diag += fmt.Sprintf(" Next: `%s`.", exp)
 	}
 	if LeaksUnseen(diag, k.Task, k.Turns) {

@@ -23,9 +23,9 @@ func TestSlipHintNamesOnlyWhatWasSeen(t *testing.T) {
 	k := NewTracker(task)
 	require.False(t, k.Observe("ls tmp", "fox.txt", false))
 	require.True(t, k.Observe("cat tmp/fxo.txt", "cat: tmp/fxo.txt: No such file or directory", true))
-	require.Equal(t, "`tmp/fxo.txt` does not exist; `ls tmp` lists the files in tmp/, then call `cat` on one of them. Next: `cat tmp/fox.txt`.", SlipHint(k))
+	require.Equal(t, "That file does not exist; `ls tmp` lists the files in tmp/, then call `cat` on one of them. Next: `cat tmp/fox.txt`.", SlipHint(k))
 	require.True(t, k.Observe("cat notes/owl.txt", "12", false), "a silent slip: the tool the task needs, another file")
-	require.Equal(t, "`cat notes/owl.txt` read a file the task does not ask about. Next: `cat tmp/fox.txt`.", SlipHint(k))
+	require.Equal(t, "That `cat` read a file the task does not ask about. Next: `cat tmp/fox.txt`.", SlipHint(k))
 	require.False(t, k.Observe("ls tmp", "fox.txt", false), "exploring is not a slip")
 
 	// Before ls showed fox.txt the hint cannot name it.

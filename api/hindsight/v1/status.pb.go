@@ -506,7 +506,12 @@ type Status struct {
 	Pause *PauseState `protobuf:"bytes,30,opt,name=pause,proto3" json:"pause,omitempty"`
 	// What the data directory's file system offers the durable writes, probed once at
 	// start-up (docs/storage.md).
-	Storage       *StorageInfo `protobuf:"bytes,31,opt,name=storage,proto3" json:"storage,omitempty"`
+	Storage *StorageInfo `protobuf:"bytes,31,opt,name=storage,proto3" json:"storage,omitempty"`
+	// The OpenAI-compatible gateway (docs/gateway.md); unset when gateway.enabled is
+	// false.
+	Gateway *GatewayStats `protobuf:"bytes,32,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// Each engine hook (engine_hooks:, in config order); empty without hooks.
+	EngineHooks   []*EngineHookState `protobuf:"bytes,33,rep,name=engine_hooks,json=engineHooks,proto3" json:"engine_hooks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +714,270 @@ func (x *Status) GetStorage() *StorageInfo {
 	return nil
 }
 
+func (x *Status) GetGateway() *GatewayStats {
+	if x != nil {
+		return x.Gateway
+	}
+	return nil
+}
+
+func (x *Status) GetEngineHooks() []*EngineHookState {
+	if x != nil {
+		return x.EngineHooks
+	}
+	return nil
+}
+
+// GatewayStats are the gateway's counters. Requests, errors and rollouts count from
+// this process's start; the feedback counts are the follow-up records on disk.
+type GatewayStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gateway's bound address and the model id it serves.
+	ListenAddr string `protobuf:"bytes,1,opt,name=listen_addr,json=listenAddr,proto3" json:"listen_addr,omitempty"`
+	Model      string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// Step of the checkpoint serving (0: the initial model).
+	PolicyStep int64 `protobuf:"varint,3,opt,name=policy_step,json=policyStep,proto3" json:"policy_step,omitempty"`
+	// HTTP requests answered, and those answered with an error (status ≥ 400, or a
+	// stream ended by an error event).
+	Requests int64 `protobuf:"varint,4,opt,name=requests,proto3" json:"requests,omitempty"`
+	Errors   int64 `protobuf:"varint,5,opt,name=errors,proto3" json:"errors,omitempty"`
+	// Chat turns answered (recorded or not).
+	Turns int64 `protobuf:"varint,6,opt,name=turns,proto3" json:"turns,omitempty"`
+	// Sessions open now, and sessions written to the spool as rollouts.
+	OpenSessions     int64 `protobuf:"varint,7,opt,name=open_sessions,json=openSessions,proto3" json:"open_sessions,omitempty"`
+	RolloutsRecorded int64 `protobuf:"varint,8,opt,name=rollouts_recorded,json=rolloutsRecorded,proto3" json:"rollouts_recorded,omitempty"`
+	// Follow-up records of feedback on written sessions: joined to their rollout
+	// before training, too late (after it was taken for training; never trained), and
+	// waiting for their rollout to be taken.
+	FeedbackJoined  int64 `protobuf:"varint,9,opt,name=feedback_joined,json=feedbackJoined,proto3" json:"feedback_joined,omitempty"`
+	FeedbackLate    int64 `protobuf:"varint,10,opt,name=feedback_late,json=feedbackLate,proto3" json:"feedback_late,omitempty"`
+	FeedbackPending int64 `protobuf:"varint,11,opt,name=feedback_pending,json=feedbackPending,proto3" json:"feedback_pending,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GatewayStats) Reset() {
+	*x = GatewayStats{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayStats) ProtoMessage() {}
+
+func (x *GatewayStats) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayStats.ProtoReflect.Descriptor instead.
+func (*GatewayStats) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GatewayStats) GetListenAddr() string {
+	if x != nil {
+		return x.ListenAddr
+	}
+	return ""
+}
+
+func (x *GatewayStats) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *GatewayStats) GetPolicyStep() int64 {
+	if x != nil {
+		return x.PolicyStep
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetErrors() int64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetTurns() int64 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetOpenSessions() int64 {
+	if x != nil {
+		return x.OpenSessions
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetRolloutsRecorded() int64 {
+	if x != nil {
+		return x.RolloutsRecorded
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetFeedbackJoined() int64 {
+	if x != nil {
+		return x.FeedbackJoined
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetFeedbackLate() int64 {
+	if x != nil {
+		return x.FeedbackLate
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetFeedbackPending() int64 {
+	if x != nil {
+		return x.FeedbackPending
+	}
+	return 0
+}
+
+// EngineHookState is one engine hook's progress in telling its engine about new
+// checkpoints.
+type EngineHookState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The hook's kind (sglang, vllm_lora) and the engine's base URL.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Url  string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// The last checkpoint the engine accepted, its step and when.
+	LastCheckpoint string                 `protobuf:"bytes,3,opt,name=last_checkpoint,json=lastCheckpoint,proto3" json:"last_checkpoint,omitempty"`
+	LastStep       int64                  `protobuf:"varint,4,opt,name=last_step,json=lastStep,proto3" json:"last_step,omitempty"`
+	LastPushedAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_pushed_at,json=lastPushedAt,proto3" json:"last_pushed_at,omitempty"`
+	// Calls made for the newest checkpoint so far (1 when the first call succeeded).
+	Attempts int64 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// The last failed call's error (cleared by a success), and when.
+	LastError   string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastErrorAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_error_at,json=lastErrorAt,proto3" json:"last_error_at,omitempty"`
+	// The checkpoint being pushed now (empty when none is).
+	Pushing       string `protobuf:"bytes,9,opt,name=pushing,proto3" json:"pushing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineHookState) Reset() {
+	*x = EngineHookState{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineHookState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineHookState) ProtoMessage() {}
+
+func (x *EngineHookState) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineHookState.ProtoReflect.Descriptor instead.
+func (*EngineHookState) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *EngineHookState) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *EngineHookState) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *EngineHookState) GetLastCheckpoint() string {
+	if x != nil {
+		return x.LastCheckpoint
+	}
+	return ""
+}
+
+func (x *EngineHookState) GetLastStep() int64 {
+	if x != nil {
+		return x.LastStep
+	}
+	return 0
+}
+
+func (x *EngineHookState) GetLastPushedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastPushedAt
+	}
+	return nil
+}
+
+func (x *EngineHookState) GetAttempts() int64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *EngineHookState) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *EngineHookState) GetLastErrorAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastErrorAt
+	}
+	return nil
+}
+
+func (x *EngineHookState) GetPushing() string {
+	if x != nil {
+		return x.Pushing
+	}
+	return ""
+}
+
 // StorageInfo is what the data directory's file system offers the durable writes.
 type StorageInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -730,7 +999,7 @@ type StorageInfo struct {
 
 func (x *StorageInfo) Reset() {
 	*x = StorageInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +1011,7 @@ func (x *StorageInfo) String() string {
 func (*StorageInfo) ProtoMessage() {}
 
 func (x *StorageInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +1024,7 @@ func (x *StorageInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageInfo.ProtoReflect.Descriptor instead.
 func (*StorageInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StorageInfo) GetFsType() string {
@@ -821,7 +1090,7 @@ type EvalResult struct {
 
 func (x *EvalResult) Reset() {
 	*x = EvalResult{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +1102,7 @@ func (x *EvalResult) String() string {
 func (*EvalResult) ProtoMessage() {}
 
 func (x *EvalResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1115,7 @@ func (x *EvalResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalResult.ProtoReflect.Descriptor instead.
 func (*EvalResult) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EvalResult) GetSuite() string {
@@ -947,7 +1216,7 @@ type PauseState struct {
 
 func (x *PauseState) Reset() {
 	*x = PauseState{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1228,7 @@ func (x *PauseState) String() string {
 func (*PauseState) ProtoMessage() {}
 
 func (x *PauseState) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1241,7 @@ func (x *PauseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseState.ProtoReflect.Descriptor instead.
 func (*PauseState) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PauseState) GetOperator() bool {
@@ -1100,7 +1369,7 @@ type TrainingStats struct {
 
 func (x *TrainingStats) Reset() {
 	*x = TrainingStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1381,7 @@ func (x *TrainingStats) String() string {
 func (*TrainingStats) ProtoMessage() {}
 
 func (x *TrainingStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1394,7 @@ func (x *TrainingStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainingStats.ProtoReflect.Descriptor instead.
 func (*TrainingStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TrainingStats) GetStep() int64 {
@@ -1309,7 +1578,7 @@ type CheckpointInfo struct {
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1590,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1603,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{13}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckpointInfo) GetStep() int64 {
@@ -1381,7 +1650,7 @@ type TeacherStats struct {
 
 func (x *TeacherStats) Reset() {
 	*x = TeacherStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1662,7 @@ func (x *TeacherStats) String() string {
 func (*TeacherStats) ProtoMessage() {}
 
 func (x *TeacherStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1675,7 @@ func (x *TeacherStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeacherStats.ProtoReflect.Descriptor instead.
 func (*TeacherStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{14}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TeacherStats) GetHintsBySource() map[string]int64 {
@@ -1487,7 +1756,7 @@ type CreditStats struct {
 
 func (x *CreditStats) Reset() {
 	*x = CreditStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1768,7 @@ func (x *CreditStats) String() string {
 func (*CreditStats) ProtoMessage() {}
 
 func (x *CreditStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1781,7 @@ func (x *CreditStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreditStats.ProtoReflect.Descriptor instead.
 func (*CreditStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreditStats) GetDeltaAbsMean() float64 {
@@ -1586,7 +1855,7 @@ type QueueDepths struct {
 
 func (x *QueueDepths) Reset() {
 	*x = QueueDepths{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1867,7 @@ func (x *QueueDepths) String() string {
 func (*QueueDepths) ProtoMessage() {}
 
 func (x *QueueDepths) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1880,7 @@ func (x *QueueDepths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepths.ProtoReflect.Descriptor instead.
 func (*QueueDepths) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueueDepths) GetFiles() int64 {
@@ -1659,7 +1928,7 @@ type BackendInfo struct {
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1940,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1953,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BackendInfo) GetName() string {
@@ -1746,7 +2015,7 @@ type SpoolCounts struct {
 
 func (x *SpoolCounts) Reset() {
 	*x = SpoolCounts{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[18]
+	mi := &file_hindsight_v1_status_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +2027,7 @@ func (x *SpoolCounts) String() string {
 func (*SpoolCounts) ProtoMessage() {}
 
 func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[18]
+	mi := &file_hindsight_v1_status_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +2040,7 @@ func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpoolCounts.ProtoReflect.Descriptor instead.
 func (*SpoolCounts) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{18}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SpoolCounts) GetIncoming() int64 {
@@ -1833,7 +2102,7 @@ type IngestStats struct {
 
 func (x *IngestStats) Reset() {
 	*x = IngestStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[19]
+	mi := &file_hindsight_v1_status_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2114,7 @@ func (x *IngestStats) String() string {
 func (*IngestStats) ProtoMessage() {}
 
 func (x *IngestStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[19]
+	mi := &file_hindsight_v1_status_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2127,7 @@ func (x *IngestStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestStats.ProtoReflect.Descriptor instead.
 func (*IngestStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{19}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IngestStats) GetFilesClaimed() int64 {
@@ -1951,7 +2220,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x12WatchStatusRequest\x125\n" +
 	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"C\n" +
 	"\x13WatchStatusResponse\x12,\n" +
-	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\xef\b\n" +
+	"\x06status\x18\x01 \x01(\v2\x14.hindsight.v1.StatusR\x06status\"\xe7\t\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.hindsight.v1.StateR\x05state\x129\n" +
@@ -1981,7 +2250,35 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\n" +
 	"best_evals\x18\x16 \x03(\v2\x18.hindsight.v1.EvalResultR\tbestEvals\x12.\n" +
 	"\x05pause\x18\x1e \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\x123\n" +
-	"\astorage\x18\x1f \x01(\v2\x19.hindsight.v1.StorageInfoR\astorage\"\xad\x01\n" +
+	"\astorage\x18\x1f \x01(\v2\x19.hindsight.v1.StorageInfoR\astorage\x124\n" +
+	"\agateway\x18  \x01(\v2\x1a.hindsight.v1.GatewayStatsR\agateway\x12@\n" +
+	"\fengine_hooks\x18! \x03(\v2\x1d.hindsight.v1.EngineHookStateR\vengineHooks\"\xfb\x02\n" +
+	"\fGatewayStats\x12\x1f\n" +
+	"\vlisten_addr\x18\x01 \x01(\tR\n" +
+	"listenAddr\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1f\n" +
+	"\vpolicy_step\x18\x03 \x01(\x03R\n" +
+	"policyStep\x12\x1a\n" +
+	"\brequests\x18\x04 \x01(\x03R\brequests\x12\x16\n" +
+	"\x06errors\x18\x05 \x01(\x03R\x06errors\x12\x14\n" +
+	"\x05turns\x18\x06 \x01(\x03R\x05turns\x12#\n" +
+	"\ropen_sessions\x18\a \x01(\x03R\fopenSessions\x12+\n" +
+	"\x11rollouts_recorded\x18\b \x01(\x03R\x10rolloutsRecorded\x12'\n" +
+	"\x0ffeedback_joined\x18\t \x01(\x03R\x0efeedbackJoined\x12#\n" +
+	"\rfeedback_late\x18\n" +
+	" \x01(\x03R\ffeedbackLate\x12)\n" +
+	"\x10feedback_pending\x18\v \x01(\x03R\x0ffeedbackPending\"\xd4\x02\n" +
+	"\x0fEngineHookState\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12'\n" +
+	"\x0flast_checkpoint\x18\x03 \x01(\tR\x0elastCheckpoint\x12\x1b\n" +
+	"\tlast_step\x18\x04 \x01(\x03R\blastStep\x12@\n" +
+	"\x0elast_pushed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\flastPushedAt\x12\x1a\n" +
+	"\battempts\x18\x06 \x01(\x03R\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\a \x01(\tR\tlastError\x12>\n" +
+	"\rlast_error_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vlastErrorAt\x12\x18\n" +
+	"\apushing\x18\t \x01(\tR\apushing\"\xad\x01\n" +
 	"\vStorageInfo\x12\x17\n" +
 	"\afs_type\x18\x01 \x01(\tR\x06fsType\x12)\n" +
 	"\x10rename_noreplace\x18\x02 \x01(\bR\x0frenameNoreplace\x12\x1d\n" +
@@ -2144,7 +2441,7 @@ func file_hindsight_v1_status_proto_rawDescGZIP() []byte {
 }
 
 var file_hindsight_v1_status_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_hindsight_v1_status_proto_goTypes = []any{
 	(State)(0),                    // 0: hindsight.v1.State
 	(*PauseRequest)(nil),          // 1: hindsight.v1.PauseRequest
@@ -2156,70 +2453,76 @@ var file_hindsight_v1_status_proto_goTypes = []any{
 	(*WatchStatusRequest)(nil),    // 7: hindsight.v1.WatchStatusRequest
 	(*WatchStatusResponse)(nil),   // 8: hindsight.v1.WatchStatusResponse
 	(*Status)(nil),                // 9: hindsight.v1.Status
-	(*StorageInfo)(nil),           // 10: hindsight.v1.StorageInfo
-	(*EvalResult)(nil),            // 11: hindsight.v1.EvalResult
-	(*PauseState)(nil),            // 12: hindsight.v1.PauseState
-	(*TrainingStats)(nil),         // 13: hindsight.v1.TrainingStats
-	(*CheckpointInfo)(nil),        // 14: hindsight.v1.CheckpointInfo
-	(*TeacherStats)(nil),          // 15: hindsight.v1.TeacherStats
-	(*CreditStats)(nil),           // 16: hindsight.v1.CreditStats
-	(*QueueDepths)(nil),           // 17: hindsight.v1.QueueDepths
-	(*BackendInfo)(nil),           // 18: hindsight.v1.BackendInfo
-	(*SpoolCounts)(nil),           // 19: hindsight.v1.SpoolCounts
-	(*IngestStats)(nil),           // 20: hindsight.v1.IngestStats
-	nil,                           // 21: hindsight.v1.EvalResult.MetricsEntry
-	nil,                           // 22: hindsight.v1.TeacherStats.HintsBySourceEntry
-	nil,                           // 23: hindsight.v1.TeacherStats.FailuresByKindEntry
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*GatewayStats)(nil),          // 10: hindsight.v1.GatewayStats
+	(*EngineHookState)(nil),       // 11: hindsight.v1.EngineHookState
+	(*StorageInfo)(nil),           // 12: hindsight.v1.StorageInfo
+	(*EvalResult)(nil),            // 13: hindsight.v1.EvalResult
+	(*PauseState)(nil),            // 14: hindsight.v1.PauseState
+	(*TrainingStats)(nil),         // 15: hindsight.v1.TrainingStats
+	(*CheckpointInfo)(nil),        // 16: hindsight.v1.CheckpointInfo
+	(*TeacherStats)(nil),          // 17: hindsight.v1.TeacherStats
+	(*CreditStats)(nil),           // 18: hindsight.v1.CreditStats
+	(*QueueDepths)(nil),           // 19: hindsight.v1.QueueDepths
+	(*BackendInfo)(nil),           // 20: hindsight.v1.BackendInfo
+	(*SpoolCounts)(nil),           // 21: hindsight.v1.SpoolCounts
+	(*IngestStats)(nil),           // 22: hindsight.v1.IngestStats
+	nil,                           // 23: hindsight.v1.EvalResult.MetricsEntry
+	nil,                           // 24: hindsight.v1.TeacherStats.HintsBySourceEntry
+	nil,                           // 25: hindsight.v1.TeacherStats.FailuresByKindEntry
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
 }
 var file_hindsight_v1_status_proto_depIdxs = []int32{
-	12, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
-	12, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
+	14, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
+	14, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
 	9,  // 2: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
-	24, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	26, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	9,  // 4: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
 	0,  // 5: hindsight.v1.Status.state:type_name -> hindsight.v1.State
-	25, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	24, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
-	19, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
-	20, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
-	20, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
-	25, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
-	13, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
-	14, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
-	15, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
-	16, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
-	17, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
-	18, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
-	11, // 18: hindsight.v1.Status.evals:type_name -> hindsight.v1.EvalResult
-	11, // 19: hindsight.v1.Status.best_evals:type_name -> hindsight.v1.EvalResult
-	12, // 20: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
-	10, // 21: hindsight.v1.Status.storage:type_name -> hindsight.v1.StorageInfo
-	25, // 22: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
-	21, // 23: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
-	25, // 24: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
-	25, // 25: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
-	25, // 26: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
-	25, // 27: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
-	24, // 28: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
-	25, // 29: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
-	22, // 30: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
-	23, // 31: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
-	24, // 32: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
-	5,  // 33: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	7,  // 34: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	1,  // 35: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
-	3,  // 36: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
-	6,  // 37: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	8,  // 38: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	2,  // 39: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
-	4,  // 40: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
-	37, // [37:41] is the sub-list for method output_type
-	33, // [33:37] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	27, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	26, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
+	21, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
+	22, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
+	22, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
+	27, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
+	15, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
+	16, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
+	17, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
+	18, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
+	19, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
+	20, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
+	13, // 18: hindsight.v1.Status.evals:type_name -> hindsight.v1.EvalResult
+	13, // 19: hindsight.v1.Status.best_evals:type_name -> hindsight.v1.EvalResult
+	14, // 20: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
+	12, // 21: hindsight.v1.Status.storage:type_name -> hindsight.v1.StorageInfo
+	10, // 22: hindsight.v1.Status.gateway:type_name -> hindsight.v1.GatewayStats
+	11, // 23: hindsight.v1.Status.engine_hooks:type_name -> hindsight.v1.EngineHookState
+	27, // 24: hindsight.v1.EngineHookState.last_pushed_at:type_name -> google.protobuf.Timestamp
+	27, // 25: hindsight.v1.EngineHookState.last_error_at:type_name -> google.protobuf.Timestamp
+	27, // 26: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
+	23, // 27: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
+	27, // 28: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
+	27, // 29: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
+	27, // 30: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
+	27, // 31: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
+	26, // 32: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
+	27, // 33: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
+	24, // 34: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
+	25, // 35: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
+	26, // 36: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
+	5,  // 37: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	7,  // 38: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	1,  // 39: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	3,  // 40: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	6,  // 41: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	8,  // 42: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	2,  // 43: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	4,  // 44: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	41, // [41:45] is the sub-list for method output_type
+	37, // [37:41] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
@@ -2227,14 +2530,14 @@ func file_hindsight_v1_status_proto_init() {
 	if File_hindsight_v1_status_proto != nil {
 		return
 	}
-	file_hindsight_v1_status_proto_msgTypes[12].OneofWrappers = []any{}
+	file_hindsight_v1_status_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hindsight_v1_status_proto_rawDesc), len(file_hindsight_v1_status_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

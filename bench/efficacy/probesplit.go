@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
+	"github.com/hindsight-ai/hindsight/toolworld"
+)
+
+// probeSplit runs G2's diagnostic (efficacy.ProbeSplit) on the model at model, on the
+// held-out episodes G2 probes, and writes dir/probe_split.json.
+func probeSplit(ctx context.Context, backend backends.Backend, dir, model string) error {
+	p, err := efficacy.OpenPolicy(backend, model)
+	if err != nil {
+		return err
+	}
+	held, err := toolworld.Tasks(toolworld.SplitHeldout, 0)
+	if err != nil {
+		return err
+	}
+	c0 := efficacy.CPUTime()
+	d, err := efficacy.ProbeSplit(ctx, backend, p, held, efficacy.Protocol3World(), 1, efficacy.ProbeSeed)
+	if err != nil {
+		return err
+	}
+	progress(fmt.Sprintf("probe split: %+v cpu %.0fs", d, (efficacy.CPUTime() - c0).Seconds()))
+	b, err := json.MarshalIndent(efficacy.JSONSafe(struct {
+		Command    string              `json:"command"`
+		Model      string              `json:"model"`
+		Split      efficacy.SplitDelta `json:"split"`
+		CPUSeconds float64             `json:"cpu_seconds"`
+	}{"go run ./bench/efficacy " + strings.Join(os.Args[1:], " "), model, d, (efficacy.CPUTime() - c0).Seconds()}), "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileBytes(filepath.Join(dir, "probe_split.json"), append(b, '\n'), 0o644)
+}

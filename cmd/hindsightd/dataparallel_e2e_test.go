@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// xlaCPUOrSkip skips a test without the XLA CPU plugin, or fails it where CI asks
+// for XLA ($HINDSIGHT_REQUIRE_XLA_CPU).
+func xlaCPUOrSkip(t *testing.T) {
+	t.Helper()
+	path, err := xla.CPUPluginPath()
+	if err == nil {
+		_, err = os.Stat(path)
+	}
+	if err != nil {
+		if os.Getenv("HINDSIGHT_REQUIRE_XLA_CPU") != "" {
+			t.Fatalf("XLA CPU plugin: %v", err)
+		}
+		t.Skipf("XLA CPU plugin not available: %v", err)
+	}
+}
+
+// TestTrainTwoDevices runs the real daemon on two XLA CPU devices (backend
+// `xla-cpu,devices=2`, train.devices: all): it trains and checkpoints, and logs the
+// device count; asking for more devices than the backend has is a start-up error.
+func TestTrainTwoDevices(t *testing.T) {
+	xlaCPUOrSkip(t)
+	_, path := spoolWithRollouts(t, 4, 2, "  token_budget: 256\n  chunk: 64\n  devices: all\n  idle_flush: 500ms\n  checkpoint: {every_steps: 1, keep: 2}\n")
+	p := startDaemon(t, "-config", path, "-backend", "xla-cpu,devices=2")
+	addr := p.waitReady(t)
+	st := waitTrained(t, p, addr, 4)
+	require.Positive(t, st.GetTraining().GetUpdates())
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	require.Contains(t, p.log(), `"devices":2`)
+
+	_, path = spoolWithRollouts(t, 2, 2, "  devices: 3\n")
+	p = startDaemon(t, "-config", path, "-backend", "xla-cpu,devices=2")
+	code := p.wait(t, 60*time.Second)
+	require.NotEqual(t, 0, code)
+	require.True(t, strings.Contains(p.log(), "train.devices: 3, but backend xla has 2"), p.log())
+}

@@ -1,0 +1,120 @@
+package efficacy
+
+import (
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/xla"
+)
+
+// TestArms3Smoke runs protocol 3's four arms for two steps each on a tiny untrained
+// model (pure Go backend; $HINDSIGHT_TEST_BACKEND=xla-cpu for XLA) through runArms3,
+// the arms' command after its gate check — the test-only path around the check, since
+// no gate was measured on this model — and checks the runs' invariants and that
+// results.json, the plot and the table agree. It checks the plumbing, not the answer.
+func TestArms3Smoke(t *testing.T) {
+	spec := xla.DefaultBackend
+	if s := os.Getenv("HINDSIGHT_TEST_BACKEND"); s != "" {
+		spec = s
+	}
+	backend, err := xla.NewBackend(xla.ResolveBackend(spec, ""))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model")
+	_, err = data.InitModel(model, data.InitOptions{Preset: "tiny", Tokenizer: "bytes", Seed: 1, Dtype: "float32"})
+	require.NoError(t, err)
+
+	cfg := Protocol3Config()
+	cfg.Model, cfg.LR = model, 1e-3
+	cfg.Seeds, cfg.Steps, cfg.TasksPerStep, cfg.Group, cfg.EvalEvery, cfg.EvalTasks = []int64{1}, 2, 2, 2, 1, 2
+	cfg.World = World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
+	gates := GateSet{"G1": {Pass: false, Threshold: "not measured on this model"}}
+	out := filepath.Join(dir, "arms")
+	var lines []string
+	res, err := runArms3(t.Context(), backend, cfg, gates, true, out, "test", func(s string) { lines = append(lines, s); t.Log(s) })
+	require.NoError(t, err)
+	require.False(t, res.Partial)
+	require.True(t, res.GatesBypassed)
+	require.Len(t, res.Runs, len(Arms3))
+
+	first := res.Runs[0]
+	for i, run := range res.Runs {
+		c := run.Curve
+		require.Equal(t, Arms3[i], c.Arm, "seed-major, the arms in order")
+		require.Len(t, c.Points, 3, "the warm start and one eval per step")
+		require.Equal(t, first.Curve.Points[0], c.Points[0], "every arm starts from the same warm start")
+		require.Len(t, run.Steps, cfg.Steps)
+		for k, st := range run.Steps {
+			// Tasks compared across arms: what each arm recorded, not Config.Tasks with itself.
+			require.Equal(t, first.Steps[k].Tasks, st.Tasks, "%s step %d: the outcome arm's tasks", c.Arm, st.Step)
+			want, err := cfg.Tasks(c.Seed, st.Step)
+			require.NoError(t, err)
+			require.Equal(t, TasksFingerprint(want), st.Tasks)
+		}
+		switch c.Arm {
+		case ArmOutcome:
+			require.Zero(t, run.Hints.Rollouts, "outcome-only runs no teacher")
+			for _, st := range run.Steps {
+				require.Zero(t, st.Hints)
+				require.Zero(t, st.DistillTokens)
+			}
+		case ArmSDPO:
+			require.Equal(t, cfg.Steps*cfg.TasksPerStep*cfg.Group, run.Hints.Rollouts, "the daemon's teacher saw every rollout")
+			require.Equal(t, run.Hints.Hints, sum(run.Steps, func(s StepStat) int { return s.Hints }))
+		case ArmHint, ArmPlacebo:
+			require.Equal(t, cfg.Steps*cfg.TasksPerStep*cfg.Group, run.Hints.Rollouts)
+			trained := run.Hints.Hints - run.Hints.PlaceboSameTask
+			require.Equal(t, trained, sum(run.Steps, func(s StepStat) int { return s.Hints }))
+			require.Positive(t, run.Hints.Hints, "an untrained policy slips: the world rules have hints")
+		}
+		for _, st := range run.Steps {
+			if st.Hints > 0 {
+				require.Positive(t, st.DistillTokens, "%s step %d: hinted tokens train the distillation term", c.Arm, st.Step)
+			}
+		}
+	}
+	other, err := cfg.Tasks(2, 1)
+	require.NoError(t, err)
+	require.NotEqual(t, first.Steps[0].Tasks, TasksFingerprint(other), "another seed's tasks differ: the check can fail")
+
+	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(raw, &got))
+	require.Equal(t, []any{1.0}, got["seeds"])
+	require.Equal(t, true, got["gates_bypassed"])
+	require.Contains(t, got["gates"], "G1")
+	ratio, ok := got["ratio"].(map[string]any)
+	require.True(t, ok, "ratio per arm")
+	for _, a := range []string{ArmSDPO, ArmHint, ArmPlacebo} {
+		require.Contains(t, ratio, a)
+	}
+	require.NotContains(t, ratio, ArmOutcome)
+	back, err := ReadResults3(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	require.Equal(t, res.Table(), back.Table(), "results.json holds everything the table is made of")
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(md), res.Table()), "results.md opens with the table")
+	require.Contains(t, string(md), "(**bypassed**")
+	for _, a := range Arms3 {
+		require.Contains(t, string(md), "| "+a+" |")
+	}
+	for _, name := range []string{"efficacy.png", "efficacy_cpu.png"} {
+		f, err := os.Open(filepath.Join(out, name))
+		require.NoError(t, err)
+		_, err = png.Decode(f)
+		f.Close()
+		require.NoError(t, err, name)
+	}
+	require.Equal(t, toolworld.SplitHeldout, back.Config.EvalSplit)
+	require.Equal(t, 3, back.Config.Protocol)
+}

@@ -1,0 +1,384 @@
+package xla
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/distributed"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/hindsight-ai/hindsight/credit"
+)
+
+// dataParallel spreads a trainer's step over several devices of its backend: each
+// optimizer step's rollouts are split over the devices, balanced by tokens; each
+// device scores its rollouts (the student pass and, with the live teacher, the
+// hinted passes; a frozen or EMA teacher and the KL reference stay on device 0) and
+// runs their gradient passes into its own gradient sums, with the policy's weights
+// copied to it (Model.onDevice); the sums are added by an all-reduce that stays on
+// the devices (GoMLX SPMD, Distributed().AllReduce), and AdamW runs once, on device
+// 0, on the total. The weights, the optimizer's moments and everything a checkpoint
+// holds are device 0's, as with one device, so a run moves between device counts
+// freely.
+type dataParallel struct {
+	// replicas are the devices' scorers and gradient passes; replicas[0] is the
+	// trainer's own (device 0).
+	replicas []replica1
+	reduce   *graph.Exec // SPMD: every device's gradient sums → their sum, on every device
+}
+
+// replica1 is one device's student scorer and gradient pass.
+type replica1 struct {
+	device backends.DeviceNum
+	scorer *Scorer
+	grad   *gradPass
+}
+
+// onDevice returns a Scorer of the same model and options that runs on device d,
+// sharing s's programs (GoMLX compiles them portable: one compile serves every
+// device), with its own caches, statistics and zero page.
+func (s *Scorer) onDevice(d backends.DeviceNum) *Scorer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := &Scorer{model: s.model, backend: s.backend, chunk: s.chunk, scores: s.scores, bucket: s.bucket, device: d,
+		step: s.step, paged: s.paged, caches: s.caches, seen: map[[3]int]bool{}, views: maps.Clone(s.views)}
+	return c
+}
+
+// onDevice returns a gradient pass that runs on device d, sharing p's programs.
+func (p *gradPass) onDevice(d backends.DeviceNum) *gradPass {
+	c := *p
+	c.device, c.stats, c.seen = d, AttentionStats{}, map[[2]int]bool{}
+	return &c
+}
+
+// newDataParallel returns tr's data-parallel state over n devices (nil for one).
+func newDataParallel(tr *Trainer, n int) (*dataParallel, error) {
+	if n <= 1 {
+		return nil, nil
+	}
+	if have := tr.backend.NumDevices(); n > have {
+		return nil, fmt.Errorf("devices: %d, but the backend has %d", n, have)
+	}
+	dp := &dataParallel{replicas: []replica1{{device: 0, scorer: tr.scorer, grad: tr.grad}}}
+	if v := viewOf(tr.opts.Credit.Distill); v.keeps() {
+		// Make the teacher-view programs now, so the devices share them.
+		tr.scorer.mu.Lock()
+		_, err := tr.scorer.sinkFor(v)
+		tr.scorer.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	for d := 1; d < n; d++ {
+		dev := backends.DeviceNum(d)
+		dp.replicas = append(dp.replicas, replica1{device: dev, scorer: tr.scorer.onDevice(dev), grad: tr.grad.onDevice(dev)})
+	}
+	mesh, err := distributed.NewDeviceMesh([]int{n}, []string{"data"})
+	if err != nil {
+		return nil, fmt.Errorf("device mesh: %w", err)
+	}
+	dp.reduce, err = graph.NewExec(tr.backend, func(in []*graph.Node) []*graph.Node {
+		return in[0].Graph().Distributed().AllReduce(in, backends.ReduceOpSum)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gradient all-reduce: %w", err)
+	}
+	dp.reduce.SPMD(mesh).SetMaxCache(-1)
+	return dp, nil
+}
+
+// Devices is the number of devices the trainer's steps run on.
+func (tr *Trainer) Devices() int {
+	if tr.dp == nil {
+		return 1
+	}
+	return len(tr.dp.replicas)
+}
+
+// rolloutTokens is what a rollout costs a device: its tokens and its hinted passes'.
+func rolloutTokens(r *credit.Rollout) int {
+	n := len(r.Tokens)
+	for _, h := range r.Hints {
+		n += len(h.Hint) + h.End - h.Start
+	}
+	return n
+}
+
+// splitByTokens assigns the rollouts to n devices, longest first to the device
+// with the fewest tokens so far (the lowest-numbered on a tie), and returns each
+// device's rollout indices in batch order. It is deterministic.
+func splitByTokens(batch []credit.Rollout, n int) [][]int {
+	order := make([]int, len(batch))
+	for i := range order {
+		order[i] = i
+	}
+	cost := make([]int, len(batch))
+	for i := range batch {
+		cost[i] = rolloutTokens(&batch[i])
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cost[b] - cost[a] })
+	load := make([]int, n)
+	out := make([][]int, n)
+	for _, i := range order {
+		d := 0
+		for k := 1; k < n; k++ {
+			if load[k] < load[d] {
+				d = k
+			}
+		}
+		load[d] += cost[i]
+		out[d] = append(out[d], i)
+	}
+	for _, idx := range out {
+		slices.Sort(idx)
+	}
+	return out
+}
+
+// onDevices runs fn for every device at once, each with its rollout indices, and
+// returns the first error (by device).
+func (dp *dataParallel) onDevices(parts [][]int, fn func(r replica1, idx []int) error) error {
+	errs := make([]error, len(dp.replicas))
+	var wg sync.WaitGroup
+	for d, r := range dp.replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[d] = fn(r, parts[d])
+		}()
+	}
+	wg.Wait()
+	for d, err := range errs {
+		if err != nil {
+			return fmt.Errorf("device %d: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// stepParallel is Step over the devices (see dataParallel).
+func (tr *Trainer) stepParallel(ctx context.Context, batch []credit.Rollout) (Metrics, error) {
+	t0 := time.Now()
+	dp := tr.dp
+	rs := make([]credit.Rollout, len(batch))
+	sc := make([]scored, len(batch))
+	defer func() {
+		for _, s := range sc {
+			s.cache.Close()
+		}
+	}()
+	parts := splitByTokens(batch, len(dp.replicas))
+	err := dp.onDevices(parts, func(r replica1, idx []int) error {
+		for _, i := range idx {
+			cr, s, err := tr.scoreWith(ctx, &batch[i], r.scorer)
+			sc[i] = s
+			if err != nil {
+				return fmt.Errorf("rollout %q: %w", batch[i].ID, err)
+			}
+			rs[i] = cr
+		}
+		return nil
+	})
+	if err != nil {
+		return Metrics{}, fmt.Errorf("train step: %w", err)
+	}
+	count, scoredTokens := 0, 0
+	for i := range batch {
+		for _, m := range rs[i].Trainable {
+			if m {
+				count++
+			}
+		}
+		scoredTokens += rolloutTokens(&batch[i])
+	}
+	scoreTook := time.Since(t0)
+	budget := tr.opts.Budget
+	if budget == 0 {
+		budget = max(count, 1)
+	}
+	b := cloneBaselines(tr.baselines)
+	res, stats, err := credit.Step(tr.opts.Credit, rs, b, budget)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("train step: %w", err)
+	}
+	met := Metrics{Rollouts: len(batch), Credit: stats, ScoredTokens: scoredTokens, ScoreTook: scoreTook,
+		Inputs: rs, Results: res, OutGradNorm: math.NaN(), DistillGradNorm: math.NaN()}
+	if tr.opts.Credit.Distill.Mode == credit.DistillTopK || tr.opts.Credit.Distill.Mode == credit.DistillFull {
+		met.Dists = make([][]TeacherDist, len(sc))
+		for i := range sc {
+			met.Dists[i] = sc[i].dists
+		}
+	}
+	acc, signal, err := tr.accumulateParallel(ctx, parts, batch, rs, res, sc, budget, &met)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("train step: %w", err)
+	}
+	if signal {
+		if err := tr.update(acc, &met); err != nil {
+			return Metrics{}, fmt.Errorf("train step: %w", err)
+		}
+	} else {
+		finalize(acc)
+		met.LR = tr.opts.Optimizer.LRAt(tr.opt.step)
+	}
+	tr.steps++
+	met.Step = tr.steps
+	tr.baselines = b
+	for i := range batch {
+		tr.trained = append(tr.trained, batch[i].ID)
+	}
+	tr.trainedTotal += int64(len(batch))
+	met.Took = time.Since(t0)
+	return met, nil
+}
+
+// deviceSums are one device's gradient sums and what its passes reported.
+type deviceSums struct {
+	acc, accD []*tensors.Tensor
+	loss      float64
+	tokens    int
+	signal    bool
+}
+
+// accumulateParallel is accumulate with each device running its rollouts' passes
+// into its own sums, then the all-reduce of the sums onto device 0.
+func (tr *Trainer) accumulateParallel(ctx context.Context, parts [][]int, batch, rs []credit.Rollout, res []credit.Result, sc []scored, budget int, met *Metrics) ([]*tensors.Tensor, bool, error) {
+	dp := tr.dp
+	split := tr.opts.TermGradNorms
+	sums := make([]deviceSums, len(dp.replicas))
+	logp, div := make([][]float64, len(batch)), make([][]float64, len(batch))
+	err := dp.onDevices(parts, func(r replica1, idx []int) error {
+		s := &sums[r.device]
+		s.acc = r.grad.zeroGrads()
+		if split {
+			s.accD = r.grad.zeroGrads()
+		}
+		for _, t := range append(slices.Clone(s.acc), s.accD...) {
+			// On the device, so the passes donate them there.
+			if _, err := t.Buffer(tr.backend, r.device); err != nil {
+				return fmt.Errorf("gradient sums on device %d: %w", r.device, err)
+			}
+		}
+		for _, i := range idx {
+			T := len(batch[i].Tokens)
+			logp[i], div[i] = make([]float64, T), make([]float64, T)
+			terms, ok, err := tr.terms(&rs[i], &res[i], &sc[i], budget)
+			if err != nil {
+				return fmt.Errorf("rollout %q: %w", batch[i].ID, err)
+			}
+			if !ok {
+				continue
+			}
+			s.signal = true
+			type pass struct {
+				terms chunkTerms
+				acc   []*tensors.Tensor
+			}
+			passes := []pass{{terms, s.acc}}
+			if split {
+				out, d := terms.split(&res[i])
+				passes = []pass{{out, s.acc}, {d, s.accD}}
+			}
+			for _, p := range passes {
+				if p.terms.empty() {
+					continue
+				}
+				pr, err := r.grad.accumulate(ctx, tr.opts.Backprop, r.scorer, batch[i].Tokens, sc[i].cache, p.terms, tr.opts.Chunk, tr.opts.AttentionScores, p.acc)
+				if err != nil {
+					return fmt.Errorf("rollout %q: %w", batch[i].ID, err)
+				}
+				s.loss += pr.Loss
+				for t := 1; t < T; t++ {
+					logp[i][t] = float64(pr.LogProb[t])
+					if pr.Div != nil {
+						div[i][t] = float64(pr.Div[t])
+					}
+				}
+			}
+			s.tokens += T
+		}
+		return nil
+	})
+	freeAll := func() {
+		for _, s := range sums {
+			finalize(s.acc)
+			finalize(s.accD)
+		}
+	}
+	if err != nil {
+		freeAll()
+		return nil, false, err
+	}
+	signal := false
+	for _, s := range sums {
+		met.Loss += s.loss
+		met.Tokens += s.tokens
+		signal = signal || s.signal
+	}
+	for i := range batch {
+		if logp[i] == nil {
+			logp[i], div[i] = make([]float64, len(batch[i].Tokens)), make([]float64, len(batch[i].Tokens))
+		}
+	}
+	met.Terms = credit.LossTerms(tr.opts.Credit, rs, res, logp, div, budget)
+	acc, err := dp.allReduce(tr, sums, func(s deviceSums) []*tensors.Tensor { return s.acc })
+	if err != nil {
+		freeAll()
+		return nil, false, err
+	}
+	if !split {
+		return acc, signal, nil
+	}
+	accD, err := dp.allReduce(tr, sums, func(s deviceSums) []*tensors.Tensor { return s.accD })
+	if err != nil {
+		finalize(acc)
+		freeAll()
+		return nil, false, err
+	}
+	sum, no, nd, err := tr.grad.combine(acc, accD)
+	if err != nil {
+		return nil, false, err
+	}
+	met.OutGradNorm, met.DistillGradNorm = no, nd
+	return sum, signal, nil
+}
+
+// allReduce adds every device's sums (of), consuming them, and returns the total on
+// device 0: one SPMD program whose AllReduce leaves the total on every device; the
+// other devices' copies are freed.
+func (dp *dataParallel) allReduce(tr *Trainer, sums []deviceSums, of func(deviceSums) []*tensors.Tensor) ([]*tensors.Tensor, error) {
+	n := len(dp.replicas)
+	np := len(of(sums[0]))
+	args := make([]any, 0, n*np)
+	for d := range n {
+		xs := of(sums[d])
+		if len(xs) != np {
+			return nil, errors.New("gradient all-reduce: devices hold different parameter counts")
+		}
+		for _, t := range xs {
+			if _, err := t.Device(); err != nil {
+				args = append(args, t) // on the host (a device without rollouts): placed on d
+				continue
+			}
+			args = append(args, donated(t, tr.backend))
+		}
+	}
+	out, err := dp.reduce.Exec(args...)
+	for d := range n {
+		finalize(of(sums[d])) // what donation left of them
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gradient all-reduce over %d devices: %w", n, err)
+	}
+	finalize(out[np:])
+	return out[:np], nil
+}
