@@ -71,8 +71,10 @@ func EstimateMemory(c *data.ModelConfig, T, chunk int, lora, exact bool) MemEsti
 // EstimateMemoryAs is EstimateMemory in precision p. Under bf16 the weights (the
 // LoRA base) and the KV cache take 2 bytes an element, full fine-tuning keeps 4-byte
 // masters beside them (so its state is 18 bytes a parameter against f32's 16), and
-// the activations are modelled as float32, as the residual stream is (the bfloat16
-// copies of matmul inputs are not counted).
+// the activations are modelled as float32, as the residual stream is. The bfloat16
+// copies of matmul inputs and results are not counted, so the bf16 rows are a lower
+// bound: on XLA CPU a 0.6B-shaped bf16 step peaked above the f32 one
+// (docs/performance.md "bf16 on CPU"); the GPU run measures it.
 func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla.Precision) MemEstimate {
 	const f32 = 4
 	w := int64(f32)
