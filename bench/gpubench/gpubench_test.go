@@ -13,6 +13,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // TestForwardFLOPs checks the count against the hand sum for qwen3-0.6b: 2 FLOPs
@@ -72,9 +73,12 @@ func TestRunRehearsal(t *testing.T) {
 	require.Equal(t, StatusTimeout, res.Stage("long").Status)
 	require.Equal(t, StatusOK, res.Stage("generate").Status, res.Stage("generate").Error)
 	require.Equal(t, StatusOK, res.Stage("memory").Status, res.Stage("memory").Error)
-	var hinted, skipped bool
+	var hinted, skipped, bf16 bool
 	for _, r := range got.Stages[0].Data {
 		switch r.What {
+		case "hindsight bf16 vs f32":
+			bf16 = true
+			require.Less(t, r.Fields["mean_abs"], 0.1, r.Fields)
 		case "hinted prefix reuse vs spliced":
 			hinted = true
 			require.Equal(t, true, r.Fields["pass"], r.Fields)
@@ -85,5 +89,40 @@ func TestRunRehearsal(t *testing.T) {
 	}
 	require.True(t, hinted)
 	require.True(t, skipped)
+	require.True(t, bf16, "the parity stage compares bf16 with f32")
 	require.NotNil(t, got.Finished)
+}
+
+// TestRunRehearsalPrecision runs the speed and memory stages at tiny sizes on the
+// pure-Go backend in f32 and bf16: each precision records a scoring pass and a
+// training step that updated, the bf16 ones as bfloat16, and the memory stage
+// records the precision table.
+func TestRunRehearsalPrecision(t *testing.T) {
+	out := t.TempDir()
+	opts := Defaults(true)
+	// The pure-Go backend without its parallel mode, which deadlocks now and then
+	// under nested matmuls in v0.26.0 (xla.DefaultBackend).
+	opts.Out, opts.Backend = out, xla.DefaultBackend
+	opts.Stages = []string{"speed", "memory"}
+	opts.SpeedT, opts.Reps = []int{32}, 1
+	res, err := Run(context.Background(), opts, nil, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, StatusOK, res.Stage("speed").Status, res.Stage("speed").Error)
+	require.Equal(t, StatusOK, res.Stage("memory").Status, res.Stage("memory").Error)
+	seen := map[string]int{}
+	for _, r := range res.Stage("speed").Data {
+		if r.What == "hindsight score" || r.What == "hindsight train step" {
+			seen[r.What+" "+r.Fields["dtype"].(string)]++
+			if r.What == "hindsight train step" {
+				require.Equal(t, true, r.Fields["updated"])
+			}
+		}
+	}
+	require.Equal(t, map[string]int{"hindsight score float32": 1, "hindsight score bfloat16": 1,
+		"hindsight train step float32": 1, "hindsight train step bfloat16": 1}, seen)
+	var table bool
+	for _, r := range res.Stage("memory").Data {
+		table = table || r.What == "precision table"
+	}
+	require.True(t, table)
 }

@@ -36,3 +36,39 @@ func TestLoRATable(t *testing.T) {
 	t.Log("\n" + sb.String())
 	require.Contains(t, sb.String(), "| qwen3-8b-shape | 8.19B | 8192 |")
 }
+
+// TestPrecisionTable: the memory model's bf16 rows. bf16 halves the weights and the
+// KV cache, but full AdamW keeps float32 masters beside the bf16 weights: its state
+// is 18 bytes a parameter against f32's 16, so bf16 does not make full fine-tuning
+// fit where f32 does not; LoRA's base halves. Qwen3-8B-shaped at 32k: full AdamW
+// fits in f32 (135.7 GiB) and not in bf16 (146.5 GiB: the 2 bytes a parameter of the
+// bf16 copy outweigh the halved KV cache); at 128k full fits in neither; LoRA fits
+// at 128k in both, in bf16 with 33 GiB less.
+func TestPrecisionTable(t *testing.T) {
+	c, err := Qwen3_8BShape()
+	require.NoError(t, err)
+	P := int64(c.NumParameters())
+	f := EstimateMemoryAs(c, 32768, 256, false, false, "f32")
+	h := EstimateMemoryAs(c, 32768, 256, false, false, "bf16")
+	require.Equal(t, 16*P, f.State())
+	require.Equal(t, 18*P, h.State())
+	require.Equal(t, f.KVCache, 2*h.KVCache)
+	require.Equal(t, f.Score, h.Score, "activations modelled as float32 in both")
+	lf := EstimateMemoryAs(c, 32768, 256, true, false, "f32")
+	lh := EstimateMemoryAs(c, 32768, 256, true, false, "bf16")
+	require.Equal(t, lf.Weights-lh.Weights, 2*P, "the LoRA base halves")
+	require.Zero(t, lh.Masters, "LoRA's adapters are float32: no masters")
+	rows, err := PrecisionTable(LoRAModels, []int{32768, 131072})
+	require.NoError(t, err)
+	require.Len(t, rows, 6)
+	var sb strings.Builder
+	WritePrecisionTable(&sb, rows)
+	t.Log("\n" + sb.String())
+	r32, r128 := rows[4], rows[5]
+	require.Equal(t, "qwen3-8b-shape", r32.Model)
+	require.LessOrEqual(t, r32.F32Full, int64(H200Bytes))
+	require.Greater(t, r32.BF16Full, int64(H200Bytes))
+	require.Greater(t, r128.BF16Full, int64(H200Bytes))
+	require.LessOrEqual(t, r128.BF16LoRA, int64(H200Bytes))
+	require.Less(t, r128.BF16LoRA, r128.F32LoRA)
+}

@@ -18,10 +18,12 @@ const H200Bytes = 139 << 30
 // on the seven projections of every layer, the base weights frozen.
 const LoRARank = 16
 
-// MemEstimate is the memory model's bytes for one (config, T, chunk): f32 throughout,
-// as hindsight computes.
+// MemEstimate is the memory model's bytes for one (config, T, chunk) in a precision
+// (EstimateMemoryAs): under f32 everything is float32; under bf16 the weights and
+// the KV cache are bfloat16, and full fine-tuning adds float32 master weights.
 type MemEstimate struct {
 	Weights   int64 `json:"weights"`
+	Masters   int64 `json:"masters"`   // bf16 full fine-tuning: float32 master weights
 	Grads     int64 `json:"grads"`     // full fine-tuning: one f32 per parameter
 	Optimizer int64 `json:"optimizer"` // AdamW m and v
 	KVCache   int64 `json:"kv_cache"`  // the scoring pass's cache (capacity bucket ≥ T)
@@ -34,8 +36,11 @@ type MemEstimate struct {
 // Total is peak bytes of a training step: weights, optimizer state, the cache and
 // the larger of the scoring and gradient passes' activations.
 func (e MemEstimate) Total() int64 {
-	return e.Weights + e.Grads + e.Optimizer + e.KVCache + e.Cotangent + max(e.Score, e.Train)
+	return e.Weights + e.Masters + e.Grads + e.Optimizer + e.KVCache + e.Cotangent + max(e.Score, e.Train)
 }
+
+// State is what outlives a step: weights, masters, gradient accumulators, moments.
+func (e MemEstimate) State() int64 { return e.Weights + e.Masters + e.Grads + e.Optimizer }
 
 // Transient is what a pass allocates beyond the state that outlives it (weights,
 // AdamW moments): what peak RSS above the RSS before a warm pass measures.
@@ -60,7 +65,22 @@ func (e MemEstimate) ScoreTotal() int64 { return e.Weights + e.KVCache + e.Score
 // for the backward, plus three [chunk, vocab] tensors at the head. Each chunk halves
 // (down to 16) while its scores exceed the scorer's or trainer's budget.
 func EstimateMemory(c *data.ModelConfig, T, chunk int, lora, exact bool) MemEstimate {
+	return EstimateMemoryAs(c, T, chunk, lora, exact, xla.PrecisionF32)
+}
+
+// EstimateMemoryAs is EstimateMemory in precision p. Under bf16 the weights (the
+// LoRA base) and the KV cache take 2 bytes an element, full fine-tuning keeps 4-byte
+// masters beside them (so its state is 18 bytes a parameter against f32's 16), and
+// the activations are modelled as float32, as the residual stream is. The bfloat16
+// copies of matmul inputs and results are not counted, so the bf16 rows are a lower
+// bound: on XLA CPU a 0.6B-shaped bf16 step peaked above the f32 one
+// (docs/performance.md "bf16 on CPU"); the GPU run measures it.
+func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla.Precision) MemEstimate {
 	const f32 = 4
+	w := int64(f32)
+	if p == xla.PrecisionBF16 {
+		w = 2
+	}
 	P := c.NumParameters()
 	d, inter, L := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.NumHiddenLayers)
 	heads, kvd := int64(c.NumAttentionHeads), int64(c.NumKeyValueHeads*c.HeadDim)
@@ -69,13 +89,16 @@ func EstimateMemory(c *data.ModelConfig, T, chunk int, lora, exact bool) MemEsti
 	for capacity < int64(T) {
 		capacity *= 2
 	}
-	e := MemEstimate{Weights: f32 * P, KVCache: 2 * L * kvd * capacity * f32}
+	e := MemEstimate{Weights: w * P, KVCache: 2 * L * kvd * capacity * w}
 	if lora {
 		adapters := L * LoRARank * (2*(d+q) + 2*(d+kvd) + 3*(d+inter))
 		e.Grads, e.Optimizer = f32*adapters, 2*f32*adapters
 		e.Weights += f32 * adapters
 	} else {
 		e.Grads, e.Optimizer = f32*P, 2*f32*P
+		if w != f32 {
+			e.Masters = f32 * P
+		}
 	}
 	if exact {
 		e.Cotangent = e.KVCache
@@ -184,5 +207,12 @@ func (b *bench) stageMemory(ctx context.Context) error {
 	sb.Reset()
 	WriteLoRATable(&sb, lrows)
 	b.record("LoRA table", map[string]any{"rows": lrows, "markdown": sb.String()})
+	prows, err := PrecisionTable(LoRAModels, []int{32768, 131072})
+	if err != nil {
+		return err
+	}
+	sb.Reset()
+	WritePrecisionTable(&sb, prows)
+	b.record("precision table", map[string]any{"rows": prows, "markdown": sb.String()})
 	return nil
 }

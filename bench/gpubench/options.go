@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // Options say what Run measures and where it writes.
@@ -23,13 +25,16 @@ type Options struct {
 	Speed     []string // presets
 	SpeedT    []int
 	PeerTypes []string // PyTorch dtypes of the speed peers
-	GenPreset string
-	GenBatch  []int
-	GenNew    int
-	Long      string // preset
-	LongT     int
-	LongChunk []int
-	Reps      int
+	// Precisions are hindsight's model.precision values the parity and speed stages
+	// run (f32, bf16); each speed peer dtype is compared with the matching one.
+	Precisions []string
+	GenPreset  string
+	GenBatch   []int
+	GenNew     int
+	Long       string // preset
+	LongT      int
+	LongChunk  []int
+	Reps       int
 	// ProfilePreset and ProfileT are the profile stage's model and rollout length;
 	// Pprof writes its CPU and heap profiles.
 	ProfilePreset string
@@ -45,18 +50,18 @@ var AllStages = []string{"peak", "parity", "profile", "speed", "generate", "long
 func Defaults(cpu bool) Options {
 	if cpu {
 		return Options{CPU: true, Device: "cpu", Stages: AllStages, PeakN: 256,
-			Budgets: map[string]time.Duration{"peak": 30 * time.Second, "parity": 60 * time.Second, "profile": 60 * time.Second, "speed": 90 * time.Second,
+			Budgets: map[string]time.Duration{"peak": 30 * time.Second, "parity": 60 * time.Second, "profile": 60 * time.Second, "speed": 150 * time.Second,
 				"generate": 30 * time.Second, "long": 90 * time.Second, "memory": 10 * time.Second},
 			Parity: []string{"qwen3-tiny"}, ParityT: 64, Speed: []string{"qwen3-tiny"}, SpeedT: []int{128},
-			PeerTypes: []string{"float32"}, GenPreset: "qwen3-tiny", GenBatch: []int{1, 4}, GenNew: 16,
+			PeerTypes: []string{"float32", "bfloat16"}, Precisions: []string{"f32", "bf16"}, GenPreset: "qwen3-tiny", GenBatch: []int{1, 4}, GenNew: 16,
 			Long: "qwen3-tiny", LongT: 512, LongChunk: []int{64, 128}, Reps: 1,
 			ProfilePreset: "qwen3-tiny", ProfileT: 300}
 	}
 	return Options{Device: "cuda", Stages: AllStages, PeakN: 8192,
-		Budgets: map[string]time.Duration{"peak": 20 * time.Second, "parity": 60 * time.Second, "profile": 40 * time.Second, "speed": 150 * time.Second,
+		Budgets: map[string]time.Duration{"peak": 20 * time.Second, "parity": 60 * time.Second, "profile": 40 * time.Second, "speed": 240 * time.Second,
 			"generate": 30 * time.Second, "long": 90 * time.Second, "memory": 10 * time.Second},
 		Parity: []string{"qwen3-tiny", "qwen3-0.6b"}, ParityT: 1024, Speed: []string{"qwen3-0.6b", "qwen3-1.7b"},
-		SpeedT: []int{8192, 32768}, PeerTypes: []string{"float32", "bfloat16"}, GenPreset: "qwen3-0.6b", GenBatch: []int{1, 8},
+		SpeedT: []int{8192, 32768}, PeerTypes: []string{"float32", "bfloat16"}, Precisions: []string{"f32", "bf16"}, GenPreset: "qwen3-0.6b", GenBatch: []int{1, 8},
 		GenNew: 128, Long: "qwen3-0.6b", LongT: 131072, LongChunk: []int{256, 1024}, Reps: 1,
 		ProfilePreset: "qwen3-0.6b", ProfileT: 3233}
 }
@@ -72,6 +77,11 @@ func (o Options) Validate() error {
 		}
 		if o.Budgets[s] <= 0 {
 			return fmt.Errorf("options: stage %q: no time budget", s)
+		}
+	}
+	for _, p := range o.Precisions {
+		if err := xla.Precision(p).Validate(); err != nil {
+			return fmt.Errorf("options: precision: %w", err)
 		}
 	}
 	if o.ParityT < 16 || o.LongT < 16 || o.ProfileT < 16 || o.Reps < 1 {

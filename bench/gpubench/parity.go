@@ -22,6 +22,8 @@ const ParityF32Tol = 1e-4
 // PyTorch f32 (TF32 off; pass when max |Δ| ≤ ParityF32Tol) and PyTorch bf16 (max
 // and mean |Δ|: bf16 rounding, reported, not judged); and hinted scoring with the
 // prefix's KV cache reused against one from-scratch pass over the spliced sequence.
+// With bf16 in Options.Precisions, hindsight's bf16 log-probs (model.precision bf16)
+// are compared with its f32 ones and with both PyTorch dtypes too (reported).
 func (b *bench) stageParity(ctx context.Context) error {
 	var errs []error
 	for _, preset := range b.opts.Parity {
@@ -75,6 +77,17 @@ func (b *bench) parity(ctx context.Context, preset string) error {
 	b.record("hinted prefix reuse vs spliced", map[string]any{"preset": preset, "T": T, "segment": []int{a, e},
 		"hint": len(hint), "max_abs": hmax, "mean_abs": hmean, "pass": hmax <= ParityF32Tol})
 
+	ours := map[string][]float32{"float32": lp[1:]}
+	if slices.Contains(b.opts.Precisions, string(xla.PrecisionBF16)) {
+		lpB, err := b.scoreAs(ctx, dir, xla.PrecisionBF16, tokens)
+		if err != nil {
+			return fmt.Errorf("bf16: %w", err)
+		}
+		mx, mean := diff(lpB[1:], lp[1:])
+		b.record("hindsight bf16 vs f32", map[string]any{"preset": preset, "T": T, "max_abs": mx, "mean_abs": mean})
+		ours["bfloat16"] = lpB[1:]
+	}
+
 	tokPath := filepath.Join(b.opts.Out, "parity-tokens-"+preset+".json")
 	raw, _ := json.Marshal(tokens)
 	if err := os.WriteFile(tokPath, raw, 0o644); err != nil {
@@ -96,16 +109,43 @@ func (b *bench) parity(ctx context.Context, preset string) error {
 			f, _ := v.(float64)
 			want[i] = float32(f)
 		}
-		mx, mean := diff(lp[1:], want)
-		f := map[string]any{"preset": preset, "T": T, "torch_dtype": dt, "hindsight_dtype": "float32",
-			"max_abs": mx, "mean_abs": mean, "torch_path": out["path"], "tf32": false}
-		if dt == "float32" {
-			f["pass"] = mx <= ParityF32Tol
-			f["tol"] = ParityF32Tol
+		for _, hd := range []string{"float32", "bfloat16"} {
+			got, ok := ours[hd]
+			if !ok {
+				continue
+			}
+			mx, mean := diff(got, want)
+			f := map[string]any{"preset": preset, "T": T, "torch_dtype": dt, "hindsight_dtype": hd,
+				"max_abs": mx, "mean_abs": mean, "torch_path": out["path"], "tf32": false}
+			if dt == "float32" && hd == "float32" {
+				f["pass"] = mx <= ParityF32Tol
+				f["tol"] = ParityF32Tol
+			}
+			b.record("log-probs vs torch", f)
 		}
-		b.record("log-probs vs torch", f)
 	}
 	return nil
+}
+
+// scoreAs opens the model directory dir in precision p and scores tokens.
+func (b *bench) scoreAs(ctx context.Context, dir string, p xla.Precision, tokens []int32) ([]float32, error) {
+	if err := p.CheckBackend(b.backend); err != nil {
+		return nil, err
+	}
+	m, err := xla.OpenModelAs(dir, nil, p)
+	if err != nil {
+		return nil, err
+	}
+	s, err := xla.NewScorer(b.backend, m, xla.ScorerOptions{})
+	if err != nil {
+		return nil, err
+	}
+	lp, c, err := s.Score(ctx, tokens)
+	if err != nil {
+		return nil, err
+	}
+	c.Close()
+	return lp, nil
 }
 
 // diff returns max and mean |x−y| (NaN if any value is NaN or the lengths differ).

@@ -14,9 +14,11 @@ import (
 )
 
 // stageSpeed times, per preset and T, hindsight's scoring pass and one training
-// step (truncated backprop, full AdamW) on one T-token rollout, with FLOPs counted
-// (ForwardFLOPs, TrainFLOPs) and MFU against the peaks of the peak stage; then the
-// PyTorch peers (eager, torch.compile) per dtype on the same weights and device.
+// step (truncated backprop, full AdamW) on one T-token rollout in each of
+// Options.Precisions (f32, bf16), with FLOPs counted (ForwardFLOPs, TrainFLOPs) and
+// MFU against the peaks of the peak stage; then the PyTorch peers (eager,
+// torch.compile) per dtype on the same weights and device, each compared with
+// hindsight at the matching precision (float32 with f32, bfloat16 with bf16).
 func (b *bench) stageSpeed(ctx context.Context) error {
 	var errs []error
 	for _, T := range b.opts.SpeedT { // every model at the shorter T first
@@ -53,67 +55,23 @@ func (b *bench) speed(ctx context.Context, preset string, T int) error {
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
-	if err != nil {
-		return err
-	}
 	tokens := benchutil.Tokens(T, mc.VocabSize, 7, 8)
-	s, err := xla.NewScorer(b.backend, m, xla.ScorerOptions{})
-	if err != nil {
-		return err
+	// hindsight's tokens/s by the PyTorch dtype it is compared with.
+	goScore, goTrain := map[string]float64{}, map[string]float64{}
+	precisions := b.opts.Precisions
+	if len(precisions) == 0 {
+		precisions = []string{string(xla.PrecisionF32)}
 	}
-	b.mem.reset()
-	s.ResetStats()
-	sec, first, err := bestOf(ctx, b.opts.Reps, func() error {
-		_, c, err := s.Score(ctx, tokens)
-		if err == nil {
-			c.Close()
+	for _, p := range precisions {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("score: %w", err)
+		sc, tr, err := b.speedAs(ctx, preset, dir, mc, tokens, xla.Precision(p))
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		goScore[torchDType(p)], goTrain[torchDType(p)] = sc, tr
 	}
-	f := map[string]any{"preset": preset, "T": T, "tokens_per_s": float64(T) / sec, "seconds": sec,
-		"first_seconds_with_compile": first, "chunk": s.Chunk(), "dtype": "float32"}
-	b.mfu(f, ForwardFLOPs(mc, T), sec)
-	for k, v := range b.mem.peaks() {
-		f[k] = v
-	}
-	// The breakdown: compiles (all in the first pass), and execute and copy
-	// seconds per pass averaged over the 1 + reps passes.
-	for k, v := range statsFields(s.Stats(), 1+b.opts.Reps) {
-		f[k] = v
-	}
-	b.record("hindsight score", f)
-	goScore := float64(T) / sec
-
-	tr, err := xla.NewTrainer(b.backend, m, trainerOptions(0, xla.BackpropTruncated))
-	if err != nil {
-		return err
-	}
-	r := trainRollout(tokens)
-	b.mem.reset()
-	var met xla.Metrics
-	sec, first, err = bestOf(ctx, b.opts.Reps, func() error {
-		met, err = tr.Step(ctx, []credit.Rollout{r})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("train step: %w", err)
-	}
-	if !met.Updated || met.Tokens == 0 {
-		return fmt.Errorf("train step: no update (%d gradient tokens): the time would not include a gradient pass", met.Tokens)
-	}
-	f = map[string]any{"preset": preset, "T": T, "tokens_per_s": float64(T) / sec, "seconds": sec,
-		"first_seconds_with_compile": first, "chunk": xla.DefaultChunkTrain, "backprop": "truncated", "optimizer": "adamw",
-		"dtype": "float32", "updated": met.Updated, "gradient_tokens": met.Tokens}
-	b.mfu(f, TrainFLOPs(mc, T), sec)
-	for k, v := range b.mem.peaks() {
-		f[k] = v
-	}
-	b.record("hindsight train step", f)
-	goTrain := float64(T) / sec
 
 	for _, dt := range b.opts.PeerTypes {
 		out, err := b.peer(ctx, "speed", "--model", dir, "--T", strconv.Itoa(T), "--dtype", dt, "--device", b.opts.Device,
@@ -126,16 +84,101 @@ func (b *bench) speed(ctx context.Context, preset string, T int) error {
 		for _, mode := range []string{"eager", "compile"} {
 			r, _ := out[mode].(map[string]any)
 			if st, ok := r["score_tps"].(float64); ok {
-				r["hindsight_over_torch_score"] = goScore / st
+				if gs, ok := goScore[dt]; ok {
+					r["hindsight_over_torch_score"] = gs / st
+				}
 				b.mfuTorch(r, mc, T, st, r["train_tps"])
 			}
 			if tt, ok := r["train_tps"].(float64); ok {
-				r["hindsight_over_torch_train"] = goTrain / tt
+				if gt, ok := goTrain[dt]; ok {
+					r["hindsight_over_torch_train"] = gt / tt
+				}
 			}
 		}
 		b.record("torch speed", out)
 	}
 	return nil
+}
+
+// torchDType is PyTorch's name of a model.precision: float32, bfloat16.
+func torchDType(p string) string {
+	if p == string(xla.PrecisionBF16) {
+		return "bfloat16"
+	}
+	return "float32"
+}
+
+// speedAs times hindsight's scoring pass and one training step of the model in dir
+// at precision p on tokens, records both, and returns their tokens/s.
+func (b *bench) speedAs(ctx context.Context, preset, dir string, mc *data.ModelConfig, tokens []int32, p xla.Precision) (score, train float64, err error) {
+	if err := p.CheckBackend(b.backend); err != nil {
+		return 0, 0, err
+	}
+	T := len(tokens)
+	m, err := xla.OpenModelAs(dir, nil, p)
+	if err != nil {
+		return 0, 0, err
+	}
+	s, err := xla.NewScorer(b.backend, m, xla.ScorerOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	b.mem.reset()
+	s.ResetStats()
+	sec, first, err := bestOf(ctx, b.opts.Reps, func() error {
+		_, c, err := s.Score(ctx, tokens)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("score: %w", err)
+	}
+	dtype := torchDType(string(p))
+	f := map[string]any{"preset": preset, "T": T, "tokens_per_s": float64(T) / sec, "seconds": sec,
+		"first_seconds_with_compile": first, "chunk": s.Chunk(), "dtype": dtype}
+	b.mfu(f, ForwardFLOPs(mc, T), sec)
+	for k, v := range b.mem.peaks() {
+		f[k] = v
+	}
+	// The breakdown: compiles (all in the first pass), and execute and copy
+	// seconds per pass averaged over the 1 + reps passes.
+	for k, v := range statsFields(s.Stats(), 1+b.opts.Reps) {
+		f[k] = v
+	}
+	b.record("hindsight score", f)
+	score = float64(T) / sec
+
+	tr, err := xla.NewTrainer(b.backend, m, trainerOptions(0, xla.BackpropTruncated))
+	if err != nil {
+		return 0, 0, err
+	}
+	r := trainRollout(tokens)
+	b.mem.reset()
+	var met xla.Metrics
+	sec, first, err = bestOf(ctx, b.opts.Reps, func() error {
+		met, err = tr.Step(ctx, []credit.Rollout{r})
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("train step: %w", err)
+	}
+	if !met.Updated || met.Tokens == 0 {
+		return 0, 0, fmt.Errorf("train step: no update (%d gradient tokens): the time would not include a gradient pass", met.Tokens)
+	}
+	f = map[string]any{"preset": preset, "T": T, "tokens_per_s": float64(T) / sec, "seconds": sec,
+		"first_seconds_with_compile": first, "chunk": xla.DefaultChunkTrain, "backprop": "truncated", "optimizer": "adamw",
+		"dtype": dtype, "updated": met.Updated, "gradient_tokens": met.Tokens}
+	if p == xla.PrecisionBF16 {
+		f["optimizer"] = "adamw, float32 masters"
+	}
+	b.mfu(f, TrainFLOPs(mc, T), sec)
+	for k, v := range b.mem.peaks() {
+		f[k] = v
+	}
+	b.record("hindsight train step", f)
+	return score, float64(T) / sec, nil
 }
 
 // mfuTorch adds PyTorch's MFU (forward, and 3 forwards per training step) against

@@ -35,6 +35,7 @@ func benchGPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	profilePreset := fs.String("profile-preset", "", "the profile stage's model preset (default: the mode's: qwen3-tiny on -cpu, else qwen3-0.6b)")
 	profileT := fs.Int("profile-t", 0, "the profile stage's rollout length (0: the mode's default, 3233 on a GPU)")
 	pprofOut := fs.Bool("pprof", false, "the profile stage writes OUT/profile-cpu.pprof and OUT/profile-heap.pprof")
+	precisions := fs.String("precisions", "", "comma-separated model.precision values the parity and speed stages run (default: f32,bf16)")
 	reps := fs.Int("reps", 0, "timed repetitions after the first (compiling) pass (0: the mode's default)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: hindsight bench-gpu -out DIR [-cpu] [-backend SPEC] [-python PY] [-stages LIST]\n\n")
@@ -69,6 +70,9 @@ func benchGPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		opts.Reps = *reps
 	}
 	opts.Pprof = *pprofOut
+	if *precisions != "" {
+		opts.Precisions = strings.Split(*precisions, ",")
+	}
 	if *speedT != "" {
 		opts.SpeedT = nil
 		for _, f := range strings.Split(*speedT, ",") {

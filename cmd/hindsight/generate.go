@@ -57,7 +57,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	backendSpec := fs.String("backend", "", "GoMLX backend: go[:opts], xla:<absolute plugin path>, xla-cpu (default $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: hindsight generate -model DIR (-prompt TEXT | -in FILE) [-n N] [-max-new N] [-temperature T]\n"+
-			"       [-top-p P] [-top-k K] [-seed S] [-stop IDS|none] [-bos=false] [-backend SPEC] [-json]\n\n"+
+			"       [-top-p P] [-top-k K] [-seed S] [-stop IDS|none] [-bos=false] [-precision f32|bf16] [-backend SPEC] [-json]\n\n"+
 			"Samples continuations of the prompts from the model with a KV cache, all in one batch.\n\n")
 		fs.PrintDefaults()
 	}

@@ -77,6 +77,30 @@ func TestScoreCmd(t *testing.T) {
 		}
 	}
 
+	// -precision bf16 scores in bfloat16: the package's bf16 scorer, value for value;
+	// an unknown precision is refused.
+	outB := filepath.Join(dir, "scores-bf16.arrow")
+	stdout.Reset()
+	stderr.Reset()
+	code = run(t.Context(), []string{"score", "-model", modelDir, "-in", in, "-out", outB, "-chunk", "16", "-precision", "bf16"}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	mb, err := xla.OpenModelAs(modelDir, nil, xla.PrecisionBF16)
+	require.NoError(t, err)
+	sb, err := xla.NewScorer(b, mb, xla.ScorerOptions{Chunk: 16})
+	require.NoError(t, err)
+	gotB := readScores(t, outB)
+	for i, seq := range seqs {
+		want, c, err := sb.Score(t.Context(), seq)
+		require.NoError(t, err)
+		c.Close()
+		require.Len(t, gotB[rs[i].ID], len(seq))
+		for j := 1; j < len(seq); j++ {
+			require.InDelta(t, want[j], gotB[rs[i].ID][j], 1e-6)
+		}
+	}
+	require.Equal(t, 1, run(t.Context(), []string{"score", "-model", modelDir, "-in", in, "-out", outB, "-precision", "fp8"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), `-precision: "fp8", want f32 or bf16`)
+
 	// A rollout longer than the context is skipped with a message, the rest written.
 	cfgPath := filepath.Join(modelDir, "config.json")
 	mc, err := data.LoadModelConfig(cfgPath)
@@ -91,4 +115,32 @@ func TestScoreCmd(t *testing.T) {
 	require.Contains(t, stdout.String(), "2 rollouts scored, 1 skipped")
 
 	require.Equal(t, 2, run(t.Context(), []string{"score", "-model", modelDir}, &stdout, &stderr))
+}
+
+// readScores reads a scores file: student_logprobs by rollout_id (null as 0).
+func readScores(t *testing.T, path string) map[string][]float32 {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	r, err := ipc.NewFileReader(f)
+	require.NoError(t, err)
+	defer r.Close()
+	out := map[string][]float32{}
+	for k := range r.NumRecords() {
+		rec, err := r.Record(k)
+		require.NoError(t, err)
+		ids := rec.Column(0).(*array.String)
+		lists := rec.Column(1).(*array.LargeList)
+		vals := lists.ListValues().(*array.Float32)
+		for i := range int(rec.NumRows()) {
+			start, end := lists.ValueOffsets(i)
+			lp := make([]float32, end-start)
+			for j := range lp {
+				lp[j] = vals.Value(int(start) + j)
+			}
+			out[ids.Value(i)] = lp
+		}
+	}
+	return out
 }
