@@ -76,6 +76,7 @@ func main() {
 	ws3LR := flag.Float64("warmstart3-lr", efficacy.DefaultWarmStart3().LR, "AdamW learning rate of protocol 3's warm start")
 	ws3Every := flag.Int("warmstart3-eval-every", efficacy.DefaultWarmStart3().EvalEvery, "steps between validation evals of protocol 3's warm start")
 	ws3Patience := flag.Int("warmstart3-patience", efficacy.DefaultWarmStart3().Patience, "evals without a better checkpoint (efficacy.Gate3Better) before protocol 3's warm start stops")
+	ws3Grow := flag.Int("warmstart3-grow-layers", 0, "grow the -warmstart-from model to this many layers before protocol 3's warm start (efficacy.GrowLayers: new layers appended, their o_proj and down_proj at zero, so the grown model computes what the original does); 0: no growth")
 	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
 	evalSplit := flag.String("eval-split", def.EvalSplit, "split of the arms' evals: heldout, or validation for a pilot")
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
@@ -106,7 +107,7 @@ func main() {
 	if *warm3 {
 		cfg := efficacy.DefaultWarmStart3()
 		cfg.Steps, cfg.WallBudget, cfg.Demo.Own, cfg.Demo.HintRate = *ws3Steps, *ws3Budget, *ws3Own, *ws3Hint
-		cfg.LR, cfg.EvalEvery, cfg.Patience = *ws3LR, *ws3Every, *ws3Patience
+		cfg.LR, cfg.EvalEvery, cfg.Patience, cfg.GrowLayers = *ws3LR, *ws3Every, *ws3Patience, *ws3Grow
 		from := *wsFrom
 		if from == "" {
 			from = "bench/efficacy/warmstart/model"

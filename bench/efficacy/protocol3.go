@@ -16,7 +16,9 @@ import (
 )
 
 // warmStart3 trains protocol 3's warm start into dir/warmstart/model from the model
-// directory from (protocol 1's warm start by default) and writes dir/warmstart/warmstart.json.
+// directory from (protocol 1's warm start by default), first grown to cfg.GrowLayers
+// layers when that is set (efficacy.GrowLayers, seed cfg.Seed), and writes
+// dir/warmstart/warmstart.json.
 func warmStart3(ctx context.Context, backend backends.Backend, dir, from string, cfg efficacy.WarmStart3Config) error {
 	tmp, err := os.MkdirTemp("", "efficacy-init3-")
 	if err != nil {
@@ -26,6 +28,14 @@ func warmStart3(ctx context.Context, backend backends.Backend, dir, from string,
 	cfg.Init = filepath.Join(tmp, "init")
 	if err := os.CopyFS(cfg.Init, os.DirFS(from)); err != nil {
 		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	if cfg.GrowLayers > 0 {
+		grown := filepath.Join(tmp, "grown")
+		if err := efficacy.GrowLayers(cfg.Init, grown, cfg.GrowLayers, cfg.Seed); err != nil {
+			return err
+		}
+		cfg.Init = grown
+		progress(fmt.Sprintf("warm start 3: %s grown to %d layers (new layers' o_proj and down_proj at zero)", from, cfg.GrowLayers))
 	}
 	cfg.Out = filepath.Join(dir, "warmstart", "model")
 	if err := os.MkdirAll(filepath.Dir(cfg.Out), 0o755); err != nil {

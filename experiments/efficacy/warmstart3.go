@@ -36,8 +36,11 @@ type WarmStart3Config struct {
 	// the warm start must fit a shared 2-core machine's hour.
 	WallBudget time.Duration `json:"wall_budget_ns"`
 	Seed       uint64        `json:"seed"`
-	World      World         `json:"world"`      // greedy success (G3)
-	LiveWorld  World         `json:"live_world"` // live contexts (G1): room for the inserted turns
+	// GrowLayers, when set, is the depth the init model was grown to before training
+	// (GrowLayers, by the command; attempt 4: 2 → 4).
+	GrowLayers int   `json:"grow_layers,omitempty"`
+	World      World `json:"world"`      // greedy success (G3)
+	LiveWorld  World `json:"live_world"` // live contexts (G1): room for the inserted turns
 }
 
 // DefaultWarmStart3 returns the committed protocol-3 warm start's settings.
