@@ -69,6 +69,10 @@ type Config struct {
 	// docs/training.md "Several devices"). A count, or all; default 1. The XLA CPU
 	// plugin shows 4 devices unless the backend says `xla-cpu,devices=N`.
 	Devices xla.Devices `yaml:"devices"`
+	// ShardOptimizer, with more than one device, keeps each trained weight's AdamW
+	// moments on one device, which updates it (ZeRO-1): the moments take 1/N of the
+	// memory per device. No effect on one device.
+	ShardOptimizer bool `yaml:"shard_optimizer"`
 	// Seed seeds the trainer's random stream.
 	Seed       uint64           `yaml:"seed"`
 	Checkpoint CheckpointConfig `yaml:"checkpoint"`

@@ -101,7 +101,8 @@ func Open(o Options) (*Loop, error) {
 	}
 	lp.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
 		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: o.Credit, Optimizer: tc.Optimizer,
-		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms, Devices: devices})
+		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms, Devices: devices,
+		ShardOptimizer: tc.ShardOptimizer})
 	if err != nil {
 		return nil, err
 	}

@@ -82,6 +82,10 @@ type adamW struct {
 	step    int64             // updates applied so far
 	m, v    []*tensors.Tensor // first and second moments, one per parameter
 	exec    *Exec
+	// owners, under ZeRO-1 (zero.go), is the device that keeps each parameter's
+	// moments and updates it; nil: all on device 0.
+	owners  []backends.DeviceNum
+	sharded *shardedAdamW
 }
 
 func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tensor) (*adamW, error) {
@@ -93,25 +97,32 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 		o.m = append(o.m, tensors.FromShape(p.Shape()))
 		o.v = append(o.v, tensors.FromShape(p.Shape()))
 	}
-	np := len(params)
 	var err error
-	o.exec, err = NewExec(backend, func(in []*Node) []*Node {
-		// in: lr, decay factor (1 − lr·wd), 1/bc1, 1/√bc2, clip norm, then
-		// params, grads, m, v.
+	o.exec, err = NewExec(backend, adamWGraph(cfg, len(params), false))
+	if err != nil {
+		return nil, fmt.Errorf("new optimizer: %w", err)
+	}
+	o.exec.SetMaxCache(-1)
+	return o, nil
+}
+
+// adamWGraph is the update of np parameters: inputs lr, decay factor (1 − lr·wd),
+// 1/bc1, 1/√bc2, clip norm, with givenNorm the gradient's global norm (a shard's
+// update: the norm is over every shard), then params, grads, m, v; outputs the norm,
+// then the new params, m, v.
+func adamWGraph(cfg AdamWConfig, np int, givenNorm bool) func(in []*Node) []*Node {
+	return func(in []*Node) []*Node {
 		l := listOf(in)
 		lr, decay, ibc1, isbc2, clip := l.next(), l.next(), l.next(), l.next(), l.next()
+		var norm *Node
+		if givenNorm {
+			norm = l.next()
+		}
 		ps, gs, ms, vs := l.take(np), l.take(np), l.take(np), l.take(np)
 		g := lr.Graph()
-		var sq *Node
-		for _, x := range gs {
-			s := ReduceAllSum(Square(x))
-			if sq == nil {
-				sq = s
-			} else {
-				sq = Add(sq, s)
-			}
+		if !givenNorm {
+			norm = globalNorm(gs)
 		}
-		norm := Sqrt(sq)
 		// torch.nn.utils.clip_grad_norm_: scale by min(1, clip/(norm + 1e-6)); clip 0
 		// leaves the gradient as is.
 		one := ScalarOne(g, norm.DType())
@@ -134,12 +145,7 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 		out = append(out, newP...)
 		out = append(out, newM...)
 		return append(out, newV...)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("new optimizer: %w", err)
 	}
-	o.exec.SetMaxCache(-1)
-	return o, nil
 }
 
 // apply runs update o.step+1 on params with grads, replacing o's moments, and returns
@@ -149,6 +155,9 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 func (o *adamW) apply(params, grads []*tensors.Tensor) (newParams []*tensors.Tensor, norm, lr float64, err error) {
 	if len(params) != len(o.m) || len(grads) != len(o.m) {
 		return nil, 0, 0, errors.New("optimizer: parameter count changed")
+	}
+	if o.owners != nil {
+		return o.applySharded(params, grads)
 	}
 	s := o.step
 	lr = o.cfg.LRAt(s)

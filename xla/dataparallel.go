@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/distributed"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
@@ -33,6 +34,7 @@ type dataParallel struct {
 	// trainer's own (device 0).
 	replicas []replica1
 	reduce   *graph.Exec // SPMD: every device's gradient sums → their sum, on every device
+	settle   *graph.Exec // the trained weights → one float32 (see settled)
 }
 
 // replica1 is one device's student scorer and gradient pass.
@@ -93,6 +95,21 @@ func newDataParallel(tr *Trainer, n int) (*dataParallel, error) {
 		return nil, fmt.Errorf("gradient all-reduce: %w", err)
 	}
 	dp.reduce.SPMD(mesh).SetMaxCache(-1)
+	dp.settle, err = graph.NewExec(tr.backend, func(in []*graph.Node) *graph.Node {
+		var sum *graph.Node
+		for _, x := range in {
+			first := graph.ConvertDType(graph.Slice(graph.Reshape(x, -1), graph.AxisRange(0, 1)), dtypes.Float32)
+			if sum == nil {
+				sum = first
+			} else {
+				sum = graph.Add(sum, first)
+			}
+		}
+		return graph.Reshape(sum) // a scalar
+	})
+	if err != nil {
+		return nil, fmt.Errorf("settle weights: %w", err)
+	}
 	return dp, nil
 }
 
@@ -226,6 +243,9 @@ func (tr *Trainer) stepParallel(ctx context.Context, batch []credit.Rollout) (Me
 		if err := tr.update(acc, &met); err != nil {
 			return Metrics{}, fmt.Errorf("train step: %w", err)
 		}
+		if err := dp.settled(tr); err != nil {
+			return Metrics{}, fmt.Errorf("train step: %w", err)
+		}
 	} else {
 		finalize(acc)
 		met.LR = tr.opts.Optimizer.LRAt(tr.opt.step)
@@ -239,6 +259,29 @@ func (tr *Trainer) stepParallel(ctx context.Context, batch []credit.Rollout) (Me
 	tr.trainedTotal += int64(len(batch))
 	met.Took = time.Since(t0)
 	return met, nil
+}
+
+// settled waits until the update's new weights are written: the devices copy them
+// (Model.onDevice), and on the XLA CPU plugin a device-to-device copy of a buffer
+// whose computation has not finished can copy garbage (seen with ZeRO-1's gathers:
+// TestDataParallelZeRO1). One small program reads the first element of every trained
+// weight; reading its result waits for all of them.
+func (dp *dataParallel) settled(tr *Trainer) error {
+	args := make([]any, len(tr.grad.params))
+	for i, v := range tr.grad.params {
+		t, err := v.Value()
+		if err != nil {
+			return fmt.Errorf("settle %s: %w", v.ScopeAndName(), err)
+		}
+		args[i] = t
+	}
+	out, err := dp.settle.Exec(args...)
+	if err != nil {
+		return fmt.Errorf("settle weights: %w", err)
+	}
+	_ = tensors.ToScalar[float32](out[0])
+	finalize(out)
+	return nil
 }
 
 // deviceSums are one device's gradient sums and what its passes reported.
@@ -261,12 +304,6 @@ func (tr *Trainer) accumulateParallel(ctx context.Context, parts [][]int, batch,
 		s.acc = r.grad.zeroGrads()
 		if split {
 			s.accD = r.grad.zeroGrads()
-		}
-		for _, t := range append(slices.Clone(s.acc), s.accD...) {
-			// On the device, so the passes donate them there.
-			if _, err := t.Buffer(tr.backend, r.device); err != nil {
-				return fmt.Errorf("gradient sums on device %d: %w", r.device, err)
-			}
 		}
 		for _, i := range idx {
 			T := len(batch[i].Tokens)
@@ -378,6 +415,20 @@ func (dp *dataParallel) allReduce(tr *Trainer, sums []deviceSums, of func(device
 	}
 	if err != nil {
 		return nil, fmt.Errorf("gradient all-reduce over %d devices: %w", n, err)
+	}
+	if owners := tr.opt.owners; owners != nil {
+		// ZeRO-1: each parameter's total on the device that updates it (zero.go).
+		keep := make([]*tensors.Tensor, np)
+		for i := range np {
+			keep[i] = out[i]
+			out[i] = nil
+		}
+		for _, t := range out {
+			if t != nil {
+				t.FinalizeAll()
+			}
+		}
+		return keep, nil
 	}
 	finalize(out[np:])
 	return out[:np], nil

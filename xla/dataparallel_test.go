@@ -235,6 +235,102 @@ func TestDataParallelStepMatchesOneDevice(t *testing.T) {
 	require.Greater(t, maxAbsDiff(initial, weightsOf(two.model)), 1e-3, "the steps moved the weights")
 }
 
+// TestDataParallelBackpropModes: exact and full backprop on two devices equal one
+// device (two chunks per rollout, so exact carries cotangents between them).
+func TestDataParallelBackpropModes(t *testing.T) {
+	b := newTwoDevices(t)
+	dir := tinyModelDir(t)
+	pool := dpPool(3, 40, 5)
+	for _, mode := range []Backprop{BackpropExact, BackpropFull} {
+		t.Run(string(mode), func(t *testing.T) {
+			var ws [][][]float32
+			for _, devices := range []int{1, 2} {
+				m, err := OpenModel(dir)
+				require.NoError(t, err)
+				tr, err := NewTrainer(b, m, TrainerOptions{Budget: 64, Chunk: 32, Scorer: ScorerOptions{Chunk: 64}, Backprop: mode, Seed: 7,
+					Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1, WarmupSteps: 1}, Devices: devices})
+				require.NoError(t, err)
+				met, err := tr.Step(t.Context(), pool)
+				require.NoError(t, err)
+				require.True(t, met.Updated)
+				ws = append(ws, weightsOf(m))
+			}
+			d := maxAbsDiff(ws[0], ws[1])
+			t.Logf("%s: max |Δw| %.3g between 2 devices and 1", mode, d)
+			require.LessOrEqual(t, d, dpTolerance)
+		})
+	}
+}
+
+// TestDataParallelZeRO1: with the optimizer sharded over two devices, each device
+// keeps the moments of the parameters it owns (half the elements each, ±the largest
+// tensor), the steps equal one device's (weights and moments within dpTolerance),
+// and its checkpoint resumes on one device and goes on like the one-device run.
+func TestDataParallelZeRO1(t *testing.T) {
+	b := newTwoDevices(t)
+	dir := tinyModelDir(t)
+	pool := dpPool(6, 40, 11)
+	opts := TrainerOptions{Budget: 64, Chunk: 64, Scorer: ScorerOptions{Chunk: 64}, Seed: 7,
+		Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1, WarmupSteps: 2}}
+	open := func(d string, devices int, shard bool) *Trainer {
+		m, err := OpenModel(d)
+		require.NoError(t, err)
+		o := opts
+		o.Devices, o.ShardOptimizer = devices, shard
+		tr, err := NewTrainer(b, m, o)
+		require.NoError(t, err)
+		return tr
+	}
+	one, zero := open(dir, 1, false), open(dir, 2, true)
+	require.Nil(t, one.opt.owners)
+	perDevice := make([]int, 2)
+	for i, d := range zero.opt.owners {
+		perDevice[d] += zero.opt.m[i].Shape().Size()
+	}
+	t.Logf("moment elements per device: %v", perDevice)
+	require.Positive(t, perDevice[0])
+	require.Positive(t, perDevice[1])
+	step := func(tr *Trainer, idx ...int) Metrics {
+		var batch []credit.Rollout
+		for _, i := range idx {
+			batch = append(batch, pool[i])
+		}
+		met, err := tr.Step(t.Context(), batch)
+		require.NoError(t, err)
+		require.True(t, met.Updated)
+		return met
+	}
+	for _, idx := range [][]int{{0, 1, 2, 3}, {4, 5}} {
+		m1, m2 := step(one, idx...), step(zero, idx...)
+		require.InDelta(t, m1.GradNorm, m2.GradNorm, 1e-5*m1.GradNorm)
+	}
+	for i, d := range zero.opt.owners {
+		dev, err := zero.opt.m[i].Device()
+		require.NoError(t, err)
+		require.Equal(t, d, dev, "moment %d lives on its owner", i)
+	}
+	dw := maxAbsDiff(weightsOf(one.model), weightsOf(zero.model))
+	dm := maxAbsDiff(momentsOf(one), momentsOf(zero))
+	t.Logf("ZeRO-1 on 2 devices against 1 device: max |Δw| %.3g, max |Δ moment| %.3g", dw, dm)
+	require.LessOrEqual(t, dw, dpTolerance)
+	require.LessOrEqual(t, dm, dpTolerance)
+
+	files, err := checkpoint.ModelFiles(dir)
+	require.NoError(t, err)
+	ck, err := zero.Checkpoint(files, checkpoint.TrainerState{CodeVersion: "test", Config: "x: 1\n"})
+	require.NoError(t, err)
+	ckdir, err := checkpoint.Write(filepath.Join(t.TempDir(), "checkpoints"), ck, 2)
+	require.NoError(t, err)
+	resumed := open(ckdir, 1, false)
+	_, err = resumed.Restore(ckdir)
+	require.NoError(t, err)
+	step(one, 1, 3)
+	step(resumed, 1, 3)
+	d := maxAbsDiff(weightsOf(one.model), weightsOf(resumed.model))
+	t.Logf("resumed on 1 device: max |Δw| %.3g", d)
+	require.LessOrEqual(t, d, dpTolerance)
+}
+
 // TestDataParallelResume: on two devices, N steps, a checkpoint, a restore and N
 // more give bit for bit the weights, moments, teacher and RNG of 2N steps straight;
 // the same checkpoint resumes on one device, and one that a one-device trainer

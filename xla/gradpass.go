@@ -201,10 +201,10 @@ func (p *gradPass) runChunk(mode Backprop, tokens []int32, terms chunkTerms, off
 	}
 	args = append(args, anys(caches)...)
 	for _, t := range carried {
-		args = append(args, donated(t, p.backend))
+		args = append(args, donatedOn(t, p.backend, p.device))
 	}
 	for _, t := range acc {
-		args = append(args, donated(t, p.backend))
+		args = append(args, donatedOn(t, p.backend, p.device))
 	}
 	out, err := e.ExecOn(p.device, args...)
 	if err != nil {

@@ -133,8 +133,17 @@ func (c *contiguousCache) replace(kv kvPair[*tensors.Tensor]) {
 // donated returns t's buffer donated to the next execution where the backend allows
 // (the executable then updates it in place), else t itself.
 func donated(t *tensors.Tensor, backend backends.Backend) any {
+	return donatedOn(t, backend, deviceOf(t))
+}
+
+// donatedOn is donated for an execution on device dev: a tensor only on the host is
+// placed there (one on a device stays where it is).
+func donatedOn(t *tensors.Tensor, backend backends.Backend, dev backends.DeviceNum) any {
+	if _, err := t.Device(); err == nil {
+		dev = deviceOf(t)
+	}
 	if !t.IsShared() {
-		if d, err := graph.DonateTensorBuffer(t, backend, deviceOf(t)); err == nil {
+		if d, err := graph.DonateTensorBuffer(t, backend, dev); err == nil {
 			return d
 		}
 	}

@@ -54,6 +54,9 @@ type TrainerOptions struct {
 	// Devices is how many of the backend's devices a step runs on (data parallel,
 	// dataparallel.go); 0 or 1: device 0 only.
 	Devices int
+	// ShardOptimizer, with Devices > 1, keeps each trained parameter's AdamW moments
+	// on one device, which updates it (ZeRO-1, zero.go); no effect on one device.
+	ShardOptimizer bool
 }
 
 // DefaultChunkTrain is the default TrainerOptions.Chunk.
@@ -201,6 +204,11 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	}
 	if tr.dp, err = newDataParallel(tr, opts.Devices); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
+	}
+	if opts.ShardOptimizer && tr.dp != nil {
+		if err := tr.opt.shard(len(tr.dp.replicas)); err != nil {
+			return nil, fmt.Errorf("new trainer: %w", err)
+		}
 	}
 	return tr, nil
 }

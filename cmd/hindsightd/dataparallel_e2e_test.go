@@ -29,11 +29,12 @@ func xlaCPUOrSkip(t *testing.T) {
 }
 
 // TestTrainTwoDevices runs the real daemon on two XLA CPU devices (backend
-// `xla-cpu,devices=2`, train.devices: all): it trains and checkpoints, and logs the
-// device count; asking for more devices than the backend has is a start-up error.
+// `xla-cpu,devices=2`, train.devices: all, the optimizer sharded): it trains and
+// checkpoints, and logs the device count; asking for more devices than the backend
+// has is a start-up error.
 func TestTrainTwoDevices(t *testing.T) {
 	xlaCPUOrSkip(t)
-	_, path := spoolWithRollouts(t, 4, 2, "  token_budget: 256\n  chunk: 64\n  devices: all\n  idle_flush: 500ms\n  checkpoint: {every_steps: 1, keep: 2}\n")
+	_, path := spoolWithRollouts(t, 4, 2, "  token_budget: 256\n  chunk: 64\n  devices: all\n  shard_optimizer: true\n  idle_flush: 500ms\n  checkpoint: {every_steps: 1, keep: 2}\n")
 	p := startDaemon(t, "-config", path, "-backend", "xla-cpu,devices=2")
 	addr := p.waitReady(t)
 	st := waitTrained(t, p, addr, 4)
