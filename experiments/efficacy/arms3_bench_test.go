@@ -23,10 +23,7 @@ import (
 //
 //	HINDSIGHT_TEST_BACKEND=xla-cpu go test -run '^$' -bench Arms3Step -benchtime 1x ./experiments/efficacy/
 func BenchmarkArms3Step(b *testing.B) {
-	spec := xla.DefaultBackend
-	if s := os.Getenv("HINDSIGHT_TEST_BACKEND"); s != "" {
-		spec = s
-	}
+	spec := testBackendSpec()
 	model := "../../bench/efficacy/warmstart/model"
 	if m := os.Getenv("HINDSIGHT_BENCH_ARMS3_MODEL"); m != "" {
 		model = m

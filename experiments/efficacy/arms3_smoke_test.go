@@ -10,9 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/toolworld"
-	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // TestArms3Smoke runs protocol 3's four arms for two steps each on a tiny untrained
@@ -21,16 +19,7 @@ import (
 // no gate was measured on this model — and checks the runs' invariants and that
 // results.json, the plot and the table agree. It checks the plumbing, not the answer.
 func TestArms3Smoke(t *testing.T) {
-	spec := xla.DefaultBackend
-	if s := os.Getenv("HINDSIGHT_TEST_BACKEND"); s != "" {
-		spec = s
-	}
-	backend, err := xla.NewBackend(xla.ResolveBackend(spec, ""))
-	require.NoError(t, err)
-	dir := t.TempDir()
-	model := filepath.Join(dir, "model")
-	_, err = data.InitModel(model, data.InitOptions{Preset: "tiny", Tokenizer: "bytes", Seed: 1, Dtype: "float32"})
-	require.NoError(t, err)
+	backend, dir, model := tinyModel(t, "model")
 
 	cfg := Protocol3Config()
 	cfg.Model, cfg.LR = model, 1e-3

@@ -16,7 +16,6 @@ import (
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/train"
-	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // TestExperimentSmoke runs the real pipeline end to end at a toy size on the test
@@ -25,16 +24,7 @@ import (
 // and the results files. It checks the outputs' invariants, not the experiment's
 // answer.
 func TestExperimentSmoke(t *testing.T) {
-	spec := xla.DefaultBackend
-	if s := os.Getenv("HINDSIGHT_TEST_BACKEND"); s != "" {
-		spec = s
-	}
-	backend, err := xla.NewBackend(xla.ResolveBackend(spec, ""))
-	require.NoError(t, err)
-	dir := t.TempDir()
-	init := filepath.Join(dir, "init")
-	_, err = data.InitModel(init, data.InitOptions{Preset: "tiny", Tokenizer: "bytes", Seed: 1, Dtype: "float32"})
-	require.NoError(t, err)
+	backend, dir, init := tinyModel(t, "init")
 	world := World{MaxTokens: 256, MaxTurnTokens: 16, MaxCalls: 3}
 	ws := WarmStartConfig{Init: init, Out: filepath.Join(dir, "warm"), Demos: 24, Noise: 0.5, HintRate: 1,
 		DemoMaxTokens: 400, Batch: 8, Steps: 2, LR: 1e-3, EvalEvery: 2, ValTasks: 2, Target: 1, Seed: 1, World: world}

@@ -7,25 +7,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/toolworld"
-	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // TestPilot runs G4 on a tiny untrained model at two rates for one step each: it
 // evaluates on the whole validation split, keeps the rate with the larger gain, and
 // WritePilot adds it to a gates file that ArmsReady then reads back.
 func TestPilot(t *testing.T) {
-	spec := xla.DefaultBackend
-	if s := os.Getenv("HINDSIGHT_TEST_BACKEND"); s != "" {
-		spec = s
-	}
-	backend, err := xla.NewBackend(xla.ResolveBackend(spec, ""))
-	require.NoError(t, err)
-	dir := t.TempDir()
-	model := filepath.Join(dir, "model")
-	_, err = data.InitModel(model, data.InitOptions{Preset: "tiny", Tokenizer: "bytes", Seed: 1, Dtype: "float32"})
-	require.NoError(t, err)
+	backend, dir, model := tinyModel(t, "model")
 	cfg := Protocol3Config()
 	cfg.Model, cfg.Steps, cfg.TasksPerStep, cfg.Group, cfg.EvalEvery = model, 1, 1, 2, 1
 	cfg.World = World{MaxTokens: 96, MaxTurnTokens: 8, MaxCalls: 2}

@@ -209,13 +209,6 @@ func nanIfNoHints(s StepStat, v float64) float64 {
 // Write writes results.json, efficacy.png (success vs rollouts), efficacy_cpu.png
 // (success vs training CPU-seconds) and results.md (the report table) into dir.
 func (res Results) Write(dir string) error {
-	b, err := json.MarshalIndent(jsonSafe(res), "", "  ")
-	if err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	if err := fsutil.WriteFileBytes(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
 	var curves []Curve
 	for _, r := range res.Runs {
 		curves = append(curves, r.Curve)
@@ -224,11 +217,29 @@ func (res Results) Write(dir string) error {
 	if res.Summary != nil {
 		thr = res.Summary.Threshold
 	}
-	var png bytes.Buffer
 	title := "Efficacy: held-out success vs rollouts"
 	if res.Partial {
 		title += " (partial)"
 	}
+	md := res.Table() + "\nSuccess at equal budget (held-out, mean ± sd over seeds):\n\n" + res.CurveTable()
+	if ct := res.CreditTable(); ct != "" {
+		md += "\nCredit statistics over training (mean over steps and seeds):\n\n" + ct
+	}
+	return writeResultFiles(dir, jsonSafe(res), curves, thr, title, md)
+}
+
+// writeResultFiles writes a protocol's results into dir: results.json (v, JSON-ready),
+// efficacy.png (curves' success against rollouts, with the threshold thr; NaN: none),
+// efficacy_cpu.png (against training CPU-seconds) and results.md (md).
+func writeResultFiles(dir string, v any, curves []Curve, thr float64, title, md string) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	if err := fsutil.WriteFileBytes(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	var png bytes.Buffer
 	if err := PlotPNG(&png, curves, thr, title); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
@@ -241,10 +252,6 @@ func (res Results) Write(dir string) error {
 	}
 	if err := fsutil.WriteFileBytes(filepath.Join(dir, "efficacy_cpu.png"), png.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write results: %w", err)
-	}
-	md := res.Table() + "\nSuccess at equal budget (held-out, mean ± sd over seeds):\n\n" + res.CurveTable()
-	if ct := res.CreditTable(); ct != "" {
-		md += "\nCredit statistics over training (mean over steps and seeds):\n\n" + ct
 	}
 	return fsutil.WriteFileBytes(filepath.Join(dir, "results.md"), []byte(md), 0o644)
 }

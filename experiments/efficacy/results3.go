@@ -1,17 +1,13 @@
 package efficacy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // Results3 is protocol 3's arms' results.json: the config, the gates the arms ran
@@ -122,13 +118,6 @@ func ReadResults3(path string) (Results3, error) {
 // the threshold), efficacy_cpu.png (against training CPU-seconds) and results.md
 // (Table, success at equal budget, credit statistics) into dir.
 func (res Results3) Write(dir string) error {
-	b, err := json.MarshalIndent(JSONSafe(res), "", "  ")
-	if err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	if err := fsutil.WriteFileBytes(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
 	var curves []Curve
 	for _, r := range res.Runs {
 		curves = append(curves, r.Curve)
@@ -141,24 +130,10 @@ func (res Results3) Write(dir string) error {
 	if res.Partial {
 		title += " (partial)"
 	}
-	var png bytes.Buffer
-	if err := PlotPNG(&png, curves, thr, title); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	if err := fsutil.WriteFileBytes(filepath.Join(dir, "efficacy.png"), png.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	png.Reset()
-	if err := PlotCPUPNG(&png, curves, thr, strings.Replace(title, "rollouts", "CPU-seconds", 1)); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	if err := fsutil.WriteFileBytes(filepath.Join(dir, "efficacy_cpu.png"), png.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
 	base := Results{Config: res.Config, Runs: res.Runs}
 	md := res.Table() + "\nSuccess at equal budget (held-out, mean ± sd over seeds):\n\n" + base.CurveTable() +
 		"\nCredit statistics over training (per run, mean over steps and seeds):\n\n" + res.CreditTable()
-	return fsutil.WriteFileBytes(filepath.Join(dir, "results.md"), []byte(md), 0o644)
+	return writeResultFiles(dir, JSONSafe(res), curves, thr, title, md)
 }
 
 // Table renders the report: the gates, the threshold, per arm the final success, gain,

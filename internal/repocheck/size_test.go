@@ -28,6 +28,7 @@ var allowLarge = []struct {
 	why     string
 }{
 	{"testdata/tokenizers/*/tokenizer.json.gz", 3 << 20, "released tokenizers the parity fixtures are made from (2.0–2.5 MB)"},
+	{"bench/efficacy/protocol3/warmstart/model/model.safetensors", 7 << 19, "protocol 3's warm start (attempt 4: 4 layers, float32, 3.3 MB), the input its gates were measured on"},
 }
 
 // repoRoot returns the root of the git checkout holding this package, or skips the test
