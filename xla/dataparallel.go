@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/distributed"
@@ -182,19 +180,12 @@ func (dp *dataParallel) onDevices(parts [][]int, fn func(r replica1, idx []int) 
 	return nil
 }
 
-// stepParallel is Step over the devices (see dataParallel).
-func (tr *Trainer) stepParallel(ctx context.Context, batch []credit.Rollout) (Metrics, error) {
-	t0 := time.Now()
-	dp := tr.dp
-	rs := make([]credit.Rollout, len(batch))
-	sc := make([]scored, len(batch))
-	defer func() {
-		for _, s := range sc {
-			s.cache.Close()
-		}
-	}()
-	parts := splitByTokens(batch, len(dp.replicas))
-	err := dp.onDevices(parts, func(r replica1, idx []int) error {
+// scoreParallel runs the student pass (and the live teacher's hinted passes) of
+// each device's share of batch on that device, filling rs and sc, and returns the
+// shares (splitByTokens).
+func (tr *Trainer) scoreParallel(ctx context.Context, batch, rs []credit.Rollout, sc []scored) ([][]int, error) {
+	parts := splitByTokens(batch, len(tr.dp.replicas))
+	err := tr.dp.onDevices(parts, func(r replica1, idx []int) error {
 		for _, i := range idx {
 			cr, s, err := tr.scoreWith(ctx, &batch[i], r.scorer)
 			sc[i] = s
@@ -205,60 +196,7 @@ func (tr *Trainer) stepParallel(ctx context.Context, batch []credit.Rollout) (Me
 		}
 		return nil
 	})
-	if err != nil {
-		return Metrics{}, fmt.Errorf("train step: %w", err)
-	}
-	count, scoredTokens := 0, 0
-	for i := range batch {
-		for _, m := range rs[i].Trainable {
-			if m {
-				count++
-			}
-		}
-		scoredTokens += rolloutTokens(&batch[i])
-	}
-	scoreTook := time.Since(t0)
-	budget := tr.opts.Budget
-	if budget == 0 {
-		budget = max(count, 1)
-	}
-	b := cloneBaselines(tr.baselines)
-	res, stats, err := credit.Step(tr.opts.Credit, rs, b, budget)
-	if err != nil {
-		return Metrics{}, fmt.Errorf("train step: %w", err)
-	}
-	met := Metrics{Rollouts: len(batch), Credit: stats, ScoredTokens: scoredTokens, ScoreTook: scoreTook,
-		Inputs: rs, Results: res, OutGradNorm: math.NaN(), DistillGradNorm: math.NaN()}
-	if tr.opts.Credit.Distill.Mode == credit.DistillTopK || tr.opts.Credit.Distill.Mode == credit.DistillFull {
-		met.Dists = make([][]TeacherDist, len(sc))
-		for i := range sc {
-			met.Dists[i] = sc[i].dists
-		}
-	}
-	acc, signal, err := tr.accumulateParallel(ctx, parts, batch, rs, res, sc, budget, &met)
-	if err != nil {
-		return Metrics{}, fmt.Errorf("train step: %w", err)
-	}
-	if signal {
-		if err := tr.update(acc, &met); err != nil {
-			return Metrics{}, fmt.Errorf("train step: %w", err)
-		}
-		if err := dp.settled(tr); err != nil {
-			return Metrics{}, fmt.Errorf("train step: %w", err)
-		}
-	} else {
-		finalize(acc)
-		met.LR = tr.opts.Optimizer.LRAt(tr.opt.step)
-	}
-	tr.steps++
-	met.Step = tr.steps
-	tr.baselines = b
-	for i := range batch {
-		tr.trained = append(tr.trained, batch[i].ID)
-	}
-	tr.trainedTotal += int64(len(batch))
-	met.Took = time.Since(t0)
-	return met, nil
+	return parts, err
 }
 
 // settled waits until the update's new weights are written: the devices copy them

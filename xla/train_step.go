@@ -37,9 +37,6 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 	if len(batch) == 0 {
 		return Metrics{}, errors.New("train step: empty batch")
 	}
-	if tr.dp != nil {
-		return tr.stepParallel(ctx, batch)
-	}
 	rs := make([]credit.Rollout, len(batch))
 	sc := make([]scored, len(batch))
 	defer func() {
@@ -47,26 +44,33 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 			s.cache.Close()
 		}
 	}()
-	budget := tr.opts.Budget
+	var parts [][]int // with several devices, each one's rollouts
+	if tr.dp != nil {
+		var err error
+		if parts, err = tr.scoreParallel(ctx, batch, rs, sc); err != nil {
+			return Metrics{}, fmt.Errorf("train step: %w", err)
+		}
+	} else {
+		for i := range batch {
+			cr, s, err := tr.score(ctx, &batch[i])
+			sc[i] = s
+			if err != nil {
+				return Metrics{}, fmt.Errorf("train step: rollout %q: %w", batch[i].ID, err)
+			}
+			rs[i] = cr
+		}
+	}
 	count, scoredTokens := 0, 0
 	for i := range batch {
-		r := &batch[i]
-		cr, s, err := tr.score(ctx, r)
-		if err != nil {
-			return Metrics{}, fmt.Errorf("train step: rollout %q: %w", r.ID, err)
-		}
-		rs[i], sc[i] = cr, s
-		for _, m := range cr.Trainable {
+		for _, m := range rs[i].Trainable {
 			if m {
 				count++
 			}
 		}
-		scoredTokens += len(r.Tokens)
-		for _, h := range r.Hints {
-			scoredTokens += len(h.Hint) + h.End - h.Start
-		}
+		scoredTokens += rolloutTokens(&batch[i])
 	}
 	scoreTook := time.Since(t0)
+	budget := tr.opts.Budget
 	if budget == 0 {
 		budget = max(count, 1)
 	}
@@ -83,7 +87,13 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 			met.Dists[i] = sc[i].dists
 		}
 	}
-	acc, signal, err := tr.accumulate(ctx, batch, rs, res, sc, budget, &met)
+	var acc []*tensors.Tensor
+	var signal bool
+	if tr.dp != nil {
+		acc, signal, err = tr.accumulateParallel(ctx, parts, batch, rs, res, sc, budget, &met)
+	} else {
+		acc, signal, err = tr.accumulate(ctx, batch, rs, res, sc, budget, &met)
+	}
 	if err != nil {
 		return Metrics{}, fmt.Errorf("train step: %w", err)
 	}
@@ -91,10 +101,13 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 		if err := tr.update(acc, &met); err != nil {
 			return Metrics{}, fmt.Errorf("train step: %w", err)
 		}
-	} else {
-		for _, a := range acc {
-			a.FinalizeAll()
+		if tr.dp != nil {
+			if err := tr.dp.settled(tr); err != nil {
+				return Metrics{}, fmt.Errorf("train step: %w", err)
+			}
 		}
+	} else {
+		finalize(acc)
 		met.LR = tr.opts.Optimizer.LRAt(tr.opt.step)
 	}
 	tr.steps++
