@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,4 +50,45 @@ func TestTrainTwoDevices(t *testing.T) {
 	code := p.wait(t, 60*time.Second)
 	require.NotEqual(t, 0, code)
 	require.True(t, strings.Contains(p.log(), "train.devices: 3, but backend xla has 2"), p.log())
+}
+
+// TestLoopBF16TwoDevices runs the inner loop (`-loop`: the collector samples with the
+// newest checkpoint, the daemon trains) in bf16 on two XLA CPU devices: the policy
+// loads in bf16, steps run on both devices, and checkpoints are written.
+func TestLoopBF16TwoDevices(t *testing.T) {
+	xlaCPUOrSkip(t)
+	dataDir := t.TempDir()
+	cfgPath := filepath.Join(t.TempDir(), "loop.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`data_dir: %s
+listen: 127.0.0.1:0
+model: {precision: bf16}
+train:
+  token_budget: 384
+  chunk: 64
+  devices: 2
+  idle_flush: 500ms
+  seed: 3
+  optimizer: {lr: 0.001, warmup_steps: 1}
+  checkpoint: {every_steps: 1, keep: 3}
+`, dataDir)), 0o644))
+	p := startDaemon(t, "-config", cfgPath, "-loop", "-loop-group", "4", "-backend", "xla-cpu,devices=2")
+	addr := p.waitReady(t)
+	deadline := time.Now().Add(4 * time.Minute)
+	for statusOf(t, addr).GetTraining().GetUpdates() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second update in time\n%s", p.log())
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("hindsightd exited: %v\n%s", p.err, p.log())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 2*time.Minute), p.log())
+	require.Contains(t, p.log(), `"devices":2`)
+	require.Contains(t, p.log(), `"precision":"bf16"`)
+	steps, err := filepath.Glob(filepath.Join(dataDir, "checkpoints", "step-*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, steps)
 }
