@@ -61,7 +61,7 @@ func TestRunRehearsal(t *testing.T) {
 	// Not plain "go": its parallel mode deadlocks now and then under nested matmuls in
 	// GoMLX v0.26.0 (xla.DefaultBackend); one run of this test hung to its timeout.
 	opts.Out, opts.Backend = out, xla.DefaultBackend
-	opts.Stages = []string{"parity", "long", "generate", "memory"}
+	opts.Stages = []string{"parity", "long", "generate", "dataparallel", "memory"}
 	opts.ParityT, opts.LongT, opts.LongChunk, opts.GenNew, opts.GenBatch = 32, 64, []int{32}, 4, []int{1}
 	opts.Budgets["long"] = time.Nanosecond
 	res, err := Run(context.Background(), opts, nil, zerolog.Nop())
@@ -70,8 +70,12 @@ func TestRunRehearsal(t *testing.T) {
 	require.NoError(t, err)
 	var got Results
 	require.NoError(t, json.Unmarshal(raw, &got))
-	require.Len(t, got.Stages, 4)
+	require.Len(t, got.Stages, 5)
 	require.Equal(t, StatusOK, res.Stage("parity").Status, res.Stage("parity").Error)
+	dp := res.Stage("dataparallel")
+	require.Equal(t, StatusOK, dp.Status, dp.Error)
+	require.Len(t, dp.Data, 1)
+	require.Equal(t, "data parallel skipped", dp.Data[0].What, "the pure-Go backend has one device")
 	require.Equal(t, StatusTimeout, res.Stage("long").Status)
 	require.Equal(t, StatusOK, res.Stage("generate").Status, res.Stage("generate").Error)
 	require.Equal(t, StatusOK, res.Stage("memory").Status, res.Stage("memory").Error)
@@ -127,4 +131,41 @@ func TestRunRehearsalPrecision(t *testing.T) {
 		table = table || r.What == "precision table"
 	}
 	require.True(t, table)
+}
+
+// TestRunDataParallelStage runs the data-parallel stage on two XLA CPU devices at a
+// tiny size: a step on one device and on both, each updating, and the speed-up
+// recorded (not checked: two virtual devices share the machine's cores).
+func TestRunDataParallelStage(t *testing.T) {
+	path, err := xla.CPUPluginPath()
+	if err == nil {
+		_, err = os.Stat(path)
+	}
+	if err != nil {
+		if os.Getenv("HINDSIGHT_REQUIRE_XLA_CPU") != "" {
+			t.Fatalf("XLA CPU plugin: %v", err)
+		}
+		t.Skipf("XLA CPU plugin not available: %v", err)
+	}
+	opts := Defaults(true)
+	opts.Out, opts.Backend = t.TempDir(), xla.CPUPluginName+",devices=2"
+	opts.Stages, opts.DataParallelT = []string{"dataparallel"}, 32
+	res, err := Run(context.Background(), opts, nil, zerolog.Nop())
+	require.NoError(t, err)
+	st := res.Stage("dataparallel")
+	require.Equal(t, StatusOK, st.Status, st.Error)
+	devices := map[any]bool{}
+	var scaling bool
+	for _, r := range st.Data {
+		switch r.What {
+		case "hindsight data-parallel step":
+			devices[r.Fields["devices"]] = true
+			require.Positive(t, r.Fields["tokens_per_s"])
+		case "data parallel scaling":
+			scaling = true
+			require.Positive(t, r.Fields["speedup"])
+		}
+	}
+	require.Len(t, devices, 2, "a step on 1 device and on 2")
+	require.True(t, scaling)
 }

@@ -40,30 +40,35 @@ type Options struct {
 	ProfilePreset string
 	ProfileT      int
 	Pprof         bool
+	// DataParallel and DataParallelT are the data-parallel stage's model and rollout
+	// length (2 rollouts a device).
+	DataParallel  string
+	DataParallelT int
 }
 
 // AllStages in the order they run.
-var AllStages = []string{"peak", "parity", "profile", "speed", "generate", "long", "memory"}
+var AllStages = []string{"peak", "parity", "profile", "speed", "generate", "long", "dataparallel", "memory"}
 
-// Defaults returns the GPU run's sizes (≈6 minutes on one H200 by the budgets) or,
+// Defaults returns the GPU run's sizes (≈9.7 minutes by the budgets, less on one H200,
+// where the data-parallel stage ends at once) or,
 // with cpu, the rehearsal's tiny sizes.
 func Defaults(cpu bool) Options {
 	if cpu {
 		return Options{CPU: true, Device: "cpu", Stages: AllStages, PeakN: 256,
 			Budgets: map[string]time.Duration{"peak": 30 * time.Second, "parity": 60 * time.Second, "profile": 60 * time.Second, "speed": 150 * time.Second,
-				"generate": 30 * time.Second, "long": 90 * time.Second, "memory": 10 * time.Second},
+				"generate": 30 * time.Second, "long": 90 * time.Second, "dataparallel": 60 * time.Second, "memory": 10 * time.Second},
 			Parity: []string{"qwen3-tiny"}, ParityT: 64, Speed: []string{"qwen3-tiny"}, SpeedT: []int{128},
 			PeerTypes: []string{"float32", "bfloat16"}, Precisions: []string{"f32", "bf16"}, GenPreset: "qwen3-tiny", GenBatch: []int{1, 4}, GenNew: 16,
 			Long: "qwen3-tiny", LongT: 512, LongChunk: []int{64, 128}, Reps: 1,
-			ProfilePreset: "qwen3-tiny", ProfileT: 300}
+			ProfilePreset: "qwen3-tiny", ProfileT: 300, DataParallel: "qwen3-tiny", DataParallelT: 128}
 	}
 	return Options{Device: "cuda", Stages: AllStages, PeakN: 8192,
 		Budgets: map[string]time.Duration{"peak": 20 * time.Second, "parity": 60 * time.Second, "profile": 40 * time.Second, "speed": 240 * time.Second,
-			"generate": 30 * time.Second, "long": 90 * time.Second, "memory": 10 * time.Second},
+			"generate": 30 * time.Second, "long": 90 * time.Second, "dataparallel": 90 * time.Second, "memory": 10 * time.Second},
 		Parity: []string{"qwen3-tiny", "qwen3-0.6b"}, ParityT: 1024, Speed: []string{"qwen3-0.6b", "qwen3-1.7b"},
 		SpeedT: []int{8192, 32768}, PeerTypes: []string{"float32", "bfloat16"}, Precisions: []string{"f32", "bf16"}, GenPreset: "qwen3-0.6b", GenBatch: []int{1, 8},
 		GenNew: 128, Long: "qwen3-0.6b", LongT: 131072, LongChunk: []int{256, 1024}, Reps: 1,
-		ProfilePreset: "qwen3-0.6b", ProfileT: 3233}
+		ProfilePreset: "qwen3-0.6b", ProfileT: 3233, DataParallel: "qwen3-0.6b", DataParallelT: 4096}
 }
 
 // Validate names the first bad option.
@@ -84,8 +89,9 @@ func (o Options) Validate() error {
 			return fmt.Errorf("options: precision: %w", err)
 		}
 	}
-	if o.ParityT < 16 || o.LongT < 16 || o.ProfileT < 16 || o.Reps < 1 {
-		return fmt.Errorf("options: parity T %d, long T %d, profile T %d, reps %d: want T ≥ 16, reps ≥ 1", o.ParityT, o.LongT, o.ProfileT, o.Reps)
+	if o.ParityT < 16 || o.LongT < 16 || o.ProfileT < 16 || o.Reps < 1 || (slices.Contains(o.Stages, "dataparallel") && o.DataParallelT < 16) {
+		return fmt.Errorf("options: parity T %d, long T %d, profile T %d, data-parallel T %d, reps %d: want T ≥ 16, reps ≥ 1",
+			o.ParityT, o.LongT, o.ProfileT, o.DataParallelT, o.Reps)
 	}
 	return nil
 }

@@ -93,7 +93,7 @@ func Run(ctx context.Context, opts Options, clientOptions map[string]any, log ze
 	}
 	stages := map[string]func(context.Context) error{
 		"peak": b.stagePeak, "parity": b.stageParity, "profile": b.stageProfile, "speed": b.stageSpeed,
-		"generate": b.stageGenerate, "long": b.stageLong, "memory": b.stageMemory,
+		"generate": b.stageGenerate, "long": b.stageLong, "dataparallel": b.stageDataParallel, "memory": b.stageMemory,
 	}
 	for _, s := range opts.Stages {
 		b.runStage(ctx, s, stages[s])
