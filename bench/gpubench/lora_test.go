@@ -71,4 +71,8 @@ func TestPrecisionTable(t *testing.T) {
 	require.Greater(t, r128.BF16Full, int64(H200Bytes))
 	require.LessOrEqual(t, r128.BF16LoRA, int64(H200Bytes))
 	require.Less(t, r128.BF16LoRA, r128.F32LoRA)
+	// ZeRO-1 over 8: the moments (8 bytes a parameter) shrink to an eighth.
+	require.Equal(t, r32.F32Full-7*P, r32.F32FullZeRO)
+	require.Equal(t, r32.BF16Full-7*P, r32.BF16FullZeRO)
+	require.LessOrEqual(t, r32.BF16FullZeRO, int64(H200Bytes), "bf16 full AdamW fits at 32k over a node's 8 H200s")
 }

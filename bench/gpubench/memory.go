@@ -51,6 +51,14 @@ func (e MemEstimate) Transient(train bool) int64 {
 	return e.Grads + e.KVCache + e.Cotangent + max(e.Score, e.Train)
 }
 
+// ShardedTotal is Total on the peak device of a data-parallel step over n devices
+// with the AdamW moments sharded (ZeRO-1, train.shard_optimizer): each device keeps
+// 1/n of the moments; weights, masters (on device 0), gradients (the all-reduce's
+// total is on every device) and activations are whole.
+func (e MemEstimate) ShardedTotal(n int) int64 {
+	return e.Total() - e.Optimizer + (e.Optimizer+int64(n)-1)/int64(n)
+}
+
 // ScoreTotal is the peak of a scoring pass alone.
 func (e MemEstimate) ScoreTotal() int64 { return e.Weights + e.KVCache + e.Score }
 
