@@ -35,11 +35,14 @@ type dataParallel struct {
 	settle   *graph.Exec // the trained weights → one float32 (see settled)
 }
 
-// replica1 is one device's student scorer and gradient pass.
+// replica1 is one device's student scorer and gradient pass, and its scorers of the
+// frozen, EMA or base teacher and of the KL reference where the trainer has them
+// (nil: the trainer's own, on device 0).
 type replica1 struct {
-	device backends.DeviceNum
-	scorer *Scorer
-	grad   *gradPass
+	device       backends.DeviceNum
+	scorer       *Scorer
+	grad         *gradPass
+	teacher, ref *Scorer
 }
 
 // onDevice returns a Scorer of the same model and options that runs on device d,
@@ -78,9 +81,25 @@ func newDataParallel(tr *Trainer, n int) (*dataParallel, error) {
 			return nil, err
 		}
 	}
+	if v := viewOf(tr.opts.Credit.Distill); v.keeps() && tr.teacher != nil {
+		// The same for the frozen, EMA or base teacher's scorer.
+		tr.teacher.scorer.mu.Lock()
+		_, err := tr.teacher.scorer.sinkFor(v)
+		tr.teacher.scorer.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
 	for d := 1; d < n; d++ {
 		dev := backends.DeviceNum(d)
-		dp.replicas = append(dp.replicas, replica1{device: dev, scorer: tr.scorer.onDevice(dev), grad: tr.grad.onDevice(dev)})
+		r := replica1{device: dev, scorer: tr.scorer.onDevice(dev), grad: tr.grad.onDevice(dev)}
+		if tr.teacher != nil {
+			r.teacher = tr.teacher.scorer.onDevice(dev)
+		}
+		if tr.ref != nil {
+			r.ref = tr.ref.onDevice(dev)
+		}
+		dp.replicas = append(dp.replicas, r)
 	}
 	mesh, err := distributed.NewDeviceMesh([]int{n}, []string{"data"})
 	if err != nil {
@@ -187,7 +206,7 @@ func (tr *Trainer) scoreParallel(ctx context.Context, batch, rs []credit.Rollout
 	parts := splitByTokens(batch, len(tr.dp.replicas))
 	err := tr.dp.onDevices(parts, func(r replica1, idx []int) error {
 		for _, i := range idx {
-			cr, s, err := tr.scoreWith(ctx, &batch[i], r.scorer)
+			cr, s, err := tr.scoreWith(ctx, &batch[i], r)
 			sc[i] = s
 			if err != nil {
 				return fmt.Errorf("rollout %q: %w", batch[i].ID, err)
@@ -205,8 +224,14 @@ func (tr *Trainer) scoreParallel(ctx context.Context, batch, rs []credit.Rollout
 // TestDataParallelZeRO1). One small program reads the first element of every trained
 // weight; reading its result waits for all of them.
 func (dp *dataParallel) settled(tr *Trainer) error {
-	args := make([]any, len(tr.grad.params))
-	for i, v := range tr.grad.params {
+	vars := tr.grad.params
+	if tr.teacher != nil && tr.teacher.cfg.Mode != TeacherBase {
+		// The EMA step (or a frozen teacher's refresh) wrote the teacher's weights
+		// too, and the devices copy them for the teacher passes.
+		vars = append(slices.Clone(vars), trainables(tr.teacher.model)...)
+	}
+	args := make([]any, len(vars))
+	for i, v := range vars {
 		t, err := v.Value()
 		if err != nil {
 			return fmt.Errorf("settle %s: %w", v.ScopeAndName(), err)

@@ -523,3 +523,52 @@ func TestDataParallelBF16(t *testing.T) {
 	}
 	require.Greater(t, maxAbsDiff(initial, masters(two)), 1e-3, "the steps moved the masters")
 }
+
+// TestDataParallelEMATeacherAndReference: with an EMA teacher and a KL reference,
+// each device runs its rollouts' teacher and reference passes on its own copies of
+// those models (the teacher's refreshed after every update), and three steps on two
+// devices give one device's loss, weights and teacher weights within dpTolerance.
+func TestDataParallelEMATeacherAndReference(t *testing.T) {
+	b := newTwoDevices(t)
+	dir := tinyModelDir(t)
+	pool := dpPool(6, 40, 17)
+	ref, err := OpenModel(dir)
+	require.NoError(t, err)
+	opts := func(devices int) TrainerOptions {
+		cfg := credit.DefaultConfig()
+		cfg.Distill.Mode, cfg.KLBeta = credit.DistillTopK, 0.05
+		return TrainerOptions{Budget: 64, Chunk: 64, Scorer: ScorerOptions{Chunk: 64}, Credit: cfg, Seed: 7, Ref: ref,
+			Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1, WarmupSteps: 2},
+			Teacher:   TeacherConfig{Mode: TeacherEMA, EMARate: 0.5}, Devices: devices}
+	}
+	open := func() *Model {
+		m, err := OpenModel(dir)
+		require.NoError(t, err)
+		return m
+	}
+	one, err := NewTrainer(b, open(), opts(1))
+	require.NoError(t, err)
+	two, err := NewTrainer(b, open(), opts(2))
+	require.NoError(t, err)
+	require.NotNil(t, two.dp.replicas[1].teacher, "device 1 has its own teacher scorer")
+	require.NotNil(t, two.dp.replicas[1].ref, "device 1 has its own reference scorer")
+	initial := weightsOf(one.teacher.model)
+	for step, idx := range [][]int{{0, 1, 2, 3}, {4, 5, 0}, {2, 3}} {
+		var batch []credit.Rollout
+		for _, i := range idx {
+			batch = append(batch, pool[i])
+		}
+		m1, err := one.Step(t.Context(), batch)
+		require.NoError(t, err)
+		m2, err := two.Step(t.Context(), batch)
+		require.NoError(t, err)
+		require.True(t, m1.Updated && m2.Updated)
+		require.InDelta(t, m1.Loss, m2.Loss, 1e-5*math.Max(1, math.Abs(m1.Loss)), "step %d loss", step)
+		d := maxAbsDiff(weightsOf(one.model), weightsOf(two.model))
+		dt := maxAbsDiff(weightsOf(one.teacher.model), weightsOf(two.teacher.model))
+		t.Logf("step %d: loss %.6g vs %.6g, max |Δw| %.3g, max |Δ teacher| %.3g", step, m1.Loss, m2.Loss, d, dt)
+		require.LessOrEqual(t, d, dpTolerance, "step %d: weights", step)
+		require.LessOrEqual(t, dt, dpTolerance, "step %d: teacher weights", step)
+	}
+	require.Greater(t, maxAbsDiff(initial, weightsOf(two.teacher.model)), 1e-3, "the EMA teacher moved")
+}

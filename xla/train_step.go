@@ -213,12 +213,15 @@ func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
 // with their log-probs filled in (Student, Ref, each hint's Teacher and EmptyHint),
 // and its KV cache. r itself is not modified.
 func (tr *Trainer) score(ctx context.Context, r *credit.Rollout) (credit.Rollout, scored, error) {
-	return tr.scoreWith(ctx, r, tr.scorer)
+	return tr.scoreWith(ctx, r, replica1{scorer: tr.scorer})
 }
 
-// scoreWith is score with student as the student's scorer (a device's, under data
-// parallel), and the hinted passes' too when the teacher is the live policy.
-func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, student *Scorer) (credit.Rollout, scored, error) {
+// scoreWith is score on one device's scorers (on; under data parallel, the device
+// the rollout was given to): the student's, which also runs the hinted passes when
+// the teacher is the live policy, and the frozen, EMA or base teacher's and the KL
+// reference's where on has them (else the trainer's own, on device 0).
+func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, on replica1) (credit.Rollout, scored, error) {
+	student := on.scorer
 	T := len(r.Tokens)
 	if len(r.Sampler) != T || len(r.Trainable) != T {
 		return credit.Rollout{}, scored{}, fmt.Errorf("%d tokens, %d sampler log-probs, %d trainable flags", T, len(r.Sampler), len(r.Trainable))
@@ -235,8 +238,11 @@ func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, student *Sc
 	cr.Hints = slices.Clone(r.Hints)
 	if len(cr.Hints) > 0 {
 		tsc, shared := tr.teacherScorer()
-		if shared {
+		switch {
+		case shared:
 			tsc = student
+		case on.teacher != nil:
+			tsc = on.teacher
 		}
 		prefix := cache
 		if !shared {
@@ -265,7 +271,11 @@ func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, student *Sc
 		}
 	}
 	if tr.ref != nil {
-		ref, rc, err := tr.ref.Score(ctx, r.Tokens)
+		refScorer := tr.ref
+		if on.ref != nil {
+			refScorer = on.ref
+		}
+		ref, rc, err := refScorer.Score(ctx, r.Tokens)
 		if err != nil {
 			return cr, sc, fmt.Errorf("reference pass: %w", err)
 		}
