@@ -212,16 +212,7 @@ func TestDataParallelStepMatchesOneDevice(t *testing.T) {
 	require.Equal(t, 2, two.Devices())
 	initial := weightsOf(one.model)
 	for step, idx := range [][]int{{0, 1, 2, 3}, {4, 5, 0}, {2}} {
-		var batch []credit.Rollout
-		for _, i := range idx {
-			batch = append(batch, pool[i])
-		}
-		m1, err := one.Step(t.Context(), batch)
-		require.NoError(t, err)
-		m2, err := two.Step(t.Context(), batch)
-		require.NoError(t, err)
-		require.True(t, m1.Updated && m2.Updated)
-		require.InDelta(t, m1.Loss, m2.Loss, 1e-5*math.Max(1, math.Abs(m1.Loss)), "step %d loss", step)
+		m1, m2 := stepBoth(t, one, two, pool, idx, step)
 		require.InDelta(t, m1.GradNorm, m2.GradNorm, 1e-5*m1.GradNorm, "step %d grad norm", step)
 		require.InDelta(t, m1.OutGradNorm, m2.OutGradNorm, 1e-5*m1.OutGradNorm, "step %d outcome grad norm", step)
 		require.InDelta(t, m1.DistillGradNorm, m2.DistillGradNorm, 1e-5*m1.DistillGradNorm, "step %d distill grad norm", step)
@@ -500,16 +491,7 @@ func TestDataParallelBF16(t *testing.T) {
 	}
 	initial := masters(one)
 	for step, idx := range [][]int{{0, 1, 2, 3}, {3, 1}} {
-		var batch []credit.Rollout
-		for _, i := range idx {
-			batch = append(batch, pool[i])
-		}
-		m1, err := one.Step(t.Context(), batch)
-		require.NoError(t, err)
-		m2, err := two.Step(t.Context(), batch)
-		require.NoError(t, err)
-		require.True(t, m1.Updated && m2.Updated)
-		require.InDelta(t, m1.Loss, m2.Loss, 1e-5*math.Max(1, math.Abs(m1.Loss)), "step %d loss", step)
+		m1, m2 := stepBoth(t, one, two, pool, idx, step)
 		d := maxAbsDiff(masters(one), masters(two))
 		t.Logf("step %d: loss %.6g vs %.6g, max |Δ master| %.3g", step, m1.Loss, m2.Loss, d)
 		require.LessOrEqual(t, d, dpTolerance, "step %d: max |Δ master| between 2 devices and 1", step)
@@ -554,16 +536,7 @@ func TestDataParallelEMATeacherAndReference(t *testing.T) {
 	require.NotNil(t, two.dp.replicas[1].ref, "device 1 has its own reference scorer")
 	initial := weightsOf(one.teacher.model)
 	for step, idx := range [][]int{{0, 1, 2, 3}, {4, 5, 0}, {2, 3}} {
-		var batch []credit.Rollout
-		for _, i := range idx {
-			batch = append(batch, pool[i])
-		}
-		m1, err := one.Step(t.Context(), batch)
-		require.NoError(t, err)
-		m2, err := two.Step(t.Context(), batch)
-		require.NoError(t, err)
-		require.True(t, m1.Updated && m2.Updated)
-		require.InDelta(t, m1.Loss, m2.Loss, 1e-5*math.Max(1, math.Abs(m1.Loss)), "step %d loss", step)
+		m1, m2 := stepBoth(t, one, two, pool, idx, step)
 		d := maxAbsDiff(weightsOf(one.model), weightsOf(two.model))
 		dt := maxAbsDiff(weightsOf(one.teacher.model), weightsOf(two.teacher.model))
 		t.Logf("step %d: loss %.6g vs %.6g, max |Δw| %.3g, max |Δ teacher| %.3g", step, m1.Loss, m2.Loss, d, dt)
@@ -571,4 +544,22 @@ func TestDataParallelEMATeacherAndReference(t *testing.T) {
 		require.LessOrEqual(t, dt, dpTolerance, "step %d: teacher weights", step)
 	}
 	require.Greater(t, maxAbsDiff(initial, weightsOf(two.teacher.model)), 1e-3, "the EMA teacher moved")
+}
+
+// stepBoth takes one step of the rollouts pool[idx] with the one-device trainer one
+// and the two-device trainer two, and checks that both updated with the same loss
+// (within 1e-5 relative).
+func stepBoth(t *testing.T, one, two *Trainer, pool []credit.Rollout, idx []int, step int) (Metrics, Metrics) {
+	t.Helper()
+	var batch []credit.Rollout
+	for _, i := range idx {
+		batch = append(batch, pool[i])
+	}
+	m1, err := one.Step(t.Context(), batch)
+	require.NoError(t, err)
+	m2, err := two.Step(t.Context(), batch)
+	require.NoError(t, err)
+	require.True(t, m1.Updated && m2.Updated)
+	require.InDelta(t, m1.Loss, m2.Loss, 1e-5*math.Max(1, math.Abs(m1.Loss)), "step %d loss", step)
+	return m1, m2
 }
