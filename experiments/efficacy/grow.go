@@ -87,35 +87,25 @@ func GrowLayers(from, dir string, layers int, seed uint64) error {
 	if err != nil {
 		return fmt.Errorf("grow layers: %w", err)
 	}
-	tmp := dir + ".tmp"
-	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("grow layers: %w", err)
-	}
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return fmt.Errorf("grow layers: %w", err)
-	}
-	for name, b := range files {
-		if name == data.ConfigFileName {
-			continue
+	err = replaceDir(dir, func(tmp string) error {
+		for name, b := range files {
+			if name == data.ConfigFileName {
+				continue
+			}
+			if err := fsutil.WriteFileBytes(filepath.Join(tmp, name), b, 0o644); err != nil {
+				return err
+			}
 		}
-		if err := fsutil.WriteFileBytes(filepath.Join(tmp, name), b, 0o644); err != nil {
-			return fmt.Errorf("grow layers: %w", err)
+		if err := data.WriteModelConfig(filepath.Join(tmp, data.ConfigFileName), cfg); err != nil {
+			return err
 		}
-	}
-	if err := data.WriteModelConfig(filepath.Join(tmp, data.ConfigFileName), cfg); err != nil {
+		meta := map[string]string{"format": "pt", "hindsight.grown": fmt.Sprintf("from %d to %d layers, seed %d", old, layers, seed)}
+		return safetensors.Write(filepath.Join(tmp, safetensors.FileName), out, meta)
+	})
+	if err != nil {
 		return fmt.Errorf("grow layers: %w", err)
 	}
-	meta := map[string]string{"format": "pt", "hindsight.grown": fmt.Sprintf("from %d to %d layers, seed %d", old, layers, seed)}
-	if err := safetensors.Write(filepath.Join(tmp, safetensors.FileName), out, meta); err != nil {
-		return fmt.Errorf("grow layers: %w", err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("grow layers: %w", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return fmt.Errorf("grow layers: %w", err)
-	}
-	return fsutil.SyncDir(filepath.Dir(dir))
+	return nil
 }
 
 // newLayer reports the layer index of a "model.layers.N." tensor name and whether N

@@ -96,26 +96,39 @@ func SaveModel(tr *xla.Trainer, from, dir string) error {
 	if err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
+	err = replaceDir(dir, func(tmp string) error {
+		for name, b := range files {
+			if err := fsutil.WriteFileBytes(filepath.Join(tmp, name), b, 0o644); err != nil {
+				return err
+			}
+		}
+		return safetensors.Write(filepath.Join(tmp, safetensors.FileName), ck.Tensors[safetensors.FileName], nil)
+	})
+	if err != nil {
+		return fmt.Errorf("save model: %w", err)
+	}
+	return nil
+}
+
+// replaceDir makes dir anew: fill writes its files into a temporary directory beside
+// it (dir.tmp, emptied first), which then replaces dir by a rename, the parent
+// directory synced.
+func replaceDir(dir string, fill func(tmp string) error) error {
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("save model: %w", err)
+		return err
 	}
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return fmt.Errorf("save model: %w", err)
+		return err
 	}
-	for name, b := range files {
-		if err := fsutil.WriteFileBytes(filepath.Join(tmp, name), b, 0o644); err != nil {
-			return fmt.Errorf("save model: %w", err)
-		}
-	}
-	if err := safetensors.Write(filepath.Join(tmp, safetensors.FileName), ck.Tensors[safetensors.FileName], nil); err != nil {
-		return fmt.Errorf("save model: %w", err)
+	if err := fill(tmp); err != nil {
+		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("save model: %w", err)
+		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		return fmt.Errorf("save model: %w", err)
+		return err
 	}
 	return fsutil.SyncDir(filepath.Dir(dir))
 }
