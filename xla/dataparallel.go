@@ -269,42 +269,15 @@ func (tr *Trainer) accumulateParallel(ctx context.Context, parts [][]int, batch,
 			s.accD = r.grad.zeroGrads()
 		}
 		for _, i := range idx {
-			T := len(batch[i].Tokens)
-			logp[i], div[i] = make([]float64, T), make([]float64, T)
-			terms, ok, err := tr.terms(&rs[i], &res[i], &sc[i], budget)
+			ok, loss, err := tr.accumulateRollout(ctx, r, i, batch, rs, res, sc, budget, s.acc, s.accD, logp, div)
 			if err != nil {
-				return fmt.Errorf("rollout %q: %w", batch[i].ID, err)
+				return err
 			}
-			if !ok {
-				continue
+			if ok {
+				s.signal = true
+				s.loss += loss
+				s.tokens += len(batch[i].Tokens)
 			}
-			s.signal = true
-			type pass struct {
-				terms chunkTerms
-				acc   []*tensors.Tensor
-			}
-			passes := []pass{{terms, s.acc}}
-			if split {
-				out, d := terms.split(&res[i])
-				passes = []pass{{out, s.acc}, {d, s.accD}}
-			}
-			for _, p := range passes {
-				if p.terms.empty() {
-					continue
-				}
-				pr, err := r.grad.accumulate(ctx, tr.opts.Backprop, r.scorer, batch[i].Tokens, sc[i].cache, p.terms, tr.opts.Chunk, tr.opts.AttentionScores, p.acc)
-				if err != nil {
-					return fmt.Errorf("rollout %q: %w", batch[i].ID, err)
-				}
-				s.loss += pr.Loss
-				for t := 1; t < T; t++ {
-					logp[i][t] = float64(pr.LogProb[t])
-					if pr.Div != nil {
-						div[i][t] = float64(pr.Div[t])
-					}
-				}
-			}
-			s.tokens += T
 		}
 		return nil
 	})

@@ -140,49 +140,17 @@ func (tr *Trainer) accumulate(ctx context.Context, batch []credit.Rollout, rs []
 	}
 	logp, div := make([][]float64, len(batch)), make([][]float64, len(batch))
 	signal := false
+	on := replica1{scorer: tr.scorer, grad: tr.grad}
 	for i := range batch {
-		T := len(batch[i].Tokens)
-		logp[i], div[i] = make([]float64, T), make([]float64, T)
-		terms, ok, err := tr.terms(&rs[i], &res[i], &sc[i], budget)
+		ok, loss, err := tr.accumulateRollout(ctx, on, i, batch, rs, res, sc, budget, acc, accD, logp, div)
 		if err != nil {
-			return fail(fmt.Errorf("rollout %q: %w", batch[i].ID, err))
+			return fail(err)
 		}
-		if !ok {
-			continue
+		if ok {
+			signal = true
+			met.Loss += loss
+			met.Tokens += len(batch[i].Tokens)
 		}
-		signal = true
-		passes := []struct {
-			terms chunkTerms
-			acc   []*tensors.Tensor
-		}{{terms, acc}}
-		if split {
-			out, d := terms.split(&res[i])
-			passes = passes[:0]
-			passes = append(passes, struct {
-				terms chunkTerms
-				acc   []*tensors.Tensor
-			}{out, acc}, struct {
-				terms chunkTerms
-				acc   []*tensors.Tensor
-			}{d, accD})
-		}
-		for _, p := range passes {
-			if p.terms.empty() {
-				continue
-			}
-			pr, err := tr.grad.accumulate(ctx, tr.opts.Backprop, tr.scorer, batch[i].Tokens, sc[i].cache, p.terms, tr.opts.Chunk, tr.opts.AttentionScores, p.acc)
-			if err != nil {
-				return fail(fmt.Errorf("rollout %q: %w", batch[i].ID, err))
-			}
-			met.Loss += pr.Loss
-			for t := 1; t < T; t++ {
-				logp[i][t] = float64(pr.LogProb[t])
-				if pr.Div != nil {
-					div[i][t] = float64(pr.Div[t])
-				}
-			}
-		}
-		met.Tokens += len(batch[i].Tokens)
 	}
 	met.Terms = credit.LossTerms(tr.opts.Credit, rs, res, logp, div, budget)
 	if !split {
@@ -194,6 +162,51 @@ func (tr *Trainer) accumulate(ctx context.Context, batch []credit.Rollout, rs []
 	}
 	met.OutGradNorm, met.DistillGradNorm = no, nd
 	return sum, signal, nil
+}
+
+// accumulateRollout runs the gradient pass of rollout i of batch on one device's
+// scorer and gradient pass (on) into acc, or with TermGradNorms its outcome part
+// into acc and its distillation part into accD, and fills logp[i] and div[i] with
+// the passes' log-probs and divergences (zeros without a signal). It reports whether
+// the rollout had a signal and the passes' loss.
+func (tr *Trainer) accumulateRollout(ctx context.Context, on replica1, i int, batch, rs []credit.Rollout, res []credit.Result, sc []scored, budget int,
+	acc, accD []*tensors.Tensor, logp, div [][]float64) (bool, float64, error) {
+	T := len(batch[i].Tokens)
+	logp[i], div[i] = make([]float64, T), make([]float64, T)
+	terms, ok, err := tr.terms(&rs[i], &res[i], &sc[i], budget)
+	if err != nil {
+		return false, 0, fmt.Errorf("rollout %q: %w", batch[i].ID, err)
+	}
+	if !ok {
+		return false, 0, nil
+	}
+	type pass struct {
+		terms chunkTerms
+		acc   []*tensors.Tensor
+	}
+	passes := []pass{{terms, acc}}
+	if tr.opts.TermGradNorms {
+		out, d := terms.split(&res[i])
+		passes = []pass{{out, acc}, {d, accD}}
+	}
+	loss := 0.0
+	for _, p := range passes {
+		if p.terms.empty() {
+			continue
+		}
+		pr, err := on.grad.accumulate(ctx, tr.opts.Backprop, on.scorer, batch[i].Tokens, sc[i].cache, p.terms, tr.opts.Chunk, tr.opts.AttentionScores, p.acc)
+		if err != nil {
+			return false, 0, fmt.Errorf("rollout %q: %w", batch[i].ID, err)
+		}
+		loss += pr.Loss
+		for t := 1; t < T; t++ {
+			logp[i][t] = float64(pr.LogProb[t])
+			if pr.Div != nil {
+				div[i][t] = float64(pr.Div[t])
+			}
+		}
+	}
+	return true, loss, nil
 }
 
 // update applies AdamW with the accumulated gradient and moves the teacher.
