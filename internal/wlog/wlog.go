@@ -110,7 +110,7 @@ func replay(path string, f *os.File, o Options) (int64, error) {
 			return 0, fmt.Errorf("read %s: %w", path, err)
 		}
 		if errors.Is(err, io.EOF) { // no newline: a torn append, or nothing
-			return good, torn(o, n, b)
+			return good, torn(path, o, n, b)
 		}
 		if o.Replay != nil {
 			if rerr := o.Replay(b[:len(b)-1]); rerr != nil {
@@ -119,7 +119,7 @@ func replay(path string, f *os.File, o Options) (int64, error) {
 					return 0, fmt.Errorf("%s: line %d: %w (byte offset %d)", path, n, rerr, good)
 				}
 				if _, perr := br.Peek(1); errors.Is(perr, io.EOF) {
-					return good, torn(o, n, b) // the last line, garbled by a crash mid-write
+					return good, torn(path, o, n, b) // the last line, garbled by a crash mid-write
 				}
 				st, serr := f.Stat()
 				if serr != nil {
@@ -133,11 +133,14 @@ func replay(path string, f *os.File, o Options) (int64, error) {
 }
 
 // torn asks o.Torn about a torn last line; an empty one is no line.
-func torn(o Options, n int, tail []byte) error {
+func torn(path string, o Options, n int, tail []byte) error {
 	if len(tail) == 0 || o.Torn == nil {
 		return nil
 	}
-	return o.Torn(n, tail)
+	if err := o.Torn(n, tail); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // cut cuts f back to good bytes, durably, when it is longer.
