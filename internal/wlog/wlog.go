@@ -180,12 +180,12 @@ func (l *Log) Append(rec []byte) error {
 		l.dirty = false
 	}
 	line := append(rec[:len(rec):len(rec)], '\n')
-	if err := l.write(line); err != nil {
+	if err := l.write(line); err != nil { // a *fs.PathError: it names the file
 		if terr := l.f.Truncate(l.size); terr != nil {
 			l.dirty = true
-			return fmt.Errorf("append %s: %w (and cut off the torn record: %v)", l.path, err, terr)
+			return fmt.Errorf("%w (and cut off the torn record: %v)", err, terr)
 		}
-		return fmt.Errorf("append %s: %w", l.path, err)
+		return err
 	}
 	l.size += int64(len(line))
 	return nil

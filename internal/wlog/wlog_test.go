@@ -176,7 +176,7 @@ func TestFailedAppendIsCutOff(t *testing.T) {
 
 			err = l.AppendJSON(rec{N: 4})
 			require.ErrorIs(t, err, syscall.ENOSPC)
-			require.ErrorContains(t, err, "append "+path)
+			require.ErrorContains(t, err, path+": no space left on device")
 			b, rerr := os.ReadFile(path)
 			require.NoError(t, rerr)
 			require.Equal(t, string(before), string(b), "the failed append is cut off")
