@@ -56,27 +56,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	cfg := daemon.DefaultConfig()
-	if *configPath != "" {
-		var err error
-		if cfg, err = daemon.LoadConfig(*configPath); err != nil {
-			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
-			return 2
-		}
-	}
 	if *demo && *loopMode {
 		fmt.Fprintln(stderr, "hindsightd: -demo and -loop do not go together")
 		return 2
 	}
-	if *demo && *configPath == "" {
+	// A mode's own settings are its defaults: the config file goes on top of them,
+	// so what the file sets wins and what it leaves out keeps the mode's value.
+	cfg := daemon.DefaultConfig()
+	switch {
+	case *demo:
 		cfg = demoConfig(cfg)
-	}
-	if *loopMode && *configPath == "" {
+	case *loopMode:
 		cfg = loopConfig(cfg)
 	}
-	if *loopMode && !cfg.Train.Enabled {
-		fmt.Fprintln(stderr, "hindsightd: -loop needs train.enabled")
-		return 2
+	if *configPath != "" {
+		var err error
+		if cfg, err = daemon.LoadConfigOver(*configPath, cfg); err != nil {
+			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
+			return 2
+		}
+	}
+	if *loopMode {
+		if err := checkLoopConfig(cfg, *loopSteps); err != nil {
+			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
+			return 2
+		}
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
