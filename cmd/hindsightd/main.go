@@ -14,6 +14,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/daemon"
 	"github.com/hindsight-ai/hindsight/internal/buildinfo"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -40,16 +41,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: hindsightd [-config FILE] [-data-dir DIR] [-listen ADDR] [-backend SPEC] [-resume-from STEP] [-demo | -loop [-loop-steps N]] [-print-config]\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := cliflag.Run(fs, args, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "hindsightd: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr, cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	if *version {
 		fmt.Fprintln(stdout, buildinfo.Version())
