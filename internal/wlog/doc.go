@@ -1,9 +1,9 @@
 // Package wlog is the project's one durable line log: an append-only file of records,
 // one line each, every append fsynced before it returns. The spool's journal
-// (rollout.Journal), the ledger's skip log and the eval recorder's evals.jsonl are
-// each a Log; this package owns their one rule for appending, replaying and
-// repairing, as Prometheus' tsdb/wlog does for its WAL (docs/storage.md "The line
-// log"):
+// (rollout.Journal), the ledger's skip log, the eval recorder's evals.jsonl and the
+// gateway's session journals are each a Log; this package owns their one rule for
+// appending, replaying and repairing, as Prometheus' tsdb/wlog does for its WAL
+// (docs/storage.md "The line log"):
 //
 //   - Append writes the record and its newline and fsyncs. When the write or the fsync
 //     fails (a full disk), the file is cut back to the last whole line before Append
