@@ -55,9 +55,10 @@ type SampleOptions struct {
 	Seed uint64
 	// OnToken, when set, is called for each token as it is sampled (a stop token
 	// included), in order within a row, on Generate's goroutine, with the log-prob
-	// Sample.LogProbs will hold: a server streams the reply while it is sampled.
-	// Decoding waits for it to return.
-	OnToken func(row int, tok int32, logProb float32)
+	// Sample.LogProbs will hold (and the step's Sample.Top entry, nil without
+	// TopLogProbs): a server streams the reply while it is sampled. Decoding waits
+	// for it to return.
+	OnToken func(row int, tok int32, logProb float32, top []TokenLogProb)
 	// Rows, when set (one per prompt), gives each row its own options (its Stop
 	// adds to the top level's, its OnToken and Rows are ignored), so
 	// unrelated requests share one batch; row r then draws from PCG(Rows[r].Seed,

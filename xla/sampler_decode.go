@@ -131,12 +131,14 @@ func (s *Sampler) decode(ctx context.Context, c *contiguousCache, prompts [][]in
 			hist[r].add(tok)
 			o.Tokens = append(o.Tokens, tok)
 			o.LogProbs = append(o.LogProbs, float32(lp))
+			var top []TokenLogProb
 			if rows[r].TopLogProbs > 0 {
-				o.Top = append(o.Top, scratch.top(rows[r].TopLogProbs))
+				top = scratch.top(rows[r].TopLogProbs)
+				o.Top = append(o.Top, top)
 			}
 			o.PolicyLogProbs = append(o.PolicyLogProbs, float32(plp))
 			if opts.OnToken != nil {
-				opts.OnToken(r, tok, float32(lp))
+				opts.OnToken(r, tok, float32(lp), top)
 			}
 			switch {
 			case slices.Contains(rows[r].Stop, tok):

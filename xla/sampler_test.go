@@ -65,7 +65,7 @@ func TestGenerateDeterministic(t *testing.T) {
 	a, err := s.Generate(t.Context(), prompts, opts)
 	require.NoError(t, err)
 	seen := make([]Sample, len(prompts))
-	opts.OnToken = func(row int, tok int32, lp float32) {
+	opts.OnToken = func(row int, tok int32, lp float32, _ []TokenLogProb) {
 		seen[row].Tokens = append(seen[row].Tokens, tok)
 		seen[row].LogProbs = append(seen[row].LogProbs, lp)
 	}
@@ -190,7 +190,7 @@ func TestGenerateRowOptions(t *testing.T) {
 	}
 	var seen [4][]int32
 	batch, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 12, Rows: rows,
-		OnToken: func(r int, tok int32, _ float32) { seen[r] = append(seen[r], tok) }})
+		OnToken: func(r int, tok int32, _ float32, _ []TokenLogProb) { seen[r] = append(seen[r], tok) }})
 	require.NoError(t, err)
 	for r, p := range prompts {
 		alone, err := s.Generate(t.Context(), [][]int32{p}, rows[r])
@@ -228,7 +228,7 @@ func TestGenerateGone(t *testing.T) {
 	prompts := samplerPrompts(s.Model().Config.VocabSize)[:2]
 	done := make(chan struct{})
 	rows := []SampleOptions{{MaxNew: 20, Gone: done}, {MaxNew: 20, Stop: []int32{-7}}}
-	out, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 20, Rows: rows, OnToken: func(r int, _ int32, _ float32) {
+	out, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 20, Rows: rows, OnToken: func(r int, _ int32, _ float32, _ []TokenLogProb) {
 		if r == 0 && !gone(done) {
 			close(done)
 		}
