@@ -222,7 +222,9 @@ func TestRequestFieldsHonoured(t *testing.T) {
 func TestToolChoiceAndParallelCalls(t *testing.T) {
 	g, _, _ := newTestGateway(t)
 	p := g.pol.cur.Load()
-	call := func(name string) string { return fmt.Sprintf(`<tool_call>{"name": %q, "arguments": {}}</tool_call>`, name) }
+	call := func(name string) string {
+		return fmt.Sprintf(`<tool_call>{"name": %q, "arguments": {}}</tool_call>`, name)
+	}
 	text := "ok " + call("ls") + "\n" + call("cat")
 	toks := p.tok.Encode(text)
 	tools := []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"ls"}}`)}
