@@ -31,6 +31,18 @@ type SplitStats struct {
 	MarginHint  float64 `json:"margin_hint"`
 	AboveEmpty  int     `json:"right_above_empty"`
 	AboveHint   int     `json:"right_above_hint"`
+	// MarginGain is MarginHint − MarginEmpty: the deciding-token margin, what the
+	// hint adds to the right token's log-odds over the slip's (attempt 5's copy
+	// measure and G2's third part).
+	MarginGain float64 `json:"margin_gain"`
+	// ExploreRest is Σ Δ over the exploring call's tokens from its first token that
+	// differs from the right call (over the Explores slips that have one); WrongRest
+	// pools RepeatRest and ExploreRest over the Wrong actions scored so (G2 as
+	// attempt 5 registered it).
+	ExploreRest float64 `json:"hint_explore_rest"`
+	Explores    int     `json:"explores"`
+	WrongRest   float64 `json:"hint_wrong_rest"`
+	Wrong       int     `json:"wrong_actions"`
 }
 
 // SplitDelta is ProbeSplit's result: all slips, and the failed and silent ones apart.
@@ -96,6 +108,25 @@ func ProbeSplit(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 				}
 			}
 		}
+		// The exploring call, from its first token that differs from the right call.
+		var exploreRest float64
+		hasExplore := it.explore != ""
+		if hasExplore {
+			ex := append(p.Tok.EncodeText(it.explore), stop)
+			m := 0
+			for m < len(right) && m < len(ex) && right[m] == ex[m] {
+				m++
+			}
+			e, err := score(it.empty, ex)
+			if err != nil {
+				return d, err
+			}
+			h, err := score(it.hint, ex)
+			if err != nil {
+				return d, err
+			}
+			exploreRest = sum(h[m:]) - sum(e[m:])
+		}
 		mEmpty := lp[0][0][n] - lp[1][0][n]
 		mHint := lp[0][1][n] - lp[1][1][n]
 		add := func(s *SplitStats) {
@@ -106,6 +137,15 @@ func ProbeSplit(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 			s.RepeatRest += sum(lp[1][1][n:]) - sum(lp[1][0][n:])
 			s.MarginEmpty += mEmpty
 			s.MarginHint += mHint
+			repeatRest := sum(lp[1][1][n:]) - sum(lp[1][0][n:])
+			s.WrongRest += repeatRest
+			s.Wrong++
+			if hasExplore {
+				s.ExploreRest += exploreRest
+				s.WrongRest += exploreRest
+				s.Explores++
+				s.Wrong++
+			}
 			if mEmpty > 0 {
 				s.AboveEmpty++
 			}
@@ -124,6 +164,9 @@ func ProbeSplit(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 		if k := float64(max(s.Slips, 1)); s.Slips > 0 {
 			s.SharedLen, s.Shared, s.RightRest, s.RepeatRest = s.SharedLen/k, s.Shared/k, s.RightRest/k, s.RepeatRest/k
 			s.MarginEmpty, s.MarginHint = s.MarginEmpty/k, s.MarginHint/k
+			s.MarginGain = s.MarginHint - s.MarginEmpty
+			s.ExploreRest /= float64(max(s.Explores, 1))
+			s.WrongRest /= float64(max(s.Wrong, 1))
 		}
 	}
 	return d, nil
