@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"image/png"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -150,4 +152,32 @@ func TestMarginBetter(t *testing.T) {
 	require.False(t, MarginBetter(over, in))
 	require.False(t, MarginBetter(in, in), "a tie keeps the earlier")
 	require.True(t, MarginBetter(ValPoint{Success: 0.6, Margin: 3}, over) == false && MarginBetter(over, ValPoint{Success: 0.6, Margin: 3}))
+}
+
+// TestWarmStart3Copy runs attempt 5's warm start for 3 steps on a tiny untrained model
+// (the plumbing, not the answer): batches mix the curriculum in, every eval records the
+// margin's slips, and the kept checkpoint is the best by MarginBetter, written to Out.
+func TestWarmStart3Copy(t *testing.T) {
+	backend, dir, model := tinyModel(t, "model")
+	cfg := DefaultWarmStart3()
+	cfg.Init, cfg.Out = model, filepath.Join(dir, "out")
+	cfg.Demos, cfg.Batch, cfg.Steps, cfg.EvalEvery, cfg.ValTasks, cfg.LR = 16, 8, 3, 1, 2, 1e-3
+	cfg.Copy = DefaultCopy3()
+	cfg.Copy.Tasks, cfg.Copy.PerBatch = 16, 4
+	cfg.MarginTasks, cfg.KeepByMargin, cfg.Patience = 3, true, 1
+	cfg.World = World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
+	cfg.LiveWorld = cfg.World
+	res, err := WarmStart3(t.Context(), backend, cfg, func(s string) { t.Log(s) })
+	require.NoError(t, err)
+	require.Positive(t, res.Copy.Groups)
+	require.Len(t, res.Validation, 3, "no patience stop with KeepByMargin")
+	best := res.Validation[0]
+	for _, v := range res.Validation[1:] {
+		if MarginBetter(v, best) {
+			best = v
+		}
+	}
+	require.Equal(t, best.Step, res.Steps)
+	_, err = os.Stat(filepath.Join(cfg.Out, "model.safetensors"))
+	require.NoError(t, err)
 }

@@ -2,6 +2,7 @@ package efficacy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gomlx/gomlx/backends"
@@ -45,6 +46,9 @@ type SplitStats struct {
 	Wrong       int     `json:"wrong_actions"`
 }
 
+// ErrNoSlip is ProbeSplit's error when the episodes hold no slip with a hint.
+var ErrNoSlip = errors.New("no slip with a hint")
+
 // SplitDelta is ProbeSplit's result: all slips, and the failed and silent ones apart.
 type SplitDelta struct {
 	All    SplitStats `json:"all"`
@@ -62,7 +66,7 @@ func ProbeSplit(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 		return SplitDelta{}, err
 	}
 	if len(items) == 0 {
-		return SplitDelta{}, fmt.Errorf("probe split: no slip with a hint in %d episodes", len(tasks))
+		return SplitDelta{}, fmt.Errorf("probe split: %w in %d episodes", ErrNoSlip, len(tasks))
 	}
 	sc, err := xla.NewScorer(backend, p.Model, xla.ScorerOptions{})
 	if err != nil {

@@ -2,6 +2,7 @@ package efficacy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -184,7 +185,7 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 		v.Passes = Gate3Proxy(v)
 		if len(marginTasks) > 0 {
 			d, err := ProbeSplit(ctx, backend, p, marginTasks, cfg.World, 1, ProbeSeed)
-			if err != nil {
+			if err != nil && !errors.Is(err, ErrNoSlip) { // no slip: no margin, 0 slips
 				return v, err
 			}
 			v.Margin, v.MarginSlips, v.MarginAbove = d.All.MarginGain, d.All.Slips, d.All.AboveHint
