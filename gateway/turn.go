@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -187,12 +186,9 @@ func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *Ch
 		rec.TaskID = v
 	}
 	if v, ok := req.Metadata["reward"]; ok {
-		r, err := strconv.ParseFloat(v, 32)
-		if err != nil {
-			return nil, badRequest("", "metadata.reward %q: want a number", v)
+		if rec.Reward, aerr = parseReward("metadata.reward", v); aerr != nil {
+			return nil, aerr
 		}
-		r32 := float32(r)
-		rec.Reward = &r32
 	}
 	return &turn{rec: rec, reply: reply, finish: finish, sampled: toks, lps: lps, prompt: len(prompt), policy: p}, nil
 }
