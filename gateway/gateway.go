@@ -313,6 +313,10 @@ func (g *Gateway) acquire(id string, msgs []chatMessage) (*session, int, *apiErr
 				return nil, 0, badRequest("", "session id %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", id)
 			}
 			s = g.sessions[id]
+			if s == nil && (g.ending[id] != nil || g.late.Has(id)) {
+				g.mu.Unlock()
+				return nil, 0, sessionClosed(id)
+			}
 		} else {
 			for _, c := range g.sessions {
 				if c.busy == 0 && len(c.messages) < len(msgs) && isPrefix(c.messages, msgs) && (s == nil || len(c.messages) > len(s.messages)) {
@@ -343,6 +347,17 @@ func (g *Gateway) acquire(id string, msgs []chatMessage) (*session, int, *apiErr
 		}
 		return s, k, nil
 	}
+}
+
+// sessionClosed is the answer to a request that names a session already ended:
+// its id is its rollout's id, written to the spool once, so a second conversation
+// under it would be a duplicate rollout the spool rejects (docs/gateway.md
+// "Recording without drift").
+func sessionClosed(id string) *apiError {
+	code, param := "session_closed", SessionHeader
+	return &apiError{status: http.StatusConflict, Type: "invalid_request_error", Code: &code, Param: &param,
+		Message: fmt.Sprintf("session %q is closed: it was written to the spool as rollout %q, and a session id names one rollout for all time; "+
+			"send this conversation under a new %s id (or none, to start a new session)", id, id, SessionHeader)}
 }
 
 // release marks s idle again (its lock already released); a session that never

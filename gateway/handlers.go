@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 )
@@ -22,14 +19,8 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	defer g.pending.Add(-1)
 	var req ChatRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, g.cfg.MaxRequestBytes))
-	if err := dec.Decode(&req); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over %d bytes (gateway.max_request_bytes)", tooBig.Limit), Type: "invalid_request_error"})
-			return
-		}
-		writeError(w, badRequest("", "malformed JSON body: %v", err))
+	if aerr := decodeBody(w, r, g.cfg.MaxRequestBytes, "gateway.max_request_bytes", &req, false); aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	recorded := req.Model == g.cfg.ModelName
@@ -44,6 +35,12 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	if _, err := req.stops(); err != nil {
 		writeError(w, badRequest("", "%v", err))
 		return
+	}
+	if v, ok := req.Metadata["reward"]; ok {
+		if _, aerr := parseReward("metadata.reward", v); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
 	}
 	msgs, aerr := canonical(req.Messages)
 	if aerr != nil {
@@ -159,11 +156,9 @@ func (g *Gateway) closeSession(w http.ResponseWriter, r *http.Request) {
 		TaskID string   `json:"task_id"`
 		Reward *float32 `json:"reward"`
 	}
-	if r.ContentLength != 0 {
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-			writeError(w, badRequest("", "malformed JSON body: %v", err))
-			return
-		}
+	if aerr := decodeBody(w, r, 1<<20, "the close body limit, 1 MiB", &body, true); aerr != nil {
+		writeError(w, aerr)
+		return
 	}
 	g.mu.Lock()
 	s := g.sessions[id]

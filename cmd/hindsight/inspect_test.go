@@ -71,9 +71,11 @@ func TestInspectErrors(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"inspect", credit}, 2, "usage"},
-		{[]string{"inspect", "-html", "x", "-serve", ":0", credit}, 2, "usage"},
-		{[]string{"inspect", "-html", "x"}, 2, "usage"},
+		{[]string{"inspect", credit}, 2, "hindsight inspect: give one of -html OUT and -serve ADDR (hindsight inspect -h lists the flags)\n"},
+		{[]string{"inspect", "-html", "x", "-serve", ":0", credit}, 2, "give one of -html OUT and -serve ADDR"},
+		{[]string{"inspect", "-html", "x"}, 2, "hindsight inspect: no credit file given"},
+		{[]string{"inspect", credit, "-html"}, 2, "hindsight inspect: flag -html needs a value"},
+		{[]string{"inspect", credit, "-htm", "x"}, 2, "hindsight inspect: flag provided but not defined: -htm"},
 		{[]string{"inspect", "-html", filepath.Join(t.TempDir(), "x"), filepath.Join(t.TempDir(), "missing.arrow")}, 1, "missing.arrow"},
 		{[]string{"inspect", "-model", filepath.Join(t.TempDir(), "nodir"), "-html", "x", credit}, 1, "load -model tokenizer"},
 	} {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/daemon"
 	"github.com/hindsight-ai/hindsight/internal/buildinfo"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -43,43 +44,42 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: hindsightd [-config FILE] [-data-dir DIR] [-listen ADDR] [-backend SPEC] [-resume-from STEP] [-demo | -loop [-loop-steps N]] [-print-config]\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := cliflag.Run(fs, args, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "hindsightd: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr, cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	if *version {
 		fmt.Fprintln(stdout, buildinfo.Version())
 		return 0
 	}
 
-	cfg := daemon.DefaultConfig()
-	if *configPath != "" {
-		var err error
-		if cfg, err = daemon.LoadConfig(*configPath); err != nil {
-			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
-			return 2
-		}
-	}
 	if *demo && *loopMode {
 		fmt.Fprintln(stderr, "hindsightd: -demo and -loop do not go together")
 		return 2
 	}
-	if *demo && *configPath == "" {
+	// A mode's own settings are its defaults: the config file goes on top of them,
+	// so what the file sets wins and what it leaves out keeps the mode's value.
+	cfg := daemon.DefaultConfig()
+	switch {
+	case *demo:
 		cfg = demoConfig(cfg)
-	}
-	if *loopMode && *configPath == "" {
+	case *loopMode:
 		cfg = loopConfig(cfg)
 	}
-	if *loopMode && !cfg.Train.Enabled {
-		fmt.Fprintln(stderr, "hindsightd: -loop needs train.enabled")
-		return 2
+	if *configPath != "" {
+		var err error
+		if cfg, err = daemon.LoadConfigOver(*configPath, cfg); err != nil {
+			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
+			return 2
+		}
+	}
+	if *loopMode {
+		if err := checkLoopConfig(cfg, *loopSteps); err != nil {
+			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
+			return 2
+		}
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
