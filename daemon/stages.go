@@ -156,7 +156,7 @@ func (d *daemon) serve(ctx context.Context) error {
 	}
 	t := d.spool.Journal().Totals()
 	d.log.Info().Int64("rollouts_accepted", t.RolloutsAccepted).Int64("rollouts_rejected", t.RolloutsRejected).
-		Dur("uptime", time.Since(d.started)).Msg("stopped")
+		Float64("uptime_s", time.Since(d.started).Seconds()).Msg("stopped")
 	return nil
 }
 
@@ -216,7 +216,7 @@ func (d *daemon) workContext(ctx context.Context) (context.Context, context.Canc
 	var once sync.Once
 	stop := context.AfterFunc(ctx, func() {
 		t := time.AfterFunc(d.cfg.ShutdownTimeout, func() {
-			d.log.Warn().Dur("shutdown_timeout", d.cfg.ShutdownTimeout).Msg("drain took too long; abandoning the file in hand (it resumes on restart)")
+			d.log.Warn().Stringer("shutdown_timeout", d.cfg.ShutdownTimeout).Msg("drain took too long; abandoning the file in hand (it resumes on restart)")
 			cancel()
 		})
 		context.AfterFunc(work, func() { t.Stop() })
