@@ -211,7 +211,7 @@ func (d *daemon) open() (close func(), err error) {
 
 	d.reg = prometheus.NewRegistry()
 	d.stats = newStats(d.opts.Version, d.cfg.DataDir, d.storage, d.started, d.spool, d.pauser.proto)
-	d.metrics = newMetrics(d.reg, d.stats, d.opts.Version)
+	d.metrics = newMetrics(d.reg, d.stats, d.opts.Version, []string{d.cfg.DataDir, d.cfg.SpoolDir(), d.cfg.OutputPath()})
 	d.reg.MustRegister(storageGauge(d.storage))
 	d.pauser.onChange = d.stats.publish
 	d.stats.publish()

@@ -50,6 +50,12 @@ type Config struct {
 	UpstreamModel     string        `yaml:"upstream_model"`
 	UpstreamAPIKeyEnv string        `yaml:"upstream_api_key_env"`
 	UpstreamTimeout   time.Duration `yaml:"upstream_timeout"`
+	// ContentSpecialTokens is what a special-token string (such as "<|im_end|>") in
+	// a message's text becomes: "text" (ContentSpecialText, the default) encodes it
+	// as the ordinary text it spells, so a message cannot forge a turn in the
+	// recorded rollout; "control" (ContentSpecialControl) encodes it as the special
+	// token, as apply_chat_template does by default.
+	ContentSpecialTokens string `yaml:"content_special_tokens"`
 	// ReloadInterval is how often the checkpoint root's `latest` link is looked at;
 	// a new checkpoint is swapped in without dropping a request.
 	ReloadInterval time.Duration `yaml:"reload_interval"`
@@ -58,16 +64,17 @@ type Config struct {
 // DefaultConfig returns the gateway's defaults: off, on 127.0.0.1:7078.
 func DefaultConfig() Config {
 	return Config{
-		Listen:          "127.0.0.1:7078",
-		ModelName:       "hindsight",
-		UnrecordedModel: "policy",
-		IdleTimeout:     10 * time.Minute,
-		MaxTokens:       512,
-		MaxRequestBytes: 8 << 20,
-		MaxPending:      64,
-		MaxBatch:        8,
-		ReloadInterval:  2 * time.Second,
-		UpstreamTimeout: 10 * time.Minute,
+		Listen:               "127.0.0.1:7078",
+		ModelName:            "hindsight",
+		UnrecordedModel:      "policy",
+		IdleTimeout:          10 * time.Minute,
+		MaxTokens:            512,
+		MaxRequestBytes:      8 << 20,
+		MaxPending:           64,
+		MaxBatch:             8,
+		ReloadInterval:       2 * time.Second,
+		ContentSpecialTokens: ContentSpecialText,
+		UpstreamTimeout:      10 * time.Minute,
 	}
 }
 
@@ -101,6 +108,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway.upstream_model: empty (the model id the upstream engine serves)")
 	case c.Upstream != "" && c.UpstreamTimeout <= 0:
 		return fmt.Errorf("gateway.upstream_timeout %s: want > 0", c.UpstreamTimeout)
+	case c.ContentSpecialTokens != ContentSpecialText && c.ContentSpecialTokens != ContentSpecialControl:
+		return fmt.Errorf("gateway.content_special_tokens %q: want %q or %q", c.ContentSpecialTokens, ContentSpecialText, ContentSpecialControl)
 	case c.ReloadInterval <= 0:
 		return fmt.Errorf("gateway.reload_interval %s: want > 0", c.ReloadInterval)
 	}

@@ -86,7 +86,8 @@ type turn struct {
 // and returns the turn, not yet journaled. s is locked by the caller. onToken, when
 // set, sees each token as it is sampled (the streamer).
 func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *ChatRequest, msgs []chatMessage, tools []any, k int, onToken func(int32, float32)) (*turn, *apiError) {
-	pieces, gen, ok, err := delta(p.template, msgs, tools, k)
+	guard := newContentGuard(p.tok, g.cfg.ContentSpecialTokens)
+	pieces, gen, ok, err := delta(p.template, guard.messages(msgs, k), tools, k)
 	if err != nil {
 		return nil, badRequest("", "%v", err)
 	}
@@ -107,16 +108,23 @@ func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *Ch
 		}
 	}
 	for _, pc := range pieces {
-		ids := p.tok.Encode(pc.text)
+		ids, err := guard.encode(p.tok, pc.text)
+		if err != nil {
+			return nil, badRequest("", "%v", err)
+		}
 		if len(ids) == 0 {
 			continue
 		}
 		start := base + int32(len(rec.Tokens))
 		add(ids, nil, false)
-		rec.Segments = append(rec.Segments, segRecord{Start: start, End: start + int32(len(ids)), Kind: pc.kind.String(), Tool: pc.tool, Status: int8(pc.status)})
+		rec.Segments = append(rec.Segments, segRecord{Start: start, End: start + int32(len(ids)), Kind: pc.kind.String(), Tool: guard.restore(pc.tool), Status: int8(pc.status)})
 	}
 	replyStart := base + int32(len(rec.Tokens))
-	add(p.tok.Encode(gen), nil, false)
+	genIDs, err := guard.encode(p.tok, gen)
+	if err != nil {
+		return nil, badRequest("", "%v", err)
+	}
+	add(genIDs, nil, false)
 	prompt := slices.Concat(s.tokens, rec.Tokens)
 	if len(prompt) == 0 {
 		return nil, badRequest("", "messages: the chat template rendered nothing")
