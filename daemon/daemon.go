@@ -106,6 +106,9 @@ type daemon struct {
 	loop      *train.Loop
 	ingesting atomic.Bool
 	beat      atomic.Int64 // unix nanos of the device loop's last progress
+	// workDeadline is when the work context ends after a stop (unix nanos; 0 before
+	// one): what closing may still wait for waits no longer.
+	workDeadline atomic.Int64
 }
 
 // training reports whether this run trains.
