@@ -51,7 +51,7 @@ func distillTopK(cfg credit.DistillConfig, logits, ids, lp, tail *Node) *Node {
 	negInf := BroadcastToDims(Infinity(g, dt, -1), n, k)
 	// (row, id) pairs: Gather and Scatter index the [n, vocab] logits with them.
 	rows := Iota(g, shapes.Make(dtypes.Int32, n, k), 0)
-	at := Stack([]*Node{rows, Where(valid, ids, ZerosLike(ids))}, 2) // [n, k, 2]
+	at := Stack([]*Node{rows, Where(valid, ids, ZerosLike(ids))}, 2)        // [n, k, 2]
 	l := Where(valid, Sub(Gather(logits, at), ExpandAxes(lse, -1)), negInf) // [n, k] student log-probs of the ids
 	a := Where(valid, ConvertDType(lp, dt), negInf)
 	// A row whose ids hold every id (k ≥ vocab, or a union as wide as the
