@@ -286,18 +286,28 @@ const tailFloor = -30
 // student's bucket log-probs are l_i = z_i − lse(z) and, with TailExact, l_tail =
 // lse(z_rest) − lse(z), computed without cancellation; with TailClamped both sides'
 // tails are TailLogProb of their bucket log-probs. The gradient follows from
-// ∂D/∂l_b = g_b: ∂D/∂z_j = g_j − π_j·Σg for j in IDs and g_tail·π_j/q_tail − π_j·Σg
-// for the rest, where π = softmax(z) and π_j/q_tail = exp(z_j − lse(z_rest)) (the
-// clamped tail equals the exact one wherever it is not capped, so the gradient is the
-// same; a capped tail contributes none).
+// ∂D/∂l_b = g_b. TailExact: ∂D/∂z_j = g_j − π_j·Σg for j in IDs and
+// g_tail·π_j/q_tail − π_j·Σg for the rest, where π = softmax(z) and π_j/q_tail =
+// exp(z_j − lse(z_rest)). TailClamped, as the peers' autograd has it: the tail is a
+// function of the kept l_i, ∂l_tail/∂l_i = −exp(l_i − l_tail) (0 where capped), so
+// g'_i = g_i − g_tail·exp(l_i − l_tail) and ∂D/∂z_j = g'_j·[j in IDs] − π_j·Σg'. The
+// two are equal in exact arithmetic; near the cap they differ by the clamped tail's
+// cancellation (about 1e-8 relative), and the clamped route is the peers' to 1e-10.
 func DistillPosition(cfg DistillConfig, z []float64, t TopK) (float64, []float64) {
 	V := len(z)
 	bk := studentBuckets(cfg, z, t)
 	l, a, in := bk.l, bk.a, bk.in
 	L, lseRest, tail, nb := bk.lse, bk.lseRest, bk.tail, len(bk.l)
 	d, g := bucketDivergence(cfg, l, a)
-	if tail && bk.capped {
-		g[nb-1] = 0
+	exactTail := tail && cfg.Tail == TailExact
+	if tail && !exactTail {
+		gt := g[nb-1]
+		g = g[:nb-1]
+		if !bk.capped {
+			for b := range g {
+				g[b] -= gt * math.Exp(l[b]-l[nb-1])
+			}
+		}
 	}
 	var sum float64
 	for _, x := range g {
@@ -310,7 +320,7 @@ func DistillPosition(cfg DistillConfig, z []float64, t TopK) (float64, []float64
 	for b, id := range t.IDs {
 		grad[id] += g[b]
 	}
-	if tail && !bk.capped {
+	if exactTail {
 		for j, x := range z {
 			if !in[j] {
 				grad[j] += g[nb-1] * math.Exp(x-lseRest)
