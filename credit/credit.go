@@ -39,7 +39,7 @@ type Rollout struct {
 // Result is the credit of one rollout. Per-token slices have length T.
 type Result struct {
 	AOut  float64   // outcome advantage (reward units), the same for every trainable token
-	Delta []float64 // Δ_t, mean over the spans covering t; NaN outside every span
+	Delta []float64 // Δ_t of the first span covering t; NaN outside every span
 	AHint []float64 // gated hint advantage (nats); 0 outside spans
 	// Adv is A_t = λ_out·A_out + λ·A_hint,t, λ being λ_hint (normalize budget) or
 	// λ_distill (separate); 0 where not trainable. In modes topk and full the hint is
@@ -151,13 +151,16 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 	res := Result{AOut: aout, Delta: make([]float64, T), AHint: make([]float64, T), Adv: make([]float64, T),
 		Rho: make([]float64, T), Weight: make([]float64, T), WeightOut: make([]float64, T), DistillWeight: make([]float64, T),
 		DistillIS: make([]float64, T)}
+	// One rule for overlapping spans, here and in the divergence term (the device's
+	// distillTerms, the credit files, the viewer): a position's teacher is the first
+	// span that covers it.
 	cover := make([]int, T)
 	for t := range res.Delta {
 		res.Delta[t] = math.NaN()
 	}
 	for _, h := range r.Hints {
 		for t := h.Start; t < h.End; t++ {
-			if !r.Trainable[t] {
+			if !r.Trainable[t] || cover[t] > 0 {
 				continue
 			}
 			base := r.Student[t]
@@ -165,18 +168,9 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 				base = h.EmptyHint[t-h.Start]
 			}
 			d := h.Teacher[t-h.Start] - base
-			if cover[t] == 0 {
-				res.Delta[t], res.AHint[t] = 0, 0
-			}
 			cover[t]++
-			res.Delta[t] += d
-			res.AHint[t] += gate(cfg, d)
-		}
-	}
-	for t, c := range cover {
-		if c > 1 {
-			res.Delta[t] /= float64(c)
-			res.AHint[t] /= float64(c)
+			res.Delta[t] = d
+			res.AHint[t] = gate(cfg, d)
 		}
 	}
 	res.NoSampler = !anyFinite(r.Sampler, r.Trainable)
