@@ -62,8 +62,9 @@ type Config struct {
 	// EngineHooks tell serving engines (SGLang, vLLM LoRA) about each new
 	// checkpoint (docs/gateway.md "Engine hooks").
 	EngineHooks []gateway.HookConfig `yaml:"engine_hooks"`
-	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
-	// stopping the servers.
+	// ShutdownTimeout bounds a stop (SIGTERM, SIGINT) from the signal to the exit:
+	// the file and step in hand may finish until closeReserve of it is left, then
+	// they are abandoned and the servers stop (docs/running.md "Stopping").
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DiskFullRetry is how often a write that failed with a full disk (ENOSPC,
 	// EDQUOT) is tried again; claiming and checkpointing pause meanwhile.
@@ -132,12 +133,17 @@ func DefaultConfig() Config {
 }
 
 // LoadConfig reads a YAML config file over DefaultConfig and validates it.
-func LoadConfig(path string) (Config, error) {
+func LoadConfig(path string) (Config, error) { return LoadConfigOver(path, DefaultConfig()) }
+
+// LoadConfigOver reads a YAML config file over base (the defaults of a mode such as
+// hindsightd -loop: what the file sets wins, what it leaves out keeps base's value)
+// and validates it.
+func LoadConfigOver(path string, base Config) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("read config: %w", err)
 	}
-	cfg, err := ParseConfig(b)
+	cfg, err := ParseConfigOver(b, base)
 	if err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -146,8 +152,12 @@ func LoadConfig(path string) (Config, error) {
 
 // ParseConfig decodes YAML over DefaultConfig, rejecting unknown keys, and validates
 // the result.
-func ParseConfig(b []byte) (Config, error) {
-	cfg := DefaultConfig()
+func ParseConfig(b []byte) (Config, error) { return ParseConfigOver(b, DefaultConfig()) }
+
+// ParseConfigOver decodes YAML over base, rejecting unknown keys, and validates the
+// result. A list the YAML sets replaces base's list.
+func ParseConfigOver(b []byte, base Config) (Config, error) {
+	cfg := base
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {

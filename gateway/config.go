@@ -28,6 +28,11 @@ type Config struct {
 	// MaxTokens is the default max_tokens of a request that gives none (still
 	// bounded by the model's context).
 	MaxTokens int `yaml:"max_tokens"`
+	// MaxContextTokens bounds the context served (prompt and reply, in tokens)
+	// below the model's max_position_embeddings: a longer conversation is refused
+	// with 400 context_length_exceeded, and GET /v1/models says the bound
+	// (max_model_len).
+	MaxContextTokens int `yaml:"max_context_tokens"`
 	// MaxRequestBytes bounds a request body.
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
 	// MaxPending bounds the chat requests in the gateway at once (sampling or
@@ -50,6 +55,12 @@ type Config struct {
 	UpstreamModel     string        `yaml:"upstream_model"`
 	UpstreamAPIKeyEnv string        `yaml:"upstream_api_key_env"`
 	UpstreamTimeout   time.Duration `yaml:"upstream_timeout"`
+	// ContentSpecialTokens is what a special-token string (such as "<|im_end|>") in
+	// a message's text becomes: "text" (ContentSpecialText, the default) encodes it
+	// as the ordinary text it spells, so a message cannot forge a turn in the
+	// recorded rollout; "control" (ContentSpecialControl) encodes it as the special
+	// token, as apply_chat_template does by default.
+	ContentSpecialTokens string `yaml:"content_special_tokens"`
 	// ReloadInterval is how often the checkpoint root's `latest` link is looked at;
 	// a new checkpoint is swapped in without dropping a request.
 	ReloadInterval time.Duration `yaml:"reload_interval"`
@@ -58,16 +69,18 @@ type Config struct {
 // DefaultConfig returns the gateway's defaults: off, on 127.0.0.1:7078.
 func DefaultConfig() Config {
 	return Config{
-		Listen:          "127.0.0.1:7078",
-		ModelName:       "hindsight",
-		UnrecordedModel: "policy",
-		IdleTimeout:     10 * time.Minute,
-		MaxTokens:       512,
-		MaxRequestBytes: 8 << 20,
-		MaxPending:      64,
-		MaxBatch:        8,
-		ReloadInterval:  2 * time.Second,
-		UpstreamTimeout: 10 * time.Minute,
+		Listen:               "127.0.0.1:7078",
+		ModelName:            "hindsight",
+		UnrecordedModel:      "policy",
+		IdleTimeout:          10 * time.Minute,
+		MaxTokens:            512,
+		MaxContextTokens:     8192,
+		MaxRequestBytes:      8 << 20,
+		MaxPending:           64,
+		MaxBatch:             8,
+		ReloadInterval:       2 * time.Second,
+		ContentSpecialTokens: ContentSpecialText,
+		UpstreamTimeout:      10 * time.Minute,
 	}
 }
 
@@ -87,6 +100,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway.idle_timeout %s: want > 0", c.IdleTimeout)
 	case c.MaxTokens <= 0:
 		return fmt.Errorf("gateway.max_tokens %d: want > 0", c.MaxTokens)
+	case c.MaxContextTokens < 2:
+		return fmt.Errorf("gateway.max_context_tokens %d: want ≥ 2", c.MaxContextTokens)
 	case c.MaxRequestBytes <= 0:
 		return fmt.Errorf("gateway.max_request_bytes %d: want > 0", c.MaxRequestBytes)
 	case c.MaxBatch <= 0:
@@ -101,6 +116,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway.upstream_model: empty (the model id the upstream engine serves)")
 	case c.Upstream != "" && c.UpstreamTimeout <= 0:
 		return fmt.Errorf("gateway.upstream_timeout %s: want > 0", c.UpstreamTimeout)
+	case c.ContentSpecialTokens != ContentSpecialText && c.ContentSpecialTokens != ContentSpecialControl:
+		return fmt.Errorf("gateway.content_special_tokens %q: want %q or %q", c.ContentSpecialTokens, ContentSpecialText, ContentSpecialControl)
 	case c.ReloadInterval <= 0:
 		return fmt.Errorf("gateway.reload_interval %s: want > 0", c.ReloadInterval)
 	}

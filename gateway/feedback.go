@@ -1,14 +1,15 @@
 package gateway
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
 )
+
+// feedbackBodyLimit bounds a feedback request's body (bytes).
+const feedbackBodyLimit = 1 << 20
 
 // FeedbackRequest is the body of POST /v1/feedback: a person's rating of a
 // conversation and a comment on one of its replies.
@@ -34,8 +35,8 @@ type FeedbackRequest struct {
 // kept as too late and never trained.
 func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 	var req FeedbackRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil && err != io.EOF {
-		writeError(w, badRequest("", "malformed JSON body: %v", err))
+	if aerr := decodeBody(w, r, feedbackBodyLimit, "the feedback body limit, 1 MiB", &req, true); aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	id, turn := req.SessionID, req.Turn
@@ -43,8 +44,12 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 		rest, ok := strings.CutPrefix(req.CompletionID, "chatcmpl-")
 		i := strings.LastIndexByte(rest, '-')
 		n, err := strconv.Atoi(rest[i+1:])
-		if !ok || i <= 0 || err != nil || (id != "" && id != rest[:i]) {
+		if !ok || i <= 0 || err != nil || n < 1 {
 			writeError(w, badRequest("", "completion_id %q is not one of this gateway's answers (chatcmpl-<session>-<turn>)", req.CompletionID))
+			return
+		}
+		if id != "" && id != rest[:i] {
+			writeError(w, badRequest("", "completion_id %q is an answer of session %q, not of session_id %q: give one of them, or both that agree", req.CompletionID, rest[:i], id))
 			return
 		}
 		id = rest[:i]

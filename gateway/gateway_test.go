@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -152,4 +153,40 @@ func TestSessionMatching(t *testing.T) {
 	defer g.mu.Unlock()
 	require.Len(t, g.sessions, 3)
 	require.Equal(t, 2, g.sessions[sid].turns)
+}
+
+// postJSON sends body to url under session (may be "") and returns the status and the
+// decoded answer.
+func postJSON(t *testing.T, url, session, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
+	require.NoError(t, err)
+	if session != "" {
+		req.Header.Set(SessionHeader, session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var v map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+	return resp.StatusCode, v
+}
+
+// TestIdleSessionIDNotReused: a header-named session that ended idle was written
+// to the spool; the next request under its id is refused (409 session_closed)
+// instead of starting a second rollout with the same id.
+func TestIdleSessionIDNotReused(t *testing.T) {
+	g, srv, incoming := newTestGateway(t)
+	msgs := []map[string]any{{"role": "user", "content": "hi"}}
+	v, _ := chat(t, srv.URL, "idle-1", msgs, 1)
+	msgs = append(msgs, v["choices"].([]any)[0].(map[string]any)["message"].(map[string]any), map[string]any{"role": "user", "content": "more"})
+	g.endIdle(time.Now().Add(2 * g.cfg.IdleTimeout))
+	require.FileExists(t, filepath.Join(incoming, "gateway-idle-1.arrow"))
+	body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs, "max_tokens": 4})
+	status, v := postJSON(t, srv.URL+"/v1/chat/completions", "idle-1", string(body))
+	require.Equal(t, http.StatusConflict, status, v)
+	require.Equal(t, "session_closed", v["error"].(map[string]any)["code"])
+	g.mu.Lock()
+	require.Empty(t, g.sessions)
+	g.mu.Unlock()
 }

@@ -151,6 +151,14 @@ func (l *LateFeedback) Written(id string, replySegments []int) error {
 	return nil
 }
 
+// Has reports whether session id was written to the spool by this gateway (in
+// this process or an earlier one: the records are on disk).
+func (l *LateFeedback) Has(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.entries[id] != nil
+}
+
 // Add records feedback on a written session; turn 0 means the last. late reports
 // that the rollout was taken for training already: the record is kept and counted,
 // never trained. ErrNoSession: id was never written; a bad turn is an error too.

@@ -26,6 +26,7 @@ func canonical(in []Message) ([]chatMessage, *apiError) {
 		return nil, badRequest("", "messages: empty")
 	}
 	out := make([]chatMessage, len(in))
+	calls := map[string]bool{} // the ids of the tool calls of the assistant messages so far
 	for i, m := range in {
 		role := m.Role
 		if role == "developer" {
@@ -45,10 +46,26 @@ func canonical(in []Message) ([]chatMessage, *apiError) {
 			return nil, badRequest("", "messages[%d].%s", i, err)
 		}
 		c := chatMessage{Role: role, Content: text, Name: m.Name, ToolCallID: m.ToolCallID, Status: st}
+		// A tool message answers a call of an earlier assistant message by its id,
+		// as OpenAI requires: the rollout's tool result is then paired with its call.
+		switch {
+		case role == "tool" && m.ToolCallID == "":
+			return nil, badRequest("", "messages[%d].tool_call_id: missing; a tool message answers an assistant message's tool call by its id", i)
+		case role == "tool" && !calls[m.ToolCallID]:
+			return nil, badRequest("", "messages[%d].tool_call_id %q: no earlier assistant message has a tool call with this id", i, m.ToolCallID)
+		case role != "tool" && m.ToolCallID != "":
+			return nil, badRequest("", "messages[%d].tool_call_id: only tool messages have one (role %q)", i, m.Role)
+		case role != "assistant" && len(m.ToolCalls) > 0:
+			return nil, badRequest("", "messages[%d].tool_calls: only assistant messages have them (role %q)", i, m.Role)
+		}
 		for j, tc := range m.ToolCalls {
 			if tc.Function.Name == "" {
 				return nil, badRequest("", "messages[%d].tool_calls[%d].function.name: empty", i, j)
 			}
+			if tc.ID == "" {
+				return nil, badRequest("", "messages[%d].tool_calls[%d].id: empty; the tool message that answers the call names it", i, j)
+			}
+			calls[tc.ID] = true
 			c.ToolCalls = append(c.ToolCalls, ToolCall{ID: tc.ID, Type: "function",
 				Function: FunctionCall{Name: tc.Function.Name, Arguments: canonicalJSON([]byte(tc.Function.Arguments))}})
 		}

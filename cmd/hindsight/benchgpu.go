@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hindsight-ai/hindsight/bench/gpubench"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 )
 
 // benchGPUCmd is `hindsight bench-gpu -out DIR [-cpu] …`: every stage of the GPU
@@ -47,9 +48,8 @@ func benchGPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *out == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr, cliflag.Rule{Bad: *out == "", Msg: "-out DIR is required"}, cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	opts := gpubench.Defaults(*cpu)
 	opts.Out, opts.Backend, opts.Python, opts.Peer, opts.ModelDir = *out, *backend, *python, *peer, *modelDir

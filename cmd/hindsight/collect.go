@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hindsight-ai/hindsight/collect"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -48,9 +49,8 @@ func collectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr, cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	def := func(v *string, sub ...string) {
 		if *v == "" && *dataDir != "" {
@@ -64,9 +64,7 @@ func collectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		*ckRoot = ""
 	}
 	if *modelDir == "" || *out == "" {
-		fmt.Fprintln(stderr, "hindsight collect: need -data-dir, or -model and -out")
-		fs.Usage()
-		return 2
+		return cliflag.Fail(fs, stderr, "need -data-dir, or -model and -out")
 	}
 	if _, err := toolworld.Generate(*split, *start); err != nil {
 		fmt.Fprintf(stderr, "hindsight collect: -split/-start: %v\n", err)

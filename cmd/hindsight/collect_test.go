@@ -40,5 +40,5 @@ func TestCollectCmd(t *testing.T) {
 		stderr.Reset()
 		require.Equal(t, 2, run(t.Context(), bad, &stdout, &stderr), "%v", bad)
 	}
-	require.Contains(t, stderr.String(), "usage: hindsight collect")
+	require.Equal(t, "hindsight collect: unexpected argument \"stray\" (hindsight collect -h lists the flags)\n", stderr.String())
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/internal/pjrt"
 )
 
@@ -31,9 +32,8 @@ func fetchXLACPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr, cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	dir := *cache
 	if dir == "" {

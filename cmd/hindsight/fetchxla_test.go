@@ -25,7 +25,7 @@ func TestFetchXLACPUCmdErrors(t *testing.T) {
 		{name: "missing wheel", args: []string{"-cache", dir, "-wheel", filepath.Join(dir, "nope.whl")}, code: 1, want: "nope.whl"},
 		{name: "not the pinned wheel", args: []string{"-cache", dir, "-wheel", notPinned}, code: 1, want: "not the pinned file"},
 		{name: "pip fails", args: []string{"-cache", dir, "-pip", "false"}, code: 1, want: pjrt.CPU.Package + "==" + pjrt.CPU.Version},
-		{name: "stray argument", args: []string{"x"}, code: 2, want: "usage: hindsight fetch-xla-cpu"},
+		{name: "stray argument", args: []string{"x"}, code: 2, want: `hindsight fetch-xla-cpu: unexpected argument "x"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

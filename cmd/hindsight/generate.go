@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -64,9 +65,12 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *modelDir == "" || (*prompt == "") == (*in == "") || fs.NArg() > 0 || *n < 1 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr,
+		cliflag.Rule{Bad: *modelDir == "", Msg: "-model DIR is required"},
+		cliflag.Rule{Bad: (*prompt == "") == (*in == ""), Msg: "give one of -prompt TEXT and -in FILE"},
+		cliflag.Rule{Bad: *n < 1, Msg: fmt.Sprintf("-n %d: want ≥ 1", *n)},
+		cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "hindsight generate: %v\n", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 )
 
 // initModelCmd is `hindsight init-model -out DIR -preset tiny|small|qwen3-…`.
@@ -29,9 +30,8 @@ func initModelCmd(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *out == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr, cliflag.Rule{Bad: *out == "", Msg: "-out DIR is required"}, cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	if !slices.Contains(data.Presets, *preset) {
 		fmt.Fprintf(stderr, "hindsight init-model: -preset %q: want one of %s\n", *preset, strings.Join(data.Presets, ", "))

@@ -13,6 +13,7 @@ import (
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/viewer"
 )
@@ -36,9 +37,11 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() == 0 || (*htmlOut == "") == (*serve == "") || !(*clip > 0) {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr,
+		cliflag.Rule{Bad: fs.NArg() == 0, Msg: "no credit file given"},
+		cliflag.Rule{Bad: (*htmlOut == "") == (*serve == ""), Msg: "give one of -html OUT and -serve ADDR"},
+		cliflag.Rule{Bad: !(*clip > 0), Msg: fmt.Sprintf("-clip %g: want > 0", *clip)}); !ok {
+		return code
 	}
 	page, err := inspectPage(fs.Args(), *model, *clip, stderr)
 	if err != nil {

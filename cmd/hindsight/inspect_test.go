@@ -17,6 +17,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 )
 
 func writeInspectCredit(t *testing.T) string {
@@ -70,9 +71,11 @@ func TestInspectErrors(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"inspect", credit}, 2, "usage"},
-		{[]string{"inspect", "-html", "x", "-serve", ":0", credit}, 2, "usage"},
-		{[]string{"inspect", "-html", "x"}, 2, "usage"},
+		{[]string{"inspect", credit}, 2, "hindsight inspect: give one of -html OUT and -serve ADDR (hindsight inspect -h lists the flags)\n"},
+		{[]string{"inspect", "-html", "x", "-serve", ":0", credit}, 2, "give one of -html OUT and -serve ADDR"},
+		{[]string{"inspect", "-html", "x"}, 2, "hindsight inspect: no credit file given"},
+		{[]string{"inspect", credit, "-html"}, 2, "hindsight inspect: flag -html needs a value"},
+		{[]string{"inspect", credit, "-htm", "x"}, 2, "hindsight inspect: flag provided but not defined: -htm"},
 		{[]string{"inspect", "-html", filepath.Join(t.TempDir(), "x"), filepath.Join(t.TempDir(), "missing.arrow")}, 1, "missing.arrow"},
 		{[]string{"inspect", "-model", filepath.Join(t.TempDir(), "nodir"), "-html", "x", credit}, 1, "load -model tokenizer"},
 	} {
@@ -98,7 +101,7 @@ func TestInspectServes(t *testing.T) {
 			url = m[1]
 		}
 		return m != nil
-	}, 10*time.Second, 10*time.Millisecond)
+	}, testwait.Guard(time.Minute), 10*time.Millisecond)
 	resp, err := http.Get(url)
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
@@ -110,7 +113,7 @@ func TestInspectServes(t *testing.T) {
 	select {
 	case code := <-done:
 		require.Equal(t, 0, code, stderr.String())
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Guard(time.Minute)):
 		t.Fatal("inspect -serve did not stop on cancel")
 	}
 }

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/hindsight-ai/hindsight/internal/buildinfo"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 )
 
 const usage = `usage: hindsight COMMAND [flags]
@@ -99,14 +99,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// parseFlags parses a command's args into fs. When ok is false the command returns
-// code: 0 after -h, 2 on a bad flag (fs has printed why and its usage).
+// parseFlags parses a command's args into fs, flags before, between or after the
+// positional arguments (cliflag.Parse). When ok is false the command returns code: 0
+// after -h, 2 on a bad flag (one line on fs's output says which).
 func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, false
-		}
-		return 2, false
-	}
-	return 0, true
+	return cliflag.Run(fs, args, fs.Output())
 }

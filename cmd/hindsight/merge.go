@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -27,9 +28,11 @@ func mergeCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *ckpt == "" || *out == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr,
+		cliflag.Rule{Bad: *ckpt == "", Msg: "-checkpoint DIR is required"},
+		cliflag.Rule{Bad: *out == "", Msg: "-out DIR is required"},
+		cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	backend, err := xla.NewBackend(xla.ResolveBackend(*backendSpec, ""))
 	if err != nil {

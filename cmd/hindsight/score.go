@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -44,9 +45,12 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *modelDir == "" || *in == "" || *out == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr,
+		cliflag.Rule{Bad: *modelDir == "", Msg: "-model DIR is required"},
+		cliflag.Rule{Bad: *in == "", Msg: "-in ROLLOUTS.arrow is required"},
+		cliflag.Rule{Bad: *out == "", Msg: "-out SCORES.arrow is required"},
+		cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "hindsight score: %v\n", err)

@@ -27,6 +27,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/api/hindsight/v1/hindsightv1connect"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 )
 
 // defaultStatusAddr is where hindsightd serves its status unless configured otherwise.
@@ -139,8 +140,7 @@ func (f daemonFlags) check(fs *flag.FlagSet, stderr io.Writer) (baseURL string, 
 		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
 		return "", false
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		fs.Usage()
+		cliflag.Check(fs, stderr, cliflag.NoArgs(fs))
 		return "", false
 	case *f.timeout <= 0:
 		fmt.Fprintf(stderr, "%s: -timeout must be positive, got %s\n", fs.Name(), *f.timeout)

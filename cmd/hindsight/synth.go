@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -37,9 +38,14 @@ func synthCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hindsight synth: -format %q: want file or stream\n", *format)
 		return 2
 	}
-	if *out == "" || *n <= 0 || *tokens <= 0 || *perFile <= 0 || *group <= 0 || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr,
+		cliflag.Rule{Bad: *out == "", Msg: "-out DIR is required"},
+		cliflag.Rule{Bad: *n <= 0, Msg: fmt.Sprintf("-n %d: want ≥ 1", *n)},
+		cliflag.Rule{Bad: *tokens <= 0, Msg: fmt.Sprintf("-tokens %d: want ≥ 1", *tokens)},
+		cliflag.Rule{Bad: *perFile <= 0, Msg: fmt.Sprintf("-per-file %d: want ≥ 1", *perFile)},
+		cliflag.Rule{Bad: *group <= 0, Msg: fmt.Sprintf("-group %d: want ≥ 1", *group)},
+		cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	paths, err := rollout.WriteSynth(*out, opts)
 	if err != nil {

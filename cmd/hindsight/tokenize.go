@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 )
 
 // tokenizeCmd is `hindsight tokenize -tokenizer PATH|bytes [-plain] [-decode]`: it
@@ -32,9 +33,11 @@ func tokenizeCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if modes := btoi(*decode) + btoi(*plain) + btoi(*text); *spec == "" || fs.NArg() > 0 || modes > 1 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr,
+		cliflag.Rule{Bad: *spec == "", Msg: "-tokenizer PATH|bytes is required"},
+		cliflag.Rule{Bad: btoi(*decode)+btoi(*plain)+btoi(*text) > 1, Msg: "give at most one of -plain, -text and -decode"},
+		cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	tok, err := tokenizer.Load(*spec)
 	if err != nil {

@@ -85,10 +85,10 @@ func TestTokenizeErrors(t *testing.T) {
 		code  int
 		msg   string
 	}{
-		{"no tokenizer", "x", nil, 2, "usage: hindsight tokenize"},
-		{"extra argument", "x", []string{"-tokenizer", "bytes", "file"}, 2, "usage"},
-		{"plain with decode", "[]", []string{"-tokenizer", "bytes", "-decode", "-plain"}, 2, "usage"},
-		{"plain with text", "x", []string{"-tokenizer", "bytes", "-text", "-plain"}, 2, "usage"},
+		{"no tokenizer", "x", nil, 2, "hindsight tokenize: -tokenizer PATH|bytes is required"},
+		{"extra argument", "x", []string{"-tokenizer", "bytes", "file"}, 2, `unexpected argument "file"`},
+		{"plain with decode", "[]", []string{"-tokenizer", "bytes", "-decode", "-plain"}, 2, "give at most one of -plain, -text and -decode"},
+		{"plain with text", "x", []string{"-tokenizer", "bytes", "-text", "-plain"}, 2, "give at most one of -plain, -text and -decode"},
 		{"bad flag", "x", []string{"-nope"}, 2, "flag provided but not defined"},
 		{"missing file", "x", []string{"-tokenizer", filepath.Join(t.TempDir(), "none.json")}, 1, "load tokenizer"},
 		{"not json ids", "hello", []string{"-tokenizer", "bytes", "-decode"}, 1, "parse ids"},

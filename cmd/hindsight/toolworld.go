@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
@@ -42,9 +43,10 @@ func toolworldCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 || btoi(*list)+btoi(*show)+btoi(*play) != 1 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr,
+		cliflag.Rule{Bad: btoi(*list)+btoi(*show)+btoi(*play) != 1, Msg: "give one of -list, -show and -play"},
+		cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "hindsight toolworld: %v\n", err)

@@ -87,8 +87,8 @@ func TestToolworldErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"-list", "-play"}, 2, "usage: hindsight toolworld"},
-		{[]string{}, 2, "usage: hindsight toolworld"},
+		{[]string{"-list", "-play"}, 2, "hindsight toolworld: give one of -list, -show and -play"},
+		{[]string{}, 2, "hindsight toolworld: give one of -list, -show and -play"},
 		{[]string{"-show", "-split", "dev"}, 1, `unknown split "dev"`},
 		{[]string{"-show", "-task", "999"}, 1, "index 999 outside split heldout of 250 tasks"},
 		{[]string{"-play", "-agent", "smart"}, 2, `-agent "smart": want oracle, noisy or random`},

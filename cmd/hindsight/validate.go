@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -24,9 +25,10 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() == 0 || *vocab < 0 {
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr,
+		cliflag.Rule{Bad: fs.NArg() == 0, Msg: "no rollout file given"},
+		cliflag.Rule{Bad: *vocab < 0, Msg: fmt.Sprintf("-vocab %d: want ≥ 0", *vocab)}); !ok {
+		return code
 	}
 	opts := rollout.ReadOptions{VocabSize: *vocab, Tokenizer: *tok}
 	bad := 0

@@ -23,20 +23,38 @@ import (
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
-// loopConfig adjusts the embedded defaults for -loop: short steps with a checkpoint
-// after each, a learning rate that moves the tiny model, and (when none is
-// configured) a held-out task-world eval of every checkpoint without a time budget.
+// loopConfig is -loop's own defaults, which a -config file goes on top of: short
+// steps with a checkpoint after each, a learning rate that moves the tiny model, and a
+// held-out task-world eval of every checkpoint without a time budget.
 func loopConfig(cfg daemon.Config) daemon.Config {
 	cfg.Train.TokenBudget = 1024
 	cfg.Train.IdleFlush = time.Second
 	cfg.Train.Optimizer.LR = 1e-3
 	cfg.Train.Optimizer.WarmupSteps = 1
 	cfg.Train.Checkpoint.EverySteps = 1
-	if len(cfg.Eval.Suites) == 0 {
-		cfg.Eval.Budget = 0
-		cfg.Eval.Suites = []eval.SuiteConfig{{Name: "heldout", Kind: eval.KindToolworld, Split: toolworld.SplitHeldout, Tasks: 50}}
-	}
+	cfg.Eval.Budget = 0
+	cfg.Eval.Suites = []eval.SuiteConfig{{Name: "heldout", Kind: eval.KindToolworld, Split: toolworld.SplitHeldout, Tasks: 50}}
 	return cfg
+}
+
+// checkLoopConfig refuses a config the loop cannot run with: no training, or, with
+// -loop-steps, nothing that would ever evaluate the checkpoint of that step (no
+// checkpoints, or no eval suite), so the run would never stop.
+func checkLoopConfig(cfg daemon.Config, steps int64) error {
+	if !cfg.Train.Enabled {
+		return errors.New("-loop needs train.enabled")
+	}
+	if steps <= 0 {
+		return nil
+	}
+	ck := cfg.Train.Checkpoint
+	if ck.EverySteps == 0 && ck.Every == 0 {
+		return fmt.Errorf("-loop-steps %d stops once the checkpoint of step %d is evaluated, but the config turns checkpoints off (train.checkpoint.every_steps and every are 0); drop them from the file (-loop checkpoints every step) or set one", steps, steps)
+	}
+	if len(cfg.Eval.Suites) == 0 {
+		return fmt.Errorf("-loop-steps %d stops once the checkpoint of step %d is evaluated, but the config has no eval.suites; drop eval.suites from the file (-loop evaluates 50 held-out task-world tasks) or list a suite", steps, steps)
+	}
+	return nil
 }
 
 // loopOptions are the -loop flags.

@@ -11,9 +11,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/hindsight-ai/hindsight/daemon"
 	"github.com/hindsight-ai/hindsight/internal/buildinfo"
+	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -40,43 +44,42 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: hindsightd [-config FILE] [-data-dir DIR] [-listen ADDR] [-backend SPEC] [-resume-from STEP] [-demo | -loop [-loop-steps N]] [-print-config]\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := cliflag.Run(fs, args, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "hindsightd: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
+	if code, ok := cliflag.Check(fs, stderr, cliflag.NoArgs(fs)); !ok {
+		return code
 	}
 	if *version {
 		fmt.Fprintln(stdout, buildinfo.Version())
 		return 0
 	}
 
-	cfg := daemon.DefaultConfig()
-	if *configPath != "" {
-		var err error
-		if cfg, err = daemon.LoadConfig(*configPath); err != nil {
-			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
-			return 2
-		}
-	}
 	if *demo && *loopMode {
 		fmt.Fprintln(stderr, "hindsightd: -demo and -loop do not go together")
 		return 2
 	}
-	if *demo && *configPath == "" {
+	// A mode's own settings are its defaults: the config file goes on top of them,
+	// so what the file sets wins and what it leaves out keeps the mode's value.
+	cfg := daemon.DefaultConfig()
+	switch {
+	case *demo:
 		cfg = demoConfig(cfg)
-	}
-	if *loopMode && *configPath == "" {
+	case *loopMode:
 		cfg = loopConfig(cfg)
 	}
-	if *loopMode && !cfg.Train.Enabled {
-		fmt.Fprintln(stderr, "hindsightd: -loop needs train.enabled")
-		return 2
+	if *configPath != "" {
+		var err error
+		if cfg, err = daemon.LoadConfigOver(*configPath, cfg); err != nil {
+			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
+			return 2
+		}
+	}
+	if *loopMode {
+		if err := checkLoopConfig(cfg, *loopSteps); err != nil {
+			fmt.Fprintf(stderr, "hindsightd: %v\n", err)
+			return 2
+		}
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
@@ -107,6 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	context.AfterFunc(ctx, stop) // a second signal kills at once
+	exitAtShutdownTimeout(ctx, cfg.ShutdownTimeout, log)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -131,4 +135,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// exitAtShutdownTimeout ends the process once timeout has passed since ctx ended (the
+// first SIGTERM or SIGINT), should the run not have returned by then. It never fires
+// in a stop that works as designed: the daemon abandons the work in hand before the
+// timeout (an uninterruptible device step is left running) and closes within it
+// (docs/running.md "Stopping"). If something else hangs, exiting here is as safe as
+// a kill: the journal and the ledger replay to the same state on the next start.
+func exitAtShutdownTimeout(ctx context.Context, timeout time.Duration, log zerolog.Logger) {
+	context.AfterFunc(ctx, func() {
+		time.AfterFunc(timeout, func() {
+			log.Error().Stringer("shutdown_timeout", timeout).
+				Msg("still running at the shutdown timeout: exiting now; the work in hand resumes on restart")
+			os.Exit(1)
+		})
+	})
 }

@@ -58,7 +58,16 @@ for step in range(3):
     turns.append(turn_of(choice))
     messages.append(choice.message.model_dump(exclude_none=True))
     if step == 0:
-        call_id = choice.message.tool_calls[0].id if choice.message.tool_calls else "call_0"
+        if choice.message.tool_calls:
+            call_id = choice.message.tool_calls[0].id
+        else:
+            # The tiny random model seldom calls the tool: the harness makes the call
+            # itself (an assistant message of its own), so the tool message answers
+            # a call by its id, as OpenAI requires.
+            call_id = "call_harness_0"
+            messages.append({"role": "assistant", "content": None, "tool_calls": [{
+                "id": call_id, "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]})
         messages.append({"role": "tool", "tool_call_id": call_id, "name": "get_weather", "content": '{"celsius": 21}'})
     elif step == 1:
         messages.append({"role": "user", "content": "Thanks. And tomorrow?"})
