@@ -282,7 +282,8 @@ func contextKind(h teacher.Hint) string {
 }
 
 // teacherTop returns, for each position of d, its n most likely ids (fewer when the
-// row is narrower), most likely first, and their log-probs. Ties keep the row's order.
+// row is narrower), most likely first, and their log-probs. Ties keep the row's order;
+// empty slots (id −1, topk_ids union) are skipped.
 func teacherTop(d xla.TeacherDist, n int) ([][]int32, [][]float32) {
 	rows := d.Rows()
 	n = min(n, d.K)
@@ -291,6 +292,9 @@ func teacherTop(d xla.TeacherDist, n int) ([][]int32, [][]float32) {
 		lp := d.LogProbs[r*d.K : (r+1)*d.K]
 		top := make([]int, 0, n+1) // indices into the row, log-prob descending
 		for j, v := range lp {
+			if d.IDs != nil && d.IDs[r*d.K+j] < 0 {
+				continue // a union's empty slot
+			}
 			if len(top) == n && v <= lp[top[n-1]] {
 				continue
 			}
