@@ -18,7 +18,9 @@ import (
 // EvalsPath returns <data_dir>/evals.jsonl, where checkpoint evals are recorded.
 func (c *Config) EvalsPath() string { return filepath.Join(c.DataDir, "evals.jsonl") }
 
-// evalGrace is how long a shutdown waits for command evals still running.
+// evalGrace is how long a shutdown waits for command evals still running, at most:
+// never past the work context's end (graceLeft), so a stop ends within
+// shutdown_timeout.
 const evalGrace = 10 * time.Second
 
 // evaluator runs the configured eval suites after each checkpoint, on the device
@@ -44,7 +46,7 @@ func (d *daemon) openEvals() (close func(), err error) {
 	d.eval = &evaluator{rec: rec, runner: eval.NewRunner(d.cfg.Eval, rec, eval.RunnerOptions{
 		Log: d.opts.Log, ReadOptions: d.readOpts, OnResult: func(eval.Result) { d.stats.publish() }})}
 	return func() {
-		d.eval.runner.Close(evalGrace)
+		d.eval.runner.Close(d.graceLeft(evalGrace))
 		if err := rec.Close(); err != nil {
 			d.log.Error().Err(err).Msg("close evals.jsonl")
 		}
