@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
@@ -41,6 +42,11 @@ type session struct {
 	rating   *int8
 	replySeg []int
 	busy     int // requests holding or waiting for the session (guarded by the Gateway's mu)
+	// closedAt is when the session was closed (or ended idle) and began its
+	// feedback window (guarded by the Gateway's mu; zero while open).
+	closedAt time.Time
+	// size is the journal's length in bytes (the disk a held session takes).
+	size atomic.Int64
 }
 
 // turnRecord is one line of a session's journal: what one turn appended, and the
@@ -61,6 +67,9 @@ type turnRecord struct {
 	Rating      *int8  `json:"rating,omitempty"`
 	Comment     string `json:"comment,omitempty"`
 	CommentTurn int    `json:"comment_turn,omitempty"`
+	// ClosedAt marks the session closed at that time: its feedback window began
+	// (a restart holds it for the rest of the window).
+	ClosedAt *time.Time `json:"closed_at,omitempty"`
 }
 
 // segRecord is a segment in a journal line.
@@ -100,6 +109,7 @@ func (s *session) appendTurn(dir string, rec *turnRecord) error {
 	if _, err := s.journal.Write(line); err != nil {
 		return fmt.Errorf("append session journal: %w", err)
 	}
+	s.size.Add(int64(len(line)))
 	if err := s.journal.Sync(); err != nil {
 		return fmt.Errorf("sync session journal: %w", err)
 	}
@@ -166,11 +176,15 @@ func readJournal(path, id string) (*session, error) {
 			break
 		}
 		s.apply(&rec)
+		if rec.ClosedAt != nil {
+			s.closedAt = *rec.ClosedAt
+		}
 		good += len(sc.Bytes()) + 1
 	}
 	if good > len(b) {
 		good = len(b) // a last line without its newline decoded: keep it
 	}
+	s.size.Store(int64(good))
 	if good < len(b) {
 		if err := os.Truncate(path, int64(good)); err != nil {
 			return nil, fmt.Errorf("truncate session journal: %w", err)
