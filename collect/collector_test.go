@@ -3,8 +3,11 @@ package collect
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,13 +103,35 @@ func TestCollectorWaitsForTheSpool(t *testing.T) {
 	// One unclaimed file already waits: with MaxPending 1 nothing is written until
 	// ctx ends, which is a clean stop.
 	require.NoError(t, os.WriteFile(filepath.Join(out, "waiting.arrow"), nil, 0o644))
-	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	// The run stops once it says it waits (not after a delay, which a loaded machine
+	// could spend loading the policy).
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var progress bytes.Buffer
-	tot, err := Run(ctx, Options{ModelDir: modelDir, Out: out, MaxPending: 1, Files: 1, Log: zerolog.Nop(), Progress: &progress})
+	waiting := cancelOn{w: &progress, text: "waiting for the daemon to claim", cancel: cancel}
+	tot, err := Run(ctx, Options{ModelDir: modelDir, Out: out, MaxPending: 1, Files: 1, Log: zerolog.Nop(), Progress: &waiting})
 	require.NoError(t, err)
 	require.Zero(t, tot.Files)
 	require.Contains(t, progress.String(), "waiting for the daemon to claim: 1 unclaimed files")
 	_, err = Run(t.Context(), Options{Out: out, MaxPending: 5, Log: zerolog.Nop()})
 	require.ErrorContains(t, err, "no model directory")
+}
+
+// cancelOn passes writes to w and calls cancel once what was written holds text.
+type cancelOn struct {
+	mu     sync.Mutex
+	w      io.Writer
+	seen   strings.Builder
+	text   string
+	cancel func()
+}
+
+func (c *cancelOn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen.Write(b)
+	if strings.Contains(c.seen.String(), c.text) {
+		c.cancel()
+	}
+	return c.w.Write(b)
 }

@@ -62,8 +62,9 @@ type Config struct {
 	// EngineHooks tell serving engines (SGLang, vLLM LoRA) about each new
 	// checkpoint (docs/gateway.md "Engine hooks").
 	EngineHooks []gateway.HookConfig `yaml:"engine_hooks"`
-	// ShutdownTimeout bounds the drain on SIGTERM: finishing the file in hand and
-	// stopping the servers.
+	// ShutdownTimeout bounds a stop (SIGTERM, SIGINT) from the signal to the exit:
+	// the file and step in hand may finish until closeReserve of it is left, then
+	// they are abandoned and the servers stop (docs/running.md "Stopping").
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DiskFullRetry is how often a write that failed with a full disk (ENOSPC,
 	// EDQUOT) is tried again; claiming and checkpointing pause meanwhile.

@@ -104,6 +104,9 @@ type daemon struct {
 	loop      *train.Loop
 	ingesting atomic.Bool
 	beat      atomic.Int64 // unix nanos of the device loop's last progress
+	// workDeadline is when the work context ends after a stop (unix nanos; 0 before
+	// one): what closing may still wait for waits no longer.
+	workDeadline atomic.Int64
 }
 
 // training reports whether this run trains.
@@ -184,7 +187,7 @@ func (d *daemon) open() (close func(), err error) {
 
 	d.reg = prometheus.NewRegistry()
 	d.stats = newStats(d.opts.Version, d.cfg.DataDir, d.storage, d.started, d.spool, d.pauser.proto)
-	d.metrics = newMetrics(d.reg, d.stats, d.opts.Version)
+	d.metrics = newMetrics(d.reg, d.stats, d.opts.Version, []string{d.cfg.DataDir, d.cfg.SpoolDir(), d.cfg.OutputPath()})
 	d.reg.MustRegister(storageGauge(d.storage))
 	d.pauser.onChange = d.stats.publish
 	d.stats.publish()

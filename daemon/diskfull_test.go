@@ -20,6 +20,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/api/hindsight/v1/hindsightv1connect"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -74,7 +75,7 @@ func TestDiskFull(t *testing.T) {
 	require.NoError(t, err)
 
 	logs := &lockedBuffer{}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), testwait.Guard(10*time.Minute))
 	defer cancel()
 	runErr := make(chan error, 1)
 	go func() { runErr <- Run(ctx, cfg, Options{Version: "test", Log: zerolog.New(logs), ResumeFrom: -1}) }()
@@ -87,7 +88,7 @@ func TestDiskFull(t *testing.T) {
 			addr = m[1]
 		}
 		return m != nil
-	}, time.Minute, 20*time.Millisecond, "not ready: %s", logs)
+	}, testwait.Guard(2*time.Minute), 20*time.Millisecond, "not ready: %s", logs)
 	client := hindsightv1connect.NewStatusServiceClient(http.DefaultClient, "http://"+addr)
 	status := func() *hindsightv1.Status {
 		resp, err := client.GetStatus(ctx, connect.NewRequest(&hindsightv1.GetStatusRequest{}))
@@ -96,7 +97,7 @@ func TestDiskFull(t *testing.T) {
 	}
 
 	// The first step's checkpoint fails: the daemon pauses, says why, and keeps retrying.
-	require.Eventually(t, func() bool { return attempts.Load() >= 2 }, 2*time.Minute, 50*time.Millisecond, "%s", logs)
+	require.Eventually(t, func() bool { return attempts.Load() >= 2 }, testwait.Guard(5*time.Minute), 50*time.Millisecond, "%s", logs)
 	st := status()
 	require.True(t, st.GetPaused())
 	require.Equal(t, "disk full: "+cfg.CheckpointDir(), st.GetPauseReason())
@@ -104,11 +105,14 @@ func TestDiskFull(t *testing.T) {
 	require.Equal(t, "checkpoint", st.GetPause().GetDiskFullOp())
 	require.Contains(t, st.GetLastError(), "no space left on device")
 
-	// A file dropped now is not claimed.
-	_, err = rollout.WriteSynth(incoming, rollout.SynthOptions{N: 2, Tokens: 256, PerFile: 2, Seed: 6, IDPrefix: "b"})
+	// A file dropped now is not claimed: once status counts it in incoming/, it is
+	// still there and nothing is done.
+	dropped, err := rollout.WriteSynth(incoming, rollout.SynthOptions{N: 2, Tokens: 256, PerFile: 2, Seed: 6, IDPrefix: "b"})
 	require.NoError(t, err)
-	time.Sleep(600 * time.Millisecond)
-	require.EqualValues(t, 1, status().GetSpool().GetIncoming())
+	require.Eventually(t, func() bool { return status().GetSpool().GetIncoming() == 1 }, testwait.Guard(2*time.Minute), 50*time.Millisecond, "%s", logs)
+	for _, f := range dropped {
+		require.FileExists(t, f)
+	}
 	require.EqualValues(t, 0, status().GetSpool().GetDone())
 
 	// Room again: the retry succeeds, the pause ends, everything is trained.
@@ -116,14 +120,14 @@ func TestDiskFull(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st := status()
 		return !st.GetPaused() && st.GetSpool().GetDone() == 2 && st.GetTraining().GetRolloutsTrained() == 4
-	}, 2*time.Minute, 100*time.Millisecond, "%s", logs)
+	}, testwait.Guard(5*time.Minute), 100*time.Millisecond, "%s", logs)
 	checkPagesOfRun(t, "http://"+addr)
 
 	cancel()
 	select {
 	case err := <-runErr:
 		require.NoError(t, err)
-	case <-time.After(time.Minute):
+	case <-time.After(testwait.Guard(2 * time.Minute)):
 		t.Fatal("Run did not return after cancel")
 	}
 	// No temp file is left anywhere under the data directory.

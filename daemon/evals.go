@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"time"
 
@@ -17,7 +18,9 @@ import (
 // EvalsPath returns <data_dir>/evals.jsonl, where checkpoint evals are recorded.
 func (c *Config) EvalsPath() string { return filepath.Join(c.DataDir, "evals.jsonl") }
 
-// evalGrace is how long a shutdown waits for command evals still running.
+// evalGrace is how long a shutdown waits for command evals still running, at most:
+// never past the work context's end (graceLeft), so a stop ends within
+// shutdown_timeout.
 const evalGrace = 10 * time.Second
 
 // evaluator runs the configured eval suites after each checkpoint, on the device
@@ -43,7 +46,7 @@ func (d *daemon) openEvals() (close func(), err error) {
 	d.eval = &evaluator{rec: rec, runner: eval.NewRunner(d.cfg.Eval, rec, eval.RunnerOptions{
 		Log: d.opts.Log, ReadOptions: d.readOpts, OnResult: func(eval.Result) { d.stats.publish() }})}
 	return func() {
-		d.eval.runner.Close(evalGrace)
+		d.eval.runner.Close(d.graceLeft(evalGrace))
 		if err := rec.Close(); err != nil {
 			d.log.Error().Err(err).Msg("close evals.jsonl")
 		}
@@ -81,7 +84,9 @@ func evalProtos(rs []eval.Result) []*hindsightv1.EvalResult {
 }
 
 // evalCollector serves the latest eval of each suite from the published status:
-// hindsight_eval{suite,metric} and hindsight_eval_step{suite}.
+// hindsight_eval{suite,metric}, hindsight_eval_step{suite}, hindsight_eval_failed{suite}
+// and hindsight_eval_primary{suite}; and the best so far (hindsight_eval_best_primary,
+// hindsight_eval_best_step), which the eval regression alert compares it with.
 type evalCollector struct{ s *stats }
 
 var (
@@ -92,12 +97,21 @@ var (
 		"Step of the checkpoint the suite's latest eval measured.", []string{"suite"}, nil)
 	evalFailedDesc = prometheus.NewDesc("hindsight_eval_failed",
 		"1 when the suite's latest eval failed (its error is in status and evals.jsonl), else 0.", []string{"suite"}, nil)
+	evalPrimaryDesc = prometheus.NewDesc("hindsight_eval_primary",
+		"The suite's primary metric (higher is better) in its latest eval; absent while that eval failed.", []string{"suite"}, nil)
+	evalBestDesc = prometheus.NewDesc("hindsight_eval_best_primary",
+		"The suite's best primary metric over every checkpoint evaluated (evals.jsonl, across restarts).", []string{"suite"}, nil)
+	evalBestStepDesc = prometheus.NewDesc("hindsight_eval_best_step",
+		"Step of the checkpoint with the suite's best primary metric.", []string{"suite"}, nil)
 )
 
 func (c evalCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- evalDesc
 	ch <- evalStepDesc
 	ch <- evalFailedDesc
+	ch <- evalPrimaryDesc
+	ch <- evalBestDesc
+	ch <- evalBestStepDesc
 }
 
 func (c evalCollector) Collect(ch chan<- prometheus.Metric) {
@@ -115,5 +129,23 @@ func (c evalCollector) Collect(ch chan<- prometheus.Metric) {
 		for k, v := range e.Metrics {
 			ch <- prometheus.MustNewConstMetric(evalDesc, prometheus.GaugeValue, v, e.Suite, k)
 		}
+		if v, ok := primaryOf(e); ok {
+			ch <- prometheus.MustNewConstMetric(evalPrimaryDesc, prometheus.GaugeValue, v, e.Suite)
+		}
 	}
+	for _, e := range st.BestEvals {
+		if v, ok := primaryOf(e); ok {
+			ch <- prometheus.MustNewConstMetric(evalBestDesc, prometheus.GaugeValue, v, e.Suite)
+			ch <- prometheus.MustNewConstMetric(evalBestStepDesc, prometheus.GaugeValue, float64(e.Step), e.Suite)
+		}
+	}
+}
+
+// primaryOf is eval.Result.Score for the status's copy of a result.
+func primaryOf(e *hindsightv1.EvalResult) (float64, bool) {
+	if e.GetError() != "" {
+		return 0, false
+	}
+	v, ok := e.GetMetrics()[e.GetPrimary()]
+	return v, ok && !math.IsNaN(v)
 }

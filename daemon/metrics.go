@@ -17,7 +17,9 @@ type metrics struct {
 	tokens   prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry, s *stats, version string) *metrics {
+// newMetrics registers the daemon's series on reg; diskDirs are the directories whose
+// file systems hindsight_disk_*_bytes report.
+func newMetrics(reg *prometheus.Registry, s *stats, version string, diskDirs []string) *metrics {
 	m := &metrics{
 		files: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hindsight_files_total",
 			Help: "Spool files finished by this process, by outcome (done, failed, quarantined)."}, []string{"outcome"}),
@@ -87,6 +89,7 @@ func newMetrics(reg *prometheus.Registry, s *stats, version string) *metrics {
 		evalCollector{s},
 		termCollector{s},
 		gatewayCollector{s},
+		alertCollector{s: s, dirs: diskDirs},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -20,6 +20,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -225,7 +226,7 @@ func checkPagesOfRun(t *testing.T, base string) {
 		require.Equal(t, http.StatusOK, code)
 		require.NoError(t, json.Unmarshal([]byte(body), &doc))
 		return len(doc.Files) > 0 && len(doc.History) > 1 && doc.History[len(doc.History)-1].Step > 0
-	}, time.Minute, 100*time.Millisecond, "no credit file or training point in the history")
+	}, testwait.Guard(2*time.Minute), 100*time.Millisecond, "no credit file or training point in the history")
 	last := doc.History[len(doc.History)-1]
 	require.NotZero(t, last.Loss, "a step's loss is sampled")
 	require.True(t, slices.IsSortedFunc(doc.History, func(a, b HistoryPoint) int { return a.At.Compare(b.At) }), "oldest first")

@@ -27,10 +27,12 @@ import (
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/api/hindsight/v1/hindsightv1connect"
 	"github.com/hindsight-ai/hindsight/internal/apikey"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 )
 
 // testTimeout bounds every call a test makes; the server answers in milliseconds.
-const testTimeout = 10 * time.Second
+// testTimeout is the tests' hang guard for a call or a wait.
+var testTimeout = testwait.Guard(time.Minute)
 
 func testStatus() *hindsightv1.Status {
 	return &hindsightv1.Status{
@@ -193,11 +195,9 @@ func TestServerWatchStatus(t *testing.T) {
 			defer cancel()
 			shutdownErr <- s.Shutdown(ctx)
 		}()
-		start := time.Now()
 		require.False(t, stream.Receive())
 		require.Equal(t, connect.CodeUnavailable, connect.CodeOf(stream.Err()), "err: %v", stream.Err())
-		require.NoError(t, <-shutdownErr)
-		require.Less(t, time.Since(start), 2*time.Second, "shutdown took too long")
+		require.NoError(t, <-shutdownErr) // the stream, an hour between messages, ended by Shutdown
 		require.NoError(t, stream.Close())
 	})
 }

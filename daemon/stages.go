@@ -208,21 +208,41 @@ func (d *daemon) waitProcessed(ctx context.Context, done func()) error {
 	}
 }
 
-// workContext returns the context file processing runs under: it outlives ctx by
-// cfg.ShutdownTimeout, so a drain finishes the file in hand instead of abandoning it
-// (abandoning is safe too: the file is resumed on the next start).
+// workContext returns the context file processing and the device loop run under:
+// it outlives ctx by cfg.ShutdownTimeout less closeReserve, so a stop finishes the
+// file and the step in hand when it can; after that they are abandoned (safe: the
+// file is resumed and the step's rollouts trained again on the next start), and
+// closing still ends within shutdown_timeout (docs/running.md "Stopping").
 func (d *daemon) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var once sync.Once
+	timeout := d.cfg.ShutdownTimeout
 	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(d.cfg.ShutdownTimeout, func() {
-			d.log.Warn().Dur("shutdown_timeout", d.cfg.ShutdownTimeout).Msg("drain took too long; abandoning the file in hand (it resumes on restart)")
+		d.workDeadline.Store(time.Now().Add(timeout - closeReserve(timeout)).UnixNano())
+		t := time.AfterFunc(timeout-closeReserve(timeout), func() {
+			d.log.Warn().Stringer("shutdown_timeout", timeout).Stringer("closing_within", closeReserve(timeout)).
+				Msg("shutdown timeout nearly over: abandoning the work in hand (it resumes on restart)")
 			cancel()
 		})
 		context.AfterFunc(work, func() { t.Stop() })
 	})
 	return work, func() { once.Do(func() { stop(); cancel() }) }
 }
+
+// graceLeft is how long closing may wait for something still running: at most max,
+// and after a stop no later than the work context's end.
+func (d *daemon) graceLeft(max time.Duration) time.Duration {
+	at := d.workDeadline.Load()
+	if at == 0 {
+		return max
+	}
+	return min(max, time.Until(time.Unix(0, at)))
+}
+
+// closeReserve is the part of shutdown_timeout kept for closing once the work in
+// hand is abandoned (the device loop returns at once, then the servers stop and the
+// journal closes: milliseconds on an idle machine): a fifth of it, at most 5 s.
+func closeReserve(timeout time.Duration) time.Duration { return min(timeout/5, 5*time.Second) }
 
 // recover finishes what a crash left in processing/, in claim order.
 // It stops early, leaving the rest for the next start, when ctx ends.

@@ -31,7 +31,7 @@ func TestStepLossTerms(t *testing.T) {
 	s := newStats("test", dir, fsutil.Features{}, time.Now(), sp, func() *hindsightv1.PauseState { return nil })
 	s.setBackend("go", "cpu", 10, dir)
 	reg := prometheus.NewRegistry()
-	newMetrics(reg, s, "test")
+	newMetrics(reg, s, "test", nil)
 	s.publish()
 	require.Empty(t, termSeries(t, reg), "no term series before the first step")
 

@@ -38,6 +38,11 @@ type Config struct {
 	// MaxTokens is the default max_tokens of a request that gives none (still
 	// bounded by the model's context).
 	MaxTokens int `yaml:"max_tokens"`
+	// MaxContextTokens bounds the context served (prompt and reply, in tokens)
+	// below the model's max_position_embeddings: a longer conversation is refused
+	// with 400 context_length_exceeded, and GET /v1/models says the bound
+	// (max_model_len).
+	MaxContextTokens int `yaml:"max_context_tokens"`
 	// MaxRequestBytes bounds a request body.
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
 	// MaxPending bounds the chat requests in the gateway at once (sampling or
@@ -82,6 +87,7 @@ func DefaultConfig() Config {
 		FeedbackWindowMaxBytes: 256 << 20,
 		MaxCommentBytes:        8 << 10,
 		MaxTokens:              512,
+		MaxContextTokens:       8192,
 		MaxRequestBytes:        8 << 20,
 		MaxPending:             64,
 		MaxBatch:               8,
@@ -113,6 +119,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway.max_comment_bytes %d: want in [1, %d]", c.MaxCommentBytes, feedbackBodyLimit/2)
 	case c.MaxTokens <= 0:
 		return fmt.Errorf("gateway.max_tokens %d: want > 0", c.MaxTokens)
+	case c.MaxContextTokens < 2:
+		return fmt.Errorf("gateway.max_context_tokens %d: want ≥ 2", c.MaxContextTokens)
 	case c.MaxRequestBytes <= 0:
 		return fmt.Errorf("gateway.max_request_bytes %d: want > 0", c.MaxRequestBytes)
 	case c.MaxBatch <= 0:

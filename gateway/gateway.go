@@ -99,7 +99,7 @@ func New(opts Options) (*Gateway, error) {
 	if err := opts.Precision.CheckBackend(backend); err != nil {
 		return nil, fmt.Errorf("open gateway: model.%w", err)
 	}
-	g.pol = &policies{backend: backend, precision: opts.Precision, initial: opts.ModelDir, root: opts.Checkpoints, batch: g.cfg.MaxBatch, log: g.log}
+	g.pol = &policies{backend: backend, precision: opts.Precision, initial: opts.ModelDir, root: opts.Checkpoints, batch: g.cfg.MaxBatch, context: g.cfg.MaxContextTokens, log: g.log}
 	if g.cfg.Upstream != "" {
 		g.pol.up = &upstream{base: g.cfg.Upstream, model: g.cfg.UpstreamModel, keyEnv: g.cfg.UpstreamAPIKeyEnv,
 			client: &http.Client{Timeout: g.cfg.UpstreamTimeout}}
@@ -218,6 +218,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", g.chat)
 	mux.HandleFunc("GET /v1/models", g.models)
+	mux.HandleFunc("GET /v1/models/{id}", g.model)
 	mux.HandleFunc("POST /v1/sessions/{id}/close", g.closeSession)
 	mux.HandleFunc("POST /v1/feedback", g.feedback)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -284,6 +285,9 @@ type Stats struct {
 	HeldSessions, HeldBytes, HeldEarly int64
 	// UnusableComments are comments the feedback API took and answered as unusable.
 	UnusableComments int64
+	// RowsDropped counts the embedded sampler's rows dropped because their
+	// client went away (waiting or mid-sample).
+	RowsDropped int64
 	// Feedback counts the late-feedback records on disk.
 	Feedback LateCounts
 }
@@ -302,6 +306,7 @@ func (g *Gateway) Stats() Stats {
 	if p := g.pol.cur.Load(); p != nil {
 		st.PolicyStep = p.step
 	}
+	st.RowsDropped = g.pol.dropped.Load()
 	return st
 }
 

@@ -1,9 +1,6 @@
 package gateway
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
+	"github.com/hindsight-ai/hindsight/internal/wlog"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -33,7 +31,7 @@ type session struct {
 	version  int64 // the oldest policy step that sampled a turn; -1 before the first
 	tok      string
 	turns    int
-	journal  *os.File
+	journal  *wlog.Log
 	ended    bool // written (or being written) to the spool; a request that finds it retries
 	used     time.Time
 	// rating is a person's −1/0/+1 rating of the whole conversation (nil: none);
@@ -88,31 +86,21 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 func journalPath(dir, id string) string { return filepath.Join(dir, id+".jsonl") }
 
 // appendTurn writes rec to the journal and fsyncs it (creating the journal, and
-// fsyncing its folder, on the first turn), then applies it to s.
+// fsyncing its folder, on the first turn), then applies it to s. A failed append is
+// cut off the journal (internal/wlog), so the turn is not recorded and the next one
+// starts a clean line.
 func (s *session) appendTurn(dir string, rec *turnRecord) error {
-	line, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("encode turn: %w", err)
-	}
-	line = append(line, '\n')
 	if s.journal == nil {
-		f, err := os.OpenFile(journalPath(dir, s.id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		log, err := wlog.Open(journalPath(dir, s.id), wlog.Options{})
 		if err != nil {
 			return fmt.Errorf("open session journal: %w", err)
 		}
-		if err := fsutil.SyncDir(dir); err != nil {
-			f.Close()
-			return fmt.Errorf("open session journal: %w", err)
-		}
-		s.journal = f
+		s.journal = log
 	}
-	if _, err := s.journal.Write(line); err != nil {
+	if err := s.journal.AppendJSON(rec); err != nil {
 		return fmt.Errorf("append session journal: %w", err)
 	}
-	s.size.Add(int64(len(line)))
-	if err := s.journal.Sync(); err != nil {
-		return fmt.Errorf("sync session journal: %w", err)
-	}
+	s.size.Store(s.journal.Size())
 	s.apply(rec)
 	return nil
 }
@@ -158,49 +146,28 @@ func (s *session) apply(rec *turnRecord) {
 	s.tok = rec.Tokenizer
 }
 
-// readJournal rebuilds a session from its journal. A last line that does not
-// decode is a turn whose append a crash cut short: it was never acknowledged, so
-// it is dropped (and cut off the file, so the next append starts a clean line).
+// readJournal rebuilds a session from its journal, by the line log's rule
+// (internal/wlog): a last line a crash cut short is a turn that was never
+// acknowledged, so it is cut off and the next append starts a clean line; a line that
+// does not decode with lines after it is an error naming the file, the line and its
+// byte offset, and the journal is left as it is. A journal without a turn gives nil.
 func readJournal(path, id string) (*session, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read session journal: %w", err)
-	}
 	s := &session{id: id, version: -1}
-	good := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<30)
-	for sc.Scan() {
-		var rec turnRecord
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			break
-		}
-		s.apply(&rec)
+	log, err := wlog.Open(path, wlog.Options{Replay: wlog.JSON(func(rec *turnRecord) error {
+		s.apply(rec)
 		if rec.ClosedAt != nil {
 			s.closedAt = *rec.ClosedAt
 		}
-		good += len(sc.Bytes()) + 1
-	}
-	if good > len(b) {
-		good = len(b) // a last line without its newline decoded: keep it
-	}
-	s.size.Store(int64(good))
-	if good < len(b) {
-		if err := os.Truncate(path, int64(good)); err != nil {
-			return nil, fmt.Errorf("truncate session journal: %w", err)
-		}
+		return nil
+	})})
+	if err != nil {
+		return nil, fmt.Errorf("read session journal: %w", err)
 	}
 	if s.turns == 0 {
-		return nil, nil
+		return nil, log.Close()
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open session journal: %w", err)
-	}
-	if good == len(b) && len(b) > 0 && b[len(b)-1] != '\n' {
-		f.Write([]byte{'\n'})
-	}
-	s.journal = f
+	s.journal = log
+	s.size.Store(log.Size())
 	return s, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -121,7 +122,7 @@ func TestUpstreamStreamsTokenByToken(t *testing.T) {
 		chunk('H', "")
 		select {
 		case <-clientHasFirst:
-		case <-time.After(10 * time.Second):
+		case <-time.After(testwait.Guard(time.Minute)):
 			t.Error("the gateway did not pass the first token on before the engine finished")
 		}
 		chunk('i', "")

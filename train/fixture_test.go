@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -93,7 +94,7 @@ func (fx *loopFixture) run(t *testing.T, lp *Loop, edit func(row int, r *rollout
 	obs := &recorder{}
 	ran := make(chan error, 1)
 	go func() { ran <- lp.Run(t.Context(), t.Context(), in, obs) }()
-	require.Eventually(t, func() bool { return obs.finished() == 1 }, 2*time.Minute, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return obs.finished() == 1 }, testwait.Guard(5*time.Minute), 20*time.Millisecond)
 	close(in)
 	require.NoError(t, <-ran)
 	return obs

@@ -16,7 +16,8 @@ import (
 // Run takes items in order from in until it is closed or ctx ends, then finishes:
 // the step in hand completes under work (the shutdown timeout), a partial batch is
 // abandoned (its rollouts are replayed on the next start), and a final checkpoint is
-// written if any step happened since the last one.
+// written if any step happened since the last one. When work ends while a step runs
+// on the device, the step is abandoned (deviceStep) and Run returns at once.
 //
 // While paused it takes no item and starts no step; the step in hand (take runs it
 // synchronously) finishes first. Checkpoints of steps already taken are still
@@ -65,9 +66,10 @@ func (lp *Loop) Run(ctx, work context.Context, in <-chan *Item, obs Observer) er
 	}
 }
 
-// fail returns err unless it only reports the shutdown.
+// fail returns err unless it only reports the shutdown (a step abandoned at the
+// shutdown timeout included: Run returns at once, without a final checkpoint).
 func fail(ctx context.Context, err error) error {
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+	if errors.Is(err, errAbandoned) || ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
@@ -171,7 +173,10 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 	for i, e := range batch {
 		xb[i] = e.xr
 	}
-	met, err := lp.tr.Step(ctx, xb)
+	met, err := lp.deviceStep(ctx, xb)
+	if errors.Is(err, errAbandoned) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("device: %w", err)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 
 	"github.com/gomlx/gomlx/backends"
@@ -24,18 +26,41 @@ type SampleOptions struct {
 	// TopP keeps the smallest set of most likely tokens whose probability reaches P
 	// (0 or 1: all).
 	TopP float64
+	// MinP drops the tokens whose probability (after temperature, top-k and top-p)
+	// is below MinP times the most likely token's (0: none).
+	MinP float64
+	// LogitBias is added to the logits of its token ids before anything else (as
+	// OpenAI's logit_bias: −100 bans a token, +100 all but forces it).
+	LogitBias map[int32]float32
+	// PresencePenalty and FrequencyPenalty are subtracted from the logit of every
+	// token already sampled in this row, once and per time sampled (OpenAI's
+	// presence_penalty and frequency_penalty, in [−2, 2]).
+	PresencePenalty, FrequencyPenalty float64
+	// RepetitionPenalty (> 0; 0 or 1: none) divides the positive logits and
+	// multiplies the negative ones of every token in the prompt or sampled so far
+	// (as transformers' and vLLM's repetition_penalty).
+	RepetitionPenalty float64
+	// TopLogProbs asks for the TopLogProbs most likely tokens of each step's
+	// sampled distribution (Sample.Top), at most MaxTopLogProbs.
+	TopLogProbs int
 	// Stop ends a row when one of these ids is sampled (it is kept in the output).
+	// A row of Rows stops at the top level's Stop and its own.
 	Stop []int32
+	// Gone, when it closes, stops the row before its next decode step with
+	// StopGone (the client went away): its slot in the batch is freed, and a
+	// call whose rows are all gone returns.
+	Gone <-chan struct{}
 	// Seed seeds row r's stream (PCG(Seed, r)): the same seed, prompts and backend
 	// give the same tokens.
 	Seed uint64
 	// OnToken, when set, is called for each token as it is sampled (a stop token
 	// included), in order within a row, on Generate's goroutine, with the log-prob
-	// Sample.LogProbs will hold: a server streams the reply while it is sampled.
-	// Decoding waits for it to return.
-	OnToken func(row int, tok int32, logProb float32)
-	// Rows, when set (one per prompt), gives each row its own MaxNew,
-	// Temperature, TopK, TopP and Seed (their Stop and OnToken are ignored), so
+	// Sample.LogProbs will hold (and the step's Sample.Top entry, nil without
+	// TopLogProbs): a server streams the reply while it is sampled. Decoding waits
+	// for it to return.
+	OnToken func(row int, tok int32, logProb float32, top []TokenLogProb)
+	// Rows, when set (one per prompt), gives each row its own options (its Stop
+	// adds to the top level's, its OnToken and Rows are ignored), so
 	// unrelated requests share one batch; row r then draws from PCG(Rows[r].Seed,
 	// 0), the stream it would have alone, and the top level's MaxNew must be their
 	// largest.
@@ -48,7 +73,7 @@ func (o SampleOptions) row(r int) SampleOptions {
 		return o
 	}
 	ro := o.Rows[r]
-	ro.Stop, ro.OnToken, ro.Rows = o.Stop, o.OnToken, nil
+	ro.Stop, ro.OnToken, ro.Rows = append(slices.Clone(o.Stop), ro.Stop...), o.OnToken, nil
 	return ro
 }
 
@@ -71,6 +96,19 @@ func (o SampleOptions) Validate() error {
 		return fmt.Errorf("sample options: top_k %d: want ≥ 0", o.TopK)
 	case o.TopP < 0 || o.TopP > 1:
 		return fmt.Errorf("sample options: top_p %g: want in [0, 1]", o.TopP)
+	case o.MinP < 0 || o.MinP > 1:
+		return fmt.Errorf("sample options: min_p %g: want in [0, 1]", o.MinP)
+	case o.RepetitionPenalty < 0:
+		return fmt.Errorf("sample options: repetition_penalty %g: want > 0", o.RepetitionPenalty)
+	case o.TopLogProbs < 0 || o.TopLogProbs > MaxTopLogProbs:
+		return fmt.Errorf("sample options: top_logprobs %d: want in [0, %d]", o.TopLogProbs, MaxTopLogProbs)
+	case math.IsNaN(o.PresencePenalty) || math.IsInf(o.PresencePenalty, 0) || math.IsNaN(o.FrequencyPenalty) || math.IsInf(o.FrequencyPenalty, 0):
+		return fmt.Errorf("sample options: presence_penalty %g, frequency_penalty %g: want finite", o.PresencePenalty, o.FrequencyPenalty)
+	}
+	for id, b := range o.LogitBias {
+		if math.IsNaN(float64(b)) || math.IsInf(float64(b), 0) {
+			return fmt.Errorf("sample options: logit_bias[%d] %g: want finite", id, b)
+		}
 	}
 	for r, ro := range o.Rows {
 		if ro.Rows != nil {
@@ -91,14 +129,29 @@ const (
 	StopToken   = "stop"    // sampled one of SampleOptions.Stop
 	StopLength  = "length"  // reached MaxNew
 	StopContext = "context" // reached max_position_embeddings
+	StopGone    = "gone"    // SampleOptions.Gone closed: nobody waits for the row
 )
+
+// MaxTopLogProbs is the most SampleOptions.TopLogProbs (OpenAI's limit).
+const MaxTopLogProbs = 20
+
+// TokenLogProb is a token and its log-prob (nats).
+type TokenLogProb struct {
+	Token   int32
+	LogProb float32
+}
 
 // Sample is what Generate returns for one prompt.
 type Sample struct {
 	Tokens []int32 // the sampled tokens (a stop token included)
 	// LogProbs[i] is log q(Tokens[i]) under the distribution actually sampled from:
-	// softmax(logits/T) restricted to top-k and top-p and renormalised (0 when greedy).
+	// the logits with LogitBias and the penalties applied, divided by T, restricted
+	// to top-k, top-p and min-p and renormalised (0 when greedy).
 	LogProbs []float32
+	// Top[i], with SampleOptions.TopLogProbs, holds the most likely tokens of step
+	// i's distribution q, most likely first: at most TopLogProbs, and only tokens q
+	// can sample (one, the token itself with 0, when greedy).
+	Top [][]TokenLogProb
 	// PolicyLogProbs[i] is log π(Tokens[i] | prompt, Tokens[:i]) at temperature 1
 	// without truncation: what Scorer.Score gives for the same sequence.
 	PolicyLogProbs []float32
@@ -227,7 +280,15 @@ func (s *Sampler) Generate(ctx context.Context, prompts [][]int32, opts SampleOp
 	}
 	c := s.newCache(len(prompts), capacity)
 	defer c.close()
-	if err := s.runPrefill(ctx, c, prompts); err != nil {
+	allGone := func() bool {
+		for r := range prompts {
+			if !gone(opts.row(r).Gone) {
+				return false
+			}
+		}
+		return true
+	}
+	if err := s.runPrefill(ctx, c, prompts, allGone); err != nil {
 		return nil, err
 	}
 	return s.decode(ctx, c, prompts, opts)

@@ -25,11 +25,12 @@ func (s *Sampler) newCache(b, capacity int) *contiguousCache {
 	return c
 }
 
-// runPrefill writes the keys and values of every prompt but its last token into c,
+// runPrefill writes the keys and values of every prompt but its last token into c
+// (it stops early once every row is gone),
 // all rows at positions 0…, right-padded with token 0: a padded position of row r
 // lies at or after its last prompt token, which decoding overwrites before any
 // query can see it.
-func (s *Sampler) runPrefill(ctx context.Context, c *contiguousCache, prompts [][]int32) error {
+func (s *Sampler) runPrefill(ctx context.Context, c *contiguousCache, prompts [][]int32, allGone func() bool) error {
 	b, n := len(prompts), 0
 	for _, p := range prompts {
 		n = max(n, len(p)-1)
@@ -38,6 +39,9 @@ func (s *Sampler) runPrefill(ctx context.Context, c *contiguousCache, prompts []
 	for off := 0; off < n; {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if allGone() { // decode marks every row gone at once
+			return nil
 		}
 		// The chunk: a power of two ≤ Chunk that holds what is left (≥ minChunk),
 		// halved while one chunk's attention scores exceed the default budget.
@@ -79,13 +83,24 @@ func (s *Sampler) decode(ctx context.Context, c *contiguousCache, prompts [][]in
 		rngs[r] = opts.seedOf(r)
 	}
 	rows := make([]SampleOptions, b)
+	hist := make([]*history, b)
 	for r := range rows {
 		rows[r] = opts.row(r)
+		hist[r] = newHistory(prompts[r], rows[r])
 	}
 	var scratch pickScratch
 	for step, live := 0, b; live > 0; step++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		for r := range out {
+			if out[r].Reason == "" && gone(rows[r].Gone) {
+				out[r].Reason = StopGone
+				live--
+			}
+		}
+		if live == 0 {
+			break
 		}
 		if need := int(slices.Max(pos)) + 1; need > c.capacity() {
 			if err := s.growCache(c, need); err != nil {
@@ -107,15 +122,26 @@ func (s *Sampler) decode(ctx context.Context, c *contiguousCache, prompts [][]in
 			if o.Reason != "" {
 				continue
 			}
-			tok, lp, plp := pick(logits[r*vocab:(r+1)*vocab], rows[r], rngs[r], &scratch)
+			raw := logits[r*vocab : (r+1)*vocab]
+			adj := adjust(raw, rows[r], hist[r], &scratch)
+			tok, lp, plp := pick(adj, rows[r], rngs[r], &scratch)
+			if &adj[0] != &raw[0] { // the policy's log-prob is the unadjusted model's
+				plp = float64(raw[tok]) - logSumExp(raw, 1, float64(slices.Max(raw)))
+			}
+			hist[r].add(tok)
 			o.Tokens = append(o.Tokens, tok)
 			o.LogProbs = append(o.LogProbs, float32(lp))
+			var top []TokenLogProb
+			if rows[r].TopLogProbs > 0 {
+				top = scratch.top(rows[r].TopLogProbs)
+				o.Top = append(o.Top, top)
+			}
 			o.PolicyLogProbs = append(o.PolicyLogProbs, float32(plp))
 			if opts.OnToken != nil {
-				opts.OnToken(r, tok, float32(lp))
+				opts.OnToken(r, tok, float32(lp), top)
 			}
 			switch {
-			case slices.Contains(opts.Stop, tok):
+			case slices.Contains(rows[r].Stop, tok):
 				o.Reason = StopToken
 			case len(o.Tokens) == rows[r].MaxNew:
 				o.Reason = StopLength
@@ -143,4 +169,14 @@ func (s *Sampler) growCache(c *contiguousCache, n int) error {
 	}
 	c.replace(takeKV(listOf(out), len(c.kv.K)))
 	return nil
+}
+
+// gone reports whether done is closed (nil: never).
+func gone(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }

@@ -77,6 +77,10 @@ func main() {
 	ws3Every := flag.Int("warmstart3-eval-every", efficacy.DefaultWarmStart3().EvalEvery, "steps between validation evals of protocol 3's warm start")
 	ws3Patience := flag.Int("warmstart3-patience", efficacy.DefaultWarmStart3().Patience, "evals without a better checkpoint (efficacy.Gate3Better) before protocol 3's warm start stops")
 	ws3Grow := flag.Int("warmstart3-grow-layers", 0, "grow the -warmstart-from model to this many layers before protocol 3's warm start (efficacy.GrowLayers: new layers appended, their o_proj and down_proj at zero, so the grown model computes what the original does); 0: no growth")
+	ws3Copy := flag.Int("warmstart3-copy", 0, "rollouts of each 32-rollout batch from the copy curriculum (efficacy.CopyDemos3, attempt 5: 16); 0: none")
+	ws3Margin := flag.Int("warmstart3-margin-tasks", 0, "validation tasks on which every eval measures ProbeSplit's deciding-token margin (attempt 5: 100); 0: not measured")
+	ws3KeepMargin := flag.Bool("warmstart3-keep-margin", false, "keep the best eval by efficacy.MarginBetter (inside G3's band, then the larger margin) and stop only at Gate3Proxy, the step cap or the budget (attempt 5)")
+	seedList := flag.String("seed-list", "", "the seeds of -pilot's first and -arms3's runs, comma-separated (e.g. 101,102,103: seeds no one has looked at; each seed fixes its train tasks and sampling); overrides -seeds")
 	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
 	evalSplit := flag.String("eval-split", def.EvalSplit, "split of the arms' evals: heldout, or validation for a pilot")
 	replot := flag.Bool("replot", false, "read DIR/results.json, summarize its runs again and rewrite the plots and table")
@@ -108,6 +112,11 @@ func main() {
 		cfg := efficacy.DefaultWarmStart3()
 		cfg.Steps, cfg.WallBudget, cfg.Demo.Own, cfg.Demo.HintRate = *ws3Steps, *ws3Budget, *ws3Own, *ws3Hint
 		cfg.LR, cfg.EvalEvery, cfg.Patience, cfg.GrowLayers = *ws3LR, *ws3Every, *ws3Patience, *ws3Grow
+		if *ws3Copy > 0 {
+			cfg.Copy = efficacy.DefaultCopy3()
+			cfg.Copy.PerBatch = *ws3Copy
+		}
+		cfg.MarginTasks, cfg.KeepByMargin = *ws3Margin, *ws3KeepMargin
 		from := *wsFrom
 		if from == "" {
 			from = "bench/efficacy/warmstart/model"
@@ -152,6 +161,13 @@ func main() {
 			for i := 1; i <= *seeds; i++ {
 				cfg.Seeds = append(cfg.Seeds, int64(i))
 			}
+		}
+		if *seedList != "" {
+			list, err := efficacy.ParseSeeds(*seedList)
+			if err != nil {
+				fatal(fmt.Errorf("-seed-list: %w", err))
+			}
+			cfg.Seeds = list
 		}
 		if set["arms"] {
 			cfg.Arms = strings.Split(*arms, ",")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -46,10 +47,24 @@ func warmStart3(ctx context.Context, backend backends.Backend, dir, from string,
 		return err
 	}
 	res.Config.Init, res.Config.Out = from, "model"
+	if cfg.MarginTasks > 0 && len(res.Validation) > 0 {
+		var png bytes.Buffer
+		if err := efficacy.PlotCopyCurve(&png, res.Validation, res.Steps, "protocol 3 warm start: the copy on validation"); err != nil {
+			return err
+		}
+		if err := fsutil.WriteFileBytes(filepath.Join(dir, "warmstart", "curve.png"), png.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	sum, err := efficacy.ModelDigest(cfg.Out) // the weights are not committed from attempt 5 on
+	if err != nil {
+		return err
+	}
 	b, err := json.MarshalIndent(efficacy.JSONSafe(struct {
-		Command string                    `json:"command"`
-		Result  efficacy.WarmStart3Result `json:"result"`
-	}{"go run ./bench/efficacy " + strings.Join(os.Args[1:], " "), res}), "", "  ")
+		Command     string                    `json:"command"`
+		ModelSHA256 string                    `json:"model_sha256"`
+		Result      efficacy.WarmStart3Result `json:"result"`
+	}{"go run ./bench/efficacy " + strings.Join(os.Args[1:], " "), sum, res}), "", "  ")
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -51,13 +52,24 @@ func TestEstimateMemory(t *testing.T) {
 	require.Equal(t, "full AdamW", rows[0].Verdict)
 }
 
+// testDefaults is the rehearsal's options with every stage budget a hang guard
+// (testwait): the tests check what each stage records, never how fast a shared
+// machine ran it. A test that checks the timeout path sets a budget of its own.
+func testDefaults() Options {
+	opts := Defaults(true)
+	for s := range opts.Budgets {
+		opts.Budgets[s] = testwait.Guard(15 * time.Minute)
+	}
+	return opts
+}
+
 // TestRunRehearsal runs the parity, generate and memory stages at tiny sizes on
 // the pure-Go backend without a PyTorch peer: results.json records every stage, the
 // peer's measurements as skipped, hinted scoring within tolerance, and a stage over
 // its budget as a timeout while the next stage still runs.
 func TestRunRehearsal(t *testing.T) {
 	out := t.TempDir()
-	opts := Defaults(true)
+	opts := testDefaults()
 	// Not plain "go": its parallel mode deadlocks now and then under nested matmuls in
 	// GoMLX v0.26.0 (xla.DefaultBackend); one run of this test hung to its timeout.
 	opts.Out, opts.Backend = out, xla.DefaultBackend
@@ -105,7 +117,7 @@ func TestRunRehearsal(t *testing.T) {
 // records the precision table.
 func TestRunRehearsalPrecision(t *testing.T) {
 	out := t.TempDir()
-	opts := Defaults(true)
+	opts := testDefaults()
 	// The pure-Go backend without its parallel mode, which deadlocks now and then
 	// under nested matmuls in v0.26.0 (xla.DefaultBackend).
 	opts.Out, opts.Backend = out, xla.DefaultBackend
@@ -147,7 +159,7 @@ func TestRunDataParallelStage(t *testing.T) {
 		}
 		t.Skipf("XLA CPU plugin not available: %v", err)
 	}
-	opts := Defaults(true)
+	opts := testDefaults()
 	opts.Out, opts.Backend = t.TempDir(), xla.CPUPluginName+",devices=2"
 	opts.Stages, opts.DataParallelT = []string{"dataparallel"}, 32
 	res, err := Run(context.Background(), opts, nil, zerolog.Nop())

@@ -18,7 +18,7 @@ import (
 // log-probs file (T−1 finite values) and the peer recorded as skipped.
 func TestProfileStage(t *testing.T) {
 	out := t.TempDir()
-	opts := Defaults(true)
+	opts := testDefaults()
 	opts.Out, opts.Backend, opts.Stages, opts.ProfileT, opts.Pprof = out, "go", []string{"profile"}, 40, true
 	res, err := Run(context.Background(), opts, nil, zerolog.Nop())
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 )
 
 func writeInspectCredit(t *testing.T) string {
@@ -100,7 +101,7 @@ func TestInspectServes(t *testing.T) {
 			url = m[1]
 		}
 		return m != nil
-	}, 10*time.Second, 10*time.Millisecond)
+	}, testwait.Guard(time.Minute), 10*time.Millisecond)
 	resp, err := http.Get(url)
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
@@ -112,7 +113,7 @@ func TestInspectServes(t *testing.T) {
 	select {
 	case code := <-done:
 		require.Equal(t, 0, code, stderr.String())
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Guard(time.Minute)):
 		t.Fatal("inspect -serve did not stop on cancel")
 	}
 }

@@ -19,9 +19,11 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/daemon"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 )
 
-const statusTestTimeout = 10 * time.Second
+// statusTestTimeout is the tests' hang guard for a call or a wait.
+var statusTestTimeout = testwait.Guard(time.Minute)
 
 func statusFixture() *hindsightv1.Status {
 	return &hindsightv1.Status{

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -35,10 +37,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// The fsfault tag adds one init function that reads fsutil.FaultEnv and does
-	// nothing without it; building once with it spares CI a second build of both
-	// binaries for the tests that refuse RENAME_NOREPLACE at the system call.
-	build := exec.Command("go", "build", "-tags", "fsfault", "-o", dir+"/", "github.com/hindsight-ai/hindsight/cmd/hindsightd", "github.com/hindsight-ai/hindsight/cmd/hindsight")
+	// The fsfault and devicefault tags add init functions that read
+	// fsutil.FaultEnv and train.StallStepEnv and do nothing without them; building
+	// once with them spares CI a second build of both binaries for the tests that
+	// refuse RENAME_NOREPLACE at the system call or stall the device.
+	build := exec.Command("go", "build", "-tags", "fsfault,devicefault", "-o", dir+"/", "github.com/hindsight-ai/hindsight/cmd/hindsightd", "github.com/hindsight-ai/hindsight/cmd/hindsight")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build binaries:", err)
@@ -107,13 +110,15 @@ func startDaemonBin(t *testing.T, bin string, env []string, args ...string) *pro
 	return p
 }
 
-// wait returns the exit code, failing the test after timeout.
+// wait returns the exit code, failing the test if the process has not exited after
+// timeout (a hang guard: scaled by testwait, and never under two minutes).
 func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 	t.Helper()
+	guard := testwait.Guard(max(timeout, 2*time.Minute))
 	select {
 	case <-p.done:
-	case <-time.After(timeout):
-		t.Fatalf("hindsightd did not exit within %s; log:\n%s", timeout, p.log())
+	case <-time.After(guard):
+		t.Fatalf("hindsightd did not exit within %s (a hang guard; %s=%g); log:\n%s", guard, testwait.ScaleEnv, testwait.Scale(), p.log())
 	}
 	return p.cmd.ProcessState.ExitCode()
 }
@@ -123,24 +128,47 @@ var listenRe = regexp.MustCompile(`"listen":"([^"]+)".*"message":"ready"`)
 // waitReady waits for the "ready" log line and returns the status address.
 func (p *proc) waitReady(t *testing.T) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var addr string
+	p.waitFor(t, 2*time.Minute, "the ready line", func() bool {
 		if m := listenRe.FindStringSubmatch(p.log()); m != nil {
-			return m[1]
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	return addr
+}
+
+// waitFor polls done until it is true, failing the test if the process exits first
+// or after the hang guard limit (testwait.Until); what names the awaited event.
+func (p *proc) waitFor(t *testing.T, limit time.Duration, what string, done func() bool) {
+	t.Helper()
+	testwait.Until(t, limit, 20*time.Millisecond, func() string { return what + "; log:\n" + p.log() }, func() bool {
+		if done() {
+			return true
 		}
 		select {
 		case <-p.done:
-			t.Fatalf("hindsightd exited before ready: %v\n%s", p.err, p.log())
-		case <-time.After(20 * time.Millisecond):
+			t.Fatalf("hindsightd exited while the test waited for %s: %v\n%s", what, p.err, p.log())
+		default:
 		}
-	}
-	t.Fatalf("hindsightd not ready in time:\n%s", p.log())
-	return ""
+		return false
+	})
+}
+
+// waitLog waits until the log holds n lines whose message is msg.
+func (p *proc) waitLog(t *testing.T, limit time.Duration, msg string, n int) {
+	t.Helper()
+	p.waitFor(t, limit, fmt.Sprintf("%d %q lines", n, msg), func() bool { return p.count(msg) >= n })
+}
+
+// count is the number of log lines whose message is msg.
+func (p *proc) count(msg string) int {
+	return strings.Count(p.log(), `"message":`+strconv.Quote(msg))
 }
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), testwait.Guard(2*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "hindsight"), args...)
 	var o, e bytes.Buffer
@@ -192,18 +220,12 @@ func listDir(t *testing.T, dir string) []string {
 // waitIdle waits until incoming/ and processing/ hold no rollout files.
 func waitIdle(t *testing.T, p *proc, spool string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if len(listDir(t, filepath.Join(spool, "incoming"))) == 0 && len(listDir(t, filepath.Join(spool, "processing"))) == 0 {
-			return
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("hindsightd exited: %v\n%s", p.err, p.log())
-		case <-time.After(25 * time.Millisecond):
-		}
-	}
-	t.Fatalf("spool not drained in time:\n%s", p.log())
+	p.waitFor(t, 3*time.Minute, "incoming/ and processing/ to empty", func() bool { return spoolEmpty(t, spool) })
+}
+
+// spoolEmpty reports whether incoming/ and processing/ hold no rollout files.
+func spoolEmpty(t *testing.T, spool string) bool {
+	return len(listDir(t, filepath.Join(spool, "incoming"))) == 0 && len(listDir(t, filepath.Join(spool, "processing"))) == 0
 }
 
 // stageInputs writes the rollout files of the crash test into dir: good files from the
@@ -258,7 +280,7 @@ func TestSIGKILLWhileIngesting(t *testing.T) {
 		// claim, rename, decide, the failed/ companions, move and finish.
 		before := fileSize(filepath.Join(data, "state", "journal.jsonl"))
 		p := startDaemon(t, args...)
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(testwait.Guard(time.Minute))
 		for fileSize(filepath.Join(data, "state", "journal.jsonl")) == before && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Microsecond)
 		}
@@ -409,10 +431,10 @@ func TestServeStatusAndDrain(t *testing.T) {
 		} `json:"spool"`
 		LastError string `json:"lastError"`
 	}
-	require.Eventually(t, func() bool {
+	p.waitFor(t, time.Minute, "status to count 6 accepted and 1 failed", func() bool {
 		out, _, code := runCLI(t, "status", "-addr", addr, "-json")
 		return code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Total.RolloutsAccepted == "6" && st.Spool.Failed == "1"
-	}, 20*time.Second, 100*time.Millisecond)
+	})
 	require.Equal(t, "STATE_READY", st.State)
 	require.Equal(t, "1", st.Total.FilesQuarantined)
 	require.Contains(t, st.LastError, "E_NOT_ARROW")
@@ -467,7 +489,7 @@ func TestSystemdNotify(t *testing.T) {
 	var got []string
 	next := func(prefix string) {
 		t.Helper()
-		timeout := time.After(20 * time.Second)
+		timeout := time.After(testwait.Guard(time.Minute))
 		for {
 			for _, line := range got {
 				if strings.HasPrefix(line, prefix) {

@@ -32,6 +32,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/internal/apikey"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -73,7 +74,7 @@ func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc,
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 	p := startDaemon(t, "-config", path)
 	p.waitReady(t)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testwait.Guard(2 * time.Minute))
 	for time.Now().Before(deadline) {
 		if m := gatewayRe.FindStringSubmatch(p.log()); m != nil {
 			return p, "http://" + m[1] + "/v1"
@@ -114,7 +115,7 @@ func post(t *testing.T, url, key, session, body string) (int, map[string]any) {
 func doneRollouts(t *testing.T, dataDir string, n int) map[string]*rollout.Rollout {
 	t.Helper()
 	spool := filepath.Join(dataDir, "spool")
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(testwait.Guard(3 * time.Minute))
 	for {
 		names, _ := filepath.Glob(filepath.Join(spool, "done", "*gateway-*.arrow"))
 		if len(names) >= n {
@@ -398,7 +399,7 @@ func TestGatewayLateFeedback(t *testing.T) {
 	require.Equal(t, true, v["too_late"])
 	// Status, the CLI and /metrics count them: one joined, one too late.
 	var gs *hindsightv1.GatewayStats
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(testwait.Guard(2 * time.Minute)); ; time.Sleep(200 * time.Millisecond) {
 		gs = statusOf(t, addr2).GetGateway()
 		if gs.GetFeedbackLate() == 1 || time.Now().After(deadline) {
 			break
@@ -483,7 +484,7 @@ func TestGatewaySwapsCheckpoint(t *testing.T) {
 
 	// Requests keep coming while the daemon trains on the session and the gateway
 	// swaps the checkpoint in; every one is answered, the last by the new policy.
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(testwait.Guard(10 * time.Minute))
 	for i := 0; ; i++ {
 		require.True(t, time.Now().Before(deadline), "no checkpoint served in time:\n%s", p.log())
 		status, v := post(t, base+"/chat/completions", gatewayKey, fmt.Sprintf("load-%d", i), body)
@@ -498,7 +499,7 @@ func TestGatewaySwapsCheckpoint(t *testing.T) {
 		select {
 		case c := <-calls:
 			require.Regexp(t, `^/update_weights_from_disk /.*/checkpoints/step-\d+$`, c, "call %d", i+1)
-		case <-time.After(time.Minute):
+		case <-time.After(testwait.Guard(3 * time.Minute)):
 			t.Fatalf("the engine was called %d times, want 2 (a failure, then the retry):\n%s", i, p.log())
 		}
 	}
@@ -507,7 +508,7 @@ func TestGatewaySwapsCheckpoint(t *testing.T) {
 	// second attempt, no error left.
 	addr := p.waitReady(t)
 	var hk *hindsightv1.EngineHookState
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(testwait.Guard(2 * time.Minute)); ; time.Sleep(200 * time.Millisecond) {
 		hs := statusOf(t, addr).GetEngineHooks()
 		require.Len(t, hs, 1)
 		hk = hs[0]
@@ -610,7 +611,7 @@ func TestGatewayPolicyAsTeacher(t *testing.T) {
 	// or, from a tiny random policy, one dropped for its length or emptiness; a
 	// reply the teacher could not read (malformed, client_error, …) fails.
 	statusAddr := p.waitReady(t)
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(testwait.Guard(10 * time.Minute))
 	for {
 		st := getStatus(t, statusAddr)
 		var v map[string]any

@@ -18,6 +18,7 @@ import (
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/eval"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -47,7 +48,7 @@ eval:
 
 	// Wait for the evals of at least two checkpoints.
 	var st *hindsightv1.Status
-	deadline := time.Now().Add(5 * time.Minute)
+	deadline := time.Now().Add(testwait.Guard(15 * time.Minute))
 	for {
 		st = statusOf(t, addr)
 		if len(st.GetEvals()) == 2 && st.GetEvals()[0].GetStep() >= 2 && st.GetEvals()[1].GetStep() >= 2 {

@@ -11,6 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/hindsight-ai/hindsight/daemon"
 	"github.com/hindsight-ai/hindsight/internal/buildinfo"
@@ -107,6 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	context.AfterFunc(ctx, stop) // a second signal kills at once
+	exitAtShutdownTimeout(ctx, cfg.ShutdownTimeout, log)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -131,4 +135,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// exitAtShutdownTimeout ends the process once timeout has passed since ctx ended (the
+// first SIGTERM or SIGINT), should the run not have returned by then. It never fires
+// in a stop that works as designed: the daemon abandons the work in hand before the
+// timeout (an uninterruptible device step is left running) and closes within it
+// (docs/running.md "Stopping"). If something else hangs, exiting here is as safe as
+// a kill: the journal and the ledger replay to the same state on the next start.
+func exitAtShutdownTimeout(ctx context.Context, timeout time.Duration, log zerolog.Logger) {
+	context.AfterFunc(ctx, func() {
+		time.AfterFunc(timeout, func() {
+			log.Error().Stringer("shutdown_timeout", timeout).
+				Msg("still running at the shutdown timeout: exiting now; the work in hand resumes on restart")
+			os.Exit(1)
+		})
+	})
 }

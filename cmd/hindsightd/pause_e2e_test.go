@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 )
 
 // TestPauseResume pauses a running hindsightd with the CLI, drops rollout files,
@@ -24,8 +26,15 @@ func TestPauseResume(t *testing.T) {
 
 	incoming := filepath.Join(dataDir, "spool", "incoming")
 	synthInto(t, incoming, 4, 2)
-	time.Sleep(3 * time.Second) // the rescan runs every 2s and fsnotify at once: nothing may be claimed
-	st := statusOf(t, addr)
+	// The rescan runs every 2 s and fsnotify at once: nothing may be claimed. The
+	// sleep gives a claim its chance; on a slow machine it only makes the check
+	// weaker, never fails it. Status may count the files a little later.
+	time.Sleep(3 * time.Second)
+	var st *hindsightv1.Status
+	p.waitFor(t, 2*time.Minute, "status to count 2 files in incoming/", func() bool {
+		st = statusOf(t, addr)
+		return st.GetSpool().GetIncoming() == 2
+	})
 	require.True(t, st.GetPaused())
 	require.True(t, st.GetPause().GetOperator())
 	require.Contains(t, st.GetPauseReason(), "swap the teacher key")

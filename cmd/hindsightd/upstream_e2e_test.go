@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/gateway"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 )
 
 // startFakeVLLM starts gateway/testdata/fake_vllm.py, an HTTP server process that
@@ -31,7 +32,7 @@ func startFakeVLLM(t *testing.T, args ...string) (base, log string) {
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Guard(2 * time.Minute))
 	for {
 		if b, err := os.ReadFile(portFile); err == nil {
 			return "http://127.0.0.1:" + string(b) + "/v1", log

@@ -1,18 +1,22 @@
 package checkpoint
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/data/safetensors"
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
@@ -105,7 +109,11 @@ func TestCheckpointCorruptLatestFallsBack(t *testing.T) {
 
 // TestCheckpointSIGKILL kills a real process (this test binary re-executed) while it
 // writes checkpoints in a loop, many times, and checks that whatever is on disk then
-// loads as a complete checkpoint or not at all.
+// loads as a complete checkpoint or not at all. Each kill point is chosen from the
+// child's own progress, never from a delay alone: the child says when it starts and
+// finishes each write, and the parent kills after a random number of finished writes
+// (one at least in the first round, so some checkpoint surely completes), a random
+// moment after the next write started.
 func TestCheckpointSIGKILL(t *testing.T) {
 	if os.Getenv("HINDSIGHT_CKPT_CHILD") != "" {
 		t.Skip("child")
@@ -113,13 +121,35 @@ func TestCheckpointSIGKILL(t *testing.T) {
 	root := t.TempDir()
 	rng := rand.New(rand.NewPCG(3, 4))
 	lastGood := int64(0)
+	midWrite := 0
 	for round := 0; round < 12; round++ {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestCheckpointChild$", "-test.timeout", "60s")
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestCheckpointChild$", "-test.timeout", testwait.Guard(10*time.Minute).String())
 		cmd.Env = append(os.Environ(), "HINDSIGHT_CKPT_CHILD="+root, "HINDSIGHT_CKPT_FROM="+strconv.FormatInt(lastGood+1, 10))
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
-		time.Sleep(time.Duration(5+rng.IntN(60)) * time.Millisecond)
+		finished := rng.IntN(3) // whole writes before the one the kill lands in
+		if round == 0 {
+			finished = 1
+		}
+		lines := bufio.NewScanner(out)
+		writing := false
+		for !writing && lines.Scan() {
+			switch {
+			case strings.HasPrefix(lines.Text(), "wrote "):
+				finished--
+			case strings.HasPrefix(lines.Text(), "writing ") && finished <= 0:
+				writing = true
+			}
+		}
+		require.True(t, writing, "round %d: the child stopped before its write: %v", round, lines.Err())
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		io.Copy(io.Discard, out) // what the child wrote before it died; EOF once it is gone
 		cmd.Wait()
+		if tmps, _ := filepath.Glob(filepath.Join(root, ".tmp-*")); len(tmps) > 0 {
+			midWrite++
+		}
 
 		dir, st, err := Latest(root, zerolog.Nop())
 		require.NoError(t, err, "round %d", round)
@@ -138,10 +168,11 @@ func TestCheckpointSIGKILL(t *testing.T) {
 		lastGood = st.Step
 	}
 	require.Positive(t, lastGood, "some checkpoint completed")
-	t.Logf("last complete step after 12 kills: %d", lastGood)
+	t.Logf("last complete step after 12 kills: %d; %d kills left a write half done", lastGood, midWrite)
 }
 
-// TestCheckpointChild is the body of the process TestCheckpointSIGKILL kills.
+// TestCheckpointChild is the body of the process TestCheckpointSIGKILL kills. It
+// says on stdout when each write starts and when it is durable.
 func TestCheckpointChild(t *testing.T) {
 	root := os.Getenv("HINDSIGHT_CKPT_CHILD")
 	if root == "" {
@@ -149,9 +180,11 @@ func TestCheckpointChild(t *testing.T) {
 	}
 	from, _ := strconv.ParseInt(os.Getenv("HINDSIGHT_CKPT_FROM"), 10, 64)
 	for step := from; ; step++ {
+		fmt.Printf("writing %d\n", step)
 		if _, err := Write(root, testCheckpoint(step, 1<<18), 3); err != nil {
 			t.Fatal(err)
 		}
+		fmt.Printf("wrote %d\n", step)
 	}
 }
 

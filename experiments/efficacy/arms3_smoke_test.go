@@ -18,12 +18,14 @@ import (
 // the arms' command after its gate check — the test-only path around the check, since
 // no gate was measured on this model — and checks the runs' invariants and that
 // results.json, the plot and the table agree. It checks the plumbing, not the answer.
+// It runs seed 101, not one of the registered 1–3: any seed list runs (-seed-list), and
+// the train tasks are the seed's own.
 func TestArms3Smoke(t *testing.T) {
 	backend, dir, model := tinyModel(t, "model")
 
 	cfg := Protocol3Config()
 	cfg.Model, cfg.LR = model, 1e-3
-	cfg.Seeds, cfg.Steps, cfg.TasksPerStep, cfg.Group, cfg.EvalEvery, cfg.EvalTasks = []int64{1}, 2, 2, 2, 1, 2
+	cfg.Seeds, cfg.Steps, cfg.TasksPerStep, cfg.Group, cfg.EvalEvery, cfg.EvalTasks = []int64{101}, 2, 2, 2, 1, 2
 	cfg.World = World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
 	gates := GateSet{"G1": {Pass: false, Threshold: "not measured on this model"}}
 	out := filepath.Join(dir, "arms")
@@ -70,7 +72,7 @@ func TestArms3Smoke(t *testing.T) {
 			}
 		}
 	}
-	other, err := cfg.Tasks(2, 1)
+	other, err := cfg.Tasks(1, 1)
 	require.NoError(t, err)
 	require.NotEqual(t, first.Steps[0].Tasks, TasksFingerprint(other), "another seed's tasks differ: the check can fail")
 
@@ -78,7 +80,7 @@ func TestArms3Smoke(t *testing.T) {
 	require.NoError(t, err)
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(raw, &got))
-	require.Equal(t, []any{1.0}, got["seeds"])
+	require.Equal(t, []any{101.0}, got["seeds"])
 	require.Equal(t, true, got["gates_bypassed"])
 	require.Contains(t, got["gates"], "G1")
 	ratio, ok := got["ratio"].(map[string]any)

@@ -9,6 +9,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
@@ -478,4 +481,25 @@ func meanOr(sum float64, n int) float64 {
 		return math.NaN()
 	}
 	return sum / float64(n)
+}
+
+// ParseSeeds reads a comma-separated seed list ("101,102,103"). A run's train tasks
+// and sampling are functions of its seed (Config.Tasks, sampleSeed), so seeds no one
+// has looked at re-run the arms on tasks and samples no one has seen, for comparison
+// with the registered seeds 1–3. Empty fields, non-integers and repeated seeds are
+// errors.
+func ParseSeeds(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("seed %q: not an integer", f)
+		}
+		if slices.Contains(out, v) {
+			return nil, fmt.Errorf("seed %d: repeated", v)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

@@ -137,7 +137,11 @@ func Pilot(ctx context.Context, backend backends.Backend, cfg Config, lrs []floa
 		return PilotResult{}, err
 	}
 	pc := cfg
-	pc.Arms, pc.Seeds = []string{ArmOutcome}, []int64{1}
+	if len(cfg.Seeds) == 0 {
+		return PilotResult{}, errors.New("pilot: no seed")
+	}
+	seed := cfg.Seeds[0] // 1 as registered; another with -seed-list
+	pc.Arms, pc.Seeds = []string{ArmOutcome}, []int64{seed}
 	pc.EvalSplit, pc.EvalTasks = toolworld.SplitValidation, toolworld.SplitSizes[toolworld.SplitValidation]
 	pc.LR = lrs[0]
 	if err := pc.Validate(); err != nil {
@@ -151,7 +155,7 @@ func Pilot(ctx context.Context, backend backends.Backend, cfg Config, lrs []floa
 			return res, fmt.Errorf("pilot: learning rate %g, want > 0", lr)
 		}
 		r.Config.LR = lr
-		run, err := r.Run(ctx, ArmOutcome, 1)
+		run, err := r.Run(ctx, ArmOutcome, seed)
 		if err != nil {
 			return res, fmt.Errorf("pilot: lr %g: %w", lr, err)
 		}

@@ -28,9 +28,12 @@ type Gates3 struct {
 	Tasks   int                   `json:"heldout_tasks"`
 	LiveRes map[string]LiveResult `json:"live"`
 	Probe   ProbeDelta            `json:"probe"`
-	G1      GateResult            `json:"g1_live_hints"`
-	G2      GateResult            `json:"g2_probe"`
-	G3      GateResult            `json:"g3_warm_start"`
+	// Split is ProbeSplit on G2's episodes: G2's wrong side and its deciding-token
+	// margin (attempt 5 on).
+	Split SplitDelta `json:"probe_split"`
+	G1    GateResult `json:"g1_live_hints"`
+	G2    GateResult `json:"g2_probe"`
+	G3    GateResult `json:"g3_warm_start"`
 	// Greedy and Temp1 are G3's held-out success rates, ByFamily the greedy one per
 	// family; Mixed the share of train-task groups of G = 8 (temperature 1) with some
 	// successes and some failures.
@@ -42,6 +45,31 @@ type Gates3 struct {
 	GroupSucc  float64            `json:"group_success"` // success over the groups' rollouts
 	CPUSeconds float64            `json:"cpu_seconds"`
 	Command    string             `json:"command,omitempty"`
+}
+
+// G2 thresholds as attempt 5 registered them (issue 40 item 2): the right call's
+// whole-action gain, the wrong actions' Σ Δ from their first token that differs from
+// the right call, and the deciding-token margin gain (hint − empty hint).
+const (
+	G2MinRight     = 2.0
+	G2MaxWrongRest = -1.0
+	G2MinMargin    = 3.0
+)
+
+// G2Copy is G2 as attempt 5 registered it (the proposal attempt 4 made, issue 40 item
+// 2): the right call's whole-action Σ Δ (hint − empty hint) ≥ +2 nats; the wrong
+// actions (the slip repeated, the exploring call), each scored from its first token
+// that differs from the right call, ≤ −1 nat pooled; and the deciding-token margin —
+// log p(right's token) − log p(the slip's token) at their first differing token, hint
+// minus empty hint — ≥ +3 nats, all means over slips. Attempts 2–4's G2 (whole-action
+// Σ Δ on the wrong actions ≤ −1) stays in Measured as wrong_whole.
+func G2Copy(d ProbeDelta, s SplitStats) GateResult {
+	g := GateResult{Threshold: "mean over slips of Σ Δ (hint − empty hint) on the right action ≥ +2 nats; on wrong actions from their first token that differs from the right call ≤ −1 nat (pooled); deciding-token margin gain (right's token − the slip's at their first differing token, hint − empty hint) ≥ +3 nats",
+		Measured: map[string]float64{"right": d.HintRight, "wrong_rest": s.WrongRest, "repeat_rest": s.RepeatRest, "explore_rest": s.ExploreRest,
+			"margin_gain": s.MarginGain, "margin_empty": s.MarginEmpty, "margin_hint": s.MarginHint, "right_above_hint": float64(s.AboveHint),
+			"wrong_whole": d.HintWrong, "repeat": d.HintRepeat, "explore": d.HintExplore, "slips": float64(d.Slips), "split_slips": float64(s.Slips)}}
+	g.Pass = d.HintRight >= G2MinRight && s.WrongRest <= G2MaxWrongRest && s.MarginGain >= G2MinMargin
+	return g
 }
 
 // ProbeSeed is the sampling seed of G2's held-out episodes (and of ProbeSplit's).
@@ -84,10 +112,11 @@ func MeasureGates3(ctx context.Context, backend backends.Backend, dir string, w,
 		return g, err
 	}
 	progress(fmt.Sprintf("G2 probe: %+v cpu %.0fs", g.Probe, (CPUTime() - c0).Seconds()))
-	g.G2 = GateResult{Threshold: "mean over slips of Σ Δ (hint − empty hint) on the right action ≥ +2 nats, on wrong actions ≤ −1 nat",
-		Measured: map[string]float64{"right": g.Probe.HintRight, "wrong": g.Probe.HintWrong, "repeat": g.Probe.HintRepeat, "explore": g.Probe.HintExplore,
-			"slips": float64(g.Probe.Slips)}}
-	g.G2.Pass = g.Probe.HintRight >= 2 && g.Probe.HintWrong <= -1
+	if g.Split, err = ProbeSplit(ctx, backend, p, held, w, 1, ProbeSeed); err != nil {
+		return g, err
+	}
+	progress(fmt.Sprintf("G2 split: %+v cpu %.0fs", g.Split.All, (CPUTime() - c0).Seconds()))
+	g.G2 = G2Copy(g.Probe, g.Split.All)
 
 	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, held, w.episodes(1, 0, 0))
 	if err != nil {

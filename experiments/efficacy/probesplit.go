@@ -2,6 +2,7 @@ package efficacy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gomlx/gomlx/backends"
@@ -31,7 +32,22 @@ type SplitStats struct {
 	MarginHint  float64 `json:"margin_hint"`
 	AboveEmpty  int     `json:"right_above_empty"`
 	AboveHint   int     `json:"right_above_hint"`
+	// MarginGain is MarginHint − MarginEmpty: the deciding-token margin, what the
+	// hint adds to the right token's log-odds over the slip's (attempt 5's copy
+	// measure and G2's third part).
+	MarginGain float64 `json:"margin_gain"`
+	// ExploreRest is Σ Δ over the exploring call's tokens from its first token that
+	// differs from the right call (over the Explores slips that have one); WrongRest
+	// pools RepeatRest and ExploreRest over the Wrong actions scored so (G2 as
+	// attempt 5 registered it).
+	ExploreRest float64 `json:"hint_explore_rest"`
+	Explores    int     `json:"explores"`
+	WrongRest   float64 `json:"hint_wrong_rest"`
+	Wrong       int     `json:"wrong_actions"`
 }
+
+// ErrNoSlip is ProbeSplit's error when the episodes hold no slip with a hint.
+var ErrNoSlip = errors.New("no slip with a hint")
 
 // SplitDelta is ProbeSplit's result: all slips, and the failed and silent ones apart.
 type SplitDelta struct {
@@ -50,7 +66,7 @@ func ProbeSplit(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 		return SplitDelta{}, err
 	}
 	if len(items) == 0 {
-		return SplitDelta{}, fmt.Errorf("probe split: no slip with a hint in %d episodes", len(tasks))
+		return SplitDelta{}, fmt.Errorf("probe split: %w in %d episodes", ErrNoSlip, len(tasks))
 	}
 	sc, err := xla.NewScorer(backend, p.Model, xla.ScorerOptions{})
 	if err != nil {
@@ -96,6 +112,25 @@ func ProbeSplit(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 				}
 			}
 		}
+		// The exploring call, from its first token that differs from the right call.
+		var exploreRest float64
+		hasExplore := it.explore != ""
+		if hasExplore {
+			ex := append(p.Tok.EncodeText(it.explore), stop)
+			m := 0
+			for m < len(right) && m < len(ex) && right[m] == ex[m] {
+				m++
+			}
+			e, err := score(it.empty, ex)
+			if err != nil {
+				return d, err
+			}
+			h, err := score(it.hint, ex)
+			if err != nil {
+				return d, err
+			}
+			exploreRest = sum(h[m:]) - sum(e[m:])
+		}
 		mEmpty := lp[0][0][n] - lp[1][0][n]
 		mHint := lp[0][1][n] - lp[1][1][n]
 		add := func(s *SplitStats) {
@@ -106,6 +141,15 @@ func ProbeSplit(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 			s.RepeatRest += sum(lp[1][1][n:]) - sum(lp[1][0][n:])
 			s.MarginEmpty += mEmpty
 			s.MarginHint += mHint
+			repeatRest := sum(lp[1][1][n:]) - sum(lp[1][0][n:])
+			s.WrongRest += repeatRest
+			s.Wrong++
+			if hasExplore {
+				s.ExploreRest += exploreRest
+				s.WrongRest += exploreRest
+				s.Explores++
+				s.Wrong++
+			}
 			if mEmpty > 0 {
 				s.AboveEmpty++
 			}
@@ -124,6 +168,9 @@ func ProbeSplit(ctx context.Context, backend backends.Backend, p *Policy, tasks 
 		if k := float64(max(s.Slips, 1)); s.Slips > 0 {
 			s.SharedLen, s.Shared, s.RightRest, s.RepeatRest = s.SharedLen/k, s.Shared/k, s.RightRest/k, s.RepeatRest/k
 			s.MarginEmpty, s.MarginHint = s.MarginEmpty/k, s.MarginHint/k
+			s.MarginGain = s.MarginHint - s.MarginEmpty
+			s.ExploreRest /= float64(max(s.Explores, 1))
+			s.WrongRest /= float64(max(s.Wrong, 1))
 		}
 	}
 	return d, nil

@@ -206,4 +206,13 @@ func TestProbeSplitAddsUp(t *testing.T) {
 	require.Equal(t, s.All.Slips, s.Failed.Slips+s.Silent.Slips)
 	require.LessOrEqual(t, s.All.AboveHint, s.All.Slips)
 	require.InDelta(t, s.All.MarginHint*float64(s.All.Slips), s.Failed.MarginHint*float64(s.Failed.Slips)+s.Silent.MarginHint*float64(s.Silent.Slips), 1e-6)
+	// G2 as attempt 5 registered it: the wrong actions from their first token that
+	// differs from the right call, the repeat and the exploring call pooled.
+	require.InDelta(t, s.All.MarginHint-s.All.MarginEmpty, s.All.MarginGain, 1e-9)
+	require.Equal(t, s.All.Slips+s.All.Explores, s.All.Wrong)
+	require.InDelta(t, s.All.WrongRest*float64(s.All.Wrong), s.All.RepeatRest*float64(s.All.Slips)+s.All.ExploreRest*float64(s.All.Explores), 1e-6)
+	require.Equal(t, d.Compared, s.All.Wrong, "the same wrong actions as G2's probe")
+	g := G2Copy(d, s.All)
+	require.Equal(t, d.HintRight >= 2 && s.All.WrongRest <= -1 && s.All.MarginGain >= 3, g.Pass)
+	require.Equal(t, s.All.MarginGain, g.Measured["margin_gain"])
 }

@@ -2,12 +2,14 @@ package efficacy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -38,9 +40,17 @@ type WarmStart3Config struct {
 	Seed       uint64        `json:"seed"`
 	// GrowLayers, when set, is the depth the init model was grown to before training
 	// (GrowLayers, by the command; attempt 4: 2 → 4).
-	GrowLayers int   `json:"grow_layers,omitempty"`
-	World      World `json:"world"`      // greedy success (G3)
-	LiveWorld  World `json:"live_world"` // live contexts (G1): room for the inserted turns
+	GrowLayers int `json:"grow_layers,omitempty"`
+	// Copy is the copy curriculum mixed into each batch (attempt 5; Copy.PerBatch 0:
+	// none). MarginTasks, when > 0, adds ProbeSplit's deciding-token margin on that
+	// many validation tasks to every eval. KeepByMargin (attempt 5) keeps the best eval
+	// by MarginBetter instead of Gate3Better and stops only at Gate3Proxy, Steps or
+	// the wall budget (no ceiling, no patience), so the copy has the steps to form.
+	Copy         CopyConfig `json:"copy,omitzero"`
+	MarginTasks  int        `json:"margin_tasks,omitempty"`
+	KeepByMargin bool       `json:"keep_by_margin,omitempty"`
+	World        World      `json:"world"`      // greedy success (G3)
+	LiveWorld    World      `json:"live_world"` // live contexts (G1): room for the inserted turns
 }
 
 // DefaultWarmStart3 returns the committed protocol-3 warm start's settings.
@@ -65,6 +75,23 @@ type ValPoint struct {
 	HintRight   float64 `json:"hint_next_right"`
 	Passes      bool    `json:"passes"`
 	CPUSeconds  float64 `json:"cpu_seconds"`
+	// Margin is ProbeSplit's deciding-token margin gain (hint − empty hint, nats) on
+	// the validation split, with its slips and the slips at which the right call's
+	// token is the likelier after the hint (WarmStart3Config.MarginTasks > 0).
+	Margin      float64 `json:"margin_gain,omitempty"`
+	MarginSlips int     `json:"margin_slips,omitempty"`
+	MarginAbove int     `json:"margin_right_above_hint,omitempty"`
+}
+
+// MarginBetter is attempt 5's keeping rule: an eval inside G3's greedy band (30–45%)
+// before one outside it; among those, the larger deciding-token margin gain; a tie
+// keeps the earlier checkpoint (a is not better).
+func MarginBetter(a, b ValPoint) bool {
+	inBand := func(v ValPoint) bool { return v.Success >= 0.30 && v.Success <= 0.45 }
+	if inBand(a) != inBand(b) {
+		return inBand(a)
+	}
+	return a.Margin > b.Margin
 }
 
 // Gate3Better reports whether validation eval a is closer to passing the gates than b
@@ -94,6 +121,7 @@ type WarmStart3Result struct {
 	Config     WarmStart3Config `json:"config"`
 	Steps      int              `json:"steps"` // steps of the kept checkpoint
 	Counts     DemoCounts       `json:"demos"`
+	Copy       CopyCounts       `json:"copy,omitzero"`
 	Validation []ValPoint       `json:"validation"`
 	Kept       ValPoint         `json:"kept"`
 	Stop       string           `json:"stop"`
@@ -115,6 +143,19 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 	}
 	res.Counts = cnt
 	progress(fmt.Sprintf("warm start 3: %+v", cnt))
+	var groups [][]credit.Rollout
+	if cfg.Copy.PerBatch > 0 {
+		if groups, res.Copy, err = CopyDemos3(p.Tok, cfg.Copy, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed); err != nil {
+			return res, err
+		}
+		progress(fmt.Sprintf("warm start 3: copy curriculum %+v", res.Copy))
+	}
+	var marginTasks []toolworld.Task
+	if cfg.MarginTasks > 0 {
+		if marginTasks, err = toolworld.Tasks(toolworld.SplitValidation, cfg.MarginTasks); err != nil {
+			return res, err
+		}
+	}
 	opt := xla.DefaultAdamW()
 	opt.LR, opt.WarmupSteps, opt.WeightDecay = cfg.LR, 20, 0
 	tr, err := xla.NewTrainer(backend, p.Model, xla.TrainerOptions{Credit: SFTCredit(), Optimizer: opt, Seed: cfg.Seed})
@@ -142,6 +183,15 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 		}
 		v.NoneSuccess, v.HintSuccess, v.NoneRight, v.HintRight = none.Success, hint.Success, none.RightRate, hint.RightRate
 		v.Passes = Gate3Proxy(v)
+		if len(marginTasks) > 0 {
+			d, err := ProbeSplit(ctx, backend, p, marginTasks, cfg.World, 1, ProbeSeed)
+			if err != nil && !errors.Is(err, ErrNoSlip) { // no slip: no margin, 0 slips
+				return v, err
+			}
+			v.Margin, v.MarginSlips, v.MarginAbove = d.All.MarginGain, d.All.Slips, d.All.AboveHint
+			progress(fmt.Sprintf("warm start 3: step %d deciding-token margin %+.2f nats (empty %+.2f → hint %+.2f) over %d validation slips, right's token likelier after the hint at %d; repeat rest %+.2f",
+				step, d.All.MarginGain, d.All.MarginEmpty, d.All.MarginHint, d.All.Slips, d.All.AboveHint, d.All.RepeatRest))
+		}
 		v.CPUSeconds = (CPUTime() - c0).Seconds()
 		progress(fmt.Sprintf("warm start 3: step %d loss %.3f validation success %.1f%%; live none %.1f%% (next right %d/%d), hint %.1f%% (next right %d/%d); passes %v; cpu %.0fs wall %.0fs",
 			step, loss, 100*v.Success, 100*none.Success, none.NextRight, none.After, 100*hint.Success, hint.NextRight, hint.After, v.Passes, v.CPUSeconds, time.Since(t0).Seconds()))
@@ -149,10 +199,14 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 	}
 	since := 0
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x73667403))
-	draw := newDemoBatches(demos, rng)
+	draw := newCopyBatches(demos, groups, rng)
+	better := Gate3Better
+	if cfg.KeepByMargin {
+		better = MarginBetter
+	}
 	res.Stop = fmt.Sprintf("reached %d steps", cfg.Steps)
 	for step := 1; step <= cfg.Steps; step++ {
-		met, err := tr.Step(ctx, draw.batch(cfg.Batch))
+		met, err := tr.Step(ctx, draw.batch(cfg.Batch, cfg.Copy.PerBatch))
 		if err != nil {
 			return res, fmt.Errorf("warm start 3 step %d: %w", step, err)
 		}
@@ -171,8 +225,8 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 		// Out holds the first checkpoint that passes or, while none has, the best by
 		// Gate3Better (attempt 2 kept its last, 15%, and lost the 45% checkpoint three
 		// evals earlier).
-		better := len(res.Validation) == 1 || Gate3Better(v, res.Kept)
-		if v.Passes || better {
+		isBetter := len(res.Validation) == 1 || better(v, res.Kept)
+		if v.Passes || isBetter {
 			if err := SaveModel(tr, cfg.Init, cfg.Out); err != nil {
 				return res, err
 			}
@@ -182,7 +236,7 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 			res.Stop = fmt.Sprintf("step %d: the first checkpoint whose validation evals pass G1's and G3's thresholds", step)
 			break
 		}
-		if v.Success > 0.45 {
+		if v.Success > 0.45 && !cfg.KeepByMargin {
 			res.Stop = fmt.Sprintf("step %d: validation success %.1f%% above G3's 45%% ceiling", step, 100*v.Success)
 			break
 		}
@@ -190,9 +244,9 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 			res.Stop = fmt.Sprintf("step %d: the wall budget of %s is spent", step, cfg.WallBudget)
 			break
 		}
-		if better {
+		if isBetter {
 			since = 0
-		} else if since++; cfg.Patience > 0 && since >= cfg.Patience {
+		} else if since++; cfg.Patience > 0 && since >= cfg.Patience && !cfg.KeepByMargin {
 			res.Stop = fmt.Sprintf("step %d: no eval better (Gate3Better) than step %d's for %d evals", step, res.Steps, since)
 			break
 		}

@@ -257,16 +257,28 @@ func SlipHint(k *Tracker) string {
 	if len(k.Turns) == 0 {
 		return ""
 	}
-	last := k.Turns[len(k.Turns)-1]
 	exp := k.Expected()
+	if !Nameable(exp, k.Task, k.Turns) {
+		exp = ""
+	}
+	return slipHintNaming(k, exp)
+}
+
+// slipHintNaming is SlipHint's text with "Next: `call`." naming call (nothing when
+// call is ""): the diagnosis is always of the slip against the call the task needs
+// next, so hints that name different calls at one slip differ only in the call named
+// (the copy curriculum's contrastive variants, CopyDemos3). "" when the text would
+// leak (LeaksUnseen).
+func slipHintNaming(k *Tracker, call string) string {
+	last := k.Turns[len(k.Turns)-1]
 	var diag string
 	if last.Failed {
-		diag = slipAdvice(last.Out, exp)
+		diag = slipAdvice(last.Out, k.Expected())
 	} else {
 		diag = silentAdvice(toolworld.ParseCall(last.Call).Name)
 	}
-	if Nameable(exp, k.Task, k.Turns) {
-		diag += fmt.Sprintf(" Next: `%s`.", exp)
+	if call != "" {
+		diag += fmt.Sprintf(" Next: `%s`.", call)
 	}
 	if LeaksUnseen(diag, k.Task, k.Turns) {
 		return ""

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 )
 
 func TestTokens(t *testing.T) {
@@ -27,7 +29,8 @@ func TestHeapSamplerSeesAnAllocation(t *testing.T) {
 	runtime.GC()
 	h := StartHeapSampler(time.Millisecond)
 	sink = append(sink, make([]byte, 64<<20))
-	time.Sleep(20 * time.Millisecond)
+	testwait.Until(t, time.Minute, time.Millisecond, func() string { return "a sample after the allocation" },
+		func() bool { return h.peakAlloc.Load() >= h.Base.HeapAlloc+60<<20 })
 	sink = nil
 	alloc, inuse := h.Stop()
 	require.GreaterOrEqual(t, alloc, h.Base.HeapAlloc+60<<20)
