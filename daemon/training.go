@@ -29,6 +29,7 @@ func (d *daemon) ensureModel() error {
 	if err != nil {
 		return fmt.Errorf("create default model: %w", err)
 	}
+	d.madeModel = dir
 	d.log.Info().Str("model_dir", dir).Str("preset", d.cfg.Model.InitPreset).Int("vocab_size", mc.VocabSize).
 		Msg("created the default model")
 	return nil
