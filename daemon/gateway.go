@@ -7,7 +7,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hindsight-ai/hindsight/gateway"
-	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // openGateway opens and binds the chat completions gateway when gateway.enabled:
@@ -25,7 +24,7 @@ func (d *daemon) openGateway() error {
 		Checkpoints: d.cfg.CheckpointDir(),
 		JournalDir:  filepath.Join(d.cfg.DataDir, "state", "gateway"),
 		Incoming:    filepath.Join(d.cfg.SpoolDir(), "incoming"),
-		Backend:     xla.ResolveBackend(d.opts.Backend, d.cfg.Backend),
+		Backend:     d.backendChoice().Spec,
 		Late:        d.late,
 		Log:         d.opts.Log,
 	})

@@ -420,6 +420,9 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 	}
 	if b := st.GetBackend(); b != nil {
 		line("backend", "%s, %s; %s parameters from %s", b.GetName(), b.GetDevice(), count(b.GetParameters()), orDash(b.GetModelDir()))
+		if b.GetChoice() != "" {
+			line("backend chosen", "%s", b.GetChoice())
+		}
 		if b.GetMemoryBytes() > 0 {
 			line("device memory", "%.1f MiB (%s)", float64(b.GetMemoryBytes())/(1<<20), b.GetMemoryKind())
 		}

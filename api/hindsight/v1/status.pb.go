@@ -1970,7 +1970,12 @@ type BackendInfo struct {
 	// exposes no PJRT memory statistics); see process_resident_memory_bytes in /metrics.
 	MemoryBytes int64 `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	// What memory_bytes measures: "go_heap_inuse", or empty when it is 0.
-	MemoryKind    string `protobuf:"bytes,6,opt,name=memory_kind,json=memoryKind,proto3" json:"memory_kind,omitempty"`
+	MemoryKind string `protobuf:"bytes,6,opt,name=memory_kind,json=memoryKind,proto3" json:"memory_kind,omitempty"`
+	// Why this backend: where its spec came from (-backend, the config's backend:,
+	// $GOMLX_BACKEND, the default) and, for auto, what it found, e.g. "auto (the default):
+	// no GPU plugin ($HINDSIGHT_XLA_GPU_PLUGIN unset); XLA CPU plugin /…/pjrt_c_api_cpu_plugin.so
+	// (fetched by hindsight fetch-xla-cpu)".
+	Choice        string `protobuf:"bytes,7,opt,name=choice,proto3" json:"choice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2043,6 +2048,13 @@ func (x *BackendInfo) GetMemoryBytes() int64 {
 func (x *BackendInfo) GetMemoryKind() string {
 	if x != nil {
 		return x.MemoryKind
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetChoice() string {
+	if x != nil {
+		return x.Choice
 	}
 	return ""
 }
@@ -2442,7 +2454,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\vQueueDepths\x12\x14\n" +
 	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x1a\n" +
 	"\brollouts\x18\x02 \x01(\x03R\brollouts\x12:\n" +
-	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"\xba\x01\n" +
+	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"\xd2\x01\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x1e\n" +
@@ -2452,7 +2464,8 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\tmodel_dir\x18\x04 \x01(\tR\bmodelDir\x12!\n" +
 	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\x12\x1f\n" +
 	"\vmemory_kind\x18\x06 \x01(\tR\n" +
-	"memoryKind\"u\n" +
+	"memoryKind\x12\x16\n" +
+	"\x06choice\x18\a \x01(\tR\x06choice\"u\n" +
 	"\vSpoolCounts\x12\x1a\n" +
 	"\bincoming\x18\x01 \x01(\x03R\bincoming\x12\x1e\n" +
 	"\n" +
