@@ -47,7 +47,8 @@ func (d *daemon) gatewayStats() (*hindsightv1.GatewayStats, []*hindsightv1.Engin
 		gs = &hindsightv1.GatewayStats{ListenAddr: st.Listen, Model: st.Model, PolicyStep: st.PolicyStep,
 			Requests: st.Requests, Errors: st.Errors, Turns: st.Turns, OpenSessions: st.OpenSessions,
 			RolloutsRecorded: st.RolloutsRecorded, FeedbackJoined: st.Feedback.Joined, FeedbackLate: st.Feedback.Late,
-			FeedbackPending: st.Feedback.Pending}
+			FeedbackPending: st.Feedback.Pending, HeldSessions: st.HeldSessions, HeldBytes: st.HeldBytes,
+			HeldWrittenEarly: st.HeldEarly, CommentsUnusable: st.UnusableComments}
 	}
 	var hs []*hindsightv1.EngineHookState
 	if d.hooks != nil {

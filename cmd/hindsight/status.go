@@ -354,6 +354,11 @@ func printGateway(line func(key, format string, args ...any), st *hindsightv1.St
 		line("gateway", "%s serving %q at step %s", orDash(g.GetListenAddr()), g.GetModel(), count(g.GetPolicyStep()))
 		line("  requests", "%s (%s errors), %s turns", count(g.GetRequests()), count(g.GetErrors()), count(g.GetTurns()))
 		line("  sessions", "%s open, %s recorded as rollouts", count(g.GetOpenSessions()), count(g.GetRolloutsRecorded()))
+		line("  feedback window", "%s held (%s bytes), %s written early", count(g.GetHeldSessions()), count(g.GetHeldBytes()),
+			count(g.GetHeldWrittenEarly()))
+		if n := g.GetCommentsUnusable(); n > 0 {
+			line("  comments unusable", "%s", count(n))
+		}
 		line("  late feedback", "%s joined, %s too late, %s pending", count(g.GetFeedbackJoined()), count(g.GetFeedbackLate()),
 			count(g.GetFeedbackPending()))
 	}
