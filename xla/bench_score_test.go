@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/hindsight-ai/hindsight/credit"
 )
 
 // BenchmarkScoreShortRollouts scores 8 rollouts of 256 tokens and 1 of 2,048 at the
@@ -75,4 +77,57 @@ func BenchmarkScoreShortRollouts(b *testing.B) {
 		st := scorers[l].Stats()
 		b.Logf("%s ladder: %s", l, fmt.Sprint(st))
 	}
+}
+
+// BenchmarkTrainShortRollouts is BenchmarkScoreShortRollouts for whole optimizer
+// steps of 8 rollouts of 256 tokens (the step's scoring pass and its gradient
+// chunks take the ladder), both ladders in one process, alternating.
+//
+//	HINDSIGHT_TEST_BACKEND=xla-cpu go test -run '^$' -bench TrainShortRollouts -benchtime 2x ./xla/
+func BenchmarkTrainShortRollouts(b *testing.B) {
+	m := testModel(b, tinyFields(map[string]any{"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+		"num_key_value_heads": 4, "head_dim": 32, "intermediate_size": 704}), 43)
+	backend := newTestBackend(b)
+	const batch, T = 8, 256
+	var rs []credit.Rollout
+	for i := range batch {
+		r := credit.Rollout{ID: fmt.Sprint(i), Tokens: testTokens(T, m.Config.VocabSize, uint64(44+i)), Sampler: make([]float64, T),
+			Trainable: make([]bool, T), Reward: float64(i%2) - 0.5, HasReward: true}
+		for t := range T {
+			r.Trainable[t], r.Sampler[t] = t > 0, -2
+		}
+		rs = append(rs, r)
+	}
+	ladders := []string{"now", "quarter"}
+	trainers := map[string]*Trainer{}
+	for _, l := range ladders {
+		tr, err := NewTrainer(backend, m, TrainerOptions{Scorer: ScorerOptions{QuarterChunks: l == "quarter"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		trainers[l] = tr
+	}
+	step := func(tr *Trainer) time.Duration {
+		c0 := cpuTime()
+		if _, err := tr.Step(b.Context(), rs); err != nil {
+			b.Fatal(err)
+		}
+		return cpuTime() - c0
+	}
+	for _, l := range ladders { // warm: compile
+		step(trainers[l])
+	}
+	cpu := map[string]time.Duration{}
+	b.ResetTimer()
+	for range b.N {
+		for _, l := range ladders {
+			cpu[l] += step(trainers[l])
+		}
+	}
+	b.StopTimer()
+	tokens := float64(batch * T * b.N)
+	now, old := tokens/cpu["now"].Seconds(), tokens/cpu["quarter"].Seconds()
+	b.ReportMetric(now, "8x256-tokens/cpu-s")
+	b.ReportMetric(old, "8x256-quarter-tokens/cpu-s")
+	b.ReportMetric(now/old, "8x256-now/quarter")
 }
