@@ -119,7 +119,7 @@ func DefaultConfig() Config {
 		DataDir:         "./hindsight-data",
 		Listen:          "127.0.0.1:7077",
 		Log:             LogConfig{Level: "info", Format: "auto"},
-		Model:           ModelConfig{InitPreset: "tiny", InitTokenizer: "bytes"},
+		Model:           ModelConfig{InitPreset: "tiny", InitTokenizer: "bytes", Precision: xla.PrecisionF32},
 		Spool:           SpoolConfig{RescanInterval: 2 * time.Second},
 		Teacher:         teacher.DefaultConfig(),
 		Credit:          credit.DefaultConfig(),
@@ -158,33 +158,22 @@ func ParseConfig(b []byte) (Config, error) { return ParseConfigOver(b, DefaultCo
 // result. A list the YAML sets replaces base's list.
 func ParseConfigOver(b []byte, base Config) (Config, error) {
 	cfg := base
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return Config{}, fmt.Errorf("decode: %w", err)
+	}
+	if err := checkConfigNumbers(&doc); err != nil {
+		return Config{}, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("decode: %s", friendlyYAMLError(err))
+		return Config{}, configDecodeError(&doc, err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
-}
-
-// friendlyYAMLError rewrites yaml.v3's "field x not found in type daemon.Config" as
-// "unknown key "x"", keeping the line number.
-func friendlyYAMLError(err error) string {
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "yaml: unmarshal errors:\n")
-	var lines []string
-	for _, l := range strings.Split(msg, "\n") {
-		l = strings.TrimSpace(l)
-		if i := strings.Index(l, "field "); i >= 0 && strings.Contains(l, " not found in type ") {
-			key := strings.TrimPrefix(l[i:], "field ")
-			key = key[:strings.Index(key, " not found in type ")]
-			l = l[:i] + fmt.Sprintf("unknown key %q", key)
-		}
-		lines = append(lines, l)
-	}
-	return strings.Join(lines, "; ")
 }
 
 // Validate checks every field and names the bad one by its YAML path.

@@ -28,9 +28,18 @@ func TestParseConfig(t *testing.T) {
 				require.Equal(t, "info", c.Log.Level, "unset keys keep their defaults")
 				require.Equal(t, "/var/lib/hindsight/spool", c.SpoolDir())
 			}},
-		{name: "unknown top-level key", yaml: "data_dri: x\n", err: `line 1: unknown key "data_dri"`},
-		{name: "unknown nested key", yaml: "spool:\n  rescan: 1s\n", err: `line 2: unknown key "rescan"`},
-		{name: "bad duration", yaml: "spool:\n  rescan_interval: soon\n", err: "line 2"},
+		{name: "unknown top-level key", yaml: "data_dri: x\n", err: `data_dri: unknown key (line 1)`},
+		{name: "unknown nested key", yaml: "spool:\n  rescan: 1s\n", err: `spool.rescan: unknown key (line 2)`},
+		{name: "bad duration", yaml: "spool:\n  rescan_interval: soon\n", err: `spool.rescan_interval: want a duration such as 5s, 500ms or 10m, got "soon" (line 2)`},
+		{name: "duration without unit", yaml: "shutdown_timeout: 5\n", err: `shutdown_timeout: want a duration such as 5s, 500ms or 10m, got "5" (line 1)`},
+		{name: "word for an integer", yaml: "data_dir: x\ntrain:\n  token_budget: lots\n", err: `train.token_budget: want an integer, got "lots" (line 3)`},
+		{name: "fraction for an integer", yaml: "train:\n  token_budget: 1.5\n", err: `train.token_budget: want an integer, got "1.5" (line 2)`},
+		{name: "two keys on a line", yaml: "train: {checkpoint: {every_steps: 0, every: 0}}\n", err: `train.checkpoint.every: want a duration such as 5s, 500ms or 10m, got "0" (line 1)`},
+		{name: "list item", yaml: "eval:\n  suites:\n    - {name: a, kind: toolworld, tasks: x}\n", err: `eval.suites[0].tasks: want an integer, got "x" (line 3)`},
+		{name: "scalar for a section", yaml: "train: 3\n", err: `train: want a mapping of keys to values, got "3" (line 1)`},
+		{name: "list for a bool", yaml: "train:\n  enabled: [1]\n", err: `train.enabled: want true or false, got a list (line 2)`},
+		{name: "self-decoding type", yaml: "train:\n  devices: many\n", err: `train.devices: "many": want a device count ≥ 1 or all (line 2)`},
+		{name: "two errors", yaml: "train:\n  token_budget: lots\n  seed: x\n", err: `train.token_budget: want an integer, got "lots" (line 2); train.seed: want an integer, got "x" (line 3)`},
 		{name: "bad listen", yaml: "listen: localhost\n", err: "listen:"},
 		{name: "bad level", yaml: "log:\n  level: loud\n", err: "log.level:"},
 		{name: "bad format", yaml: "log:\n  format: xml\n", err: "log.format:"},
@@ -97,7 +106,22 @@ func TestLockDataDir(t *testing.T) {
 	_, err = lockDataDir(dir)
 	require.ErrorContains(t, err, "another hindsightd")
 	require.NoError(t, l.release())
+	require.NoFileExists(t, filepath.Join(dir, "LOCK"), "an exit leaves no LOCK")
 	l, err = lockDataDir(dir)
 	require.NoError(t, err)
+
+	// A second daemon that opened LOCK just before the first removed it and let go
+	// must not lock the removed file while a third locks the new one.
+	stale, err := os.Open(filepath.Join(dir, "LOCK"))
+	require.NoError(t, err)
+	defer stale.Close()
+	require.NoError(t, l.release())
+	l, err = lockDataDir(dir)
+	require.NoError(t, err)
+	held, err := l.f.Stat()
+	require.NoError(t, err)
+	old, err := stale.Stat()
+	require.NoError(t, err)
+	require.False(t, os.SameFile(held, old), "the lock is on the file at LOCK now")
 	require.NoError(t, l.release())
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,6 +94,12 @@ type daemon struct {
 	pauser  *pauser
 	wake    chan struct{}   // a file may have landed in incoming/
 	storage fsutil.Features // what the data directory's file system offers
+	// backend is the compute backend the trainer and the gateway share, resolved
+	// by backendChoice on first use.
+	backend     xla.Choice
+	backendOnce sync.Once
+	// madeModel is the default model directory this run created ("" if none).
+	madeModel string
 
 	// Training (nil while train.enabled is false).
 	readOpts  rollout.ReadOptions
@@ -137,6 +144,15 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	defer lock.release()
+	// A start that fails (a backend that does not load, a port in use) takes back
+	// the default model it created, so the next start makes it afresh from the
+	// config it then has.
+	started := false
+	defer func() {
+		if !started {
+			d.undoStart()
+		}
+	}()
 	if d.storage, err = probeStorage(cfg.DataDir, opts.Log.With().Str("component", "storage").Logger()); err != nil {
 		return err
 	}
@@ -149,9 +165,25 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	if opts.Drain {
+		started = true
 		return d.drain(ctx)
 	}
-	return d.serve(ctx)
+	err = d.serve(ctx)
+	started = d.stats.everReady()
+	return err
+}
+
+// undoStart removes what a failed start created: the default model directory, if
+// this run made it.
+func (d *daemon) undoStart() {
+	if d.madeModel == "" {
+		return
+	}
+	if err := os.RemoveAll(d.madeModel); err != nil {
+		d.log.Warn().Err(err).Str("model_dir", d.madeModel).Msg("start failed; could not remove the model it created")
+		return
+	}
+	d.log.Info().Str("model_dir", d.madeModel).Msg("start failed; removed the model it created")
 }
 
 // open opens what the stages share, in order: the model (training), the spool, the

@@ -69,7 +69,7 @@ func (d *daemon) retryDiskFull(ctx context.Context, op, path string, write func(
 		if first {
 			ev = d.log.Error()
 		}
-		ev.Err(err).Str("op", op).Str("path", p).Dur("retry_in", wait).
+		ev.Err(err).Str("op", op).Str("path", p).Stringer("retry_in", wait).
 			Msg("disk full: claiming, stepping and checkpointing pause until the write succeeds")
 		if err := d.sleepAlive(ctx, wait); err != nil {
 			return err

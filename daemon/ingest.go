@@ -28,7 +28,7 @@ func (d *daemon) watch(ctx context.Context) error {
 		err = w.Add(d.spool.Dir(rollout.DirIncoming))
 	}
 	if err != nil {
-		d.log.Warn().Err(err).Dur("rescan_interval", d.cfg.Spool.RescanInterval).
+		d.log.Warn().Err(err).Stringer("rescan_interval", d.cfg.Spool.RescanInterval).
 			Msg("cannot watch incoming/; relying on the periodic rescan")
 	} else {
 		defer w.Close()

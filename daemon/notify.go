@@ -47,7 +47,7 @@ func (n *notifier) watchdog(ctx context.Context, alive func(every time.Duration)
 			if alive(every) {
 				n.send(sd.SdNotifyWatchdog)
 			} else {
-				n.log.Error().Dur("watchdog", every).Msg("the device loop made no progress; withholding the watchdog ping")
+				n.log.Error().Stringer("watchdog", every).Msg("the device loop made no progress; withholding the watchdog ping")
 			}
 		}
 	}

@@ -188,7 +188,7 @@ func (d *daemon) teachRollouts(ctx context.Context, q *queues, log zerolog.Logge
 				return nil
 			}
 			if res.Hold {
-				log.Warn().Str("rollout_id", it.Rollout.ID).Dur("retry_in", backoff).Msg("teacher failed; holding the rollout (on_failure: hold)")
+				log.Warn().Str("rollout_id", it.Rollout.ID).Stringer("retry_in", backoff).Msg("teacher failed; holding the rollout (on_failure: hold)")
 				select {
 				case <-time.After(backoff):
 				case <-ctx.Done():

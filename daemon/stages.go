@@ -156,7 +156,7 @@ func (d *daemon) serve(ctx context.Context) error {
 	}
 	t := d.spool.Journal().Totals()
 	d.log.Info().Int64("rollouts_accepted", t.RolloutsAccepted).Int64("rollouts_rejected", t.RolloutsRejected).
-		Dur("uptime", time.Since(d.started)).Msg("stopped")
+		Float64("uptime_s", time.Since(d.started).Seconds()).Msg("stopped")
 	return nil
 }
 

@@ -42,6 +42,7 @@ type stats struct {
 
 	mu         sync.Mutex
 	state      hindsightv1.State
+	wasReady   bool // state has been stateReady
 	listenAddr string
 	session    rollout.Totals
 	samples    []rateSample // (time, session accepted) every publish, oldest first
@@ -82,8 +83,20 @@ func (s *stats) snapshot() *hindsightv1.Status { return s.snap.Load() }
 func (s *stats) setState(st hindsightv1.State) {
 	s.mu.Lock()
 	s.state = st
+	s.wasReady = s.wasReady || st == stateReady
 	s.mu.Unlock()
 	s.publish()
+}
+
+// everReady reports whether the daemon has been ready in this run (nil: it never
+// got as far as its status).
+func (s *stats) everReady() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wasReady
 }
 
 func (s *stats) claimed() {

@@ -1,20 +1,15 @@
 package eval
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
+	"github.com/hindsight-ai/hindsight/internal/wlog"
 )
 
 // Result is one suite's eval of one checkpoint: one line of evals.jsonl.
@@ -43,93 +38,45 @@ func (r Result) Score() (v float64, ok bool) {
 	return v, ok && !math.IsNaN(v)
 }
 
-// Recorder appends results to evals.jsonl, one fsynced line each, and keeps the latest
-// and the best result per suite. It is safe for concurrent use: command suites finish
-// on their own goroutines.
+// Recorder appends results to evals.jsonl, one fsynced line each (a line log,
+// internal/wlog), and keeps the latest and the best result per suite. It is safe for
+// concurrent use: command suites finish on their own goroutines.
 type Recorder struct {
 	mu     sync.Mutex
-	path   string
-	f      *os.File
+	log    *wlog.Log
 	latest map[string]Result
 	best   map[string]Result
 	n      int
 }
 
 // OpenRecorder opens (or creates) path and reads the results already in it, so the
-// latest and best results survive a restart. A torn last line (a crash mid-write) is
-// cut off; any other undecodable line is an error naming the line.
+// latest and best results survive a restart. By the line log's rule a torn last line
+// (a crash mid-write) is cut off, and an undecodable line with lines after it is an
+// error naming the line and its byte offset, the file left as it is.
 func OpenRecorder(path string) (*Recorder, error) {
-	r := &Recorder{path: path, latest: map[string]Result{}, best: map[string]Result{}}
+	r := &Recorder{latest: map[string]Result{}, best: map[string]Result{}}
 	if err := fsutil.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("open evals %s: %w", path, err)
 	}
-	_, statErr := os.Stat(path)
-	f, err := fsutil.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	log, err := wlog.Open(path, wlog.Options{Replay: wlog.JSON(func(res *Result) error {
+		r.note(*res)
+		return nil
+	})})
 	if err != nil {
-		return nil, fmt.Errorf("open evals %s: %w", path, err)
+		return nil, fmt.Errorf("open evals: %w", err)
 	}
-	good, err := r.load(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("read evals %s: %w", path, err)
-	}
-	if err := f.Truncate(good); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cut torn line of evals %s: %w", path, err)
-	}
-	if _, err := f.Seek(good, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("open evals %s: %w", path, err)
-	}
-	if errors.Is(statErr, os.ErrNotExist) {
-		if err := f.Sync(); err == nil {
-			err = fsutil.SyncDir(filepath.Dir(path))
-		}
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("create evals %s: %w", path, err)
-		}
-	}
-	r.f = f
+	r.log = log
 	return r, nil
 }
 
-// load reads every complete line of f and returns the offset after the last one.
-func (r *Recorder) load(f *os.File) (int64, error) {
-	br := bufio.NewReader(f)
-	var off int64
-	for line := 1; ; line++ {
-		b, err := br.ReadBytes('\n')
-		if errors.Is(err, io.EOF) {
-			return off, nil // a line without its newline is torn: dropped
-		}
-		if err != nil {
-			return 0, err
-		}
-		var res Result
-		if len(bytes.TrimSpace(b)) > 0 {
-			if err := json.Unmarshal(b, &res); err != nil {
-				return 0, fmt.Errorf("line %d: %w", line, err)
-			}
-			r.note(res)
-		}
-		off += int64(len(b))
-	}
-}
-
-// Record appends res durably and updates the latest and best results.
+// Record appends res durably and updates the latest and best results. A failed
+// append (a full disk) is cut off, so the file ends with whole lines and res is not
+// counted.
 func (r *Recorder) Record(res Result) error {
-	b, err := json.Marshal(res)
-	if err != nil {
-		return fmt.Errorf("encode eval result: %w", err)
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, err := r.f.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("append to %s: %w", r.path, err)
-	}
-	if err := r.f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", r.path, err)
+	if err := r.log.AppendJSON(res); err != nil {
+		return fmt.Errorf("append eval result: %w", err)
 	}
 	r.note(res)
 	return nil
@@ -163,7 +110,7 @@ func (r *Recorder) Count() int {
 }
 
 // Path returns the evals.jsonl path.
-func (r *Recorder) Path() string { return r.path }
+func (r *Recorder) Path() string { return r.log.Path() }
 
 func (r *Recorder) sorted(m map[string]Result) []Result {
 	r.mu.Lock()
@@ -180,5 +127,5 @@ func (r *Recorder) sorted(m map[string]Result) []Result {
 func (r *Recorder) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.f.Close()
+	return r.log.Close()
 }

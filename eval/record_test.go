@@ -3,10 +3,13 @@ package eval
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/internal/wlog"
 )
 
 func TestRecorderLatestBestAndReopen(t *testing.T) {
@@ -55,9 +58,48 @@ func TestRecorderLatestBestAndReopen(t *testing.T) {
 	require.Equal(t, 6, rec.Count())
 }
 
+// TestRecorderRejectsCorruptLine: an undecodable line with lines after it is not a
+// torn append: evals.jsonl is refused, naming the line and its byte offset, and left
+// as it is.
 func TestRecorderRejectsCorruptLine(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "evals.jsonl")
-	require.NoError(t, os.WriteFile(path, []byte("{\"step\":1}\nnot json\n{\"step\":2}\n"), 0o644))
+	body := "{\"step\":1}\nnot json\n{\"step\":2}\n"
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o644))
 	_, err := OpenRecorder(path)
-	require.ErrorContains(t, err, "line 2")
+	require.ErrorContains(t, err, path+": line 2 is corrupt (byte offset 11)")
+	b, rerr := os.ReadFile(path)
+	require.NoError(t, rerr)
+	require.Equal(t, body, string(b))
+}
+
+// TestRecorderDiskFull: a result whose append fails with a full disk, in the middle of
+// the write or at its fsync, is an error and is cut off: it is not counted, the next
+// result lands on a clean line, and evals.jsonl reopens with both whole results.
+func TestRecorderDiskFull(t *testing.T) {
+	for _, phase := range []string{wlog.FaultWrite, wlog.FaultSync} {
+		t.Run(phase, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "evals.jsonl")
+			rec, err := OpenRecorder(path)
+			require.NoError(t, err)
+			at := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+			res := func(step int64) Result {
+				return Result{Time: at, Step: step, Suite: "ll", Kind: KindLikelihood, Primary: "mean_logprob",
+					Metrics: map[string]float64{"mean_logprob": float64(-step)}, Complete: true}
+			}
+			require.NoError(t, rec.Record(res(1)))
+			defer wlog.InjectFault(wlog.Fault{Name: "evals.jsonl", Append: 1, Phase: phase})()
+			err = rec.Record(res(2))
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			require.Equal(t, 1, rec.Count())
+			require.Equal(t, int64(1), rec.Latest()[0].Step, "the failed result is not the latest")
+			require.NoError(t, rec.Record(res(3)))
+			require.NoError(t, rec.Close())
+
+			rec, err = OpenRecorder(path)
+			require.NoError(t, err)
+			defer rec.Close()
+			require.Equal(t, 2, rec.Count())
+			require.Equal(t, int64(3), rec.Latest()[0].Step)
+		})
+	}
 }

@@ -25,9 +25,24 @@ type Config struct {
 	// IdleTimeout ends a session that has had no request this long: it is written
 	// to the spool as a rollout.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// FeedbackWindow is how long a closed (or idle-ended) session waits, journaled,
+	// before it is written to the spool and can be trained: a rating or comment in
+	// the window is in the rollout. 0: written at once. Shutdown writes the waiting
+	// sessions as they are.
+	FeedbackWindow time.Duration `yaml:"feedback_window"`
+	// FeedbackWindowMaxBytes bounds the journals of the sessions waiting out the
+	// window; beyond it the oldest are written at once.
+	FeedbackWindowMaxBytes int64 `yaml:"feedback_window_max_bytes"`
+	// MaxCommentBytes bounds a feedback comment; a longer one is refused (400).
+	MaxCommentBytes int `yaml:"max_comment_bytes"`
 	// MaxTokens is the default max_tokens of a request that gives none (still
 	// bounded by the model's context).
 	MaxTokens int `yaml:"max_tokens"`
+	// MaxContextTokens bounds the context served (prompt and reply, in tokens)
+	// below the model's max_position_embeddings: a longer conversation is refused
+	// with 400 context_length_exceeded, and GET /v1/models says the bound
+	// (max_model_len).
+	MaxContextTokens int `yaml:"max_context_tokens"`
 	// MaxRequestBytes bounds a request body.
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
 	// MaxPending bounds the chat requests in the gateway at once (sampling or
@@ -64,17 +79,21 @@ type Config struct {
 // DefaultConfig returns the gateway's defaults: off, on 127.0.0.1:7078.
 func DefaultConfig() Config {
 	return Config{
-		Listen:               "127.0.0.1:7078",
-		ModelName:            "hindsight",
-		UnrecordedModel:      "policy",
-		IdleTimeout:          10 * time.Minute,
-		MaxTokens:            512,
-		MaxRequestBytes:      8 << 20,
-		MaxPending:           64,
-		MaxBatch:             8,
-		ReloadInterval:       2 * time.Second,
-		ContentSpecialTokens: ContentSpecialText,
-		UpstreamTimeout:      10 * time.Minute,
+		Listen:                 "127.0.0.1:7078",
+		ModelName:              "hindsight",
+		UnrecordedModel:        "policy",
+		IdleTimeout:            10 * time.Minute,
+		FeedbackWindow:         5 * time.Minute,
+		FeedbackWindowMaxBytes: 256 << 20,
+		MaxCommentBytes:        8 << 10,
+		MaxTokens:              512,
+		MaxContextTokens:       8192,
+		MaxRequestBytes:        8 << 20,
+		MaxPending:             64,
+		MaxBatch:               8,
+		ReloadInterval:         2 * time.Second,
+		ContentSpecialTokens:   ContentSpecialText,
+		UpstreamTimeout:        10 * time.Minute,
 	}
 }
 
@@ -92,8 +111,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway.unrecorded_model %q: the same as model_name", c.UnrecordedModel)
 	case c.IdleTimeout <= 0:
 		return fmt.Errorf("gateway.idle_timeout %s: want > 0", c.IdleTimeout)
+	case c.FeedbackWindow < 0:
+		return fmt.Errorf("gateway.feedback_window %s: want ≥ 0", c.FeedbackWindow)
+	case c.FeedbackWindowMaxBytes <= 0:
+		return fmt.Errorf("gateway.feedback_window_max_bytes %d: want > 0", c.FeedbackWindowMaxBytes)
+	case c.MaxCommentBytes <= 0 || c.MaxCommentBytes > feedbackBodyLimit/2:
+		return fmt.Errorf("gateway.max_comment_bytes %d: want in [1, %d]", c.MaxCommentBytes, feedbackBodyLimit/2)
 	case c.MaxTokens <= 0:
 		return fmt.Errorf("gateway.max_tokens %d: want > 0", c.MaxTokens)
+	case c.MaxContextTokens < 2:
+		return fmt.Errorf("gateway.max_context_tokens %d: want ≥ 2", c.MaxContextTokens)
 	case c.MaxRequestBytes <= 0:
 		return fmt.Errorf("gateway.max_request_bytes %d: want > 0", c.MaxRequestBytes)
 	case c.MaxBatch <= 0:

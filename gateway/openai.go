@@ -61,6 +61,20 @@ type ChatRequest struct {
 	TopLogprobs *int              `json:"top_logprobs,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
 	User        string            `json:"user,omitempty"`
+	// The sampling fields past OpenAI's first ones (fields.go says how each is
+	// honoured); TopK, MinP, RepetitionPenalty and StopTokenIDs are vLLM's.
+	ParallelToolCalls *bool              `json:"parallel_tool_calls,omitempty"`
+	ResponseFormat    json.RawMessage    `json:"response_format,omitempty"`
+	LogitBias         map[string]float64 `json:"logit_bias,omitempty"`
+	PresencePenalty   *float64           `json:"presence_penalty,omitempty"`
+	FrequencyPenalty  *float64           `json:"frequency_penalty,omitempty"`
+	TopK              *int               `json:"top_k,omitempty"`
+	MinP              *float64           `json:"min_p,omitempty"`
+	RepetitionPenalty *float64           `json:"repetition_penalty,omitempty"`
+	StopTokenIDs      []int32            `json:"stop_token_ids,omitempty"`
+	// unknown lists the body's top-level fields the gateway does not know
+	// (UnmarshalJSON), sorted: the request is refused naming the first.
+	unknown []string
 }
 
 // stops returns the request's stop strings (a string or a list of them).
@@ -163,15 +177,23 @@ type LogprobList struct {
 	Content []TokenLogprob `json:"content"`
 }
 
-// TokenLogprob is one sampled token with the log-prob it was sampled with (nats).
-// TopLogprobs is always empty: the sampler does not report alternatives.
+// TokenLogprob is one sampled token with the log-prob it was sampled with (nats)
+// and, with top_logprobs, the most likely tokens of the same distribution.
 type TokenLogprob struct {
-	Token       string     `json:"token"`
-	Logprob     float64    `json:"logprob"`
-	Bytes       []int      `json:"bytes"`
-	TopLogprobs []struct{} `json:"top_logprobs"`
+	Token       string       `json:"token"`
+	Logprob     float64      `json:"logprob"`
+	Bytes       []int        `json:"bytes"`
+	TopLogprobs []TopLogprob `json:"top_logprobs"`
 	// TokenID is hindsight's extension: the token id itself.
 	TokenID int32 `json:"token_id"`
+}
+
+// TopLogprob is one of top_logprobs' alternatives.
+type TopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+	TokenID int32   `json:"token_id"`
 }
 
 // Usage counts a turn's tokens.

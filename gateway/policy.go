@@ -25,10 +25,12 @@ type policy struct {
 	sampler  *xla.Sampler
 	tok      tokenizer.Tokenizer
 	template *chatTemplate
-	maxPos   int
-	stops    []int32   // turn-end token ids: sampling stops at them
-	up       *upstream // non-nil: an engine samples (sampler is nil)
-	batch    *batcher  // batches the requests waiting for sampler
+	// maxPos is the context served: the model's max_position_embeddings (modelMax),
+	// bounded by gateway.max_context_tokens.
+	maxPos, modelMax int
+	stops            []int32   // turn-end token ids: sampling stops at them
+	up               *upstream // non-nil: an engine samples (sampler is nil)
+	batch            *batcher  // batches the requests waiting for sampler
 }
 
 // generate samples one reply to prompt, on the embedded sampler or the upstream
@@ -48,7 +50,9 @@ type policies struct {
 	initial   string // the model directory used until a checkpoint exists
 	root      string // the checkpoint root whose `latest` link is followed
 	up        *upstream
-	batch     int // gateway.max_batch
+	batch     int          // gateway.max_batch
+	context   int          // gateway.max_context_tokens
+	dropped   atomic.Int64 // rows dropped by the batchers: the client went away
 	log       zerolog.Logger
 }
 
@@ -98,8 +102,9 @@ func (p *policies) open(dir string, step int64) (*policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", dir, err)
 	}
-	return withStops(&policy{dir: dir, step: step, sampler: s, tok: tok, template: tmpl, maxPos: m.Config.MaxPositionEmbeddings,
-		batch: &batcher{sampler: s, max: max(p.batch, 1)}})
+	mp := m.Config.MaxPositionEmbeddings
+	return withStops(&policy{dir: dir, step: step, sampler: s, tok: tok, template: tmpl, maxPos: min(mp, p.context), modelMax: mp,
+		batch: &batcher{sampler: s, max: max(p.batch, 1), log: p.log, dropped: &p.dropped}})
 }
 
 // openUpstream is open when an engine samples: the tokenizer, chat template and
@@ -121,7 +126,8 @@ func (p *policies) openUpstream(dir string, step int64) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return withStops(&policy{dir: dir, step: step, tok: md.Tokenizer, template: tmpl, maxPos: md.Config.MaxPositionEmbeddings, up: p.up})
+	mp := md.Config.MaxPositionEmbeddings
+	return withStops(&policy{dir: dir, step: step, tok: md.Tokenizer, template: tmpl, maxPos: min(mp, p.context), modelMax: mp, up: p.up})
 }
 
 // withStops sets np's turn-end token ids from its template.

@@ -1,18 +1,17 @@
 package gateway
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
+	"github.com/hindsight-ai/hindsight/internal/wlog"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
 
@@ -32,7 +31,7 @@ type session struct {
 	version  int64 // the oldest policy step that sampled a turn; -1 before the first
 	tok      string
 	turns    int
-	journal  *os.File
+	journal  *wlog.Log
 	ended    bool // written (or being written) to the spool; a request that finds it retries
 	used     time.Time
 	// rating is a person's −1/0/+1 rating of the whole conversation (nil: none);
@@ -41,6 +40,11 @@ type session struct {
 	rating   *int8
 	replySeg []int
 	busy     int // requests holding or waiting for the session (guarded by the Gateway's mu)
+	// closedAt is when the session was closed (or ended idle) and began its
+	// feedback window (guarded by the Gateway's mu; zero while open).
+	closedAt time.Time
+	// size is the journal's length in bytes (the disk a held session takes).
+	size atomic.Int64
 }
 
 // turnRecord is one line of a session's journal: what one turn appended, and the
@@ -61,6 +65,9 @@ type turnRecord struct {
 	Rating      *int8  `json:"rating,omitempty"`
 	Comment     string `json:"comment,omitempty"`
 	CommentTurn int    `json:"comment_turn,omitempty"`
+	// ClosedAt marks the session closed at that time: its feedback window began
+	// (a restart holds it for the rest of the window).
+	ClosedAt *time.Time `json:"closed_at,omitempty"`
 }
 
 // segRecord is a segment in a journal line.
@@ -79,30 +86,21 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 func journalPath(dir, id string) string { return filepath.Join(dir, id+".jsonl") }
 
 // appendTurn writes rec to the journal and fsyncs it (creating the journal, and
-// fsyncing its folder, on the first turn), then applies it to s.
+// fsyncing its folder, on the first turn), then applies it to s. A failed append is
+// cut off the journal (internal/wlog), so the turn is not recorded and the next one
+// starts a clean line.
 func (s *session) appendTurn(dir string, rec *turnRecord) error {
-	line, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("encode turn: %w", err)
-	}
-	line = append(line, '\n')
 	if s.journal == nil {
-		f, err := os.OpenFile(journalPath(dir, s.id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		log, err := wlog.Open(journalPath(dir, s.id), wlog.Options{})
 		if err != nil {
 			return fmt.Errorf("open session journal: %w", err)
 		}
-		if err := fsutil.SyncDir(dir); err != nil {
-			f.Close()
-			return fmt.Errorf("open session journal: %w", err)
-		}
-		s.journal = f
+		s.journal = log
 	}
-	if _, err := s.journal.Write(line); err != nil {
+	if err := s.journal.AppendJSON(rec); err != nil {
 		return fmt.Errorf("append session journal: %w", err)
 	}
-	if err := s.journal.Sync(); err != nil {
-		return fmt.Errorf("sync session journal: %w", err)
-	}
+	s.size.Store(s.journal.Size())
 	s.apply(rec)
 	return nil
 }
@@ -148,45 +146,28 @@ func (s *session) apply(rec *turnRecord) {
 	s.tok = rec.Tokenizer
 }
 
-// readJournal rebuilds a session from its journal. A last line that does not
-// decode is a turn whose append a crash cut short: it was never acknowledged, so
-// it is dropped (and cut off the file, so the next append starts a clean line).
+// readJournal rebuilds a session from its journal, by the line log's rule
+// (internal/wlog): a last line a crash cut short is a turn that was never
+// acknowledged, so it is cut off and the next append starts a clean line; a line that
+// does not decode with lines after it is an error naming the file, the line and its
+// byte offset, and the journal is left as it is. A journal without a turn gives nil.
 func readJournal(path, id string) (*session, error) {
-	b, err := os.ReadFile(path)
+	s := &session{id: id, version: -1}
+	log, err := wlog.Open(path, wlog.Options{Replay: wlog.JSON(func(rec *turnRecord) error {
+		s.apply(rec)
+		if rec.ClosedAt != nil {
+			s.closedAt = *rec.ClosedAt
+		}
+		return nil
+	})})
 	if err != nil {
 		return nil, fmt.Errorf("read session journal: %w", err)
 	}
-	s := &session{id: id, version: -1}
-	good := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<30)
-	for sc.Scan() {
-		var rec turnRecord
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			break
-		}
-		s.apply(&rec)
-		good += len(sc.Bytes()) + 1
-	}
-	if good > len(b) {
-		good = len(b) // a last line without its newline decoded: keep it
-	}
-	if good < len(b) {
-		if err := os.Truncate(path, int64(good)); err != nil {
-			return nil, fmt.Errorf("truncate session journal: %w", err)
-		}
-	}
 	if s.turns == 0 {
-		return nil, nil
+		return nil, log.Close()
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open session journal: %w", err)
-	}
-	if good == len(b) && len(b) > 0 && b[len(b)-1] != '\n' {
-		f.Write([]byte{'\n'})
-	}
-	s.journal = f
+	s.journal = log
+	s.size.Store(log.Size())
 	return s, nil
 }
 

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
+
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // toolCallTag opens a Hermes/Qwen tool call: with tools, the stream's live content
@@ -42,10 +44,11 @@ type streamer struct {
 	started bool    // the role chunk (and the 200 header) is out
 	toks    []int32 // sampled so far
 	lps     []float32
-	body    []int32 // sampled so far without turn-end tokens: the content's tokens
-	sent    string  // content sent
-	lpSent  int     // tokens whose log-probs were sent
-	done    bool    // no more live content: a stop string or a tool call began
+	top     [][]xla.TokenLogProb // with top_logprobs
+	body    []int32              // sampled so far without turn-end tokens: the content's tokens
+	sent    string               // content sent
+	lpSent  int                  // tokens whose log-probs were sent
+	done    bool                 // no more live content: a stop string or a tool call began
 	// firstContent is when the first content chunk was written (zero: none yet).
 	firstContent time.Time
 }
@@ -54,7 +57,7 @@ func (g *Gateway) newStreamer(w http.ResponseWriter, req *ChatRequest, id string
 	fl, _ := w.(http.Flusher)
 	stops, _ := req.stops()
 	return &streamer{w: w, fl: fl, req: req, id: id, fingerprint: fmt.Sprintf("hindsight-step-%d", p.step),
-		created: time.Now().Unix(), p: p, log: g.log, stops: stops, tools: len(req.Tools) > 0}
+		created: time.Now().Unix(), p: p, log: g.log, stops: stops, tools: req.toolCalls()}
 }
 
 // send writes one chunk (a usage chunk when usage is set).
@@ -84,9 +87,12 @@ func (st *streamer) start() {
 }
 
 // token is the sampler's callback: it sends the content that tok settles.
-func (st *streamer) token(tok int32, lp float32) {
+func (st *streamer) token(tok int32, lp float32, top []xla.TokenLogProb) {
 	st.toks, st.lps = append(st.toks, tok), append(st.lps, lp)
-	if st.done || slices.Contains(st.p.stops, tok) {
+	if top != nil {
+		st.top = append(st.top, top)
+	}
+	if st.done || slices.Contains(st.p.stops, tok) || slices.Contains(st.req.StopTokenIDs, tok) {
 		return
 	}
 	st.body = append(st.body, tok)
@@ -136,7 +142,7 @@ func (st *streamer) token(tok int32, lp float32) {
 	piece := text[len(st.sent):limit]
 	ch := Choice{Delta: &OutMessage{Content: &piece}}
 	if st.req.Logprobs {
-		ch.Logprobs = &LogprobList{Content: tokenLogprobs(st.p, st.toks, st.lps, st.lpSent, len(st.toks))}
+		ch.Logprobs = &LogprobList{Content: tokenLogprobs(st.p, st.toks, st.lps, st.top, st.lpSent, len(st.toks))}
 		st.lpSent = len(st.toks)
 	}
 	st.send(ch, nil)
@@ -177,7 +183,7 @@ func (st *streamer) finish(t *turn) {
 		}
 		ch := Choice{Delta: d}
 		if st.req.Logprobs {
-			ch.Logprobs = &LogprobList{Content: tokenLogprobs(st.p, t.sampled, t.lps, min(st.lpSent, len(t.sampled)), len(t.sampled))}
+			ch.Logprobs = &LogprobList{Content: tokenLogprobs(st.p, t.sampled, t.lps, t.top, min(st.lpSent, len(t.sampled)), len(t.sampled))}
 			st.lpSent = len(t.sampled)
 		}
 		st.send(ch, nil)
@@ -187,7 +193,7 @@ func (st *streamer) finish(t *turn) {
 	}
 	ch := Choice{Delta: &OutMessage{}, FinishReason: &t.finish}
 	if st.req.Logprobs && st.lpSent < len(t.sampled) { // the stop token
-		ch.Logprobs = &LogprobList{Content: tokenLogprobs(st.p, t.sampled, t.lps, st.lpSent, len(t.sampled))}
+		ch.Logprobs = &LogprobList{Content: tokenLogprobs(st.p, t.sampled, t.lps, t.top, st.lpSent, len(t.sampled))}
 	}
 	st.send(ch, nil)
 	if st.req.StreamOptions != nil && st.req.StreamOptions.IncludeUsage {

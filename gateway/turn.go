@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -78,14 +76,15 @@ type turn struct {
 	finish  string
 	sampled []int32
 	lps     []float32
-	prompt  int // prompt tokens
+	top     [][]xla.TokenLogProb // with top_logprobs: each sampled token's alternatives
+	prompt  int                  // prompt tokens
 	policy  *policy
 }
 
 // sampleTurn renders the request's new messages onto s's tokens, samples the reply
 // and returns the turn, not yet journaled. s is locked by the caller. onToken, when
 // set, sees each token as it is sampled (the streamer).
-func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *ChatRequest, msgs []chatMessage, tools []any, k int, onToken func(int32, float32)) (*turn, *apiError) {
+func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *ChatRequest, msgs []chatMessage, tools []any, k int, onToken func(int32, float32, []xla.TokenLogProb)) (*turn, *apiError) {
 	guard := newContentGuard(p.tok, g.cfg.ContentSpecialTokens)
 	pieces, gen, ok, err := delta(p.template, guard.messages(msgs, k), tools, k)
 	if err != nil {
@@ -130,14 +129,14 @@ func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *Ch
 		return nil, badRequest("", "messages: the chat template rendered nothing")
 	}
 	if len(prompt) >= p.maxPos {
-		return nil, badRequest("context_length_exceeded", "this conversation is %d tokens; the model's context is %d tokens (max_position_embeddings)", len(prompt), p.maxPos)
+		return nil, badRequest("context_length_exceeded", "this conversation is %d tokens; the context served is %d tokens (gateway.max_context_tokens %d, the model's max_position_embeddings %d), and the reply needs at least one", len(prompt), p.maxPos, g.cfg.MaxContextTokens, p.modelMax)
 	}
 	opts, aerr := g.sampleOptions(req, p, len(prompt))
 	if aerr != nil {
 		return nil, aerr
 	}
 	if onToken != nil {
-		opts.OnToken = func(_ int, tok int32, lp float32) { onToken(tok, lp) }
+		opts.OnToken = func(_ int, tok int32, lp float32, top []xla.TokenLogProb) { onToken(tok, lp, top) }
 	}
 	smp, err := p.generate(ctx, prompt, opts)
 	if err != nil {
@@ -151,25 +150,33 @@ func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *Ch
 		}
 		return nil, &apiError{status: 500, Message: fmt.Sprintf("sample: %v", err), Type: "server_error"}
 	}
-	toks, lps := smp.Tokens, smp.LogProbs
+	toks, lps, top := smp.Tokens, smp.LogProbs, smp.Top
 	finish := "length"
 	if smp.Reason == xla.StopToken {
 		finish = "stop"
 	}
 	stops, _ := req.stops()
 	endsWithStop := smp.Reason == xla.StopToken
+	// One of stop_token_ids (not the template's turn end) is recorded as sampled,
+	// kept out of the content, and the turn closed with the template's end token,
+	// as after a stop string.
+	ownStop := endsWithStop && !slices.Contains(p.stops, toks[len(toks)-1])
 	var content string
 	if cut, text, found := cutAtStop(p, toks, stops); found {
 		toks, lps, content, finish, endsWithStop = toks[:cut], lps[:cut], text, "stop", false
+	} else if cut, text, found := cutAfterFirstCall(p, toks, req); found {
+		toks, lps, content, endsWithStop = toks[:cut], lps[:cut], text, false
 	} else {
 		body := toks
 		if endsWithStop {
 			body = toks[:len(toks)-1]
 		}
 		content, _ = p.tok.Decode(body)
+		endsWithStop = endsWithStop && !ownStop
 	}
+	top = top[:min(len(top), len(toks))]
 	reply := chatMessage{Role: "assistant", Content: content, Status: -1}
-	if len(req.Tools) > 0 {
+	if req.toolCalls() {
 		var calls []ToolCall
 		n := 0
 		reply.Content, calls = parseToolCalls(content, func() string { n++; return fmt.Sprintf("call_%s_%d_%d", s.id, rec.Turn, n) })
@@ -198,42 +205,7 @@ func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *Ch
 			return nil, aerr
 		}
 	}
-	return &turn{rec: rec, reply: reply, finish: finish, sampled: toks, lps: lps, prompt: len(prompt), policy: p}, nil
-}
-
-// sampleOptions maps the request's sampling fields onto the sampler's.
-func (g *Gateway) sampleOptions(req *ChatRequest, p *policy, promptLen int) (xla.SampleOptions, *apiError) {
-	o := xla.SampleOptions{Temperature: 1, TopP: 1, Stop: p.stops}
-	if req.Temperature != nil {
-		if *req.Temperature < 0 || *req.Temperature > 2 {
-			return o, badRequest("", "temperature %g: want in [0, 2]", *req.Temperature)
-		}
-		o.Temperature = *req.Temperature
-	}
-	if req.TopP != nil {
-		if *req.TopP <= 0 || *req.TopP > 1 {
-			return o, badRequest("", "top_p %g: want in (0, 1]", *req.TopP)
-		}
-		o.TopP = *req.TopP
-	}
-	o.MaxNew = g.cfg.MaxTokens
-	for _, m := range []*int{req.MaxTokens, req.MaxCompletionTokens} {
-		if m != nil {
-			if *m <= 0 {
-				return o, badRequest("", "max_tokens %d: want > 0", *m)
-			}
-			o.MaxNew = *m
-		}
-	}
-	o.MaxNew = min(o.MaxNew, p.maxPos-promptLen)
-	if req.Seed != nil {
-		o.Seed = uint64(*req.Seed)
-	} else {
-		var b [8]byte
-		rand.Read(b[:])
-		o.Seed = binary.LittleEndian.Uint64(b[:])
-	}
-	return o, nil
+	return &turn{rec: rec, reply: reply, finish: finish, sampled: toks, lps: lps, top: top, prompt: len(prompt), policy: p}, nil
 }
 
 // cutAtStop finds the first stop string in the decoded sample: it returns the

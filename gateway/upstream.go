@@ -54,6 +54,14 @@ type completionRequest struct {
 	ReturnTokenIDs         bool `json:"return_token_ids"`
 	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
 	SkipSpecialTokens      bool `json:"skip_special_tokens"`
+	// The request's other sampling fields, forwarded as vLLM names them (absent:
+	// the engine's defaults, which change nothing).
+	TopK              int                `json:"top_k,omitempty"`
+	MinP              float64            `json:"min_p,omitempty"`
+	PresencePenalty   float64            `json:"presence_penalty,omitempty"`
+	FrequencyPenalty  float64            `json:"frequency_penalty,omitempty"`
+	RepetitionPenalty float64            `json:"repetition_penalty,omitempty"`
+	LogitBias         map[string]float32 `json:"logit_bias,omitempty"`
 }
 
 // completionResponse is the part of a completions answer (or of a streamed
@@ -82,8 +90,16 @@ func (u *upstream) generate(ctx context.Context, prompt []int32, o xla.SampleOpt
 		topP = 1
 	}
 	stream := o.OnToken != nil // a streamed answer: tokens go on as the engine sends them
-	body, _ := json.Marshal(completionRequest{Model: u.model, Prompt: prompt, MaxTokens: o.MaxNew, Temperature: o.Temperature,
-		TopP: topP, Seed: int64(o.Seed >> 1), N: 1, Stream: stream, StopTokenIDs: o.Stop, ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true})
+	cr := completionRequest{Model: u.model, Prompt: prompt, MaxTokens: o.MaxNew, Temperature: o.Temperature,
+		TopP: topP, Seed: int64(o.Seed >> 1), N: 1, Stream: stream, StopTokenIDs: o.Stop, ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true,
+		TopK: o.TopK, MinP: o.MinP, PresencePenalty: o.PresencePenalty, FrequencyPenalty: o.FrequencyPenalty, RepetitionPenalty: o.RepetitionPenalty}
+	for id, b := range o.LogitBias {
+		if cr.LogitBias == nil {
+			cr.LogitBias = map[string]float32{}
+		}
+		cr.LogitBias[strconv.Itoa(int(id))] = b
+	}
+	body, _ := json.Marshal(cr)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(u.base, "/")+"/completions", bytes.NewReader(body))
 	if err != nil {
 		return xla.Sample{}, &upstreamError{err}
@@ -162,7 +178,7 @@ func readStreamed(body io.Reader, o xla.SampleOptions, vocab int) (xla.Sample, e
 				return xla.Sample{}, err
 			}
 			s.Tokens, s.LogProbs = append(s.Tokens, id), append(s.LogProbs, float32(*lps[i]))
-			o.OnToken(0, id, float32(*lps[i]))
+			o.OnToken(0, id, float32(*lps[i]), nil)
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -1,18 +1,16 @@
 package rollout
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/hindsight-ai/hindsight/internal/fsutil"
+	"github.com/hindsight-ai/hindsight/internal/wlog"
 )
 
 // Journal operations. The journal is a file of JSON lines, one Entry each, appended and
@@ -104,7 +102,7 @@ type Journal struct {
 	path string
 
 	mu       sync.Mutex
-	f        *os.File
+	log      *wlog.Log              // nil once closed
 	claims   map[uint64]*ClaimState // unfinished claims
 	accepted map[string]uint64      // rollout_id → seq of the file that holds it
 	totals   Totals
@@ -112,15 +110,15 @@ type Journal struct {
 	// For compaction.
 	lines     map[uint64][]byte // unfinished claims: their claim and decide lines as written
 	pending   map[uint64]bool   // replay: open claims of the snapshot whose claim line is to come
-	size      int64             // bytes in the file
 	idBytes   int64             // Σ len(rollout_id) over accepted
 	finished  int               // finish entries since the last snapshot (or the start)
 	compacted *CompactStats     // the last compaction run or tried, or nil
 }
 
-// OpenJournal opens (creating if absent) the journal at path and replays it. A torn
-// last line, left by a crash during an append, is cut off; a corrupt line anywhere
-// else is an error naming the line, since the journal can no longer be trusted.
+// OpenJournal opens (creating if absent) the journal at path and replays it, by the
+// line log's rule (internal/wlog): a torn last line, left by a crash during an append,
+// is cut off; a corrupt line anywhere else is an error naming the line and its byte
+// offset, since the journal can no longer be trusted, and the file is left as it is.
 //
 // Temp files left by a compaction that a crash interrupted are removed (the journal
 // itself is always complete, old or new). When the journal is worth compacting (see
@@ -131,39 +129,20 @@ func OpenJournal(path string) (*Journal, error) { return openJournal(path, true)
 
 // openJournal is OpenJournal; autoCompact false leaves the journal as it is.
 func openJournal(path string, autoCompact bool) (*Journal, error) {
-	if err := removeCompactTemps(path); err != nil {
-		return nil, fmt.Errorf("open journal: %w", err)
-	}
-	f, err := fsutil.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	j := &Journal{path: path, claims: map[uint64]*ClaimState{}, accepted: map[string]uint64{}, lines: map[uint64][]byte{}}
+	line := 0
+	log, err := wlog.Open(path, wlog.Options{
+		Replay: func(b []byte) error { line++; return j.replayLine(line, b) },
+		Torn:   tornSnapshot,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	j := &Journal{path: path, f: f, claims: map[uint64]*ClaimState{}, accepted: map[string]uint64{}, lines: map[uint64][]byte{}}
-	good, err := j.replay(f)
-	if err != nil {
-		f.Close()
-		return nil, err
+	if len(j.pending) > 0 { // the snapshot's open claims must all follow it
+		log.Close()
+		return nil, fmt.Errorf("open journal: %s: the snapshot's open claims %v have no claim line", path, sortedSeqs(j.pending))
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("stat journal %s: %w", path, err)
-	}
-	if st.Size() != good {
-		if err := f.Truncate(good); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("truncate torn journal tail %s: %w", path, err)
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("sync journal %s: %w", path, err)
-		}
-	}
-	if _, err := f.Seek(good, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("seek journal %s: %w", path, err)
-	}
-	j.size = good
+	j.pending, j.log = nil, log
 	if autoCompact {
 		j.MaybeCompact() // a failure is in LastCompaction; the journal is usable as it was
 	}
@@ -173,51 +152,30 @@ func openJournal(path string, autoCompact bool) (*Journal, error) {
 // snapshotPrefix is how every snapshot line starts (json.Marshal keeps field order).
 var snapshotPrefix = []byte(`{"op":"` + OpSnapshot + `"`)
 
-// replay applies every complete line of r and returns the byte length of the good prefix.
-func (j *Journal) replay(r io.Reader) (int64, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
-	var good int64
-	for line := 1; ; line++ {
-		b, err := br.ReadBytes('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, fmt.Errorf("read journal %s: %w", j.path, err)
-		}
-		var e Entry
-		complete := err == nil // no newline: a torn append (or nothing)
-		if complete {
-			if uerr := json.Unmarshal(bytes.TrimSpace(b), &e); uerr != nil {
-				if _, perr := br.Peek(1); !errors.Is(perr, io.EOF) {
-					return 0, fmt.Errorf("read journal %s: line %d is corrupt: %v", j.path, line, uerr)
-				}
-				complete = false // last line garbled by a crash mid-write
-			}
-		}
-		if !complete {
-			return good, j.endReplay(line, b)
-		}
-		if e.Op == OpSnapshot && line != 1 {
-			return 0, fmt.Errorf("read journal %s: line %d: a snapshot is valid only as the first line", j.path, line)
-		}
-		if err := j.apply(&e); err != nil {
-			return 0, fmt.Errorf("read journal %s: line %d: %w", j.path, line, err)
-		}
-		j.keepLine(&e, b)
-		good += int64(len(b))
+// replayLine applies line n (b, without its newline) of the journal.
+func (j *Journal) replayLine(n int, b []byte) error {
+	var e Entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return wlog.Corrupt(err)
 	}
+	if e.Op == OpSnapshot && n != 1 {
+		return errors.New("a snapshot is valid only as the first line")
+	}
+	if err := j.apply(&e); err != nil {
+		return err
+	}
+	j.keepLine(&e, append(b, '\n'))
+	return nil
 }
 
-// endReplay checks the end of the journal: line, torn (or empty), is dropped, and the
-// action it would have recorded is redone. A snapshot is never torn, since Compact
-// renames it into place whole, and dropping one would forget which rollouts were
-// accepted; nor can the claim lines that follow it be missing.
-func (j *Journal) endReplay(line int, torn []byte) error {
+// tornSnapshot refuses to cut a torn first line that is a snapshot: a snapshot is
+// never torn, since Compact renames it into place whole, and dropping one would forget
+// which rollouts were accepted. Any other torn last line is a crash mid-append: the
+// action it would have recorded is redone.
+func tornSnapshot(line int, torn []byte) error {
 	if line == 1 && bytes.HasPrefix(bytes.TrimSpace(torn), snapshotPrefix) {
-		return fmt.Errorf("read journal %s: line 1 is a damaged snapshot", j.path)
+		return errors.New("line 1 is a damaged snapshot")
 	}
-	if len(j.pending) > 0 {
-		return fmt.Errorf("read journal %s: the snapshot's open claims %v have no claim line", j.path, sortedSeqs(j.pending))
-	}
-	j.pending = nil
 	return nil
 }
 
@@ -297,12 +255,12 @@ func (j *Journal) apply(e *Entry) error {
 }
 
 // append writes e durably and then applies it. On a write error the in-memory state is
-// unchanged; the caller must treat the journal as broken.
+// unchanged and the journal ends with its last whole line, so the caller may retry.
 func (j *Journal) append(e Entry) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.f == nil {
-		return fmt.Errorf("append journal %s: closed", j.path)
+	if j.log == nil {
+		return fmt.Errorf("append journal %s: %w", j.path, os.ErrClosed)
 	}
 	if e.Op == OpSnapshot {
 		return fmt.Errorf("append journal %s: a snapshot is written only by Compact", j.path)
@@ -317,22 +275,13 @@ func (j *Journal) append(e Entry) error {
 	if err != nil {
 		return fmt.Errorf("append journal: %w", err)
 	}
-	b = append(b, '\n')
-	off, err := j.f.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return fmt.Errorf("append journal %s: %w", j.path, err)
+	if err := j.log.Append(b); err != nil {
+		return fmt.Errorf("append journal: %w", err)
 	}
-	if _, err := j.f.Write(b); err != nil {
-		return j.undo(off, fmt.Errorf("append journal %s: %w", j.path, err))
-	}
-	if err := j.f.Sync(); err != nil {
-		return j.undo(off, fmt.Errorf("sync journal %s: %w", j.path, err))
-	}
-	j.size = off + int64(len(b))
 	if err := j.apply(&e); err != nil {
 		return err
 	}
-	j.keepLine(&e, b)
+	j.keepLine(&e, append(b, '\n'))
 	return nil
 }
 
@@ -347,18 +296,6 @@ func (j *Journal) keepLine(e *Entry, b []byte) {
 	case OpFinish:
 		delete(j.lines, e.Seq)
 	}
-}
-
-// undo cuts a failed append off (a full disk can leave part of the line written), so
-// a retried append never lands after a torn line in the middle of the journal.
-func (j *Journal) undo(off int64, err error) error {
-	if terr := j.f.Truncate(off); terr != nil {
-		return fmt.Errorf("%w (and cut off the torn entry: %v)", err, terr)
-	}
-	if _, serr := j.f.Seek(off, io.SeekStart); serr != nil {
-		return fmt.Errorf("%w (and seek back: %v)", err, serr)
-	}
-	return err
 }
 
 // Claim records a new claim of the incoming file name and returns its state.
@@ -429,10 +366,10 @@ func (j *Journal) Totals() Totals {
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.f == nil {
+	if j.log == nil {
 		return nil
 	}
-	err := j.f.Close()
-	j.f = nil
+	err := j.log.Close()
+	j.log = nil
 	return err
 }

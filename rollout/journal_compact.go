@@ -1,19 +1,14 @@
 package rollout
 
 import (
-	"bufio"
 	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"time"
-
-	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // CompactMinFinished and CompactMinRatio decide automatic compaction (OpenJournal,
@@ -62,7 +57,7 @@ func (j *Journal) LastCompaction() (CompactStats, bool) {
 func (j *Journal) MaybeCompact() (bool, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.f == nil || j.finished < CompactMinFinished || j.size <= CompactMinRatio*j.compactedSizeEstimate() {
+	if j.log == nil || j.finished < CompactMinFinished || j.log.Size() <= CompactMinRatio*j.compactedSizeEstimate() {
 		return false, nil
 	}
 	return true, j.compact()
@@ -82,86 +77,39 @@ func (j *Journal) Compact() error {
 
 // compact is Compact with mu held; it records its stats.
 func (j *Journal) compact() error {
-	if j.f == nil {
-		return fmt.Errorf("compact journal %s: closed", j.path)
+	if j.log == nil {
+		return fmt.Errorf("compact journal %s: %w", j.path, os.ErrClosed)
 	}
 	start := time.Now()
-	st := CompactStats{At: start.UTC(), BytesBefore: j.size}
-	st.Err = j.rewrite()
+	st := CompactStats{At: start.UTC(), BytesBefore: j.log.Size()}
+	st.Err = j.log.Rewrite(j.writeCompacted)
 	st.Took = time.Since(start)
 	if st.Err == nil {
-		st.BytesAfter = j.size
+		st.BytesAfter = j.log.Size()
 	} else {
-		j.finished = 0 // MaybeCompact tries again after as many finished files, not at once
+		st.Err = fmt.Errorf("compact journal: %w", st.Err)
 	}
+	j.finished = 0 // after a failure, MaybeCompact tries again after as many finished files, not at once
 	j.compacted = &st
 	return st.Err
 }
 
-// rewrite writes the compacted journal to a temp file, renames it over the journal and
-// makes it j.f.
-func (j *Journal) rewrite() error {
-	dir, base := filepath.Dir(j.path), filepath.Base(j.path)
-	info, err := j.f.Stat()
-	if err != nil {
-		return fmt.Errorf("compact journal %s: %w", j.path, err)
-	}
-	f, err := os.CreateTemp(dir, compactTempPrefix(base)+"*")
-	if err != nil {
-		return fmt.Errorf("compact journal %s: %w", j.path, err)
-	}
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(f.Name())
-		return fmt.Errorf("compact journal %s: %w", j.path, err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	n, err := j.writeCompacted(w)
-	if err != nil {
-		return fail(err)
-	}
-	if err := w.Flush(); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(info.Mode().Perm()); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(f.Name(), j.path); err != nil {
-		return fail(err)
-	}
-	// The new file is the journal now, and f, opened read-write, is at its end.
-	old := j.f
-	j.f, j.size, j.finished = f, n, 0
-	old.Close()
-	if err := fsutil.SyncDir(dir); err != nil {
-		return fmt.Errorf("compact journal %s: the compacted journal is in use, but: %w", j.path, err)
-	}
-	return nil
-}
-
-// writeCompacted writes the compacted journal to w and returns its length in bytes.
-func (j *Journal) writeCompacted(w *bufio.Writer) (int64, error) {
+// writeCompacted writes the compacted journal to w.
+func (j *Journal) writeCompacted(w io.Writer) error {
 	snap := j.snapshot()
 	b, err := json.Marshal(snap)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	b = append(b, '\n')
-	n := int64(len(b))
-	if _, err := w.Write(b); err != nil {
-		return 0, err
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return err
 	}
 	for _, seq := range snap.Open {
-		l := j.lines[seq]
-		if _, err := w.Write(l); err != nil {
-			return 0, err
+		if _, err := w.Write(j.lines[seq]); err != nil {
+			return err
 		}
-		n += int64(len(l))
 	}
-	return n, nil
+	return nil
 }
 
 // snapshot returns the snapshot entry of the journal's state: its totals less what
@@ -243,33 +191,6 @@ func (j *Journal) compactedSizeEstimate() int64 {
 		n += 21 + int64(len(l)) // the seq in open, and the lines
 	}
 	return n
-}
-
-// compactTempPrefix is how the names of Compact's temp files for the journal named base
-// start: hidden, as fsutil.WriteFile names its temps.
-func compactTempPrefix(base string) string { return "." + base + ".tmp-" }
-
-// removeCompactTemps deletes the temp files of a compaction of the journal at path that
-// a crash interrupted. They are never needed: until the rename the old journal is the
-// whole truth.
-func removeCompactTemps(path string) error {
-	dir, prefix := filepath.Dir(path), compactTempPrefix(filepath.Base(path))
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // OpenFile says so
-	}
-	if err != nil {
-		return fmt.Errorf("remove compaction temps: %w", err)
-	}
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), prefix) || !e.Type().IsRegular() {
-			continue
-		}
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove compaction temps: %w", err)
-		}
-	}
-	return nil
 }
 
 // sortedSeqs returns the keys of set in ascending order.

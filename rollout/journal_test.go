@@ -11,10 +11,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/internal/wlog"
 )
 
 func TestJournalReplay(t *testing.T) {
@@ -77,12 +80,18 @@ func TestJournalTornTail(t *testing.T) {
 	}
 }
 
+// TestJournalCorruptMiddleIsAnError: garbage with whole lines after it is not a torn
+// append: the journal is refused with the line and its byte offset, and left as it is
+// (cutting there would drop the claims after it).
 func TestJournalCorruptMiddleIsAnError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
 	body := `{"op":"claim","seq":1,"name":"a.arrow"}` + "\nnot json\n" + `{"op":"claim","seq":2,"name":"b.arrow"}` + "\n"
 	require.NoError(t, os.WriteFile(path, []byte(body), 0o644))
 	_, err := OpenJournal(path)
-	require.ErrorContains(t, err, "line 2 is corrupt")
+	require.ErrorContains(t, err, path+": line 2 is corrupt (byte offset 40)")
+	b, rerr := os.ReadFile(path)
+	require.NoError(t, rerr)
+	require.Equal(t, body, string(b))
 }
 
 func TestJournalRejectsInconsistentEntries(t *testing.T) {
@@ -126,25 +135,36 @@ func TestJournalRefusesWrongCallsBeforeWriting(t *testing.T) {
 	require.NoError(t, j.Close())
 }
 
+// TestJournalFailedAppendIsCutOff: an append that fails with a full disk in the middle
+// of its write, or at its fsync, is cut off and changes nothing; the retry succeeds
+// and the journal replays.
 func TestJournalFailedAppendIsCutOff(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "journal.jsonl")
-	j, err := OpenJournal(path)
-	require.NoError(t, err)
-	_, err = j.Claim("a.arrow")
-	require.NoError(t, err)
-	good, err := os.ReadFile(path)
-	require.NoError(t, err)
-	// A write that got half a line onto the disk before failing.
-	_, err = j.f.Write([]byte(`{"op":"claim","seq":2,"na`))
-	require.NoError(t, err)
-	require.ErrorContains(t, j.undo(int64(len(good)), os.ErrClosed), "file already closed")
-	_, err = j.Claim("b.arrow")
-	require.NoError(t, err)
-	require.NoError(t, j.Close())
-	j, err = OpenJournal(path)
-	require.NoError(t, err, "no torn line in the middle")
-	defer j.Close()
-	require.Equal(t, int64(2), j.Totals().FilesClaimed)
+	for _, phase := range []string{wlog.FaultWrite, wlog.FaultSync} {
+		t.Run(phase, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "journal.jsonl")
+			j, err := OpenJournal(path)
+			require.NoError(t, err)
+			_, err = j.Claim("a.arrow")
+			require.NoError(t, err)
+			good, err := os.ReadFile(path)
+			require.NoError(t, err)
+			defer wlog.InjectFault(wlog.Fault{Name: "journal.jsonl", Append: 1, Phase: phase})()
+			_, err = j.Claim("b.arrow")
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			after, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, string(good), string(after), "the failed append is cut off")
+			require.Equal(t, uint64(1), j.Totals().LastSeq, "nor is it applied")
+			c, err := j.Claim("b.arrow")
+			require.NoError(t, err)
+			require.Equal(t, uint64(2), c.Seq)
+			require.NoError(t, j.Close())
+			j, err = OpenJournal(path)
+			require.NoError(t, err, "no torn line in the middle")
+			defer j.Close()
+			require.Equal(t, int64(2), j.Totals().FilesClaimed)
+		})
+	}
 }
 
 // journalState is everything a replay of the journal rebuilds.

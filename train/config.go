@@ -107,6 +107,7 @@ func DefaultConfig() Config {
 		MaxBatchRollouts:   64,
 		MaxBatchTokens:     1 << 20,
 		Chunk:              xla.DefaultChunkTrain,
+		ScoreChunk:         xla.DefaultChunk,
 		Backprop:           xla.BackpropTruncated,
 		Optimizer:          xla.DefaultAdamW(),
 		TeacherModel:       xla.DefaultTeacher(),

@@ -28,10 +28,10 @@ func newTestSampler(t *testing.T, seed uint64) *Sampler {
 // TestGenerateLogProbsEqualScorer: at temperature 1 without truncation the
 // sampler's log-probs are the scorer's on the same full sequence (the trainer and
 // the sampler must agree), within 1e-5, for every row of a ragged batch, with the
-// cache grown from 64 to 128 positions mid-decode.
+// decoding cache grown (prefill pages of 16: the 30-token row's starts at 32
+// positions and reaches 69).
 func TestGenerateLogProbsEqualScorer(t *testing.T) {
 	s := newTestSampler(t, 21)
-	s.headroom = 8 // first bucket: 30 + 8 → 64; the 30-token row reaches 69
 	prompts := samplerPrompts(s.Model().Config.VocabSize)
 	out, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 40, Temperature: 1, Seed: 3})
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestGenerateDeterministic(t *testing.T) {
 	a, err := s.Generate(t.Context(), prompts, opts)
 	require.NoError(t, err)
 	seen := make([]Sample, len(prompts))
-	opts.OnToken = func(row int, tok int32, lp float32) {
+	opts.OnToken = func(row int, tok int32, lp float32, _ []TokenLogProb) {
 		seen[row].Tokens = append(seen[row].Tokens, tok)
 		seen[row].LogProbs = append(seen[row].LogProbs, lp)
 	}
@@ -190,7 +190,7 @@ func TestGenerateRowOptions(t *testing.T) {
 	}
 	var seen [4][]int32
 	batch, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 12, Rows: rows,
-		OnToken: func(r int, tok int32, _ float32) { seen[r] = append(seen[r], tok) }})
+		OnToken: func(r int, tok int32, _ float32, _ []TokenLogProb) { seen[r] = append(seen[r], tok) }})
 	require.NoError(t, err)
 	for r, p := range prompts {
 		alone, err := s.Generate(t.Context(), [][]int32{p}, rows[r])
@@ -217,5 +217,94 @@ func requireCloseLogProbs(t *testing.T, want, got []float32, tol float64, msgAnd
 	require.Len(t, got, len(want), msgAndArgs...)
 	for i := range want {
 		require.InDelta(t, want[i], got[i], tol, msgAndArgs...)
+	}
+}
+
+// TestGenerateGone: a row whose Gone closes stops before the next step with
+// StopGone, the other rows go on as they would alone, and a call whose rows are
+// all gone returns at once.
+func TestGenerateGone(t *testing.T) {
+	s := newTestSampler(t, 26)
+	prompts := samplerPrompts(s.Model().Config.VocabSize)[:2]
+	done := make(chan struct{})
+	rows := []SampleOptions{{MaxNew: 20, Gone: done}, {MaxNew: 20, Stop: []int32{-7}}}
+	out, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 20, Rows: rows, OnToken: func(r int, _ int32, _ float32, _ []TokenLogProb) {
+		if r == 0 && !gone(done) {
+			close(done)
+		}
+	}})
+	require.NoError(t, err)
+	require.Equal(t, StopGone, out[0].Reason)
+	require.Len(t, out[0].Tokens, 1)
+	require.Equal(t, StopLength, out[1].Reason)
+	alone, err := s.Generate(t.Context(), prompts[1:], rows[1])
+	require.NoError(t, err)
+	require.Equal(t, alone[0].Tokens, out[1].Tokens)
+
+	all, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 20, Gone: done})
+	require.NoError(t, err)
+	for _, o := range all {
+		require.Equal(t, StopGone, o.Reason)
+		require.Empty(t, o.Tokens)
+	}
+}
+
+// TestGenerateAdjusted: logit bias and the penalties change the distribution the
+// row samples from, and LogProbs (and Top) are log-probs under that distribution,
+// computed here independently from an uncached forward; PolicyLogProbs stay the
+// model's own.
+func TestGenerateAdjusted(t *testing.T) {
+	s := newTestSampler(t, 27)
+	vocab := s.Model().Config.VocabSize
+	prompt := testTokens(6, vocab, 5)
+	greedy, err := s.Generate(t.Context(), [][]int32{prompt}, SampleOptions{MaxNew: 1})
+	require.NoError(t, err)
+	banned := greedy[0].Tokens[0]
+	o := SampleOptions{MaxNew: 6, Temperature: 0.8, MinP: 0.05, Seed: 3, TopLogProbs: 3,
+		LogitBias: map[int32]float32{banned: -100, 7: 2}, PresencePenalty: 0.5, FrequencyPenalty: 0.3, RepetitionPenalty: 1.3}
+	out, err := s.Generate(t.Context(), [][]int32{prompt}, o)
+	require.NoError(t, err)
+	seq := slices.Clone(prompt)
+	counts := map[int32]int{}
+	for i, tok := range out[0].Tokens {
+		require.NotEqual(t, banned, tok, "step %d", i)
+		raw := lastLogits(t, s.Model(), seq)
+		z := make([]float64, vocab)
+		for v := range z {
+			x := float64(raw[v])
+			if v == int(banned) {
+				x -= 100
+			}
+			if v == 7 {
+				x += 2
+			}
+			if slices.Contains(seq, int32(v)) {
+				if x > 0 {
+					x /= 1.3
+				} else {
+					x *= 1.3
+				}
+			}
+			if n := counts[int32(v)]; n > 0 {
+				x -= 0.5 + 0.3*float64(n)
+			}
+			z[v] = x / 0.8
+		}
+		top := slices.Max(z)
+		var sum float64
+		for _, x := range z {
+			if x >= top+math.Log(0.05) {
+				sum += math.Exp(x - top)
+			}
+		}
+		require.GreaterOrEqual(t, z[tok], top+math.Log(0.05), "step %d: token below min_p", i)
+		require.InDelta(t, z[tok]-top-math.Log(sum), out[0].LogProbs[i], 1e-4, "step %d", i)
+		require.InDelta(t, float64(raw[tok])-lse(raw), out[0].PolicyLogProbs[i], 1e-4, "step %d", i)
+		best := out[0].Top[i][0]
+		require.Equal(t, int32(slices.Index(z, top)), best.Token, "step %d", i)
+		require.InDelta(t, -math.Log(sum), best.LogProb, 1e-4, "step %d", i)
+		require.LessOrEqual(t, len(out[0].Top[i]), 3)
+		seq = append(seq, tok)
+		counts[tok]++
 	}
 }

@@ -568,12 +568,15 @@ func TestFlagsAndConfigErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("data_dir: x\nspool:\n  rescan_intervall: 1s\n"), 0o644))
 	out, err := exec.Command(filepath.Join(binDir, "hindsightd"), "-config", bad).CombinedOutput()
 	require.Error(t, err)
-	require.Contains(t, string(out), `bad.yaml: decode: line 3: unknown key "rescan_intervall"`)
+	require.Contains(t, string(out), `bad.yaml: spool.rescan_intervall: unknown key (line 3)`)
 
 	out, err = exec.Command(filepath.Join(binDir, "hindsightd"), "-print-config", "-listen", "0.0.0.0:9999").Output()
 	require.NoError(t, err)
 	require.Contains(t, string(out), "listen: 0.0.0.0:9999")
 	require.Contains(t, string(out), "data_dir: ./hindsight-data")
+	// The effective defaults, not the zero values that stand for them.
+	require.Contains(t, string(out), "  precision: f32\n")
+	require.Contains(t, string(out), "  score_chunk: 512\n")
 }
 
 func TestValidateCLI(t *testing.T) {
