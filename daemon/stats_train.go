@@ -31,11 +31,13 @@ type trainStats struct {
 	lastStepDur time.Duration
 }
 
-func (s *stats) setBackend(name, device string, params int64, modelDir string) {
+// setBackend records the trainer's backend; choice says why it runs there
+// (xla.Choice.Reason).
+func (s *stats) setBackend(name, device string, params int64, modelDir, choice string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.train.on = true
-	s.train.backend = hindsightv1.BackendInfo{Name: name, Device: device, Parameters: params, ModelDir: modelDir}
+	s.train.backend = hindsightv1.BackendInfo{Name: name, Device: device, Parameters: params, ModelDir: modelDir, Choice: choice}
 }
 
 func (s *stats) setCheckpoint(step int64, path string, at time.Time) {

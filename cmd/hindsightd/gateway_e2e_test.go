@@ -53,6 +53,13 @@ func startGateway(t *testing.T, dataDir string) (*proc, string) {
 // gateway keys (", key: value" each) of the caller's.
 func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc, string) {
 	t.Helper()
+	return startGatewayEnv(t, dataDir, train, gatewayExtra, nil)
+}
+
+// startGatewayEnv is startGatewayWith with extra environment variables (NAME=value)
+// for the daemon.
+func startGatewayEnv(t *testing.T, dataDir, train, gatewayExtra string, env []string) (*proc, string) {
+	t.Helper()
 	listen := "127.0.0.1:0"
 	if l, ok := strings.CutPrefix(gatewayExtra, "@"); ok { // "@host:port" fixes the address
 		listen, gatewayExtra = l, ""
@@ -62,13 +69,17 @@ func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc,
 		_, stderr, code := runCLI(t, "init-model", "-out", modelDir, "-seed", "2")
 		require.Equal(t, 0, code, stderr)
 	}
+	if !strings.Contains(gatewayExtra, "feedback_window:") {
+		// Sessions are written at once unless a test holds them for feedback.
+		gatewayExtra = ", feedback_window: 0s" + gatewayExtra
+	}
 	keys := filepath.Join(dataDir, "keys")
 	require.NoError(t, os.WriteFile(keys, []byte("# gateway test key\n"+apikey.Hash(gatewayKey)+"\n"), 0o600))
 	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json, level: debug}\nmodel: {dir: %s}\n%s"+
 		"gateway: {enabled: true, listen: %s, keys_file: %s, idle_timeout: 1h%s}\n", dataDir, modelDir, train, listen, keys, gatewayExtra)
 	path := filepath.Join(dataDir, "hindsightd.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
-	p := startDaemon(t, "-config", path)
+	p := startDaemonEnv(t, append([]string{"NOTIFY_SOCKET="}, env...), "-config", path)
 	p.waitReady(t)
 	deadline := time.Now().Add(testwait.Guard(2 * time.Minute))
 	for time.Now().Before(deadline) {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 )
 
 // runnableInfo is the info string that marks a fenced shell block of the README or docs/
@@ -222,12 +224,17 @@ func TestDocCommands(t *testing.T) {
 				require.NoError(t, os.Symlink(filepath.Join(root, name), filepath.Join(dir, name)))
 			}
 			for _, b := range runnable {
-				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				ctx, cancel := context.WithTimeout(t.Context(), testwait.Guard(5*time.Minute)) // a hang guard
 				cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", b.body)
 				cmd.Dir = dir
 				cmd.Env = append(os.Environ(),
 					"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 					"GOMLX_NO_AUTO_INSTALL=1")
+				if os.Getenv("GOMLX_BACKEND") == "" {
+					// hindsightd's default (auto) would take a fetched XLA plugin: the
+					// blocks run on pure Go unless the run names a backend.
+					cmd.Env = append(cmd.Env, "GOMLX_BACKEND=go:parallelism=-1")
+				}
 				start := time.Now()
 				out, err := cmd.CombinedOutput()
 				cancel()
