@@ -39,7 +39,7 @@ type Rollout struct {
 // Result is the credit of one rollout. Per-token slices have length T.
 type Result struct {
 	AOut  float64   // outcome advantage (reward units), the same for every trainable token
-	Delta []float64 // Δ_t, mean over the spans covering t; NaN outside every span
+	Delta []float64 // Δ_t of the first span covering t; NaN outside every span
 	AHint []float64 // gated hint advantage (nats); 0 outside spans
 	// Adv is A_t = λ_out·A_out + λ·A_hint,t, λ being λ_hint (normalize budget) or
 	// λ_distill (separate); 0 where not trainable. In modes topk and full the hint is
@@ -57,6 +57,11 @@ type Result struct {
 	// loss, modes topk and full: λ/N or λ_distill/N_distill at trainable tokens inside a
 	// teacher span, else 0 (all 0 in mode sampled_token).
 	DistillWeight []float64
+	// DistillIS is the importance weight on D_t (modes topk and full, at positions
+	// DistillWeight covers; else 0): min(exp(s_t − μ_t), distill.is_cap), the log
+	// ratio first clamped to [−20, 20] as the SDPO authors and TRL do; 1 where μ is
+	// missing or is_cap is 0. DistillWeight includes it.
+	DistillIS []float64
 	// NoSampler is true when the rollout has no sampler log-prob at all; Skipped when
 	// it was therefore left out (Config.AllowNoSampler false): its weights are 0.
 	NoSampler, Skipped bool
@@ -144,14 +149,18 @@ func stepNorms(cfg Config, rs []Rollout, budget int) norms {
 func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 	T := len(r.Student)
 	res := Result{AOut: aout, Delta: make([]float64, T), AHint: make([]float64, T), Adv: make([]float64, T),
-		Rho: make([]float64, T), Weight: make([]float64, T), WeightOut: make([]float64, T), DistillWeight: make([]float64, T)}
+		Rho: make([]float64, T), Weight: make([]float64, T), WeightOut: make([]float64, T), DistillWeight: make([]float64, T),
+		DistillIS: make([]float64, T)}
+	// One rule for overlapping spans, here and in the divergence term (the device's
+	// distillTerms, the credit files, the viewer): a position's teacher is the first
+	// span that covers it.
 	cover := make([]int, T)
 	for t := range res.Delta {
 		res.Delta[t] = math.NaN()
 	}
 	for _, h := range r.Hints {
 		for t := h.Start; t < h.End; t++ {
-			if !r.Trainable[t] {
+			if !r.Trainable[t] || cover[t] > 0 {
 				continue
 			}
 			base := r.Student[t]
@@ -159,18 +168,9 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 				base = h.EmptyHint[t-h.Start]
 			}
 			d := h.Teacher[t-h.Start] - base
-			if cover[t] == 0 {
-				res.Delta[t], res.AHint[t] = 0, 0
-			}
 			cover[t]++
-			res.Delta[t] += d
-			res.AHint[t] += gate(cfg, d)
-		}
-	}
-	for t, c := range cover {
-		if c > 1 {
-			res.Delta[t] /= float64(c)
-			res.AHint[t] /= float64(c)
+			res.Delta[t] = d
+			res.AHint[t] = gate(cfg, d)
 		}
 	}
 	res.NoSampler = !anyFinite(r.Sampler, r.Trainable)
@@ -197,7 +197,8 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 		}
 		switch {
 		case cfg.Distill.Mode != DistillSampledToken:
-			res.DistillWeight[t] = nm.lambdaH / nm.distill
+			res.DistillIS[t] = distillIS(cfg.Distill.ISCap, r.Student[t], r.Sampler[t])
+			res.DistillWeight[t] = res.DistillIS[t] * nm.lambdaH / nm.distill
 		case cfg.Normalize == NormalizeSeparate:
 			res.Adv[t] += nm.lambdaH * res.AHint[t]
 			res.Weight[t] += rho * nm.lambdaH * res.AHint[t] / nm.distill
@@ -208,6 +209,16 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 		}
 	}
 	return res
+}
+
+// distillIS is the truncated importance weight of the divergence term at one token:
+// min(exp(clamp(s − μ, −20, 20)), cap) (the SDPO authors' is_clip, TRL's
+// apply_importance_sampling_clipping); 1 without a sampler log-prob or with cap 0.
+func distillIS(cap, s, mu float64) float64 {
+	if cap == 0 || math.IsNaN(mu) {
+		return 1
+	}
+	return math.Min(math.Exp(math.Max(-20, math.Min(20, s-mu))), cap)
 }
 
 // gate bounds Δ into the hint advantage: clip(Δ, −c, c) or c·tanh(Δ/c).

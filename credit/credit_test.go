@@ -130,14 +130,22 @@ func TestNoSamplerLogProbs(t *testing.T) {
 	require.Zero(t, st.Skipped)
 }
 
-func TestOverlappingSpansAverage(t *testing.T) {
+// TestOverlappingSpansFirstWins: where spans overlap, a position's teacher is the
+// first span covering it, for the sampled-token Δ as for the divergence term's
+// teacher row (xla's distillTerms) and the credit viewer.
+func TestOverlappingSpansFirstWins(t *testing.T) {
 	r := handRollout()
 	r.Hints = append(r.Hints, HintSpan{Start: 2, End: 3, Teacher: []float64{-0.1}})
 	res, _, err := Step(DefaultConfig(), []Rollout{r}, NewBaselines(), 4)
 	require.NoError(t, err)
-	// t=2: Δ = −2.5 (clipped −2) and 0.4: mean Δ −1.05, mean A_hint −0.8.
-	require.InDelta(t, -1.05, res[0].Delta[2], 1e-12)
-	require.InDelta(t, -0.8, res[0].AHint[2], 1e-12)
+	// t=2: the first span's Δ = −3 − (−0.5) = −2.5 (clipped −2); the second's 0.4 is not used.
+	require.InDelta(t, -2.5, res[0].Delta[2], 1e-12)
+	require.InDelta(t, -2, res[0].AHint[2], 1e-12)
+	// Swapped, the other span's teacher wins.
+	r.Hints[0], r.Hints[1] = r.Hints[1], r.Hints[0]
+	res, _, err = Step(DefaultConfig(), []Rollout{r}, NewBaselines(), 4)
+	require.NoError(t, err)
+	require.InDelta(t, 0.4, res[0].Delta[2], 1e-12)
 }
 
 func TestLossReference(t *testing.T) {

@@ -58,6 +58,40 @@ const (
 	ClipToken ClipScope = "token"
 )
 
+// TopKIDs is whose top k mode topk keeps (docs/distillation.md "Whose top k").
+type TopKIDs string
+
+// The top-k id choices.
+const (
+	// IDsStudent: the student's k most likely ids, the teacher gathered at them (the
+	// SDPO authors' verl code, TRL's local path, sdpo-rl; the default).
+	IDsStudent TopKIDs = "student"
+	// IDsTeacher: the teacher's k most likely ids (TRL's vLLM-server path; hindsight's
+	// only choice before issue 37).
+	IDsTeacher TopKIDs = "teacher"
+	// IDsUnion: the student's k ids and the teacher's k ids (up to 2k), one tail.
+	IDsUnion TopKIDs = "union"
+)
+
+// TailMode is how mode topk computes the tail bucket's log-mass on both sides.
+type TailMode string
+
+// The tail modes.
+const (
+	// TailClamped is the peers' tail, on both sides: log(1 − Σ_b p_b) over the kept
+	// ids' probabilities, with the sum capped at exp(−1e-7) so the tail is never −Inf:
+	// its floor is log(1 − exp(−1e-7)) ≈ −16.118 nats. A capped tail gives no gradient
+	// (torch's clamp). The default.
+	TailClamped TailMode = "clamped"
+	// TailExact is logsumexp of every other id's log-prob, on both sides, with the
+	// teacher's tail raised to −30 nats wherever it is below (or −Inf), so the reverse
+	// KL stays finite.
+	TailExact TailMode = "exact"
+)
+
+// ClampedTailFloor is the least tail of TailClamped: log(1 − exp(−1e-7)), nats.
+var ClampedTailFloor = math.Log(-math.Expm1(-1e-7))
+
 // DistillConfig is `credit.distill`: how the teacher's view becomes a loss.
 type DistillConfig struct {
 	// Mode is sampled_token (default), topk or full.
@@ -72,13 +106,26 @@ type DistillConfig struct {
 	// off (the default). ClipScope says what it bounds.
 	Clip      float64   `yaml:"clip"`
 	ClipScope ClipScope `yaml:"clip_scope"`
+	// TopKIDs is whose top k mode topk keeps: student (default), teacher or union.
+	TopKIDs TopKIDs `yaml:"topk_ids"`
+	// Tail is how mode topk computes the tail bucket: clamped (default, the peers')
+	// or exact.
+	Tail TailMode `yaml:"tail"`
+	// ISCap truncates the importance weight on the divergence term (modes topk and
+	// full): each position's D_t is multiplied by min(π/π_old, is_cap) with π the
+	// student's and π_old the sampler's probability of the sampled token, as the SDPO
+	// authors do (is_clip 2). 0 turns the weight off. The sampled_token mode's hint
+	// term carries credit.rho_max's ρ instead.
+	ISCap float64 `yaml:"is_cap"`
 }
 
 // DefaultDistillConfig returns the defaults: sampled_token (today's Δ credit); for topk
-// k = 100 and for both topk and full reverse KL, JSD α 0.5 when chosen, no clip (scope
-// entry when set).
+// k = 100 of the student's ids with the peers' clamped tail, and for both topk and full
+// reverse KL, JSD α 0.5 when chosen, no clip (scope entry when set), the importance
+// weight capped at 2.
 func DefaultDistillConfig() DistillConfig {
-	return DistillConfig{Mode: DistillSampledToken, TopK: 100, Divergence: DivReverseKL, JSDAlpha: 0.5, ClipScope: ClipEntry}
+	return DistillConfig{Mode: DistillSampledToken, TopK: 100, Divergence: DivReverseKL, JSDAlpha: 0.5, ClipScope: ClipEntry,
+		TopKIDs: IDsStudent, Tail: TailClamped, ISCap: 2}
 }
 
 // Validate names the first bad field under prefix ("distill." inside credit's config).
@@ -86,13 +133,19 @@ func DefaultDistillConfig() DistillConfig {
 // defaults.
 func (c *DistillConfig) Validate(prefix string) error {
 	d := DefaultDistillConfig()
-	if c.Mode == "" && c.TopK == 0 && c.Divergence == "" && c.JSDAlpha == 0 && c.ClipScope == "" {
+	if c.Mode == "" && c.TopK == 0 && c.Divergence == "" && c.JSDAlpha == 0 && c.ClipScope == "" && c.TopKIDs == "" && c.Tail == "" {
 		clip := c.Clip
 		*c = d
 		c.Clip = clip
 	}
 	if c.ClipScope == "" {
 		c.ClipScope = d.ClipScope
+	}
+	if c.TopKIDs == "" {
+		c.TopKIDs = d.TopKIDs
+	}
+	if c.Tail == "" {
+		c.Tail = d.Tail
 	}
 	switch c.Mode {
 	case DistillSampledToken, DistillTopK, DistillFull:
@@ -118,16 +171,31 @@ func (c *DistillConfig) Validate(prefix string) error {
 	default:
 		return fmt.Errorf("%sclip_scope: %q is not entry or token", prefix, c.ClipScope)
 	}
+	switch c.TopKIDs {
+	case IDsStudent, IDsTeacher, IDsUnion:
+	default:
+		return fmt.Errorf("%stopk_ids: %q is not student, teacher or union", prefix, c.TopKIDs)
+	}
+	switch c.Tail {
+	case TailClamped, TailExact:
+	default:
+		return fmt.Errorf("%stail: %q is not clamped or exact", prefix, c.Tail)
+	}
+	if math.IsNaN(c.ISCap) || math.IsInf(c.ISCap, 0) || c.ISCap < 0 {
+		return fmt.Errorf("%sis_cap: %v must be finite and non-negative (0: off)", prefix, c.ISCap)
+	}
 	return nil
 }
 
-// TopK is the teacher's view of one position in mode topk: its k most likely token ids
-// with their log-probs (nats, over the whole vocabulary), and Tail, the log of the mass
-// of every other id. Tail is −Inf when IDs cover the vocabulary: the tail bucket is
-// then empty on both sides and left out.
+// TopK is the teacher's view of one position in mode topk: the kept token ids with the
+// teacher's log-probs of them (nats, over the whole vocabulary), and Tail, the log of
+// the teacher's exact mass of every other id. Tail is −Inf when IDs cover the
+// vocabulary: the tail bucket is then empty on both sides and left out. Whose ids are
+// kept is DistillConfig.TopKIDs (SelectTopK); the buckets' tails follow
+// DistillConfig.Tail (TailExact reads Tail, TailClamped recomputes it from LogProbs).
 //
 // On the device the teacher pass computes Tail exactly as logsumexp of the other
-// logits minus the normaliser; TailLogProb recovers it from the k log-probs alone.
+// logits minus the normaliser; TailLogProb is the clamped tail of the k log-probs.
 type TopK struct {
 	IDs      []int
 	LogProbs []float64
@@ -137,37 +205,76 @@ type TopK struct {
 // NewTopK returns the top k of a teacher's full log-prob vector (ties broken by the
 // lower id) with its exact tail. k ≥ len(lp) keeps every id and no tail.
 func NewTopK(lp []float64, k int) TopK {
-	ids := make([]int, len(lp))
+	return gatherTopK(lp, topIDs(lp, k))
+}
+
+// SelectTopK returns the teacher's view of one position for mode topk with ids chosen
+// as which says: the student's k most likely ids (by its log-probs or logits s), the
+// teacher's (by its log-probs lp), or the student's followed by the teacher's that are
+// not among them. Ties go to the lower id. The log-probs are the teacher's, gathered.
+func SelectTopK(which TopKIDs, s, lp []float64, k int) TopK {
+	switch which {
+	case IDsTeacher:
+		return NewTopK(lp, k)
+	case IDsUnion:
+		ids := topIDs(s, k)
+		for _, id := range topIDs(lp, k) {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		return gatherTopK(lp, ids)
+	default:
+		return gatherTopK(lp, topIDs(s, k))
+	}
+}
+
+// topIDs returns the ids of x's k largest values, largest first, ties to the lower id.
+func topIDs(x []float64, k int) []int {
+	ids := make([]int, len(x))
 	for i := range ids {
 		ids[i] = i
 	}
-	slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(lp[b], lp[a]) })
-	k = min(k, len(lp))
-	t := TopK{IDs: ids[:k:k], LogProbs: make([]float64, k), Tail: math.Inf(-1)}
-	for i, id := range t.IDs {
+	slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(x[b], x[a]) })
+	k = min(k, len(x))
+	return ids[:k:k]
+}
+
+// gatherTopK returns lp at ids and the exact log-mass of the other ids.
+func gatherTopK(lp []float64, ids []int) TopK {
+	t := TopK{IDs: ids, LogProbs: make([]float64, len(ids)), Tail: math.Inf(-1)}
+	in := make([]bool, len(lp))
+	for i, id := range ids {
 		t.LogProbs[i] = lp[id]
+		in[id] = true
 	}
-	if k < len(lp) {
-		rest := make([]float64, 0, len(lp)-k)
-		for _, id := range ids[k:] {
-			rest = append(rest, lp[id])
+	var rest []float64
+	for id, x := range lp {
+		if !in[id] {
+			rest = append(rest, x)
 		}
+	}
+	if len(rest) > 0 {
 		t.Tail = logSumExp(rest)
 	}
 	return t
 }
 
-// TailLogProb returns log(1 − Σ exp(lp)), the tail mass of top-k log-probs lp, with the
-// sum capped at 1 − 1e-7 so rounding cannot make it −Inf or NaN (a floor of about
-// −16 nats).
-func TailLogProb(lp []float64) float64 {
-	s := math.Min(logSumExp(lp), math.Log1p(-1e-7))
-	return math.Log(-math.Expm1(s))
+// TailLogProb returns the peers' tail of top-k log-probs lp: log(1 − Σ exp(lp)), with
+// log Σ capped at −1e-7 so rounding cannot make it −Inf or NaN (ClampedTailFloor,
+// about −16.118 nats). capped reports that the cap applied (the tail then has no
+// gradient).
+func TailLogProb(lp []float64) (tail float64, capped bool) {
+	s := logSumExp(lp)
+	if s >= -1e-7 {
+		return ClampedTailFloor, true
+	}
+	return math.Log(-math.Expm1(s)), false
 }
 
-// tailFloor is the least teacher tail log-prob used when the student's tail bucket is
-// not empty (nats): a teacher whose top k rounded to all of the mass would otherwise
-// make the reverse KL infinite.
+// tailFloor is TailExact's least teacher tail log-prob when the student's tail bucket
+// is not empty (nats): a teacher whose top k rounded to all of the mass would
+// otherwise make the reverse KL infinite.
 const tailFloor = -30
 
 // DistillPosition is the float64 reference of one scored position of modes topk and
@@ -175,17 +282,33 @@ const tailFloor = -30
 // gradient with respect to the student's logits z (length vocab). For mode full pass
 // NewTopK(teacher, vocab) (every id, no tail).
 //
-// Buckets: the ids of t, plus the tail (every other id) unless t.Tail is −Inf and no
-// id is left. The student's bucket log-probs are l_i = z_i − lse(z) and
-// l_tail = lse(z_rest) − lse(z), computed without cancellation. The gradient follows
-// from ∂D/∂l_b = g_b: ∂D/∂z_j = g_j − π_j·Σg for j in IDs and g_tail·π_j/q_tail −
-// π_j·Σg for the rest, where π = softmax(z) and π_j/q_tail = exp(z_j − lse(z_rest)).
+// Buckets: the ids of t, plus the tail (every other id) unless no id is left. The
+// student's bucket log-probs are l_i = z_i − lse(z) and, with TailExact, l_tail =
+// lse(z_rest) − lse(z), computed without cancellation; with TailClamped both sides'
+// tails are TailLogProb of their bucket log-probs. The gradient follows from
+// ∂D/∂l_b = g_b. TailExact: ∂D/∂z_j = g_j − π_j·Σg for j in IDs and
+// g_tail·π_j/q_tail − π_j·Σg for the rest, where π = softmax(z) and π_j/q_tail =
+// exp(z_j − lse(z_rest)). TailClamped, as the peers' autograd has it: the tail is a
+// function of the kept l_i, ∂l_tail/∂l_i = −exp(l_i − l_tail) (0 where capped), so
+// g'_i = g_i − g_tail·exp(l_i − l_tail) and ∂D/∂z_j = g'_j·[j in IDs] − π_j·Σg'. The
+// two are equal in exact arithmetic; near the cap they differ by the clamped tail's
+// cancellation (about 1e-8 relative), and the clamped route is the peers' to 1e-10.
 func DistillPosition(cfg DistillConfig, z []float64, t TopK) (float64, []float64) {
 	V := len(z)
-	bk := studentBuckets(z, t)
+	bk := studentBuckets(cfg, z, t)
 	l, a, in := bk.l, bk.a, bk.in
 	L, lseRest, tail, nb := bk.lse, bk.lseRest, bk.tail, len(bk.l)
 	d, g := bucketDivergence(cfg, l, a)
+	exactTail := tail && cfg.Tail == TailExact
+	if tail && !exactTail {
+		gt := g[nb-1]
+		g = g[:nb-1]
+		if !bk.capped {
+			for b := range g {
+				g[b] -= gt * math.Exp(l[b]-l[nb-1])
+			}
+		}
+	}
 	var sum float64
 	for _, x := range g {
 		sum += x
@@ -197,7 +320,7 @@ func DistillPosition(cfg DistillConfig, z []float64, t TopK) (float64, []float64
 	for b, id := range t.IDs {
 		grad[id] += g[b]
 	}
-	if tail {
+	if exactTail {
 		for j, x := range z {
 			if !in[j] {
 				grad[j] += g[nb-1] * math.Exp(x-lseRest)
@@ -208,15 +331,16 @@ func DistillPosition(cfg DistillConfig, z []float64, t TopK) (float64, []float64
 }
 
 // buckets are one position's k+1 (or k) buckets: student log-probs l, teacher
-// log-probs a, which ids are in the top k, lse(z) and lse of the other logits.
+// log-probs a, which ids are in the top k, lse(z) and lse of the other logits, and
+// whether the student's clamped tail was capped.
 type buckets struct {
 	l, a         []float64
 	in           []bool
 	lse, lseRest float64
-	tail         bool
+	tail, capped bool
 }
 
-func studentBuckets(z []float64, t TopK) buckets {
+func studentBuckets(cfg DistillConfig, z []float64, t TopK) buckets {
 	V := len(z)
 	bk := buckets{lse: logSumExp(z), in: make([]bool, V)}
 	for _, id := range t.IDs {
@@ -237,14 +361,20 @@ func studentBuckets(z []float64, t TopK) buckets {
 	for b, id := range t.IDs {
 		bk.l[b], bk.a[b] = z[id]-bk.lse, t.LogProbs[b]
 	}
-	if bk.tail {
-		bk.lseRest = logSumExp(rest)
+	if !bk.tail {
+		return bk
+	}
+	bk.lseRest = logSumExp(rest)
+	if cfg.Tail == TailExact {
 		bk.l[nb-1] = bk.lseRest - bk.lse
 		bk.a[nb-1] = t.Tail
 		if !(t.Tail >= tailFloor) { // −Inf or NaN: a teacher that rounded its tail away
 			bk.a[nb-1] = tailFloor
 		}
+		return bk
 	}
+	bk.l[nb-1], bk.capped = TailLogProb(bk.l[:nb-1])
+	bk.a[nb-1], _ = TailLogProb(bk.a[:nb-1])
 	return bk
 }
 

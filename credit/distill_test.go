@@ -102,7 +102,7 @@ func TestDistillClipGradient(t *testing.T) {
 // nearKink reports whether z sits within tol of a clip boundary: the unclipped
 // position total (scope token) or a point-wise term (scope entry) within tol of c.
 func nearKink(cfg DistillConfig, z []float64, tk TopK, tol float64) bool {
-	bk := studentBuckets(z, tk)
+	bk := studentBuckets(cfg, z, tk)
 	phi, _ := pointwise(cfg, bk.l, bk.a)
 	var d float64
 	for _, v := range phi {
@@ -177,22 +177,106 @@ func TestDistillTopKCoveringVocabIsFull(t *testing.T) {
 func TestTailLogProb(t *testing.T) {
 	teacher := LogSoftmax([]float64{3, 1, 0, -1})
 	tk := NewTopK(teacher, 2)
-	require.InDelta(t, tk.Tail, TailLogProb(tk.LogProbs), 1e-12)
-	// Top-k that hold all the mass after rounding: a finite floor, never NaN.
-	require.False(t, math.IsNaN(TailLogProb([]float64{0})))
-	require.Less(t, TailLogProb([]float64{0}), -15.0)
-	require.False(t, math.IsInf(TailLogProb([]float64{1e-9}), 0))
-	// A teacher that rounded its tail away does not make the reverse KL infinite.
-	d, g := DistillPosition(distillCfg(DivReverseKL, 0, ClipEntry), []float64{0, 0, 0}, TopK{IDs: []int{0}, LogProbs: []float64{0}, Tail: math.Inf(-1)})
-	require.False(t, math.IsInf(d, 0) || math.IsNaN(d))
-	for _, x := range g {
-		require.False(t, math.IsNaN(x))
+	tail, capped := TailLogProb(tk.LogProbs)
+	require.InDelta(t, tk.Tail, tail, 1e-12)
+	require.False(t, capped)
+	// Top-k that hold all the mass after rounding: the peers' floor, never NaN or −Inf.
+	for _, lp := range [][]float64{{0}, {1e-9}, {-1e-8}, {math.Log(0.5), math.Log(0.5)}} {
+		tail, capped := TailLogProb(lp)
+		require.True(t, capped, "%v", lp)
+		require.Equal(t, ClampedTailFloor, tail)
 	}
+	require.InDelta(t, -16.1181, ClampedTailFloor, 1e-4)
+	// Exact tails: a teacher that rounded its tail away gets −30, and the reverse KL
+	// stays finite.
+	cfg := distillCfg(DivReverseKL, 0, ClipEntry)
+	cfg.Tail = TailExact
+	for _, c := range []DistillConfig{cfg, distillCfg(DivReverseKL, 0, ClipEntry)} {
+		d, g := DistillPosition(c, []float64{0, 0, 0}, TopK{IDs: []int{0}, LogProbs: []float64{0}, Tail: math.Inf(-1)})
+		require.False(t, math.IsInf(d, 0) || math.IsNaN(d), c.Tail)
+		for _, x := range g {
+			require.False(t, math.IsNaN(x), c.Tail)
+		}
+	}
+	bk := studentBuckets(cfg, []float64{0, 0, 0}, TopK{IDs: []int{0}, LogProbs: []float64{-1e-20}, Tail: -50})
+	require.Equal(t, -30.0, bk.a[1], "exact: a teacher tail below −30 is raised to −30")
+	bk = studentBuckets(distillCfg(DivReverseKL, 0, ClipEntry), []float64{0, 0, 0}, TopK{IDs: []int{0}, LogProbs: []float64{-1e-20}, Tail: -50})
+	require.Equal(t, ClampedTailFloor, bk.a[1], "clamped: the tail is the teacher's kept mass's complement, floored")
 }
 
-// TestSampledTokenIsUnbiased: without a gate, the policy-gradient surrogate's gradient
-// averaged over y ~ π is the gradient of the reverse KL over the full vocabulary, and
-// its value averages to that KL.
+// TestTailModesAgreeAwayFromTheCap: the clamped tail is the exact one (to rounding)
+// wherever the kept ids hold less than 1 − 1e-7 of the mass, on both value and
+// gradient; where the student's kept mass reaches the cap its tail gives no gradient.
+func TestTailModesAgreeAwayFromTheCap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, div := range []Divergence{DivReverseKL, DivForwardKL, DivJSD} {
+		for trial := range 20 {
+			V := 4 + trial%7
+			z := randLogits(rng, V, 2)
+			teacher := LogSoftmax(randLogits(rng, V, 2))
+			clamped := distillCfg(div, 0, ClipEntry)
+			exact := clamped
+			exact.Tail = TailExact
+			for _, ids := range []TopKIDs{IDsStudent, IDsTeacher, IDsUnion} {
+				tk := SelectTopK(ids, z, teacher, 2)
+				dc, gc := DistillPosition(clamped, z, tk)
+				de, ge := DistillPosition(exact, z, tk)
+				require.InDelta(t, de, dc, 1e-12, "%s %s", div, ids)
+				for j := range gc {
+					require.InDelta(t, ge[j], gc[j], 1e-12, "%s %s grad[%d]", div, ids, j)
+				}
+			}
+		}
+	}
+	// The student's top id holds all but e^-40 of its mass: its tail is capped and
+	// has no gradient; the value's gradient is that of the kept ids alone.
+	cfg := distillCfg(DivForwardKL, 0, ClipEntry)
+	z := []float64{40, 0, 0}
+	teacher := LogSoftmax([]float64{1, 0, 0})
+	tk := SelectTopK(IDsStudent, z, teacher, 1)
+	bk := studentBuckets(cfg, z, tk)
+	require.True(t, bk.capped)
+	_, g := DistillPosition(cfg, z, tk)
+	require.InDelta(t, 0, g[1], 1e-15)
+	require.InDelta(t, 0, g[2], 1e-15)
+}
+
+func TestSelectTopK(t *testing.T) {
+	student := []float64{3, 2, 1, 0, -1}
+	teacher := LogSoftmax([]float64{-1, 0, 1, 4, 2})
+	s := SelectTopK(IDsStudent, student, teacher, 2)
+	require.Equal(t, []int{0, 1}, s.IDs)
+	require.Equal(t, []float64{teacher[0], teacher[1]}, s.LogProbs, "the teacher gathered at the student's ids")
+	require.InDelta(t, logSumExp([]float64{teacher[2], teacher[3], teacher[4]}), s.Tail, 1e-15)
+	require.Equal(t, []int{3, 4}, SelectTopK(IDsTeacher, student, teacher, 2).IDs)
+	u := SelectTopK(IDsUnion, student, teacher, 2)
+	require.Equal(t, []int{0, 1, 3, 4}, u.IDs)
+	require.Equal(t, []int{0, 1, 3}, SelectTopK(IDsUnion, student, LogSoftmax([]float64{0, 5, 0, 4, 0}), 2).IDs, "an id both pick is kept once")
+	require.Len(t, SelectTopK(IDsStudent, student, teacher, 9).IDs, 5)
+}
+
+// TestStudentIDsOnAConfidentTeacher: a teacher at 40·g, a student at 1·g. With the
+// student's ids the buckets partition the vocabulary, so the top-k reverse KL can only
+// be below full (data processing); the distance of each choice from full is logged
+// (docs/distillation.md has the measured table).
+func TestStudentIDsOnAConfidentTeacher(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const V, k = 64, 5
+	var offStudent, offTeacher float64
+	for range 20 {
+		z := randLogits(rng, V, 1)
+		teacher := LogSoftmax(randLogits(rng, V, 40))
+		cfg := distillCfg(DivReverseKL, 0, ClipEntry)
+		full, _ := DistillPosition(cfg, z, NewTopK(teacher, V))
+		ds, _ := DistillPosition(cfg, z, SelectTopK(IDsStudent, z, teacher, k))
+		dt, _ := DistillPosition(cfg, z, SelectTopK(IDsTeacher, z, teacher, k))
+		offStudent += math.Abs(ds-full) / 20
+		offTeacher += math.Abs(dt-full) / 20
+		require.LessOrEqual(t, ds, full+1e-9, "merging buckets can only shrink a KL")
+	}
+	t.Logf("reverse KL at k %d, mean |topk − full|: student ids %.3g nats, teacher ids %.3g", k, offStudent, offTeacher)
+}
+
 func TestSampledTokenIsUnbiased(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	const V = 6

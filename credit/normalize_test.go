@@ -159,3 +159,40 @@ func TestBudgetWeightsBitForBit(t *testing.T) {
 		}
 	}
 }
+
+// TestDistillImportanceWeight: the divergence term carries min(π/π_old, is_cap) per
+// token, as the SDPO authors apply it; 1 without a sampler log-prob or with is_cap 0;
+// the step's statistics report its mean and the share at the cap.
+func TestDistillImportanceWeight(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Normalize, cfg.LambdaDistill = NormalizeSeparate, 1
+	cfg.Distill.Mode = DistillFull
+	rs := twoRollouts()
+	// Span [3, 5): π/π_old = e^0.5 at 3 (under the cap 2), e^3 at 4 (capped).
+	rs[1].Student = []float64{-1, -1, -1, -0.5, -1}
+	rs[1].Sampler = []float64{-1, -1, -1, -1, -4}
+	res, st, err := Step(cfg, rs, NewBaselines(), 100)
+	require.NoError(t, err)
+	r := res[1]
+	require.InDelta(t, math.Exp(0.5), r.DistillIS[3], 1e-12)
+	require.Equal(t, 2.0, r.DistillIS[4])
+	require.InDelta(t, math.Exp(0.5)/2, r.DistillWeight[3], 1e-12, "λ_distill/N_distill · ρ")
+	require.InDelta(t, 1.0, r.DistillWeight[4], 1e-12)
+	require.InDelta(t, (math.Exp(0.5)+2)/2, st.DistillISMean, 1e-12)
+	require.InDelta(t, 0.5, st.DistillISCapped, 1e-12)
+	// A huge ratio is clamped in the log domain first: still the cap, never Inf.
+	require.Equal(t, 2.0, distillIS(2, 0, -1e6))
+	require.InDelta(t, math.Exp(-20), distillIS(2, -1e6, 0), 1e-20)
+
+	cfg.Distill.ISCap = 0
+	res, st, err = Step(cfg, rs, NewBaselines(), 100)
+	require.NoError(t, err)
+	require.Equal(t, []float64{0, 0, 0, 0.5, 0.5}, res[1].DistillWeight, "is_cap 0: no weight")
+	require.Equal(t, 1.0, st.DistillISMean)
+
+	cfg.Distill.ISCap = 2
+	rs[1].Sampler = []float64{math.NaN(), math.NaN(), math.NaN(), math.NaN(), -1}
+	res, _, err = Step(cfg, rs, NewBaselines(), 100)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, res[1].DistillIS[3], "no sampler log-prob: weight 1")
+}

@@ -39,6 +39,10 @@ type Stats struct {
 	// log-probs: LossTerms.
 	OutTokens, DistillTokens       int
 	OutWeightAbs, DistillWeightAbs float64
+	// DistillISMean is the mean importance weight on the divergence term over the
+	// positions it covers (Result.DistillIS; modes topk and full, else 0), and
+	// DistillISCapped the share of them at distill.is_cap.
+	DistillISMean, DistillISCapped float64
 }
 
 func summarize(cfg Config, rs []Rollout, res []Result, nm norms) Stats {
@@ -49,6 +53,24 @@ func summarize(cfg Config, rs []Rollout, res []Result, nm norms) Stats {
 			s.OutWeightAbs += math.Abs(wo)
 			s.DistillWeightAbs += math.Abs(w-wo) + math.Abs(valueOr(res[i].DistillWeight, t))
 		}
+	}
+	var nIS int
+	for i := range res {
+		for t, w := range res[i].DistillWeight {
+			if w == 0 {
+				continue
+			}
+			is := res[i].DistillIS[t]
+			s.DistillISMean += is
+			if c := cfg.Distill.ISCap; c > 0 && is >= c {
+				s.DistillISCapped++
+			}
+			nIS++
+		}
+	}
+	if nIS > 0 {
+		s.DistillISMean /= float64(nIS)
+		s.DistillISCapped /= float64(nIS)
 	}
 	var deltas, rhos []float64
 	var sumAH float64

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,6 +94,10 @@ type daemon struct {
 	pauser  *pauser
 	wake    chan struct{}   // a file may have landed in incoming/
 	storage fsutil.Features // what the data directory's file system offers
+	// backend is the compute backend the trainer and the gateway share, resolved
+	// by backendChoice on first use.
+	backend     xla.Choice
+	backendOnce sync.Once
 	// madeModel is the default model directory this run created ("" if none).
 	madeModel string
 

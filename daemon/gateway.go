@@ -7,7 +7,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hindsight-ai/hindsight/gateway"
-	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // openGateway opens and binds the chat completions gateway when gateway.enabled:
@@ -25,7 +24,7 @@ func (d *daemon) openGateway() error {
 		Checkpoints: d.cfg.CheckpointDir(),
 		JournalDir:  filepath.Join(d.cfg.DataDir, "state", "gateway"),
 		Incoming:    filepath.Join(d.cfg.SpoolDir(), "incoming"),
-		Backend:     xla.ResolveBackend(d.opts.Backend, d.cfg.Backend),
+		Backend:     d.backendChoice().Spec,
 		Late:        d.late,
 		Log:         d.opts.Log,
 	})
@@ -48,7 +47,8 @@ func (d *daemon) gatewayStats() (*hindsightv1.GatewayStats, []*hindsightv1.Engin
 		gs = &hindsightv1.GatewayStats{ListenAddr: st.Listen, Model: st.Model, PolicyStep: st.PolicyStep,
 			Requests: st.Requests, Errors: st.Errors, Turns: st.Turns, OpenSessions: st.OpenSessions,
 			RolloutsRecorded: st.RolloutsRecorded, FeedbackJoined: st.Feedback.Joined, FeedbackLate: st.Feedback.Late,
-			FeedbackPending: st.Feedback.Pending}
+			FeedbackPending: st.Feedback.Pending, HeldSessions: st.HeldSessions, HeldBytes: st.HeldBytes,
+			HeldWrittenEarly: st.HeldEarly, CommentsUnusable: st.UnusableComments}
 	}
 	var hs []*hindsightv1.EngineHookState
 	if d.hooks != nil {

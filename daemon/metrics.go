@@ -153,6 +153,10 @@ var (
 	gwFeedbackDesc = prometheus.NewDesc("hindsight_gateway_feedback_records",
 		"Follow-up records of feedback on written sessions, by state: joined (trained with the rollout), late (after it was taken; never trained), pending.",
 		[]string{"state"}, nil)
+	gwHeldDesc       = prometheus.NewDesc("hindsight_gateway_held_sessions", "Closed gateway sessions waiting out gateway.feedback_window before they are written to the spool.", nil, nil)
+	gwHeldBytesDesc  = prometheus.NewDesc("hindsight_gateway_held_bytes", "Bytes of the held sessions' journals (bounded by gateway.feedback_window_max_bytes).", nil, nil)
+	gwHeldEarlyDesc  = prometheus.NewDesc("hindsight_gateway_held_written_early_total", "Held sessions written before their feedback window ended, to keep the held bytes under the bound (this process).", nil, nil)
+	gwUnusableDesc   = prometheus.NewDesc("hindsight_gateway_comments_unusable_total", "Comments the feedback API took and answered as unusable: too long for a hint, or no room in the rollout's selections (this process).", nil, nil)
 	hookAttemptsDesc = prometheus.NewDesc("hindsight_engine_hook_attempts", "Calls an engine hook made for the newest checkpoint.", []string{"kind", "url"}, nil)
 	hookStepDesc     = prometheus.NewDesc("hindsight_engine_hook_last_step", "Step of the last checkpoint the engine accepted (0: none).", []string{"kind", "url"}, nil)
 	hookFailingDesc  = prometheus.NewDesc("hindsight_engine_hook_failing", "1 while the engine hook's last call failed.", []string{"kind", "url"}, nil)
@@ -160,7 +164,7 @@ var (
 
 func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{gwRequestsDesc, gwErrorsDesc, gwTurnsDesc, gwRecordedDesc, gwOpenDesc, gwStepDesc, gwFeedbackDesc,
-		hookAttemptsDesc, hookStepDesc, hookFailingDesc} {
+		gwHeldDesc, gwHeldBytesDesc, gwHeldEarlyDesc, gwUnusableDesc, hookAttemptsDesc, hookStepDesc, hookFailingDesc} {
 		ch <- d
 	}
 }
@@ -178,6 +182,10 @@ func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(gwFeedbackDesc, gauge, float64(g.GetFeedbackJoined()), "joined")
 		ch <- prometheus.MustNewConstMetric(gwFeedbackDesc, gauge, float64(g.GetFeedbackLate()), "late")
 		ch <- prometheus.MustNewConstMetric(gwFeedbackDesc, gauge, float64(g.GetFeedbackPending()), "pending")
+		ch <- prometheus.MustNewConstMetric(gwHeldDesc, gauge, float64(g.GetHeldSessions()))
+		ch <- prometheus.MustNewConstMetric(gwHeldBytesDesc, gauge, float64(g.GetHeldBytes()))
+		ch <- prometheus.MustNewConstMetric(gwHeldEarlyDesc, ctr, float64(g.GetHeldWrittenEarly()))
+		ch <- prometheus.MustNewConstMetric(gwUnusableDesc, ctr, float64(g.GetCommentsUnusable()))
 	}
 	for _, h := range st.GetEngineHooks() {
 		failing := 0.0

@@ -86,7 +86,7 @@ func TestAlertSeries(t *testing.T) {
 	s.publish()
 	require.Equal(t, 1.0, gauge("hindsight_paused", "operator"))
 
-	s.setBackend("go", "cpu", 10, dir)
+	s.setBackend("go", "cpu", 10, dir, "go from -backend")
 	s.setQueues(2, 5, 1)
 	s.publish()
 	require.Equal(t, float64(started.Unix()), gauge("hindsight_train_progress_timestamp_seconds"))

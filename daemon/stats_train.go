@@ -46,11 +46,13 @@ func stepInProgressProto(p xla.StepProgress, prev xla.StepRates, now time.Time) 
 	return sp
 }
 
-func (s *stats) setBackend(name, device string, params int64, modelDir string) {
+// setBackend records the trainer's backend; choice says why it runs there
+// (xla.Choice.Reason).
+func (s *stats) setBackend(name, device string, params int64, modelDir, choice string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.train.on = true
-	s.train.backend = hindsightv1.BackendInfo{Name: name, Device: device, Parameters: params, ModelDir: modelDir}
+	s.train.backend = hindsightv1.BackendInfo{Name: name, Device: device, Parameters: params, ModelDir: modelDir, Choice: choice}
 }
 
 // setProgress gives the status the device loop's step in progress.

@@ -29,7 +29,7 @@ func TestStepLossTerms(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sp.Close() })
 	s := newStats("test", dir, fsutil.Features{}, time.Now(), sp, func() *hindsightv1.PauseState { return nil })
-	s.setBackend("go", "cpu", 10, dir)
+	s.setBackend("go", "cpu", 10, dir, "go from -backend")
 	reg := prometheus.NewRegistry()
 	newMetrics(reg, s, "test", nil)
 	s.publish()

@@ -12,7 +12,6 @@ import (
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/train"
-	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // ensureModel creates the default model directory (<data_dir>/model) on first start.
@@ -59,7 +58,7 @@ func (d *daemon) openTraining() error {
 	modelDir, _ := d.cfg.ModelDir()
 	cfgYAML, _ := d.cfg.YAML()
 	d.loop, err = train.Open(train.Options{
-		Config: d.cfg.Train, Credit: d.cfg.Credit, Backend: xla.ResolveBackend(d.opts.Backend, d.cfg.Backend),
+		Config: d.cfg.Train, Credit: d.cfg.Credit, Backend: d.backendChoice().Spec,
 		ModelDir: modelDir, Precision: d.cfg.Model.Precision, Tokenizer: d.tokenizer, CheckpointDir: d.cfg.CheckpointDir(), ResumeFrom: d.opts.ResumeFrom,
 		Version: d.opts.Version, ConfigYAML: cfgYAML,
 		Ledger: d.ledger, Retry: d.retryDiskFull, Pause: d.pauser,
@@ -78,7 +77,7 @@ func (d *daemon) openTraining() error {
 	if info.Checkpoint != "" {
 		d.stats.setCheckpoint(info.Step, info.Checkpoint, info.CheckpointAt)
 	}
-	d.stats.setBackend(info.BackendName, info.Device, info.Parameters, info.ModelDir)
+	d.stats.setBackend(info.BackendName, info.Device, info.Parameters, info.ModelDir, d.backendChoice().Reason)
 	d.stats.setProgress(d.loop.Progress)
 	d.stats.trainedTotal(info.Trained, info.Step, info.Updates, d.cfg.Train.TokenBudget)
 	d.q = newQueues(d.cfg.Train.TeacherConcurrency)

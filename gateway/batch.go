@@ -10,12 +10,13 @@ import (
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
-// batcher puts the requests that wait for one sampler into one Generate call: a
-// runner goroutine takes everything queued (up to max rows), samples it as one
-// batch with each row's own options (xla.SampleOptions.Rows: every answer is
-// what it would be alone), hands each request its row, and goes on while more are
-// queued. Requests that come while a batch runs form the next one, so under load
-// the sampler runs full batches, and alone a request goes at once.
+// batcher runs the requests for one sampler in one continuous batch (xla.Batch):
+// a runner goroutine adds what is queued whenever the batch has fewer than max
+// rows, steps it (one prefill chunk of the next new row, one decode step of every
+// decoding row), and answers each request as soon as its row stops, so a long
+// prompt or a long reply never holds up the others, and alone a request goes at
+// once. Every row keeps its own options and random stream: each answer is what
+// it would be alone.
 type batcher struct {
 	sampler *xla.Sampler
 	max     int
@@ -25,8 +26,8 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*genRequest
 	running bool
-	// batches and shared count the batches run and those of more than one row.
-	batches, shared int64
+	// steps and shared count the batch's steps and those with more than one row.
+	steps, shared int64
 	// dropped counts the rows stopped because their client went away (waiting or
 	// sampling: xla.StopGone), across the policies' batchers.
 	dropped *atomic.Int64
@@ -72,12 +73,18 @@ func (b *batcher) generate(ctx context.Context, prompt []int32, opts xla.SampleO
 	}
 }
 
-// run samples batches until the queue is empty.
+// run samples until nothing is queued or sampling: a continuous batch
+// (xla.Batch) that requests join as soon as it has room (max rows), each
+// prefilled a chunk per step beside the rows decoding, and leave as soon as
+// they stop, each answered then.
 func (b *batcher) run() {
+	batch := b.sampler.NewBatch()
+	defer batch.Close()
+	live := map[int]*genRequest{}
+	next := 0
 	for {
 		b.mu.Lock()
-		var batch []*genRequest
-		for len(b.queue) > 0 && len(batch) < b.max {
+		for len(b.queue) > 0 && batch.Len() < b.max {
 			r := b.queue[0]
 			b.queue = b.queue[1:]
 			if gone(r.opts.Gone) {
@@ -85,54 +92,54 @@ func (b *batcher) run() {
 				b.log.Info().Int("prompt_tokens", len(r.prompt)).Int("tokens", 0).Msg("sampler row dropped: the client went away")
 				continue
 			}
-			batch = append(batch, r)
+			opts := r.opts
+			opts.OnToken = func(_ int, tok int32, lp float32, top []xla.TokenLogProb) {
+				if r.opts.OnToken == nil {
+					return
+				}
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				if !r.gone {
+					r.opts.OnToken(0, tok, lp, top)
+				}
+			}
+			if err := batch.Add(next, r.prompt, opts, nil); err != nil {
+				r.done <- genResult{err: err}
+				continue
+			}
+			live[next] = r
+			next++
 		}
-		n := len(batch)
-		if n == 0 {
+		if batch.Len() == 0 {
 			b.running = false
 			b.mu.Unlock()
 			return
 		}
-		b.batches++
-		if n > 1 {
+		b.steps++
+		if batch.Len() > 1 {
 			b.shared++
 		}
 		b.mu.Unlock()
-		b.sample(batch)
-	}
-}
-
-// sample runs one batch and answers its requests.
-func (b *batcher) sample(batch []*genRequest) {
-	prompts := make([][]int32, len(batch))
-	opts := xla.SampleOptions{Rows: make([]xla.SampleOptions, len(batch))} // each row's own Stop
-	for i, r := range batch {
-		prompts[i], opts.Rows[i] = r.prompt, r.opts
-		opts.MaxNew = max(opts.MaxNew, r.opts.MaxNew)
-	}
-	opts.OnToken = func(row int, tok int32, lp float32, top []xla.TokenLogProb) {
-		r := batch[row]
-		if r.opts.OnToken == nil {
-			return
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if !r.gone {
-			r.opts.OnToken(0, tok, lp, top)
-		}
-	}
-	out, err := b.sampler.Generate(context.Background(), prompts, opts)
-	for i, r := range batch {
-		if err != nil {
-			r.done <- genResult{err: err}
+		fin, err := batch.Step(context.Background())
+		if err != nil { // the device failed: every row in the batch fails with it
+			for id, r := range live {
+				r.done <- genResult{err: err}
+				delete(live, id)
+			}
+			batch.Close()
+			batch = b.sampler.NewBatch()
 			continue
 		}
-		if out[i].Reason == xla.StopGone {
-			b.dropped.Add(1)
-			b.log.Info().Int("prompt_tokens", len(r.prompt)).Int("tokens", len(out[i].Tokens)).Int("max_tokens", r.opts.MaxNew).
-				Msg("sampler row dropped: the client went away")
+		for _, f := range fin {
+			r := live[f.ID]
+			delete(live, f.ID)
+			if f.Sample.Reason == xla.StopGone {
+				b.dropped.Add(1)
+				b.log.Info().Int("prompt_tokens", len(r.prompt)).Int("tokens", len(f.Sample.Tokens)).Int("max_tokens", r.opts.MaxNew).
+					Msg("sampler row dropped: the client went away")
+			}
+			r.done <- genResult{sample: f.Sample}
 		}
-		r.done <- genResult{sample: out[i]}
 	}
 }
 

@@ -25,6 +25,16 @@ type Config struct {
 	// IdleTimeout ends a session that has had no request this long: it is written
 	// to the spool as a rollout.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// FeedbackWindow is how long a closed (or idle-ended) session waits, journaled,
+	// before it is written to the spool and can be trained: a rating or comment in
+	// the window is in the rollout. 0: written at once. Shutdown writes the waiting
+	// sessions as they are.
+	FeedbackWindow time.Duration `yaml:"feedback_window"`
+	// FeedbackWindowMaxBytes bounds the journals of the sessions waiting out the
+	// window; beyond it the oldest are written at once.
+	FeedbackWindowMaxBytes int64 `yaml:"feedback_window_max_bytes"`
+	// MaxCommentBytes bounds a feedback comment; a longer one is refused (400).
+	MaxCommentBytes int `yaml:"max_comment_bytes"`
 	// MaxTokens is the default max_tokens of a request that gives none (still
 	// bounded by the model's context).
 	MaxTokens int `yaml:"max_tokens"`
@@ -69,18 +79,21 @@ type Config struct {
 // DefaultConfig returns the gateway's defaults: off, on 127.0.0.1:7078.
 func DefaultConfig() Config {
 	return Config{
-		Listen:               "127.0.0.1:7078",
-		ModelName:            "hindsight",
-		UnrecordedModel:      "policy",
-		IdleTimeout:          10 * time.Minute,
-		MaxTokens:            512,
-		MaxContextTokens:     8192,
-		MaxRequestBytes:      8 << 20,
-		MaxPending:           64,
-		MaxBatch:             8,
-		ReloadInterval:       2 * time.Second,
-		ContentSpecialTokens: ContentSpecialText,
-		UpstreamTimeout:      10 * time.Minute,
+		Listen:                 "127.0.0.1:7078",
+		ModelName:              "hindsight",
+		UnrecordedModel:        "policy",
+		IdleTimeout:            10 * time.Minute,
+		FeedbackWindow:         5 * time.Minute,
+		FeedbackWindowMaxBytes: 256 << 20,
+		MaxCommentBytes:        8 << 10,
+		MaxTokens:              512,
+		MaxContextTokens:       8192,
+		MaxRequestBytes:        8 << 20,
+		MaxPending:             64,
+		MaxBatch:               8,
+		ReloadInterval:         2 * time.Second,
+		ContentSpecialTokens:   ContentSpecialText,
+		UpstreamTimeout:        10 * time.Minute,
 	}
 }
 
@@ -98,6 +111,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway.unrecorded_model %q: the same as model_name", c.UnrecordedModel)
 	case c.IdleTimeout <= 0:
 		return fmt.Errorf("gateway.idle_timeout %s: want > 0", c.IdleTimeout)
+	case c.FeedbackWindow < 0:
+		return fmt.Errorf("gateway.feedback_window %s: want ≥ 0", c.FeedbackWindow)
+	case c.FeedbackWindowMaxBytes <= 0:
+		return fmt.Errorf("gateway.feedback_window_max_bytes %d: want > 0", c.FeedbackWindowMaxBytes)
+	case c.MaxCommentBytes <= 0 || c.MaxCommentBytes > feedbackBodyLimit/2:
+		return fmt.Errorf("gateway.max_comment_bytes %d: want in [1, %d]", c.MaxCommentBytes, feedbackBodyLimit/2)
 	case c.MaxTokens <= 0:
 		return fmt.Errorf("gateway.max_tokens %d: want > 0", c.MaxTokens)
 	case c.MaxContextTokens < 2:

@@ -70,11 +70,18 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 	case turn < 0:
 		writeError(w, badRequest("", "turn %d: want ≥ 1", turn))
 		return
+	case len(req.Comment) > g.cfg.MaxCommentBytes:
+		writeError(w, badRequest("comment_too_long", "comment is %d bytes; gateway.max_comment_bytes is %d: shorten it (a hint is a few sentences)", len(req.Comment), g.cfg.MaxCommentBytes))
+		return
 	}
 	g.mu.Lock()
 	s := g.sessions[id]
+	held := false
 	if s == nil {
-		s = g.ending[id] // being written: its lock is held until the write is done
+		s, held = g.held[id], true // closed, in its feedback window: journaled like an open session's
+	}
+	if s == nil {
+		s, held = g.ending[id], false // being written: its lock is held until the write is done
 	}
 	if s == nil {
 		g.mu.Unlock()
@@ -109,7 +116,7 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.log.Info().Str("session", id).Int("turn", turn).Bool("rating", req.Rating != nil).Bool("comment", req.Comment != "").Msg("feedback recorded")
-	writeJSON(w, map[string]any{"session_id": id, "turn": turn, "recorded": true, "late": false, "too_late": false})
+	writeJSON(w, map[string]any{"session_id": id, "turn": turn, "recorded": true, "late": false, "too_late": false, "held": held})
 }
 
 // lateFeedback records feedback on a session no longer open as a follow-up

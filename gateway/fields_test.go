@@ -244,3 +244,32 @@ func TestToolChoiceAndParallelCalls(t *testing.T) {
 	require.True(t, (&ChatRequest{Tools: tools}).toolCalls())
 	require.False(t, (&ChatRequest{Tools: tools, ToolChoice: json.RawMessage(`"none"`)}).toolCalls())
 }
+
+// TestLongPromptDoesNotBlock: a short request sent while a long prompt is being
+// prefilled is answered before the long one: the long prefill runs a chunk per
+// step beside the short row's prefill and decoding.
+func TestLongPromptDoesNotBlock(t *testing.T) {
+	g, srv, _ := newTestGateway(t)
+	order := make(chan string, 2)
+	go func() {
+		code, v := postChat(t, srv.URL, map[string]any{"model": "hindsight", "max_tokens": 1, "messages": []map[string]any{{"role": "user", "content": strings.Repeat("long prompt ", 600)}}})
+		order <- fmt.Sprintf("long %d %v", code, v["error"])
+	}()
+	b := g.pol.cur.Load().batch
+	deadline := time.Now().Add(2 * time.Minute) // catches a hang only
+	for {
+		b.mu.Lock()
+		started := b.steps > 0
+		b.mu.Unlock()
+		if started {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the long request never started")
+		time.Sleep(5 * time.Millisecond)
+	}
+	code, v := postChat(t, srv.URL, map[string]any{"model": "hindsight", "max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": "short"}}})
+	require.Equal(t, 200, code, v)
+	order <- "short"
+	require.Equal(t, "short", <-order, "the short request was answered first")
+	require.Equal(t, "long 200 <nil>", <-order)
+}

@@ -59,12 +59,14 @@ type Gateway struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	ending   map[string]*session // out of sessions, being written to the spool
+	held     map[string]*session // closed, waiting out the feedback window (hold.go)
 	srv      *http.Server
 	ln       net.Listener
 	pending  atomic.Int64 // chat requests in the gateway (Config.MaxPending)
 
 	// Counters since start (Stats).
 	requests, errors, turns, recorded atomic.Int64
+	heldEarly, unusableComments       atomic.Int64
 	tls                               *tls.Config // nil: plain HTTP
 }
 
@@ -72,7 +74,7 @@ type Gateway struct {
 // crash or a restart left open continue, and end like any other).
 func New(opts Options) (*Gateway, error) {
 	g := &Gateway{cfg: opts.Config, opts: opts, log: opts.Log.With().Str("component", "gateway").Logger(),
-		sessions: map[string]*session{}, ending: map[string]*session{}, late: opts.Late}
+		sessions: map[string]*session{}, ending: map[string]*session{}, held: map[string]*session{}, late: opts.Late}
 	if err := g.cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -135,6 +137,11 @@ func (g *Gateway) recover() error {
 			continue
 		}
 		s.used = time.Now()
+		if !s.closedAt.IsZero() { // closed: the rest of its feedback window
+			g.held[id] = s
+			g.log.Info().Str("session", id).Int("turns", s.turns).Time("closed_at", s.closedAt).Msg("closed session reopened from its journal; held for feedback")
+			continue
+		}
 		g.sessions[id] = s
 		g.log.Info().Str("session", id).Int("turns", s.turns).Int("tokens", len(s.tokens)).Msg("session reopened from its journal")
 	}
@@ -272,6 +279,12 @@ type Stats struct {
 	Requests, Errors, Turns, RolloutsRecorded int64
 	// OpenSessions are the sessions open now.
 	OpenSessions int64
+	// HeldSessions are closed sessions waiting out the feedback window, HeldBytes
+	// their journals' bytes, HeldEarly the sessions written before their window
+	// ended to keep HeldBytes under gateway.feedback_window_max_bytes.
+	HeldSessions, HeldBytes, HeldEarly int64
+	// UnusableComments are comments the feedback API took and answered as unusable.
+	UnusableComments int64
 	// RowsDropped counts the embedded sampler's rows dropped because their
 	// client went away (waiting or mid-sample).
 	RowsDropped int64
@@ -282,10 +295,11 @@ type Stats struct {
 // Stats returns the gateway's counters now.
 func (g *Gateway) Stats() Stats {
 	g.mu.Lock()
-	open := int64(len(g.sessions))
+	open, held, heldBytes := int64(len(g.sessions)), int64(len(g.held)), g.heldBytesLocked()
 	g.mu.Unlock()
 	st := Stats{Model: g.cfg.ModelName, Requests: g.requests.Load(), Errors: g.errors.Load(), Turns: g.turns.Load(),
-		RolloutsRecorded: g.recorded.Load(), OpenSessions: open, Feedback: g.late.Counts()}
+		RolloutsRecorded: g.recorded.Load(), OpenSessions: open, Feedback: g.late.Counts(),
+		HeldSessions: held, HeldBytes: heldBytes, HeldEarly: g.heldEarly.Load(), UnusableComments: g.unusableComments.Load()}
 	if g.ln != nil {
 		st.Listen = g.Addr()
 	}
@@ -318,7 +332,7 @@ func (g *Gateway) acquire(id string, msgs []chatMessage) (*session, int, *apiErr
 				return nil, 0, badRequest("", "session id %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", id)
 			}
 			s = g.sessions[id]
-			if s == nil && (g.ending[id] != nil || g.late.Has(id)) {
+			if s == nil && (g.ending[id] != nil || g.held[id] != nil || g.late.Has(id)) {
 				g.mu.Unlock()
 				return nil, 0, sessionClosed(id)
 			}
@@ -361,7 +375,7 @@ func (g *Gateway) acquire(id string, msgs []chatMessage) (*session, int, *apiErr
 func sessionClosed(id string) *apiError {
 	code, param := "session_closed", SessionHeader
 	return &apiError{status: http.StatusConflict, Type: "invalid_request_error", Code: &code, Param: &param,
-		Message: fmt.Sprintf("session %q is closed: it was written to the spool as rollout %q, and a session id names one rollout for all time; "+
+		Message: fmt.Sprintf("session %q is closed: it is (or is about to be) written to the spool as rollout %q, and a session id names one rollout for all time; "+
 			"send this conversation under a new %s id (or none, to start a new session)", id, id, SessionHeader)}
 }
 
@@ -390,20 +404,43 @@ func isPrefix(a, b []chatMessage) bool {
 	return true
 }
 
-// endIdle writes the sessions idle since before now − idle_timeout to the spool.
+// endIdle ends the sessions idle since before now − idle_timeout (held for the
+// feedback window, or written at once without one) and writes the held sessions
+// whose window is over to the spool.
 func (g *Gateway) endIdle(now time.Time) {
 	g.mu.Lock()
-	var idle []*session
+	var idle, due []*session
 	for id, s := range g.sessions {
 		if s.busy == 0 && s.turns > 0 && now.Sub(s.used) >= g.cfg.IdleTimeout {
-			idle = append(idle, s)
 			delete(g.sessions, id)
+			if g.cfg.FeedbackWindow > 0 {
+				g.held[id] = s
+				s.closedAt = now
+				idle = append(idle, s)
+			} else {
+				g.ending[id] = s
+				due = append(due, s)
+			}
+		}
+	}
+	for id, s := range g.held {
+		if s.busy == 0 && now.Sub(s.closedAt) >= g.cfg.FeedbackWindow {
+			delete(g.held, id)
 			g.ending[id] = s
+			due = append(due, s)
 		}
 	}
 	g.mu.Unlock()
 	for _, s := range idle {
-		if _, err := g.end(s, "idle"); err != nil {
+		g.markClosed(s, now, "", nil)
+	}
+	g.trimHeld()
+	for _, s := range due {
+		why := "idle"
+		if !s.closedAt.IsZero() {
+			why = "feedback window over"
+		}
+		if _, err := g.end(s, why); err != nil {
 			g.log.Error().Err(err).Str("session", s.id).Msg("write session to the spool; its journal stays for the next start")
 		}
 	}
@@ -412,13 +449,18 @@ func (g *Gateway) endIdle(now time.Time) {
 // endAll writes every open session to the spool (shutdown).
 func (g *Gateway) endAll() error {
 	g.mu.Lock()
-	all := make([]*session, 0, len(g.sessions))
+	all := make([]*session, 0, len(g.sessions)+len(g.held))
 	for id, s := range g.sessions {
 		if s.turns > 0 {
 			all = append(all, s)
 			g.ending[id] = s
 		}
 		delete(g.sessions, id)
+	}
+	for id, s := range g.held { // flushed as they are: the window ends with the process
+		all = append(all, s)
+		g.ending[id] = s
+		delete(g.held, id)
 	}
 	g.mu.Unlock()
 	var errs []error

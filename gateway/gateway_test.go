@@ -172,21 +172,95 @@ func postJSON(t *testing.T, url, session, body string) (int, map[string]any) {
 	return resp.StatusCode, v
 }
 
-// TestIdleSessionIDNotReused: a header-named session that ended idle was written
-// to the spool; the next request under its id is refused (409 session_closed)
-// instead of starting a second rollout with the same id.
+// TestIdleSessionIDNotReused: a header-named session that ended idle is held for
+// the feedback window, then written to the spool; a request under its id, in the
+// window or after, is refused (409 session_closed) instead of starting a second
+// rollout with the same id.
 func TestIdleSessionIDNotReused(t *testing.T) {
 	g, srv, incoming := newTestGateway(t)
 	msgs := []map[string]any{{"role": "user", "content": "hi"}}
 	v, _ := chat(t, srv.URL, "idle-1", msgs, 1)
 	msgs = append(msgs, v["choices"].([]any)[0].(map[string]any)["message"].(map[string]any), map[string]any{"role": "user", "content": "more"})
-	g.endIdle(time.Now().Add(2 * g.cfg.IdleTimeout))
-	require.FileExists(t, filepath.Join(incoming, "gateway-idle-1.arrow"))
 	body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs, "max_tokens": 4})
+	idle := time.Now().Add(2 * g.cfg.IdleTimeout)
+	g.endIdle(idle) // ended: held for the feedback window
+	require.NoFileExists(t, filepath.Join(incoming, "gateway-idle-1.arrow"))
+	require.EqualValues(t, 1, g.Stats().HeldSessions)
 	status, v := postJSON(t, srv.URL+"/v1/chat/completions", "idle-1", string(body))
 	require.Equal(t, http.StatusConflict, status, v)
 	require.Equal(t, "session_closed", v["error"].(map[string]any)["code"])
-	g.mu.Lock()
-	require.Empty(t, g.sessions)
-	g.mu.Unlock()
+
+	g.endIdle(idle.Add(g.cfg.FeedbackWindow)) // the window is over: written
+	require.FileExists(t, filepath.Join(incoming, "gateway-idle-1.arrow"))
+	status, v = postJSON(t, srv.URL+"/v1/chat/completions", "idle-1", string(body))
+	require.Equal(t, http.StatusConflict, status, v)
+	require.Equal(t, "session_closed", v["error"].(map[string]any)["code"])
+	st := g.Stats()
+	require.Zero(t, st.OpenSessions)
+	require.Zero(t, st.HeldSessions)
+	require.EqualValues(t, 1, st.RolloutsRecorded)
+}
+
+// TestFeedbackWindow: a closed session is held for the feedback window; a rating
+// and a comment in the window are journaled with it; a restart holds it for the
+// rest of its window; when the window is over it is written with both. Over
+// feedback_window_max_bytes a held session is written at once.
+func TestFeedbackWindow(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model")
+	_, err := data.InitModel(model, data.InitOptions{Preset: "tiny", Seed: 2})
+	require.NoError(t, err)
+	cfg := DefaultConfig()
+	cfg.Enabled = true
+	incoming := filepath.Join(dir, "incoming")
+	open := func(cfg Config) (*Gateway, *httptest.Server) {
+		g, err := New(Options{Config: cfg, ModelDir: model, JournalDir: filepath.Join(dir, "journals"), Incoming: incoming,
+			Backend: "go", Log: zerolog.Nop()})
+		require.NoError(t, err)
+		srv := httptest.NewServer(g.Handler())
+		t.Cleanup(srv.Close)
+		return g, srv
+	}
+	_, srv := open(cfg)
+	chat(t, srv.URL, "w-1", []map[string]any{{"role": "user", "content": "hi"}}, 1)
+	status, v := postJSON(t, srv.URL+"/v1/sessions/w-1/close", "", `{"reward": 0.5}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, false, v["written"])
+	status, v = postJSON(t, srv.URL+"/v1/feedback", "", `{"session_id":"w-1","rating":-1,"comment":"say hello back"}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, true, v["held"])
+	require.Equal(t, false, v["late"])
+	require.NoFileExists(t, filepath.Join(incoming, "gateway-w-1.arrow"))
+
+	g2, _ := open(cfg) // a restart: the journal says the session is closed
+	st := g2.Stats()
+	require.EqualValues(t, 1, st.HeldSessions)
+	require.Zero(t, st.OpenSessions)
+	g2.mu.Lock()
+	closed := g2.held["w-1"].closedAt
+	g2.mu.Unlock()
+	g2.endIdle(closed.Add(cfg.FeedbackWindow - time.Second))
+	require.NoFileExists(t, filepath.Join(incoming, "gateway-w-1.arrow"), "inside the window")
+	g2.endIdle(closed.Add(cfg.FeedbackWindow))
+	r, err := rollout.OpenReader(filepath.Join(incoming, "gateway-w-1.arrow"), rollout.ReadOptions{})
+	require.NoError(t, err)
+	require.True(t, r.Next())
+	ro := r.Rollout()
+	require.True(t, ro.HasFeedback)
+	require.EqualValues(t, -1, ro.Feedback)
+	require.Equal(t, float32(0.5), ro.Reward)
+	require.Equal(t, "say hello back", ro.Segments[len(ro.Segments)-1].Feedback)
+	require.NoError(t, r.Close())
+
+	// The bound: one byte of held journals at most writes a closed session at once.
+	small := cfg
+	small.FeedbackWindowMaxBytes = 1
+	g3, srv3 := open(small)
+	chat(t, srv3.URL, "w-2", []map[string]any{{"role": "user", "content": "hi"}}, 1)
+	status, v = postJSON(t, srv3.URL+"/v1/sessions/w-2/close", "", "")
+	require.Equal(t, 200, status, v)
+	require.FileExists(t, filepath.Join(incoming, "gateway-w-2.arrow"))
+	st = g3.Stats()
+	require.EqualValues(t, 1, st.HeldEarly)
+	require.Zero(t, st.HeldSessions)
 }

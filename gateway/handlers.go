@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/xla"
@@ -199,6 +200,7 @@ func (g *Gateway) closeSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	now := time.Now()
 	g.mu.Lock()
 	s := g.sessions[id]
 	switch { // s.turns is read only with s.busy == 0: no request holds s.mu then
@@ -206,12 +208,30 @@ func (g *Gateway) closeSession(w http.ResponseWriter, r *http.Request) {
 		g.mu.Unlock()
 		writeError(w, &apiError{status: http.StatusConflict, Message: fmt.Sprintf("session %q has a request in progress", id), Type: "invalid_request_error"})
 		return
+	case s == nil && (g.held[id] != nil || g.ending[id] != nil || g.late.Has(id)):
+		g.mu.Unlock()
+		code := "session_closed"
+		writeError(w, &apiError{status: http.StatusConflict, Message: fmt.Sprintf("session %q is closed already", id), Type: "invalid_request_error", Code: &code})
+		return
 	case s == nil || s.turns == 0:
 		g.mu.Unlock()
 		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no open session %q", id), Type: "invalid_request_error"})
 		return
 	}
 	delete(g.sessions, id)
+	if g.cfg.FeedbackWindow > 0 {
+		// Held for the feedback window: journaled as closed, written when it is over.
+		s.closedAt = now
+		g.held[id] = s
+		g.mu.Unlock()
+		g.markClosed(s, now, body.TaskID, body.Reward)
+		g.log.Info().Str("session", id).Int("turns", s.turns).Dur("feedback_window", g.cfg.FeedbackWindow).Msg("session closed; held for feedback")
+		until := g.windowEnd(s)
+		g.trimHeld()
+		writeJSON(w, map[string]any{"session": id, "rollout_id": id, "file": filepath.Join(g.opts.Incoming, s.fileName()),
+			"tokens": len(s.tokens), "turns": s.turns, "written": false, "feedback_until": until.UTC().Format(time.RFC3339Nano)})
+		return
+	}
 	g.ending[id] = s
 	g.mu.Unlock()
 	if body.TaskID != "" || body.Reward != nil {
@@ -229,5 +249,5 @@ func (g *Gateway) closeSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"})
 		return
 	}
-	writeJSON(w, map[string]any{"session": id, "rollout_id": id, "file": path, "tokens": len(s.tokens), "turns": s.turns})
+	writeJSON(w, map[string]any{"session": id, "rollout_id": id, "file": path, "tokens": len(s.tokens), "turns": s.turns, "written": true})
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
@@ -39,6 +40,11 @@ type session struct {
 	rating   *int8
 	replySeg []int
 	busy     int // requests holding or waiting for the session (guarded by the Gateway's mu)
+	// closedAt is when the session was closed (or ended idle) and began its
+	// feedback window (guarded by the Gateway's mu; zero while open).
+	closedAt time.Time
+	// size is the journal's length in bytes (the disk a held session takes).
+	size atomic.Int64
 }
 
 // turnRecord is one line of a session's journal: what one turn appended, and the
@@ -59,6 +65,9 @@ type turnRecord struct {
 	Rating      *int8  `json:"rating,omitempty"`
 	Comment     string `json:"comment,omitempty"`
 	CommentTurn int    `json:"comment_turn,omitempty"`
+	// ClosedAt marks the session closed at that time: its feedback window began
+	// (a restart holds it for the rest of the window).
+	ClosedAt *time.Time `json:"closed_at,omitempty"`
 }
 
 // segRecord is a segment in a journal line.
@@ -91,6 +100,7 @@ func (s *session) appendTurn(dir string, rec *turnRecord) error {
 	if err := s.journal.AppendJSON(rec); err != nil {
 		return fmt.Errorf("append session journal: %w", err)
 	}
+	s.size.Store(s.journal.Size())
 	s.apply(rec)
 	return nil
 }
@@ -145,6 +155,9 @@ func readJournal(path, id string) (*session, error) {
 	s := &session{id: id, version: -1}
 	log, err := wlog.Open(path, wlog.Options{Replay: wlog.JSON(func(rec *turnRecord) error {
 		s.apply(rec)
+		if rec.ClosedAt != nil {
+			s.closedAt = *rec.ClosedAt
+		}
 		return nil
 	})})
 	if err != nil {
@@ -154,6 +167,7 @@ func readJournal(path, id string) (*session, error) {
 		return nil, log.Close()
 	}
 	s.journal = log
+	s.size.Store(log.Size())
 	return s, nil
 }
 

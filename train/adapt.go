@@ -199,12 +199,14 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, dists []xla.Tea
 		Teacher: make([]float32, T), Advantages: make([]float32, T),
 		Base: make([]float32, T), Delta: make([]float32, T), Rho: make([]float32, T), Sampler: make([]float32, T),
 		Tokenizer: r.Tokenizer}
-	// base_t = mean q_t(h) − Δ_t over the spans covering t: the mean of the bases
-	// (s_t or q_t(∅)) that credit measured each span's Δ against.
-	qSum, qN := make([]float64, T), make([]int, T)
+	// base_t = q_t(h) − Δ_t of the first span covering t (credit's rule for
+	// overlapping spans): the base (s_t or q_t(∅)) credit measured Δ against.
+	q, qN := make([]float64, T), make([]int, T)
 	for _, span := range in.Hints {
 		for t := span.Start; t < span.End; t++ {
-			qSum[t] += span.Teacher[t-span.Start]
+			if qN[t] == 0 {
+				q[t] = span.Teacher[t-span.Start]
+			}
 			qN[t]++
 		}
 	}
@@ -216,7 +218,7 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, dists []xla.Tea
 		d := valueAt(res.Delta, t, math.NaN())
 		row.Delta[t], row.Base[t] = float32(d), float32(math.NaN())
 		if !math.IsNaN(d) && qN[t] > 0 {
-			row.Base[t] = float32(qSum[t]/float64(qN[t]) - d)
+			row.Base[t] = float32(q[t] - d)
 		}
 		row.Rho[t] = float32(valueAt(res.Rho, t, 0))
 		row.Sampler[t] = float32(valueAt(in.Sampler, t, math.NaN()))
@@ -237,7 +239,9 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, dists []xla.Tea
 	}
 	for k, span := range in.Hints {
 		for t := span.Start; t < span.End; t++ {
-			row.Teacher[t] = float32(span.Teacher[t-span.Start])
+			if math.IsNaN(float64(row.Teacher[t])) { // the first span covering t
+				row.Teacher[t] = float32(span.Teacher[t-span.Start])
+			}
 		}
 		h, sent := e.hints[k], e.xr.Hints[k]
 		ch := creditfile.Hint{Segment: int32(h.Segment), InsertAt: int32(span.Start),
@@ -278,7 +282,8 @@ func contextKind(h teacher.Hint) string {
 }
 
 // teacherTop returns, for each position of d, its n most likely ids (fewer when the
-// row is narrower), most likely first, and their log-probs. Ties keep the row's order.
+// row is narrower), most likely first, and their log-probs. Ties keep the row's order;
+// empty slots (id −1, topk_ids union) are skipped.
 func teacherTop(d xla.TeacherDist, n int) ([][]int32, [][]float32) {
 	rows := d.Rows()
 	n = min(n, d.K)
@@ -287,6 +292,9 @@ func teacherTop(d xla.TeacherDist, n int) ([][]int32, [][]float32) {
 		lp := d.LogProbs[r*d.K : (r+1)*d.K]
 		top := make([]int, 0, n+1) // indices into the row, log-prob descending
 		for j, v := range lp {
+			if d.IDs != nil && d.IDs[r*d.K+j] < 0 {
+				continue // a union's empty slot
+			}
 			if len(top) == n && v <= lp[top[n-1]] {
 				continue
 			}

@@ -181,6 +181,12 @@ func TestCreditRowRecordsTheTeachersView(t *testing.T) {
 	ids, _ = teacherTop(full, 10)
 	require.Equal(t, []int32{5, 1, 3, 2, 0, 4}, ids[0], "n above the row's width keeps the whole row")
 
+	// topk_ids union: an empty slot (id −1) is never an alternative.
+	union := xla.TeacherDist{Mode: credit.DistillTopK, K: 4, IDs: []int32{7, 2, -1, 9}, LogProbs: []float32{-2, -0.5, float32(math.Inf(-1)), -1}, Tail: []float32{-3}}
+	ids, lps = teacherTop(union, 5)
+	require.Equal(t, [][]int32{{2, 9, 7}}, ids)
+	require.Equal(t, [][]float32{{-0.5, -1, -2}}, lps)
+
 	// sampled_token: no divergence and no alternatives, even if distributions came.
 	row, err = creditRow(e, &in, &res, nil, record{distill: credit.DefaultDistillConfig(), top: 5}, 7)
 	require.NoError(t, err)

@@ -206,6 +206,9 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 		if !math.IsNaN(met.OutGradNorm) {
 			ev = ev.Float64("grad_norm_out", met.OutGradNorm).Float64("grad_norm_distill", met.DistillGradNorm)
 		}
+		if met.Credit.DistillISMean > 0 { // modes topk and full: the divergence's importance weight
+			ev = ev.Float64("distill_is_mean", met.Credit.DistillISMean).Float64("distill_is_capped", met.Credit.DistillISCapped)
+		}
 		ev.Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).Dur("took", met.Took).Msg("step")
 	} else if met.Credit.Tokens == 0 {
 		log.Warn().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took).

@@ -43,25 +43,13 @@ const CPUPluginEnv = "HINDSIGHT_XLA_CPU_PLUGIN"
 const minPJRTMinor = 83
 
 // ResolveBackend returns the backend spec to use: the flag if set, else the config's
-// `backend:`, else $GOMLX_BACKEND, else DefaultBackend. The short name `xla-cpu`
+// `backend:`, else $GOMLX_BACKEND, else DefaultBackend. `auto` picks one (AutoBackend,
+// ChooseBackend). The short name `xla-cpu`
 // becomes `xla:<absolute path of the cached CPU plugin>,shared_buffers`
 // ($HINDSIGHT_XLA_CPU_PLUGIN overrides the path); if no cache directory can be found it stays `xla-cpu` and
 // NewBackend reports why.
 func ResolveBackend(flag, config string) string {
-	spec := DefaultBackend
-	for _, s := range []string{flag, config, os.Getenv(backends.ConfigEnvVar)} {
-		if s = strings.TrimSpace(s); s != "" {
-			spec = s
-			break
-		}
-	}
-	if name, opts, ok := cutCPUPlugin(spec); ok {
-		if path, err := CPUPluginPath(); err == nil {
-			return "xla:" + path + opts
-		}
-		return name + opts
-	}
-	return spec
+	return ChooseBackend(flag, config, DefaultBackend).Spec
 }
 
 // cutCPUPlugin splits `xla-cpu[,opts]` into the name and the options (with their
@@ -94,7 +82,7 @@ func CPUPluginPath() (string, error) {
 }
 
 // NewBackend creates the GoMLX backend spec names (`go[:opts]`, `xla:<absolute plugin
-// path>[,opts]` or `xla-cpu[,opts]`; the option `devices=N` sets the XLA CPU plugin's
+// path>[,opts]`, `xla-cpu[,opts]` or `auto`; the option `devices=N` sets the XLA CPU plugin's
 // device count, PJRT's cpu_device_count, 4 by default) and runs a tiny graph on it, so a backend that is
 // returned works. Every failure — unknown backend, missing plugin, a file that is not
 // a shared library, a plugin speaking an incompatible PJRT C API, a load error, a panic
@@ -116,6 +104,9 @@ func NewBackendWithOptions(spec string, clientOptions map[string]any) (b backend
 	}()
 
 	spec = strings.TrimSpace(spec)
+	if spec == AutoBackend {
+		spec = chooseAuto().Spec
+	}
 	if name, opts, ok := cutCPUPlugin(spec); ok {
 		path, err := CPUPluginPath()
 		if err != nil {
@@ -146,9 +137,9 @@ func NewBackendWithOptions(spec string, clientOptions map[string]any) (b backend
 			return nil, err
 		}
 	case "":
-		return nil, fmt.Errorf("backend: empty spec: use %q, \"xla:<absolute plugin path>\" or %q", DefaultBackend, CPUPluginName)
+		return nil, fmt.Errorf("backend: empty spec: use %q, \"xla:<absolute plugin path>\", %q or %q", DefaultBackend, CPUPluginName, AutoBackend)
 	default:
-		return nil, fmt.Errorf("backend %s: unknown backend %q: use %q, \"xla:<absolute plugin path>\" or %q", spec, name, DefaultBackend, CPUPluginName)
+		return nil, fmt.Errorf("backend %s: unknown backend %q: use %q, \"xla:<absolute plugin path>\", %q or %q", spec, name, DefaultBackend, CPUPluginName, AutoBackend)
 	}
 
 	if clientOptions != nil && name != gomlxxla.BackendName {

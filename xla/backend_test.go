@@ -258,3 +258,75 @@ func TestNewBackendWithOptionsGo(t *testing.T) {
 	require.NoError(t, err)
 	b.Finalize()
 }
+
+// TestChooseBackendAuto: auto takes the XLA CPU plugin where it is fetched (the cache,
+// or $HINDSIGHT_XLA_CPU_PLUGIN) and pure Go where it is not or does not load, and the
+// reason says which and why; a backend named anywhere wins over auto.
+func TestChooseBackendAuto(t *testing.T) {
+	plugin, pluginErr := CPUPluginPath() // the real one, if fetched: before the environment changes
+	if pluginErr == nil {
+		_, pluginErr = os.Stat(plugin)
+	}
+	cache := t.TempDir()
+	t.Setenv(pjrt.CacheEnv, cache)
+	t.Setenv(CPUPluginEnv, "")
+	t.Setenv(GPUPluginEnv, "")
+	t.Setenv(backends.ConfigEnvVar, "")
+	cached := filepath.Join(cache, "xla-cpu", "pjrt_c_api_cpu_plugin.so")
+
+	c := ChooseBackend("", "", AutoBackend)
+	require.Equal(t, DefaultBackend, c.Spec)
+	require.Equal(t, "auto (the default): no GPU plugin ($HINDSIGHT_XLA_GPU_PLUGIN unset); XLA CPU plugin not fetched (no "+
+		cached+"; `hindsight fetch-xla-cpu` fetches it); pure Go", c.Reason)
+
+	text := filepath.Join(t.TempDir(), "text.so")
+	require.NoError(t, os.WriteFile(text, []byte("not a library\n"), 0o644))
+	t.Setenv(CPUPluginEnv, text)
+	c = ChooseBackend("", "auto", DefaultBackend)
+	require.Equal(t, DefaultBackend, c.Spec)
+	require.Contains(t, c.Reason, "auto (config backend:): ")
+	require.Contains(t, c.Reason, "XLA CPU plugin unusable: XLA plugin "+text+": not a shared library")
+	require.NotContains(t, c.Reason, "fetch the CPU plugin")
+	require.True(t, strings.HasSuffix(c.Reason, "; pure Go"), c.Reason)
+
+	t.Setenv(GPUPluginEnv, text)
+	c = ChooseBackend("", "", AutoBackend)
+	require.Equal(t, DefaultBackend, c.Spec, "a GPU plugin that is not one is passed over")
+	if hasNVIDIADevice() {
+		require.Contains(t, c.Reason, "GPU plugin unusable: XLA plugin "+text)
+	} else {
+		require.Contains(t, c.Reason, "GPU plugin "+text+" but no NVIDIA device")
+	}
+	t.Setenv(GPUPluginEnv, "")
+
+	t.Setenv(backends.ConfigEnvVar, "go:parallelism=1")
+	c = ChooseBackend("", "", AutoBackend)
+	require.Equal(t, Choice{Spec: "go:parallelism=1", Reason: "go:parallelism=1 from $GOMLX_BACKEND"}, c)
+	c = ChooseBackend("go", "auto", AutoBackend)
+	require.Equal(t, Choice{Spec: "go", Reason: "go from -backend"}, c)
+	t.Setenv(backends.ConfigEnvVar, "")
+
+	// With the plugin: named by $HINDSIGHT_XLA_CPU_PLUGIN, then found in the cache.
+	if pluginErr != nil {
+		if os.Getenv(requireXLAEnv) != "" {
+			t.Fatalf("XLA CPU plugin: %v", pluginErr)
+		}
+		t.Skipf("XLA CPU plugin not available (%v): the rest needs it", pluginErr)
+	}
+	t.Setenv(CPUPluginEnv, plugin)
+	c = ChooseBackend("", "", AutoBackend)
+	require.Equal(t, "xla:"+plugin+",shared_buffers", c.Spec)
+	require.Contains(t, c.Reason, "XLA CPU plugin "+plugin+" ($HINDSIGHT_XLA_CPU_PLUGIN)")
+	t.Setenv(CPUPluginEnv, "")
+	require.NoError(t, os.MkdirAll(filepath.Dir(cached), 0o755))
+	require.NoError(t, os.Symlink(plugin, cached))
+	c = ChooseBackend("auto", "", DefaultBackend)
+	require.Equal(t, "xla:"+cached+",shared_buffers", c.Spec)
+	require.Equal(t, "auto (-backend): no GPU plugin ($HINDSIGHT_XLA_GPU_PLUGIN unset); XLA CPU plugin "+cached+
+		" (fetched by hindsight fetch-xla-cpu)", c.Reason)
+	b, err := NewBackend(AutoBackend)
+	require.NoError(t, err)
+	defer b.Finalize()
+	name, _ := BackendInfo(b)
+	require.Equal(t, "xla", name)
+}

@@ -76,6 +76,9 @@ func newDataParallel(tr *Trainer, n int) (*dataParallel, error) {
 		// Make the teacher-view programs now, so the devices share them.
 		tr.scorer.mu.Lock()
 		_, err := tr.scorer.sinkFor(v)
+		if err == nil && v.takesIDs() {
+			_, err = tr.scorer.sinkFor(v.own()) // the student's top-k pass
+		}
 		tr.scorer.mu.Unlock()
 		if err != nil {
 			return nil, err

@@ -13,11 +13,14 @@ import (
 )
 
 // teacherTopKRow is row r of a TeacherDist of mode topk as credit's float64 TopK.
+// Empty slots (id −1, union) are left out.
 func teacherTopKRow(d TeacherDist, r int) credit.TopK {
 	K := d.K
-	tk := credit.TopK{IDs: make([]int, K), LogProbs: make([]float64, K), Tail: float64(d.Tail[r])}
+	tk := credit.TopK{Tail: float64(d.Tail[r])}
 	for j := range K {
-		tk.IDs[j], tk.LogProbs[j] = int(d.IDs[r*K+j]), float64(d.LogProbs[r*K+j])
+		if id := d.IDs[r*K+j]; id >= 0 {
+			tk.IDs, tk.LogProbs = append(tk.IDs, int(id)), append(tk.LogProbs, float64(d.LogProbs[r*K+j]))
+		}
 	}
 	return tk
 }
@@ -95,6 +98,36 @@ func testScoreHintedView(t *testing.T, bucket bool) {
 			}
 		}
 	}
+	// topk_ids student and union: the student's own top k (its plain re-pass over each
+	// segment), the teacher gathered at them, are credit.SelectTopK of the student's
+	// and the teacher's full rows.
+	plain := []credit.HintSpan{{Start: 10, End: 45}, {Start: 30, End: 52}}
+	_, sfull, err := s.ScoreHintedView(t.Context(), tokens, nil, plain, TeacherView{Mode: credit.DistillFull})
+	require.NoError(t, err)
+	for _, ids := range []credit.TopKIDs{credit.IDsStudent, credit.IDsUnion} {
+		for _, K := range []int{1, 8} {
+			view := TeacherView{Mode: credit.DistillTopK, K: K, IDs: ids}
+			own, err := s.StudentTopK(t.Context(), tokens, nil, segs, view)
+			require.NoError(t, err)
+			qa, top, err := s.ScoreHintedAt(t.Context(), tokens, nil, segs, view, own)
+			require.NoError(t, err)
+			for k := range segs {
+				require.Equal(t, q[k], qa[k], "segment %d: the log-probs do not depend on the view", k)
+				require.Equal(t, view.width(V), top[k].K)
+				for r := range top[k].Rows() {
+					want := credit.SelectTopK(ids, f64s(sfull[k].LogProbs[r*V:(r+1)*V]), f64s(full[k].LogProbs[r*V:(r+1)*V]), K)
+					got := teacherTopKRow(top[k], r)
+					require.Equal(t, want.IDs, got.IDs, "%s k=%d segment %d row %d", ids, K, k, r)
+					for j := range want.IDs {
+						require.InDelta(t, want.LogProbs[j], got.LogProbs[j], 1e-5)
+					}
+					require.InDelta(t, want.Tail, got.Tail, 1e-4, "%s k=%d segment %d row %d tail", ids, K, k, r)
+				}
+			}
+		}
+	}
+	_, _, err = s.ScoreHintedAt(t.Context(), tokens, nil, segs, TeacherView{Mode: credit.DistillTopK, K: 4, IDs: credit.IDsStudent}, nil)
+	require.ErrorContains(t, err, "student rows")
 }
 
 // distillStepCase is one rollout with a hinted span, its credit and its teacher rows.
@@ -125,7 +158,13 @@ func newDistillStepCase(t *testing.T, s *Scorer, cfg credit.Config, seed uint64)
 	for i := 1; i < T; i++ {
 		r.Trainable[i], r.Sampler[i] = true, math.Min(0, r.Student[i]+0.2*rng.NormFloat64())
 	}
-	q, dists, err := s.ScoreHintedView(t.Context(), c.tokens, nil, r.Hints, viewOf(cfg.Distill))
+	view := viewOf(cfg.Distill)
+	var own []TeacherDist
+	if view.takesIDs() {
+		own, err = s.StudentTopK(t.Context(), c.tokens, nil, r.Hints, view)
+		require.NoError(t, err)
+	}
+	q, dists, err := s.ScoreHintedAt(t.Context(), c.tokens, nil, r.Hints, view, own)
 	require.NoError(t, err)
 	r.Hints[0].Teacher = f64s(q[0])
 	c.rs, c.dists = []credit.Rollout{r}, dists
@@ -189,8 +228,10 @@ func TestDistillStepGradient(t *testing.T) {
 	s, err := NewScorer(backend, m, ScorerOptions{Chunk: 16})
 	require.NoError(t, err)
 	for ci, dc := range []credit.DistillConfig{
-		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivReverseKL},
-		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivJSD, JSDAlpha: 0.5},
+		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivReverseKL, TopKIDs: credit.IDsTeacher, Tail: credit.TailExact},
+		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivJSD, JSDAlpha: 0.5, TopKIDs: credit.IDsTeacher},
+		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivReverseKL, TopKIDs: credit.IDsStudent, ISCap: 2},
+		{Mode: credit.DistillTopK, TopK: 4, Divergence: credit.DivForwardKL, TopKIDs: credit.IDsUnion},
 		{Mode: credit.DistillFull, TopK: 1, Divergence: credit.DivForwardKL},
 	} {
 		cfg := credit.DefaultConfig()
@@ -202,7 +243,7 @@ func TestDistillStepGradient(t *testing.T) {
 		require.NoError(t, p.withDistill(dc))
 		c := newDistillStepCase(t, s, cfg, uint64(50+ci))
 		for _, mode := range []Backprop{BackpropFull, BackpropExact} {
-			name := fmt.Sprintf("%s %s %s", dc.Mode, dc.Divergence, mode)
+			name := fmt.Sprintf("%s %s %s %s", dc.Mode, dc.TopKIDs, dc.Divergence, mode)
 			acc := p.zeroGrads()
 			_, cache, err := s.Score(t.Context(), c.tokens)
 			require.NoError(t, err)

@@ -63,13 +63,8 @@ func newDistillTerms(view TeacherView, vocab int, dw []float64, hs []credit.Hint
 	return d, nil
 }
 
-// width is K, the teacher row's width: min(k, vocab) in mode topk, vocab in full.
-func (d *distillTerms) width() int {
-	if d.view.Mode == credit.DistillTopK {
-		return min(d.view.K, d.vocab)
-	}
-	return d.vocab
-}
+// width is K, the teacher row's width (TeacherView.width).
+func (d *distillTerms) width() int { return d.view.width(d.vocab) }
 
 // at returns the distillation inputs of chunk positions off…off+n−1 (which predict
 // y_{off+1}…y_{off+n}), in takeDistill's order: dw [1, n], then for topk ids [n, K]

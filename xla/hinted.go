@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
 	"github.com/hindsight-ai/hindsight/credit"
 )
 
@@ -33,8 +35,28 @@ func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCach
 // the device is [End−Start, k] (topk) or [End−Start, vocab] (full). A zero view
 // returns nil dists.
 func (s *Scorer) ScoreHintedView(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView) ([][]float32, []TeacherDist, error) {
+	return s.ScoreHintedAt(ctx, tokens, prefix, segs, view, nil)
+}
+
+// ScoreHintedAt is ScoreHintedView for a view that takes the student's ids (topk_ids
+// student or union): student[k] holds, for each position of segment k, the
+// student's top k (the IDs of a pass with view.own(), such as StudentTopK's), and the
+// kept rows are the teacher's log-probs at those ids (and, for union, at its own top
+// k), with the teacher's exact tail. Other views ignore student.
+func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView, student []TeacherDist) ([][]float32, []TeacherDist, error) {
 	if len(segs) == 0 {
 		return nil, nil, nil
+	}
+	if view.takesIDs() {
+		if len(student) != len(segs) {
+			return nil, nil, fmt.Errorf("score hinted: top-k ids %s: %d student rows for %d segments", view.IDs, len(student), len(segs))
+		}
+		k := min(view.K, s.model.Config.VocabSize)
+		for i, d := range student {
+			if d.K != k || d.Rows() != segs[i].End-segs[i].Start {
+				return nil, nil, fmt.Errorf("score hinted: segment %d: student ids are %d×%d, want %d×%d", i, d.Rows(), d.K, segs[i].End-segs[i].Start, k)
+			}
+		}
 	}
 	if view.Mode == credit.DistillTopK && view.K < 1 {
 		return nil, nil, fmt.Errorf("score hinted: top k %d must be at least 1", view.K)
@@ -104,6 +126,9 @@ func (s *Scorer) ScoreHintedView(ctx context.Context, tokens []int32, prefix *KV
 		if sink != nil {
 			dists[i] = newTeacherDist(view, s.model.Config.VocabSize, len(q))
 			sink.take = keepRows(&dists[i], first)
+			if view.takesIDs() {
+				sink.args = idsArgs(student[i], first)
+			}
 		}
 		c := &KVCache{model: s.model, Len: pos, layout: prefix.layout.share()}
 		err := s.run(ctx, c, z, pos, func(j int, lp float32) {
@@ -118,4 +143,41 @@ func (s *Scorer) ScoreHintedView(ctx context.Context, tokens []int32, prefix *KV
 		out[i] = q
 	}
 	return out, dists, nil
+}
+
+// StudentTopK returns the student's own top k at each position of each segment (the
+// ids of topk_ids student and union): the segment's tokens re-scored after the
+// student's prefix with no hint (ScoreHintedView with view.own()), so row r holds the
+// student's prediction of y_{Start+r}. prefix is the student's KV cache (Score's).
+func (s *Scorer) StudentTopK(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView) ([]TeacherDist, error) {
+	plain := make([]credit.HintSpan, len(segs))
+	for i, sg := range segs {
+		plain[i] = credit.HintSpan{Start: sg.Start, End: sg.End}
+	}
+	_, d, err := s.ScoreHintedView(ctx, tokens, prefix, plain, view.own())
+	if err != nil {
+		return nil, fmt.Errorf("student top k: %w", err)
+	}
+	return d, nil
+}
+
+// idsArgs returns a sink's args that give a chunk its rows of student ids d: chunk
+// position i (index off+i of the run) predicts index off+i+1, d's row off+i+1−first;
+// positions outside d get ids 0…k−1 (their rows are dropped).
+func idsArgs(d TeacherDist, first int) func(off, n int) []any {
+	rows, K := d.Rows(), d.K
+	return func(off, n int) []any {
+		ids := make([]int32, n*K)
+		for i := range n {
+			r := off + i + 1 - first
+			if r < 0 || r >= rows {
+				for j := range K {
+					ids[i*K+j] = int32(j)
+				}
+				continue
+			}
+			copy(ids[i*K:(i+1)*K], d.IDs[r*K:(r+1)*K])
+		}
+		return []any{tensors.FromFlatDataAndDimensions(ids, n, K)}
+	}
 }

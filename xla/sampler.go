@@ -158,60 +158,39 @@ type Sample struct {
 	Reason         string // StopToken, StopLength or StopContext
 }
 
-// Sampler generates from a Model with a KV cache: a prefill runs every prompt but
-// its last token in chunks (all rows at the same positions, right-padded), then each
-// decode step feeds one token per row at that row's own position and samples the
-// next on the host. The cache capacity is a power-of-two bucket (≥ 64) of the
-// longest prompt plus MaxNew (at most Headroom of it at first), doubled when a row
-// reaches it, so decoding reuses one executable per (batch, capacity bucket) and
-// never recompiles per position. A Sampler runs one
-// Generate at a time (it owns the device); calls serialise.
+// Sampler generates from a Model with a KV cache, a Batch of rows at a time
+// (sampler_batch.go): each row's prompt but its last token is prefilled through
+// the scorer's paged pass, a chunk per step, then joins the rows decoding, which
+// share one contiguous cache and each feed one token per step at their own
+// position; the next token is sampled on the host. The decoding cache's capacity
+// is a power-of-two bucket, doubled when a row reaches it, so decoding reuses one
+// executable per (rows, capacity bucket) and never recompiles per position. A
+// Sampler runs one Generate or Batch step at a time (it owns the device); calls
+// serialise.
 type Sampler struct {
 	model   *Model
 	backend backends.Backend
-	chunk   int
 	mu      sync.Mutex
-	prefill *modelExec // tokens [b, n], start, a contiguous cache → Σhidden, the cache
+	// scorer's paged cache, chunk buckets and flatten serve the prefill; its chunk
+	// is the prefill's.
+	scorer  *Scorer
+	prefill *modelExec // chunkArgs, a paged cache → Σhidden, the written pages
 	step    *modelExec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
 	grow    *modelExec // lengthArg(capacity), a cache → the cache at that capacity
-	// headroom is how many new tokens the first cache bucket holds beyond the
-	// longest prompt (more are reached by doubling).
-	headroom int
+	// concat joins two contiguous caches' rows; takeRows keeps some rows of one.
+	concat, takeRows *Exec
 }
-
-// defaultHeadroom is Sampler.headroom: a call with a large MaxNew whose rows stop
-// early does not pay for (or attend over) a cache of MaxNew positions.
-const defaultHeadroom = 256
-
-// minCapacity is the smallest cache bucket of a Sampler.
-const minCapacity = 64
 
 // NewSampler returns a Sampler of m on backend. chunk bounds the prefill's
 // positions per step (0: DefaultChunk).
 func NewSampler(backend backends.Backend, m *Model, chunk int) (*Sampler, error) {
-	if chunk <= 0 {
-		chunk = DefaultChunk
-	}
-	c := minChunk
-	for c < chunk {
-		c *= 2
-	}
-	s := &Sampler{model: m, backend: backend, chunk: c, headroom: defaultHeadroom}
-	cfg := m.Config
-	nl := cfg.NumHiddenLayers
-	var err error
-	s.prefill, err = newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
-		l := listOf(in)
-		tokens, start := l.next(), l.next()
-		cache := takeContiguous(l, nl)
-		// The final hidden state leaves as one float: v0.26.0's pure-Go backend
-		// panics (index out of range) running a graph with nodes no output uses.
-		h := decoder(ctx, cfg, tokens, start, cache)
-		return append([]*Node{ReduceAllSum(h)}, cache.outputs()...)
-	})
+	sc, err := NewScorer(backend, m, ScorerOptions{Chunk: chunk})
 	if err != nil {
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
+	s := &Sampler{model: m, backend: backend, scorer: sc}
+	cfg := m.Config
+	nl := cfg.NumHiddenLayers
 	s.step, err = newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
 		tokens, pos := l.next(), l.next()
@@ -221,6 +200,9 @@ func NewSampler(backend backends.Backend, m *Model, chunk int) (*Sampler, error)
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
 	if s.grow, err = newGrowExec(backend, m); err != nil {
+		return nil, fmt.Errorf("new sampler: %w", err)
+	}
+	if err := s.newBatchExecs(); err != nil {
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
 	return s, nil
@@ -242,10 +224,9 @@ func decodeStep(ctx *mlctx.Context, c Config, tokens, pos *Node, cache *contiguo
 func (s *Sampler) Model() *Model { return s.model }
 
 // Generate samples a continuation of every prompt (token ids; lengths may differ,
-// each ≥ 1) and returns one Sample per prompt, in order.
+// each ≥ 1) and returns one Sample per prompt, in order. The rows run as one Batch:
+// each row's answer is what it gives alone.
 func (s *Sampler) Generate(ctx context.Context, prompts [][]int32, opts SampleOptions) ([]Sample, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
@@ -255,41 +236,40 @@ func (s *Sampler) Generate(ctx context.Context, prompts [][]int32, opts SampleOp
 	if opts.Rows != nil && len(opts.Rows) != len(prompts) {
 		return nil, fmt.Errorf("generate: %d row options for %d prompts", len(opts.Rows), len(prompts))
 	}
+	b := s.NewBatch()
+	defer b.Close()
+	for r, p := range prompts {
+		if err := b.Add(r, p, opts.row(r), opts.seedOf(r)); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Sample, len(prompts))
+	for b.Len() > 0 {
+		fin, err := b.Step(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range fin {
+			out[f.ID] = f.Sample
+		}
+	}
+	return out, nil
+}
+
+// checkPrompt checks prompt i: not empty, shorter than max_position_embeddings,
+// ids inside the vocabulary.
+func (s *Sampler) checkPrompt(i int, p []int32) error {
 	maxPos, vocab := s.model.Config.MaxPositionEmbeddings, int32(s.model.Config.VocabSize)
-	longest := 0
-	for i, p := range prompts {
-		if len(p) == 0 {
-			return nil, fmt.Errorf("generate: prompt %d is empty", i)
+	if len(p) == 0 {
+		return fmt.Errorf("generate: prompt %d is empty", i)
+	}
+	if len(p) >= maxPos {
+		return fmt.Errorf("generate: prompt %d has %d tokens, max_position_embeddings is %d: %w", i, len(p), maxPos, ErrTooLong)
+	}
+	for j, t := range p {
+		if t < 0 || t >= vocab {
+			return fmt.Errorf("generate: prompt %d: token %d at position %d is outside the vocabulary [0, %d)", i, t, j, vocab)
 		}
-		if len(p) >= maxPos {
-			return nil, fmt.Errorf("generate: prompt %d has %d tokens, max_position_embeddings is %d: %w", i, len(p), maxPos, ErrTooLong)
-		}
-		for j, t := range p {
-			if t < 0 || t >= vocab {
-				return nil, fmt.Errorf("generate: prompt %d: token %d at position %d is outside the vocabulary [0, %d)", i, t, j, vocab)
-			}
-		}
-		longest = max(longest, len(p))
 	}
-	capacity := minCapacity
-	for capacity < min(longest+min(opts.MaxNew, s.headroom), maxPos) {
-		capacity *= 2
-	}
-	if err := s.model.place(s.backend); err != nil {
-		return nil, fmt.Errorf("generate: %w", err)
-	}
-	c := s.newCache(len(prompts), capacity)
-	defer c.close()
-	allGone := func() bool {
-		for r := range prompts {
-			if !gone(opts.row(r).Gone) {
-				return false
-			}
-		}
-		return true
-	}
-	if err := s.runPrefill(ctx, c, prompts, allGone); err != nil {
-		return nil, err
-	}
-	return s.decode(ctx, c, prompts, opts)
+	return nil
 }

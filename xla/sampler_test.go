@@ -28,10 +28,10 @@ func newTestSampler(t *testing.T, seed uint64) *Sampler {
 // TestGenerateLogProbsEqualScorer: at temperature 1 without truncation the
 // sampler's log-probs are the scorer's on the same full sequence (the trainer and
 // the sampler must agree), within 1e-5, for every row of a ragged batch, with the
-// cache grown from 64 to 128 positions mid-decode.
+// decoding cache grown (prefill pages of 16: the 30-token row's starts at 32
+// positions and reaches 69).
 func TestGenerateLogProbsEqualScorer(t *testing.T) {
 	s := newTestSampler(t, 21)
-	s.headroom = 8 // first bucket: 30 + 8 → 64; the 30-token row reaches 69
 	prompts := samplerPrompts(s.Model().Config.VocabSize)
 	out, err := s.Generate(t.Context(), prompts, SampleOptions{MaxNew: 40, Temperature: 1, Seed: 3})
 	require.NoError(t, err)

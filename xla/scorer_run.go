@@ -39,17 +39,19 @@ func chunkArgs(seq []int32, off, n, pos int) []any {
 // newScoreExec returns a scoring step over the cache layout take reads: inputs
 // chunkArgs, then the cache; outputs the chunk's log-probs [1, seq], then what view
 // keeps of the chunk's distributions (TeacherView.outputs: nothing for
-// sampled_token), then the cache's outputs.
+// sampled_token), then the cache's outputs. Where the view takes inputs
+// (TeacherView.nInputs: the student's ids), they follow chunkArgs, before the cache.
 func newScoreExec(backend backends.Backend, m *Model, take func(*list[*Node]) graphCache, view TeacherView) (*modelExec, error) {
 	cfg := m.Config
 	return newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
 		ch := takeChunk(l)
+		vin := l.take(view.nInputs())
 		cache := take(l)
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
 		logits := headLogits(ctx, cfg, hidden) // [1, seq, vocab]
 		out := []*Node{targetLogProbs(logits, ch.targets)}
-		out = append(out, view.outputs(Squeeze(logits, 0))...)
+		out = append(out, view.outputs(Squeeze(logits, 0), vin)...)
 		return append(out, cache.outputs()...)
 	})
 }
@@ -130,7 +132,7 @@ func (s *Scorer) runContiguous(ctx context.Context, c *contiguousCache, seq []in
 		t0 := time.Now()
 		capacity := c.capacity()
 		s.count(n, capacity, capacity)
-		args := append(chunkArgs(seq, off, n, start+off), c.args(s.backend)...)
+		args := append(append(chunkArgs(seq, off, n, start+off), sink.inputs(off, n)...), c.args(s.backend)...)
 		s.stats.CopySeconds += time.Since(t0).Seconds()
 		out, err := s.timedExec(exec, fmt.Sprintf("%s %d@%d", label, n, capacity), false, args)
 		if err != nil {

@@ -21,9 +21,15 @@ import (
 // training pass instead would need the teacher's forward (its own prefix and the hint
 // inserted) in every gradient chunk: a second model pass per chunk for every mode,
 // where keeping costs memory only where the vocabulary is small.
+//
+// In mode topk, IDs says whose ids are kept (credit.DistillConfig.TopKIDs): the
+// teacher's own k (teacher), the student's k, which the pass takes as an input per
+// position and gathers the teacher at (student), or the student's k followed by the
+// teacher's k with those the student's already hold left empty, id −1 (union).
 type TeacherView struct {
 	Mode credit.DistillMode
-	K    int // the kept ids per position, mode topk
+	K    int            // the kept ids per position, mode topk
+	IDs  credit.TopKIDs // whose ids, mode topk ("" is teacher)
 }
 
 // MaxFullVocab is the largest vocabulary distillation mode full is trained on: the
@@ -35,11 +41,40 @@ const MaxFullVocab = 32768
 func viewOf(c credit.DistillConfig) TeacherView {
 	switch c.Mode {
 	case credit.DistillTopK:
-		return TeacherView{Mode: credit.DistillTopK, K: c.TopK}
+		ids := c.TopKIDs
+		if ids == "" {
+			ids = credit.DefaultDistillConfig().TopKIDs // a config not validated yet
+		}
+		return TeacherView{Mode: credit.DistillTopK, K: c.TopK, IDs: ids}
 	case credit.DistillFull:
 		return TeacherView{Mode: credit.DistillFull}
 	}
 	return TeacherView{}
+}
+
+// own is the view of a pass that keeps its own top k (the student's pass that picks
+// the ids of IDs student and union).
+func (v TeacherView) own() TeacherView {
+	return TeacherView{Mode: credit.DistillTopK, K: v.K, IDs: credit.IDsTeacher}
+}
+
+// takesIDs reports whether the pass takes the student's ids as an input (topk with
+// ids student or union).
+func (v TeacherView) takesIDs() bool {
+	return v.Mode == credit.DistillTopK && (v.IDs == credit.IDsStudent || v.IDs == credit.IDsUnion)
+}
+
+// width is a kept row's width for a vocabulary of vocab ids: vocab in mode full; in
+// topk min(k, vocab), twice that for union (unless k covers the vocabulary).
+func (v TeacherView) width(vocab int) int {
+	if v.Mode != credit.DistillTopK {
+		return vocab
+	}
+	k := min(v.K, vocab)
+	if v.IDs == credit.IDsUnion && k < vocab {
+		return 2 * k
+	}
+	return k
 }
 
 // keeps reports whether v keeps anything beyond the sampled token's log-prob.
@@ -47,15 +82,20 @@ func (v TeacherView) keeps() bool {
 	return v.Mode == credit.DistillTopK || v.Mode == credit.DistillFull
 }
 
-// outputs are what v keeps of a chunk's logits, each row one position:
+// outputs are what v keeps of a chunk's logits, each row one position, with in the
+// inputs of nInputs (the student's ids [n, k'] int32 where takesIDs):
 //
-//	topk: logits [n, vocab] → ids [n, k'] int32, log-probs [n, k'], tail [n] (teacherTopK)
+//	topk: logits [n, vocab] → ids [n, w] int32, log-probs [n, w], tail [n] (w = width)
 //	full: logits [n, vocab] → log-probs [n, vocab]
 //	sampled_token: nothing
-func (v TeacherView) outputs(logits *Node) []*Node {
+func (v TeacherView) outputs(logits *Node, in []*Node) []*Node {
 	switch v.Mode {
 	case credit.DistillTopK:
-		ids, lp, tail := teacherTopK(logits, v.K)
+		if !v.takesIDs() {
+			ids, lp, tail := teacherTopK(logits, v.K)
+			return []*Node{ids, lp, tail}
+		}
+		ids, lp, tail := teacherAt(logits, in[0], v.IDs == credit.IDsUnion && v.K < logits.Shape().Dimensions[1], v.K)
 		return []*Node{ids, lp, tail}
 	case credit.DistillFull:
 		logits = StopGradient(logits)
@@ -69,9 +109,9 @@ func (v TeacherView) outputs(logits *Node) []*Node {
 // r-th teacher log-prob. Float32, as the device made them.
 type TeacherDist struct {
 	Mode credit.DistillMode
-	// K is the row width: min(top_k, vocab) in mode topk, vocab in mode full.
+	// K is the row width: TeacherView.width.
 	K int
-	// IDs are the kept ids, [rows, K] (topk only).
+	// IDs are the kept ids, [rows, K] (topk only); −1 is an empty slot (union).
 	IDs []int32
 	// LogProbs are the log-probs of IDs (topk) or of every id (full), [rows, K], nats.
 	LogProbs []float32
@@ -90,9 +130,8 @@ func (d TeacherDist) Rows() int {
 
 // newTeacherDist is an empty TeacherDist of rows positions for view v.
 func newTeacherDist(v TeacherView, vocab, rows int) TeacherDist {
-	d := TeacherDist{Mode: v.Mode, K: vocab}
+	d := TeacherDist{Mode: v.Mode, K: v.width(vocab)}
 	if v.Mode == credit.DistillTopK {
-		d.K = min(v.K, vocab)
 		d.IDs, d.Tail = make([]int32, rows*d.K), make([]float32, rows)
 	}
 	d.LogProbs = make([]float32, rows*d.K)
@@ -109,6 +148,25 @@ type viewSink struct {
 	// take gets a chunk's extra outputs (n positions from index off of the sequence
 	// run); nil drops them.
 	take func(off, n int, out []*tensors.Tensor)
+	// args gives a chunk's extra inputs (view.nInputs of them), for the n positions
+	// from index off of the sequence run.
+	args func(off, n int) []any
+}
+
+// inputs returns k.args(off, n), nothing for a nil k or args.
+func (k *viewSink) inputs(off, n int) []any {
+	if k == nil || k.args == nil {
+		return nil
+	}
+	return k.args(off, n)
+}
+
+// nInputs is how many inputs view.outputs takes per chunk (after chunkArgs).
+func (v TeacherView) nInputs() int {
+	if v.takesIDs() {
+		return 1
+	}
+	return 0
 }
 
 // nOutputs is how many tensors view.outputs gives.
@@ -152,6 +210,9 @@ func (s *Scorer) sinkFor(v TeacherView) (*viewSink, error) {
 	k := &viewSink{view: v, label: string(v.Mode)}
 	if v.Mode == credit.DistillTopK {
 		k.label = fmt.Sprintf("topk%d", v.K)
+		if v.takesIDs() {
+			k.label += string(v.IDs)
+		}
 	}
 	var err error
 	if k.step, err = newScoreExec(s.backend, s.model, func(l *list[*Node]) graphCache { return takeContiguous(l, nl) }, v); err != nil {

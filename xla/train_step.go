@@ -271,7 +271,16 @@ func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, on replica1
 		if !shared {
 			prefix = nil
 		}
-		q, dists, err := tsc.ScoreHintedView(ctx, r.Tokens, prefix, cr.Hints, viewOf(tr.opts.Credit.Distill))
+		view := viewOf(tr.opts.Credit.Distill)
+		var ids []TeacherDist
+		if view.takesIDs() {
+			// topk_ids student or union: the student's own top k at the hinted
+			// positions first, at the weights the training pass runs with.
+			if ids, err = student.StudentTopK(ctx, r.Tokens, cache, cr.Hints, view); err != nil {
+				return cr, sc, err
+			}
+		}
+		q, dists, err := tsc.ScoreHintedAt(ctx, r.Tokens, prefix, cr.Hints, view, ids)
 		if err != nil {
 			return cr, sc, fmt.Errorf("teacher pass: %w", err)
 		}

@@ -86,7 +86,7 @@ func run(sessions int, duration time.Duration, turns, maxTokens, maxBatch int, o
 		return fmt.Errorf("init-model: %v: %s", err, b)
 	}
 	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json}\nmodel: {dir: %s}\ntrain: {enabled: false}\n"+
-		"gateway: {enabled: true, listen: 127.0.0.1:0, idle_timeout: 1h, max_batch: %d}\n", data, filepath.Join(data, "model"), maxBatch)
+		"gateway: {enabled: true, listen: 127.0.0.1:0, idle_timeout: 1h, feedback_window: 0s, max_batch: %d}\n", data, filepath.Join(data, "model"), maxBatch)
 	cfgPath := filepath.Join(out, "hindsightd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err

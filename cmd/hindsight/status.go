@@ -354,6 +354,11 @@ func printGateway(line func(key, format string, args ...any), st *hindsightv1.St
 		line("gateway", "%s serving %q at step %s", orDash(g.GetListenAddr()), g.GetModel(), count(g.GetPolicyStep()))
 		line("  requests", "%s (%s errors), %s turns", count(g.GetRequests()), count(g.GetErrors()), count(g.GetTurns()))
 		line("  sessions", "%s open, %s recorded as rollouts", count(g.GetOpenSessions()), count(g.GetRolloutsRecorded()))
+		line("  feedback window", "%s held (%s bytes), %s written early", count(g.GetHeldSessions()), count(g.GetHeldBytes()),
+			count(g.GetHeldWrittenEarly()))
+		if n := g.GetCommentsUnusable(); n > 0 {
+			line("  comments unusable", "%s", count(n))
+		}
 		line("  late feedback", "%s joined, %s too late, %s pending", count(g.GetFeedbackJoined()), count(g.GetFeedbackLate()),
 			count(g.GetFeedbackPending()))
 	}
@@ -422,6 +427,9 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 	}
 	if b := st.GetBackend(); b != nil {
 		line("backend", "%s, %s; %s parameters from %s", b.GetName(), b.GetDevice(), count(b.GetParameters()), orDash(b.GetModelDir()))
+		if b.GetChoice() != "" {
+			line("backend chosen", "%s", b.GetChoice())
+		}
 		if b.GetMemoryBytes() > 0 {
 			line("device memory", "%.1f MiB (%s)", float64(b.GetMemoryBytes())/(1<<20), b.GetMemoryKind())
 		}

@@ -49,7 +49,7 @@ func statusFixture() *hindsightv1.Status {
 			{Suite: "unit", Kind: "command", Step: 12, Primary: "score", Error: "command ./eval.sh: exit status 3"},
 		},
 		Gateway: &hindsightv1.GatewayStats{ListenAddr: "127.0.0.1:7078", Model: "hindsight", PolicyStep: 12, Requests: 1500,
-			Errors: 3, Turns: 1490, OpenSessions: 4, RolloutsRecorded: 310, FeedbackJoined: 7, FeedbackLate: 1, FeedbackPending: 2},
+			Errors: 3, Turns: 1490, OpenSessions: 4, RolloutsRecorded: 310, FeedbackJoined: 7, FeedbackLate: 1, FeedbackPending: 2, HeldSessions: 2, HeldBytes: 4096, HeldWrittenEarly: 1, CommentsUnusable: 3},
 		EngineHooks: []*hindsightv1.EngineHookState{
 			{Kind: "sglang", Url: "http://127.0.0.1:30000", LastCheckpoint: "/ck/step-000012", LastStep: 12,
 				LastPushedAt: timestamppb.New(time.Date(2026, 1, 2, 4, 1, 0, 0, time.UTC)), Attempts: 2},
@@ -113,6 +113,8 @@ func TestStatusTable(t *testing.T) {
 				`^  requests +1,500 \(3 errors\), 1,490 turns$`,
 				`^  sessions +4 open, 310 recorded as rollouts$`,
 				`^  late feedback +7 joined, 1 too late, 2 pending$`,
+				`^  feedback window +2 held \(4,096 bytes\), 1 written early$`,
+				`^  comments unusable +3$`,
 				`^engine hook +sglang http://127\.0\.0\.1:30000: last pushed step 12 at 2026-01-02T04:01:00Z, 2 attempts$`,
 				`^engine hook +vllm_lora http://127\.0\.0\.1:8000: last pushed none yet, 3 attempts$`,
 				`^  pushing +/ck/step-000012$`,

@@ -69,6 +69,7 @@ func (dm *demo) Ready(st *hindsightv1.Status) error {
 	if training {
 		b := st.GetBackend()
 		fmt.Fprintf(dm.out, "policy: %s (%d parameters) on %s, %s\n", b.GetModelDir(), b.GetParameters(), b.GetName(), b.GetDevice())
+		fmt.Fprintf(dm.out, "backend: %s\n", b.GetChoice())
 	}
 	prefix := fmt.Sprintf("demo-%s-%d", time.Now().UTC().Format("20060102T150405"), st.GetTotal().GetJournalSeq()+1)
 	files, err := writeDemoRollouts(dm.incoming(), prefix, training)

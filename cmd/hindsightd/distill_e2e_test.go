@@ -15,7 +15,9 @@ import (
 )
 
 // TestDistillTopKCreditFiles runs the daemon with credit.distill.mode topk (k 8,
-// JSD) and train.term_grad_norms on synthetic rollouts, and checks what a run
+// JSD, topk_ids union: the student's top 8 and the teacher's, so the teacher's most
+// likely id is among the kept ones and the ranking below can be checked) and
+// train.term_grad_norms on synthetic rollouts, and checks what a run
 // records of the teacher's view: each hint of the credit files (schema v3) says its
 // context kind and loss, carries the teacher's log-prob of every sampled token of its
 // span and its top 5 alternatives there, ranked, consistent with that log-prob (an
@@ -24,7 +26,7 @@ import (
 func TestDistillTopKCreditFiles(t *testing.T) {
 	dataDir, cfg := spoolWithRollouts(t, 4, 2, "  token_budget: 256\n  idle_flush: 500ms\n  term_grad_norms: true\n  seed: 7\n"+
 		"  optimizer:\n    lr: 0.001\n    warmup_steps: 1\n  checkpoint:\n    every_steps: 1\n    keep: 1\n"+
-		"credit:\n  normalize: separate\n  distill:\n    mode: topk\n    top_k: 8\n    divergence: jsd\n")
+		"credit:\n  normalize: separate\n  distill:\n    mode: topk\n    top_k: 8\n    divergence: jsd\n    topk_ids: union\n")
 	p := startDaemon(t, "-config", cfg)
 	addr := p.waitReady(t)
 	st := waitTrained(t, p, addr, 4)

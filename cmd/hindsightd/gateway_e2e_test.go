@@ -62,6 +62,10 @@ func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc,
 		_, stderr, code := runCLI(t, "init-model", "-out", modelDir, "-seed", "2")
 		require.Equal(t, 0, code, stderr)
 	}
+	if !strings.Contains(gatewayExtra, "feedback_window:") {
+		// Sessions are written at once unless a test holds them for feedback.
+		gatewayExtra = ", feedback_window: 0s" + gatewayExtra
+	}
 	keys := filepath.Join(dataDir, "keys")
 	require.NoError(t, os.WriteFile(keys, []byte("# gateway test key\n"+apikey.Hash(gatewayKey)+"\n"), 0o600))
 	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json, level: debug}\nmodel: {dir: %s}\n%s"+

@@ -3,7 +3,9 @@ package main
 import (
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
@@ -214,4 +217,84 @@ func writeChatMLModel(t *testing.T, dir string) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "chat_template.jinja"), src, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}`), 0o644))
+}
+
+// creditHints returns the hints of the credit rows under dataDir/outputs as
+// "segment:reason:text", and the rows' rollout ids.
+func creditHints(t *testing.T, dataDir string) (hints, rows []string) {
+	t.Helper()
+	for _, n := range listDir(t, filepath.Join(dataDir, "outputs")) {
+		rs, err := creditfile.Read(filepath.Join(dataDir, "outputs", n))
+		require.NoError(t, err)
+		for _, r := range rs {
+			rows = append(rows, r.RolloutID)
+			for _, h := range r.Hints {
+				hints = append(hints, fmt.Sprintf("%d:%s:%s", h.Segment, h.Reason, h.Text))
+			}
+		}
+	}
+	return hints, rows
+}
+
+// TestGatewayFeedbackWindow (issue 38, item 2): a closed session waits out
+// gateway.feedback_window before it is written to the spool, so a rating and a
+// comment posted after the close are journaled with it (not late, not too late)
+// and train with the rollout; status and /metrics show the held session; shutdown
+// writes it as it is, and the rollout that trains after the restart holds the
+// comment as its hint.
+func TestGatewayFeedbackWindow(t *testing.T) {
+	dataDir := t.TempDir()
+	train := "train: {idle_flush: 200ms, checkpoint: {every_steps: 1}}\n"
+	p, base := startGatewayWith(t, dataDir, train, ", feedback_window: 1h")
+	addr := p.waitReady(t)
+	status, v := chatTurn(t, base, "win-1", []map[string]any{{"role": "user", "content": "count with me"}}, 1)
+	require.Equal(t, 200, status, v)
+	status, v = post(t, base+"/sessions/win-1/close", gatewayKey, "", `{"reward": 0, "task_id": "count"}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, false, v["written"], "held for the feedback window")
+	require.NotEmpty(t, v["feedback_until"])
+	require.NoFileExists(t, filepath.Join(dataDir, "spool", "incoming", "gateway-win-1.arrow"))
+
+	// The person reads the answer, then rates it: in the window, journaled.
+	status, v = post(t, base+"/feedback", gatewayKey, "", `{"completion_id":"chatcmpl-win-1-1","rating":-1,"comment":"count from one"}`)
+	require.Equal(t, 200, status, v)
+	require.Equal(t, false, v["late"])
+	require.Equal(t, false, v["too_late"])
+	require.Equal(t, true, v["held"])
+	status, v = chatTurn(t, base, "win-1", []map[string]any{{"role": "user", "content": "again"}}, 2)
+	require.Equal(t, 409, status, v)
+	status, v = post(t, base+"/sessions/win-1/close", gatewayKey, "", "")
+	require.Equal(t, 409, status, v)
+
+	gs := statusOf(t, addr).GetGateway()
+	for deadline := time.Now().Add(10 * time.Second); gs.GetHeldSessions() != 1 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		gs = statusOf(t, addr).GetGateway()
+	}
+	require.EqualValues(t, 1, gs.GetHeldSessions())
+	require.Positive(t, gs.GetHeldBytes())
+	require.Zero(t, gs.GetOpenSessions())
+	table, _, code := runCLI(t, "status", "-addr", addr)
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^  feedback window +1 held \([0-9,]+ bytes\), 0 written early$`, table)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(metrics), "hindsight_gateway_held_sessions 1")
+
+	// Shutdown writes the held session as it is.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	require.Len(t, mustGlob(t, filepath.Join(dataDir, "spool", "*", "gateway-win-1.arrow")), 1, p.log())
+	require.NoFileExists(t, filepath.Join(dataDir, "state", "gateway", "win-1.jsonl"))
+
+	p2, _ := startGatewayWith(t, dataDir, train, ", feedback_window: 1h")
+	addr2 := p2.waitReady(t)
+	waitTrained(t, p2, addr2, 1)
+	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p2.wait(t, 60*time.Second), p2.log())
+	hints, rows := creditHints(t, dataDir)
+	require.Equal(t, []string{"win-1"}, rows, "trained once")
+	require.Equal(t, []string{"1:feedback:count from one"}, hints, "the comment posted after the close is the hint of its turn\n%s", p2.log())
+	require.NotContains(t, p2.log(), `"too_late":true`)
 }

@@ -38,7 +38,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	loopGroup := fs.Int("loop-group", 8, "with -loop: rollouts per task (G)")
 	loopSeed := fs.Uint64("loop-seed", 1, "with -loop: the collector's sampling seed")
 	version := fs.Bool("version", false, "print the version and exit")
-	backend := fs.String("backend", "", "GoMLX backend `spec` (overrides backend:; e.g. go:parallelism=-1, xla:/abs/pjrt_c_api_cpu_plugin.so)")
+	backend := fs.String("backend", "", "GoMLX backend `spec` (overrides backend:; auto, go:parallelism=-1, xla-cpu, xla:/abs/pjrt_c_api_cpu_plugin.so; default $GOMLX_BACKEND, else auto)")
 	resumeFrom := fs.Int64("resume-from", -1, "restore the checkpoint of this `step` instead of the newest")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: hindsightd [-config FILE] [-data-dir DIR] [-listen ADDR] [-backend SPEC] [-resume-from STEP] [-demo | -loop [-loop-steps N]] [-print-config]\n\n")
@@ -123,7 +123,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runDemo(ctx, cfg, opts, stdout)
 	case *loopMode:
 		err = runLoop(ctx, cfg, opts, loopOptions{steps: *loopSteps, group: *loopGroup, seed: *loopSeed,
-			backend: xla.ResolveBackend(*backend, cfg.Backend)}, stdout)
+			backend: xla.ChooseBackend(*backend, cfg.Backend, xla.AutoBackend).Spec}, stdout)
 	default:
 		err = daemon.Run(ctx, cfg, opts)
 	}

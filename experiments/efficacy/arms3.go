@@ -68,7 +68,11 @@ func ArmSpec3(name string, mode credit.DistillMode) (ArmSpec, error) {
 	}
 	c := credit.DefaultConfig()
 	c.Base, c.Normalize, c.LambdaOut, c.LambdaDistill = credit.BaseStudent, credit.NormalizeSeparate, 1, 1
-	c.Distill = credit.DistillConfig{Mode: mode, TopK: 100, Divergence: credit.DivJSD, JSDAlpha: 0.5, ClipScope: credit.ClipEntry}
+	// Pre-registered before issue 37 changed credit's defaults: the teacher's top k
+	// (topk), the exact tail, no importance weight on the divergence. Kept explicit so
+	// the arms stay as registered.
+	c.Distill = credit.DistillConfig{Mode: mode, TopK: 100, Divergence: credit.DivJSD, JSDAlpha: 0.5, ClipScope: credit.ClipEntry,
+		TopKIDs: credit.IDsTeacher, Tail: credit.TailExact, ISCap: 0}
 	s := ArmSpec{Name: name, Credit: c, Teacher: xla.TeacherConfig{Mode: xla.TeacherEMA, RefreshEvery: 100, EMARate: 0.05}}
 	switch name {
 	case ArmOutcome:

@@ -23,6 +23,9 @@ class Daemon:
 
     def __init__(self, binary: Path, data: Path, *args: str) -> None:
         env = dict(os.environ, GOMLX_NO_AUTO_INSTALL="1")
+        # Pure Go unless the run names a backend: hindsightd's default (auto) would take
+        # a fetched XLA plugin; the daemon logs its choice ("backend chosen").
+        env["GOMLX_BACKEND"] = env.get("GOMLX_BACKEND") or "go:parallelism=-1"
         self.proc = subprocess.Popen([str(binary), "-data-dir", str(data), "-listen", "127.0.0.1:0", *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: list[str] = []

@@ -752,8 +752,18 @@ type GatewayStats struct {
 	FeedbackJoined  int64 `protobuf:"varint,9,opt,name=feedback_joined,json=feedbackJoined,proto3" json:"feedback_joined,omitempty"`
 	FeedbackLate    int64 `protobuf:"varint,10,opt,name=feedback_late,json=feedbackLate,proto3" json:"feedback_late,omitempty"`
 	FeedbackPending int64 `protobuf:"varint,11,opt,name=feedback_pending,json=feedbackPending,proto3" json:"feedback_pending,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Closed sessions waiting out gateway.feedback_window before they are written
+	// to the spool (a rating in the window is in the rollout), the bytes of their
+	// journals, and the sessions written before their window ended to keep those
+	// bytes under gateway.feedback_window_max_bytes.
+	HeldSessions     int64 `protobuf:"varint,12,opt,name=held_sessions,json=heldSessions,proto3" json:"held_sessions,omitempty"`
+	HeldBytes        int64 `protobuf:"varint,13,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
+	HeldWrittenEarly int64 `protobuf:"varint,14,opt,name=held_written_early,json=heldWrittenEarly,proto3" json:"held_written_early,omitempty"`
+	// Comments the feedback API accepted and answered as unusable (longer than the
+	// hint cap, or no room left in the rollout's selections).
+	CommentsUnusable int64 `protobuf:"varint,15,opt,name=comments_unusable,json=commentsUnusable,proto3" json:"comments_unusable,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GatewayStats) Reset() {
@@ -859,6 +869,34 @@ func (x *GatewayStats) GetFeedbackLate() int64 {
 func (x *GatewayStats) GetFeedbackPending() int64 {
 	if x != nil {
 		return x.FeedbackPending
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetHeldSessions() int64 {
+	if x != nil {
+		return x.HeldSessions
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetHeldBytes() int64 {
+	if x != nil {
+		return x.HeldBytes
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetHeldWrittenEarly() int64 {
+	if x != nil {
+		return x.HeldWrittenEarly
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetCommentsUnusable() int64 {
+	if x != nil {
+		return x.CommentsUnusable
 	}
 	return 0
 }
@@ -1788,9 +1826,13 @@ type TeacherStats struct {
 	// Mean time one rollout spent with the teacher.
 	MeanLatency *durationpb.Duration `protobuf:"bytes,7,opt,name=mean_latency,json=meanLatency,proto3" json:"mean_latency,omitempty"`
 	// Circuit breaker: closed, open, half_open; empty without an LLM teacher.
-	BreakerState  string `protobuf:"bytes,8,opt,name=breaker_state,json=breakerState,proto3" json:"breaker_state,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BreakerState string `protobuf:"bytes,8,opt,name=breaker_state,json=breakerState,proto3" json:"breaker_state,omitempty"`
+	// A person's comments that gave no hint, by reason: too_long (over
+	// teacher.max_hint_tokens), overlap (another comment's selection covers the same
+	// turn), max_per_rollout (teacher.select.max_per_rollout reached).
+	CommentsDropped map[string]int64 `protobuf:"bytes,9,rep,name=comments_dropped,json=commentsDropped,proto3" json:"comments_dropped,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TeacherStats) Reset() {
@@ -1877,6 +1919,13 @@ func (x *TeacherStats) GetBreakerState() string {
 		return x.BreakerState
 	}
 	return ""
+}
+
+func (x *TeacherStats) GetCommentsDropped() map[string]int64 {
+	if x != nil {
+		return x.CommentsDropped
+	}
+	return nil
 }
 
 // CreditStats are credit.Stats of the last step.
@@ -2066,7 +2115,12 @@ type BackendInfo struct {
 	// exposes no PJRT memory statistics); see process_resident_memory_bytes in /metrics.
 	MemoryBytes int64 `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	// What memory_bytes measures: "go_heap_inuse", or empty when it is 0.
-	MemoryKind    string `protobuf:"bytes,6,opt,name=memory_kind,json=memoryKind,proto3" json:"memory_kind,omitempty"`
+	MemoryKind string `protobuf:"bytes,6,opt,name=memory_kind,json=memoryKind,proto3" json:"memory_kind,omitempty"`
+	// Why this backend: where its spec came from (-backend, the config's backend:,
+	// $GOMLX_BACKEND, the default) and, for auto, what it found, e.g. "auto (the default):
+	// no GPU plugin ($HINDSIGHT_XLA_GPU_PLUGIN unset); XLA CPU plugin /…/pjrt_c_api_cpu_plugin.so
+	// (fetched by hindsight fetch-xla-cpu)".
+	Choice        string `protobuf:"bytes,7,opt,name=choice,proto3" json:"choice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2139,6 +2193,13 @@ func (x *BackendInfo) GetMemoryBytes() int64 {
 func (x *BackendInfo) GetMemoryKind() string {
 	if x != nil {
 		return x.MemoryKind
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetChoice() string {
+	if x != nil {
+		return x.Choice
 	}
 	return ""
 }
@@ -2397,7 +2458,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x05pause\x18\x1e \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\x123\n" +
 	"\astorage\x18\x1f \x01(\v2\x19.hindsight.v1.StorageInfoR\astorage\x124\n" +
 	"\agateway\x18  \x01(\v2\x1a.hindsight.v1.GatewayStatsR\agateway\x12@\n" +
-	"\fengine_hooks\x18! \x03(\v2\x1d.hindsight.v1.EngineHookStateR\vengineHooks\"\xfb\x02\n" +
+	"\fengine_hooks\x18! \x03(\v2\x1d.hindsight.v1.EngineHookStateR\vengineHooks\"\x9a\x04\n" +
 	"\fGatewayStats\x12\x1f\n" +
 	"\vlisten_addr\x18\x01 \x01(\tR\n" +
 	"listenAddr\x12\x14\n" +
@@ -2412,7 +2473,12 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x0ffeedback_joined\x18\t \x01(\x03R\x0efeedbackJoined\x12#\n" +
 	"\rfeedback_late\x18\n" +
 	" \x01(\x03R\ffeedbackLate\x12)\n" +
-	"\x10feedback_pending\x18\v \x01(\x03R\x0ffeedbackPending\"\xd4\x02\n" +
+	"\x10feedback_pending\x18\v \x01(\x03R\x0ffeedbackPending\x12#\n" +
+	"\rheld_sessions\x18\f \x01(\x03R\fheldSessions\x12\x1d\n" +
+	"\n" +
+	"held_bytes\x18\r \x01(\x03R\theldBytes\x12,\n" +
+	"\x12held_written_early\x18\x0e \x01(\x03R\x10heldWrittenEarly\x12+\n" +
+	"\x11comments_unusable\x18\x0f \x01(\x03R\x10commentsUnusable\"\xd4\x02\n" +
 	"\x0fEngineHookState\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12'\n" +
@@ -2511,7 +2577,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x129\n" +
 	"\n" +
-	"written_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\x9e\x04\n" +
+	"written_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\xbe\x05\n" +
 	"\fTeacherStats\x12U\n" +
 	"\x0fhints_by_source\x18\x01 \x03(\v2-.hindsight.v1.TeacherStats.HintsBySourceEntryR\rhintsBySource\x12X\n" +
 	"\x10failures_by_kind\x18\x02 \x03(\v2..hindsight.v1.TeacherStats.FailuresByKindEntryR\x0efailuresByKind\x12\x1a\n" +
@@ -2523,11 +2589,15 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\n" +
 	"cache_hits\x18\x06 \x01(\x03R\tcacheHits\x12<\n" +
 	"\fmean_latency\x18\a \x01(\v2\x19.google.protobuf.DurationR\vmeanLatency\x12#\n" +
-	"\rbreaker_state\x18\b \x01(\tR\fbreakerState\x1a@\n" +
+	"\rbreaker_state\x18\b \x01(\tR\fbreakerState\x12Z\n" +
+	"\x10comments_dropped\x18\t \x03(\v2/.hindsight.v1.TeacherStats.CommentsDroppedEntryR\x0fcommentsDropped\x1a@\n" +
 	"\x12HintsBySourceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aA\n" +
 	"\x13FailuresByKindEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aB\n" +
+	"\x14CommentsDroppedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc3\x02\n" +
 	"\vCreditStats\x12$\n" +
@@ -2544,7 +2614,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\vQueueDepths\x12\x14\n" +
 	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x1a\n" +
 	"\brollouts\x18\x02 \x01(\x03R\brollouts\x12:\n" +
-	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"\xba\x01\n" +
+	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"\xd2\x01\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x1e\n" +
@@ -2554,7 +2624,8 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\tmodel_dir\x18\x04 \x01(\tR\bmodelDir\x12!\n" +
 	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\x12\x1f\n" +
 	"\vmemory_kind\x18\x06 \x01(\tR\n" +
-	"memoryKind\"u\n" +
+	"memoryKind\x12\x16\n" +
+	"\x06choice\x18\a \x01(\tR\x06choice\"u\n" +
 	"\vSpoolCounts\x12\x1a\n" +
 	"\bincoming\x18\x01 \x01(\x03R\bincoming\x12\x1e\n" +
 	"\n" +
@@ -2601,7 +2672,7 @@ func file_hindsight_v1_status_proto_rawDescGZIP() []byte {
 }
 
 var file_hindsight_v1_status_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_hindsight_v1_status_proto_goTypes = []any{
 	(State)(0),                    // 0: hindsight.v1.State
 	(*PauseRequest)(nil),          // 1: hindsight.v1.PauseRequest
@@ -2630,22 +2701,23 @@ var file_hindsight_v1_status_proto_goTypes = []any{
 	nil,                           // 24: hindsight.v1.EvalResult.MetricsEntry
 	nil,                           // 25: hindsight.v1.TeacherStats.HintsBySourceEntry
 	nil,                           // 26: hindsight.v1.TeacherStats.FailuresByKindEntry
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	nil,                           // 27: hindsight.v1.TeacherStats.CommentsDroppedEntry
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_hindsight_v1_status_proto_depIdxs = []int32{
 	14, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
 	14, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
 	9,  // 2: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
-	27, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	28, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	9,  // 4: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
 	0,  // 5: hindsight.v1.Status.state:type_name -> hindsight.v1.State
-	28, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	27, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
+	29, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	28, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
 	22, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
 	23, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
 	23, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
-	28, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
+	29, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
 	15, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
 	17, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
 	18, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
@@ -2658,36 +2730,37 @@ var file_hindsight_v1_status_proto_depIdxs = []int32{
 	12, // 21: hindsight.v1.Status.storage:type_name -> hindsight.v1.StorageInfo
 	10, // 22: hindsight.v1.Status.gateway:type_name -> hindsight.v1.GatewayStats
 	11, // 23: hindsight.v1.Status.engine_hooks:type_name -> hindsight.v1.EngineHookState
-	28, // 24: hindsight.v1.EngineHookState.last_pushed_at:type_name -> google.protobuf.Timestamp
-	28, // 25: hindsight.v1.EngineHookState.last_error_at:type_name -> google.protobuf.Timestamp
-	28, // 26: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
+	29, // 24: hindsight.v1.EngineHookState.last_pushed_at:type_name -> google.protobuf.Timestamp
+	29, // 25: hindsight.v1.EngineHookState.last_error_at:type_name -> google.protobuf.Timestamp
+	29, // 26: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
 	24, // 27: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
-	28, // 28: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
-	28, // 29: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
-	28, // 30: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
-	28, // 31: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
-	27, // 32: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
+	29, // 28: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
+	29, // 29: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
+	29, // 30: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
+	29, // 31: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
+	28, // 32: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
 	16, // 33: hindsight.v1.TrainingStats.step_in_progress:type_name -> hindsight.v1.StepInProgress
-	28, // 34: hindsight.v1.StepInProgress.started_at:type_name -> google.protobuf.Timestamp
-	27, // 35: hindsight.v1.StepInProgress.elapsed:type_name -> google.protobuf.Duration
-	27, // 36: hindsight.v1.StepInProgress.eta:type_name -> google.protobuf.Duration
-	28, // 37: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
+	29, // 34: hindsight.v1.StepInProgress.started_at:type_name -> google.protobuf.Timestamp
+	28, // 35: hindsight.v1.StepInProgress.elapsed:type_name -> google.protobuf.Duration
+	28, // 36: hindsight.v1.StepInProgress.eta:type_name -> google.protobuf.Duration
+	29, // 37: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
 	25, // 38: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
 	26, // 39: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
-	27, // 40: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
-	5,  // 41: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	7,  // 42: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	1,  // 43: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
-	3,  // 44: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
-	6,  // 45: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	8,  // 46: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	2,  // 47: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
-	4,  // 48: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
-	45, // [45:49] is the sub-list for method output_type
-	41, // [41:45] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	28, // 40: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
+	27, // 41: hindsight.v1.TeacherStats.comments_dropped:type_name -> hindsight.v1.TeacherStats.CommentsDroppedEntry
+	5,  // 42: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	7,  // 43: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	1,  // 44: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	3,  // 45: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	6,  // 46: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	8,  // 47: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	2,  // 48: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	4,  // 49: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	46, // [46:50] is the sub-list for method output_type
+	42, // [42:46] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
@@ -2702,7 +2775,7 @@ func file_hindsight_v1_status_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hindsight_v1_status_proto_rawDesc), len(file_hindsight_v1_status_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

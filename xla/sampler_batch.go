@@ -1,0 +1,373 @@
+package xla
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// Batch is a continuous batch on a Sampler: rows join and leave between steps, so
+// a long prompt never holds up the rows already decoding, and a row that is done
+// (or gone) frees its place at once. Each Step runs one prefill chunk of a row
+// still prefilling (round robin, so a short prompt behind a long one is not kept
+// waiting for the long one's whole prefill), then one decode step of every
+// decoding row:
+//
+//   - prefill goes through the scorer's paged pass (a chunk of up to Chunk
+//     positions attends to the pages before it in blocks: docs/design.md "Long
+//     rollouts"), the row's own paged cache, without the vocabulary head; when the
+//     row's prompt but its last token is in, its pages are flattened into a
+//     contiguous [capacity, 1, kv, hd] cache and joined to the batch's;
+//   - decoding rows share one contiguous cache [capacity, rows, kv, hd], each at
+//     its own position (decodeStep); rows that stop are cut out of it.
+//
+// A Batch belongs to one goroutine; its Steps take the Sampler's lock, so other
+// Generate calls interleave with them.
+type Batch struct {
+	s       *Sampler
+	cache   *contiguousCache // the decoding rows' K/V, in rows' order; nil: none
+	rows    []*batchRow      // decoding
+	waiting []*batchRow      // prefilling, in arrival order
+	scratch pickScratch
+}
+
+// batchRow is one row of a Batch.
+type batchRow struct {
+	id      int
+	prompt  []int32
+	opts    SampleOptions // this row's (SampleOptions.row)
+	rng     *rand.Rand
+	hist    *history
+	out     Sample
+	pre     *KVCache // the paged prefill, while waiting
+	off     int      // prompt positions prefilled
+	cur     int32    // the token to feed next
+	pos     int32    // its position
+	started bool     // a token was sampled
+}
+
+// Finished is a row of a Batch that stopped: its id (Add's) and its sample.
+type Finished struct {
+	ID     int
+	Sample Sample
+}
+
+// NewBatch returns an empty Batch.
+func (s *Sampler) NewBatch() *Batch { return &Batch{s: s} }
+
+// Len is the number of rows not finished (prefilling or decoding).
+func (b *Batch) Len() int { return len(b.rows) + len(b.waiting) }
+
+// Add queues prompt for prefill with o (its Rows ignored; o.OnToken is called with
+// row = id) and rng, the row's random stream (nil: PCG(o.Seed, 0)).
+func (b *Batch) Add(id int, prompt []int32, o SampleOptions, rng *rand.Rand) error {
+	if err := b.s.checkPrompt(id, prompt); err != nil {
+		return err
+	}
+	o.Rows = nil
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("generate: row %d: %w", id, err)
+	}
+	if rng == nil {
+		rng = rand.New(rand.NewPCG(o.Seed, 0))
+	}
+	b.waiting = append(b.waiting, &batchRow{id: id, prompt: prompt, opts: o, rng: rng, hist: newHistory(prompt, o),
+		cur: prompt[len(prompt)-1], pos: int32(len(prompt) - 1)})
+	return nil
+}
+
+// Close frees the Batch's device memory; its rows are dropped.
+func (b *Batch) Close() {
+	for _, r := range b.waiting {
+		r.pre.Close()
+	}
+	if b.cache != nil {
+		b.cache.close()
+	}
+	b.cache, b.rows, b.waiting = nil, nil, nil
+}
+
+// Step runs one prefill chunk (if a row is prefilling) and one decode step (if
+// rows are decoding), and returns the rows that stopped: gone (StopGone, checked
+// first), or by Stop, MaxNew or the context.
+func (b *Batch) Step(ctx context.Context) ([]Finished, error) {
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.model.place(s.backend); err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	var fin []Finished
+	b.waiting = slices.DeleteFunc(b.waiting, func(r *batchRow) bool {
+		if gone(r.opts.Gone) {
+			r.pre.Close()
+			r.out.Reason = StopGone
+			fin = append(fin, Finished{r.id, r.out})
+			return true
+		}
+		return false
+	})
+	for _, r := range b.rows {
+		if r.out.Reason == "" && gone(r.opts.Gone) {
+			r.out.Reason = StopGone
+		}
+	}
+	if len(b.waiting) > 0 {
+		r := b.waiting[0]
+		if err := b.prefillChunk(r); err != nil {
+			return nil, err
+		}
+		if len(b.waiting) > 0 && b.waiting[0] == r { // round robin: a short prompt behind a long one joins soon
+			b.waiting = append(b.waiting[1:], r)
+		}
+	}
+	if err := b.decode(); err != nil {
+		return nil, err
+	}
+	return append(fin, b.leave()...), nil
+}
+
+// prefillChunk runs one chunk of r's prefill; once r's prompt but its last token
+// is in, r joins the decoding rows.
+func (b *Batch) prefillChunk(r *batchRow) error {
+	s := b.s
+	n := len(r.prompt) - 1 // positions to prefill: the last token is fed by decoding
+	if r.pre == nil {
+		r.pre = &KVCache{model: s.model, layout: newPagedCache(s.model.Config.NumHiddenLayers, s.scorer.chunk)}
+	}
+	if r.off < n {
+		size, err := s.prefillPaged(r.pre, r.prompt[:n], r.off)
+		if err != nil {
+			return err
+		}
+		r.off += size
+		r.pre.Len = min(r.off, n)
+		if r.off < n {
+			return nil
+		}
+	}
+	flat, err := s.scorer.flatten(r.pre)
+	if err != nil {
+		return fmt.Errorf("generate: row %d: %w", r.id, err)
+	}
+	r.pre.layout, r.pre = nil, nil // flat is the row's cache now
+	b.waiting = b.waiting[1:]
+	return b.join(r, flat)
+}
+
+// join adds r, with its own cache one, to the decoding rows.
+func (b *Batch) join(r *batchRow, one *contiguousCache) error {
+	s := b.s
+	if b.cache == nil {
+		b.cache, b.rows = one, []*batchRow{r}
+		return nil
+	}
+	capacity := max(b.cache.capacity(), one.capacity())
+	for _, c := range []*contiguousCache{b.cache, one} {
+		if c.capacity() < capacity {
+			if err := s.growCache(c, capacity); err != nil {
+				return err
+			}
+		}
+	}
+	out, err := s.concat.Exec(append(anys(b.cache.kv.all()), anys(one.kv.all())...)...)
+	if err != nil {
+		return fmt.Errorf("generate: join row %d: %w", r.id, err)
+	}
+	one.close()
+	b.cache.replace(takeKV(listOf(out), len(b.cache.kv.K)))
+	b.rows = append(b.rows, r)
+	return nil
+}
+
+// leave cuts the stopped rows out of the decoding rows and their cache, and
+// returns them.
+func (b *Batch) leave() []Finished {
+	var fin []Finished
+	var keep []int32
+	for i, r := range b.rows {
+		if r.out.Reason != "" {
+			fin = append(fin, Finished{r.id, r.out})
+		} else {
+			keep = append(keep, int32(i))
+		}
+	}
+	switch {
+	case len(fin) == 0:
+		return nil
+	case len(keep) == 0:
+		b.cache.close()
+		b.cache, b.rows = nil, nil
+		return fin
+	}
+	rows := make([]*batchRow, len(keep))
+	for j, i := range keep {
+		rows[j] = b.rows[i]
+	}
+	out, err := b.s.takeRows.Exec(append([]any{tensors.FromFlatDataAndDimensions(keep, len(keep), 1)}, anys(b.cache.kv.all())...)...)
+	if err != nil {
+		// The rows are kept (decoding them is wasted work, not a wrong answer)
+		// until the next leave succeeds.
+		return fin
+	}
+	b.cache.replace(takeKV(listOf(out), len(b.cache.kv.K)))
+	b.rows = rows
+	return fin
+}
+
+// decode feeds every decoding row its current token at its position and samples
+// its next.
+func (b *Batch) decode() error {
+	live := 0
+	for _, r := range b.rows {
+		if r.out.Reason == "" {
+			live++
+		}
+	}
+	if live == 0 {
+		return nil
+	}
+	s := b.s
+	n := len(b.rows)
+	cur, pos := make([]int32, n), make([]int32, n)
+	for i, r := range b.rows {
+		cur[i], pos[i] = r.cur, r.pos
+	}
+	if need := int(slices.Max(pos)) + 1; need > b.cache.capacity() {
+		if err := s.growCache(b.cache, need); err != nil {
+			return err
+		}
+	}
+	args := []any{tensors.FromFlatDataAndDimensions(cur, n), tensors.FromFlatDataAndDimensions(pos, n)}
+	res, err := s.step.Exec(append(args, b.cache.args(s.backend)...)...)
+	if err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	l := listOf(res)
+	lt := l.next()
+	logits := tensors.MustCopyFlatData[float32](lt)
+	lt.FinalizeAll()
+	b.cache.replace(takeKV(l, len(b.cache.kv.K)))
+	vocab, maxPos := s.model.Config.VocabSize, s.model.Config.MaxPositionEmbeddings
+	for i, r := range b.rows {
+		if r.out.Reason != "" {
+			continue
+		}
+		raw := logits[i*vocab : (i+1)*vocab]
+		adj := adjust(raw, r.opts, r.hist, &b.scratch)
+		tok, lp, plp := pick(adj, r.opts, r.rng, &b.scratch)
+		if &adj[0] != &raw[0] { // the policy's log-prob is the unadjusted model's
+			plp = float64(raw[tok]) - logSumExp(raw, 1, float64(slices.Max(raw)))
+		}
+		r.hist.add(tok)
+		o := &r.out
+		o.Tokens = append(o.Tokens, tok)
+		o.LogProbs = append(o.LogProbs, float32(lp))
+		o.PolicyLogProbs = append(o.PolicyLogProbs, float32(plp))
+		var top []TokenLogProb
+		if r.opts.TopLogProbs > 0 {
+			top = b.scratch.top(r.opts.TopLogProbs)
+			o.Top = append(o.Top, top)
+		}
+		if r.opts.OnToken != nil {
+			r.opts.OnToken(r.id, tok, float32(lp), top)
+		}
+		switch {
+		case slices.Contains(r.opts.Stop, tok):
+			o.Reason = StopToken
+		case len(o.Tokens) == r.opts.MaxNew:
+			o.Reason = StopLength
+		case int(r.pos)+2 >= maxPos: // the token just sampled sits at pos+1, the last position
+			o.Reason = StopContext
+		default:
+			r.cur, r.pos = tok, r.pos+1
+		}
+	}
+	return nil
+}
+
+// prefillPaged runs the chunk of seq from off through the model into c's pages
+// (positions off…), without the vocabulary head, and returns the chunk's length
+// (it may reach past seq: those positions are padding, overwritten by decoding
+// before any query sees them).
+func (s *Sampler) prefillPaged(c *KVCache, seq []int32, off int) (int, error) {
+	sc := s.scorer
+	p := c.layout.(*pagedCache)
+	zero, err := sc.zeroPageTensor()
+	if err != nil {
+		return 0, err
+	}
+	past := spanFor(off, p.size)
+	n := sc.chunkFor(len(seq)-off, max(past.Block, p.size))
+	args := append(chunkArgs(seq, off, n, off), p.stepArgs(off, past, zero)...)
+	sc.count(n, -1, n+past.Len())
+	out, err := sc.timedExec(s.prefill, fmt.Sprintf("prefill %d span %d×%d", n, past.Blocks, past.Block), false, args)
+	if err != nil {
+		return 0, fmt.Errorf("prefill chunk at %d: %w", off, err)
+	}
+	r := listOf(out)
+	r.next().FinalizeAll()
+	p.write(takeWritten(r, s.model.Config.NumHiddenLayers), off, n)
+	return n, nil
+}
+
+// newBatchExecs makes the Sampler's paged prefill step and the executables that
+// join and cut a batch's rows.
+func (s *Sampler) newBatchExecs() error {
+	m := s.model
+	cfg, nl := m.Config, m.Config.NumHiddenLayers
+	var err error
+	// chunkArgs, then a paged cache → Σhidden (the pure-Go backend of v0.26.0
+	// panics running a graph with nodes no output uses), the written pages.
+	s.prefill, err = newModelExec(s.backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
+		l := listOf(in)
+		ch := takeChunk(l)
+		cache := takePaged(l, nl)
+		h := decoder(ctx, cfg, ch.tokens, ch.start, cache)
+		sum := Add(ReduceAllSum(h), ReduceAllSum(ConvertDType(ch.targets, h.DType())))
+		return append([]*Node{sum}, cache.outputs()...)
+	})
+	if err != nil {
+		return err
+	}
+	// Two caches' K and V (takeKV order each) → one, the rows of the second after
+	// the first's. [capacity, a, kv, hd], [capacity, b, kv, hd] → [capacity, a+b, kv, hd]
+	s.concat, err = NewExec(s.backend, func(in []*Node) []*Node {
+		l := listOf(in)
+		a, b := l.take(2*nl), l.take(2*nl)
+		out := make([]*Node, 2*nl)
+		for i := range out {
+			out[i] = Concatenate([]*Node{a[i], b[i]}, 1)
+		}
+		return out
+	})
+	if err != nil {
+		return err
+	}
+	s.concat.SetMaxCache(-1)
+	// keep [k, 1] int32, a cache → the cache's rows keep.
+	// [capacity, b, kv, hd] → [capacity, k, kv, hd]
+	s.takeRows, err = NewExec(s.backend, func(in []*Node) []*Node {
+		l := listOf(in)
+		keep := l.next()
+		var out []*Node
+		for _, x := range l.rest {
+			rows := Gather(TransposeAllAxes(x, 1, 0, 2, 3), keep) // [k, capacity, kv, hd]
+			out = append(out, TransposeAllAxes(rows, 1, 0, 2, 3))
+		}
+		return out
+	})
+	if err != nil {
+		return err
+	}
+	s.takeRows.SetMaxCache(-1)
+	return nil
+}
