@@ -97,7 +97,7 @@ func TestStatusStepInProgress(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sp.Close() })
 	s := newStats("test", dir, fsutil.Features{}, time.Now(), sp, func() *hindsightv1.PauseState { return nil })
-	s.setBackend("go", "cpu", 10, dir)
+	s.setBackend("go", "cpu", 10, dir, "")
 	var cur *xla.StepProgress
 	s.setProgress(func() (xla.StepProgress, xla.StepRates, bool) {
 		if cur == nil {
