@@ -7,14 +7,15 @@
 #   bench/gpu/realsize_cpu.sh OUTDIR [BASE_REV]
 #
 # 1. BASE_REV (optional; a commit that has the bench-gpu profile stage): that
-#    revision's binary, built from `git archive`, as the "before";
-# 2. this working tree's binary, the "after";
+#    revision's GPU run program (bench/gpu, or `hindsight bench-gpu` before it stood
+#    apart), built from `git archive`, as the "before";
+# 2. this working tree's, the "after";
 # 3. bench/gpu/torch_peer.py score under $HINDSIGHT_BENCH_PYTHON (default
 #    /usr/bin/python3) with 2 threads and, when $HINDSIGHT_OPENBLAS names a
 #    directory holding OpenBLAS's libblas.so.3, that BLAS (Debian's torch otherwise
 #    uses the reference BLAS, ~2 GFLOP/s: half an hour at this size).
 #
-# Each hindsight run is `bench-gpu -cpu -stages profile -pprof` (load, a cold pass
+# Each hindsight run is `hindsight-bench-gpu -cpu -stages profile -pprof` (load, a cold pass
 # with its compiles, a warm pass; compile/execute/copy breakdown; OUT/<name>/
 # profile-cpu.pprof, profile-heap.pprof). OUTDIR/summary.md is the table
 # (bench/gpu/realsize_summary.py). The model is written once to
@@ -35,20 +36,34 @@ export GOMLX_NO_AUTO_INSTALL=1
 mkdir -p "$out/bin" "$models"
 out=$(cd "$out" && pwd)
 
-go build -o "$out/bin/hindsight-after" ./cmd/hindsight
-[ -n "${HINDSIGHT_XLA_CPU_PLUGIN:-}" ] || "$out/bin/hindsight-after" fetch-xla-cpu >/dev/null  # xla-cpu resolves to it
+# benchbuild SRC NAME builds the GPU run's program of the source tree SRC as
+# $out/bin/bench-NAME and writes how to call it to $out/bin/bench-NAME.cmd: the
+# program in bench/gpu, or, in a revision from before it stood apart, `hindsight
+# bench-gpu`.
+benchbuild() {
+  if [ -f "$1/bench/gpu/main.go" ]; then
+    (cd "$1" && go build -o "$out/bin/bench-$2" ./bench/gpu)
+    echo "$out/bin/bench-$2" >"$out/bin/bench-$2.cmd"
+  else
+    (cd "$1" && go build -o "$out/bin/bench-$2" ./cmd/hindsight)
+    echo "$out/bin/bench-$2 bench-gpu" >"$out/bin/bench-$2.cmd"
+  fi
+}
+go build -o "$out/bin/hindsight" ./cmd/hindsight
+[ -n "${HINDSIGHT_XLA_CPU_PLUGIN:-}" ] || "$out/bin/hindsight" fetch-xla-cpu >/dev/null  # xla-cpu resolves to it
 if [ ! -f "$models/$preset/config.json" ]; then
-  "$out/bin/hindsight-after" init-model -preset "$preset" -dtype float32 -out "$models/$preset" -force
+  "$out/bin/hindsight" init-model -preset "$preset" -dtype float32 -out "$models/$preset" -force
 fi
 runs=()
 if [ -n "$base" ]; then
   src=$(mktemp -d)
   git archive "$base" | tar -x -C "$src"
-  (cd "$src" && go build -o "$out/bin/hindsight-before" ./cmd/hindsight)
+  benchbuild "$src" before
   rm -rf "$src"
   git rev-parse "$base" >"$out/bin/before.rev"
   runs+=(before)
 fi
+benchbuild . after
 git rev-parse HEAD >"$out/bin/after.rev"
 git status --porcelain >"$out/bin/after.dirty"
 runs+=(after)
@@ -57,7 +72,8 @@ for name in "${runs[@]}"; do
   mkdir -p "$out/$name"
   uptime >"$out/$name/uptime.txt"
   echo "== $name: $(cat "$out/$name/uptime.txt")" >&2
-  /usr/bin/time -v -o "$out/$name/time.txt" "$out/bin/hindsight-$name" bench-gpu -cpu -stages profile -pprof \
+  read -r -a bench <"$out/bin/bench-$name.cmd"
+  /usr/bin/time -v -o "$out/$name/time.txt" "${bench[@]}" -cpu -stages profile -pprof \
     -profile-preset "$preset" -profile-t "$T" -reps "$reps" -budget-scale 30 \
     -backend "${REALSIZE_BACKEND:-xla-cpu}" -python "" -model-dir "$models" -out "$out/$name" >"$out/$name/stdout.txt" || true
 done

@@ -1,5 +1,6 @@
-// Package gpubench is `hindsight bench-gpu`: one command that measures hindsight on
-// the device it runs on, stage by stage, against a PyTorch peer on the same weights
+// Package gpubench is the GPU run (the program in bench/gpu, which `hindsight
+// bench-gpu` runs; the product links none of it): it measures hindsight on the device
+// it runs on, stage by stage, against a PyTorch peer on the same weights
 // and device (bench/gpu/torch_peer.py). Stages, most valuable first:
 //
 //	peak     matmul FLOP/s of the device measured in the run (XLA f32; PyTorch f32 and bf16)

@@ -2,142 +2,64 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"syscall"
 	"time"
-
-	"github.com/rs/zerolog"
-
-	"github.com/hindsight-ai/hindsight/bench/gpubench"
-	"github.com/hindsight-ai/hindsight/internal/cliflag"
 )
 
-// benchGPUCmd is `hindsight bench-gpu -out DIR [-cpu] …`: every stage of the GPU
-// run (bench/gpubench) in one binary, driven by bench/gpu/run.sh.
+// benchGPUProgram is the GPU run's own binary (bench/gpu): the benchmarks are not
+// linked into the product, and `hindsight bench-gpu` only finds and runs it.
+const benchGPUProgram = "hindsight-bench-gpu"
+
+// benchGPUCmd is `hindsight bench-gpu …`: it runs hindsight-bench-gpu, found beside
+// this executable or on PATH, with the same arguments, and exits with its code.
 func benchGPUCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("hindsight bench-gpu", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("out", "", "output `directory`: results.json, bench.log (created)")
-	cpu := fs.Bool("cpu", false, "rehearsal: tiny sizes on the CPU (PyTorch on the CPU too)")
-	backend := fs.String("backend", "", "GoMLX backend (default $GOMLX_BACKEND, else the pure-Go backend); on a GPU xla:<abs path>/xla_cuda_plugin.so")
-	clientOpts := fs.String("client-options", "", "PJRT client create options, `k=v,…` (the CUDA plugin: preallocate=false so PyTorch and the memory peaks can share the device)")
-	python := fs.String("python", "", "python3 with torch for the PyTorch peer (empty: the PyTorch measurements are skipped and say so)")
-	peer := fs.String("peer", "bench/gpu/torch_peer.py", "the PyTorch peer `script`")
-	modelDir := fs.String("model-dir", "", "where the random-weight models are written (default OUT/models)")
-	stages := fs.String("stages", strings.Join(gpubench.AllStages, ","), "comma-separated stages to run, in order")
-	budgetScale := fs.Float64("budget-scale", 1, "multiply every stage's time budget")
-	longT := fs.Int("long-t", 0, "long-rollout length (0: the mode's default)")
-	speedT := fs.String("speed-t", "", "comma-separated speed lengths (default: the mode's)")
-	profilePreset := fs.String("profile-preset", "", "the profile stage's model preset (default: the mode's: qwen3-tiny on -cpu, else qwen3-0.6b)")
-	profileT := fs.Int("profile-t", 0, "the profile stage's rollout length (0: the mode's default, 3233 on a GPU)")
-	pprofOut := fs.Bool("pprof", false, "the profile stage writes OUT/profile-cpu.pprof and OUT/profile-heap.pprof")
-	precisions := fs.String("precisions", "", "comma-separated model.precision values the parity and speed stages run (default: f32,bf16)")
-	reps := fs.Int("reps", 0, "timed repetitions after the first (compiling) pass (0: the mode's default)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hindsight bench-gpu -out DIR [-cpu] [-backend SPEC] [-python PY] [-stages LIST]\n\n")
-		fmt.Fprintf(stderr, "Measures hindsight on this device stage by stage (peak, parity, profile, speed, generate, long, memory),\n"+
-			"each under its own time budget, against a PyTorch peer on the same weights; writes OUT/results.json\n"+
-			"after every measurement. bench/gpu/run.sh runs it on a GPU or, with --cpu, as the CPU rehearsal.\n\n")
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if code, ok := cliflag.Check(fs, stderr, cliflag.Rule{Bad: *out == "", Msg: "-out DIR is required"}, cliflag.NoArgs(fs)); !ok {
-		return code
-	}
-	opts := gpubench.Defaults(*cpu)
-	opts.Out, opts.Backend, opts.Python, opts.Peer, opts.ModelDir = *out, *backend, *python, *peer, *modelDir
-	opts.Stages = strings.Split(*stages, ",")
-	for k, v := range opts.Budgets {
-		opts.Budgets[k] = time.Duration(float64(v) * *budgetScale)
-	}
-	if *longT > 0 {
-		opts.LongT = *longT
-	}
-	if *profilePreset != "" {
-		opts.ProfilePreset = *profilePreset
-	}
-	if *profileT > 0 {
-		opts.ProfileT = *profileT
-	}
-	if *reps > 0 {
-		opts.Reps = *reps
-	}
-	opts.Pprof = *pprofOut
-	if *precisions != "" {
-		opts.Precisions = strings.Split(*precisions, ",")
-	}
-	if *speedT != "" {
-		opts.SpeedT = nil
-		for _, f := range strings.Split(*speedT, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 16 {
-				fmt.Fprintf(stderr, "hindsight bench-gpu: -speed-t %q: %q is not a length ≥ 16\n", *speedT, f)
-				return 2
-			}
-			opts.SpeedT = append(opts.SpeedT, n)
-		}
-	}
-	copts, err := parseClientOptions(*clientOpts)
+	bin, err := findBenchGPU()
 	if err != nil {
-		fmt.Fprintf(stderr, "hindsight bench-gpu: -client-options: %v\n", err)
-		return 2
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		fmt.Fprintf(stderr, "hindsight bench-gpu: %v\n", err)
+		fmt.Fprintf(stderr, "hindsight bench-gpu: %v\n"+
+			"The GPU benchmarks are their own program (bench/gpu), not part of hindsight. From a source checkout:\n"+
+			"  go build -o \"$(dirname \"$(command -v hindsight)\")/%s\" ./bench/gpu   # then hindsight bench-gpu works\n"+
+			"  go run ./bench/gpu -out DIR -cpu …                                     # or run it directly\n"+
+			"  bench/gpu/run.sh [--cpu] OUTDIR                                         # or the whole GPU run\n", err, benchGPUProgram)
 		return 1
 	}
-	logFile, err := os.OpenFile(filepath.Join(*out, "bench.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		fmt.Fprintf(stderr, "hindsight bench-gpu: %v\n", err)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Args[0] = "hindsight bench-gpu" // the program's messages name this command
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	// On SIGINT/SIGTERM the program records what it has and stops; kill it only if it
+	// does not.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = time.Minute
+	err = cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit) && exit.ExitCode() >= 0:
+		return exit.ExitCode()
+	default:
+		fmt.Fprintf(stderr, "hindsight bench-gpu: run %s: %v\n", bin, err)
 		return 1
 	}
-	defer logFile.Close()
-	log := zerolog.New(zerolog.MultiLevelWriter(logFile, zerolog.ConsoleWriter{Out: stderr, NoColor: true, TimeFormat: "15:04:05"})).
-		With().Timestamp().Logger()
-	res, err := gpubench.Run(ctx, opts, copts, log)
-	if err != nil {
-		fmt.Fprintf(stderr, "hindsight bench-gpu: %v\n", err)
-		return 1
-	}
-	code := 0
-	for _, s := range res.Stages {
-		fmt.Fprintf(stdout, "%-9s %-8s %6.1fs %s\n", s.Name, s.Status, s.Seconds, s.Error)
-		if s.Status != gpubench.StatusOK {
-			code = 1
-		}
-	}
-	fmt.Fprintf(stdout, "results: %s\n", filepath.Join(*out, "results.json"))
-	return code
 }
 
-// parseClientOptions reads `k=v,…`: true/false as bools, integers as int64, other
-// numbers as float32, the rest as strings (nil for an empty list).
-func parseClientOptions(s string) (map[string]any, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	m := map[string]any{}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("%q: want key=value", kv)
-		}
-		if b, err := strconv.ParseBool(v); err == nil {
-			m[k] = b
-		} else if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			m[k] = n
-		} else if f, err := strconv.ParseFloat(v, 32); err == nil {
-			m[k] = float32(f)
-		} else {
-			m[k] = v
+// findBenchGPU returns hindsight-bench-gpu's path: beside this executable, else on
+// PATH.
+func findBenchGPU() (string, error) {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), benchGPUProgram)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
 		}
 	}
-	return m, nil
+	p, err := exec.LookPath(benchGPUProgram)
+	if err != nil {
+		return "", fmt.Errorf("no %s beside this executable or on PATH", benchGPUProgram)
+	}
+	return p, nil
 }

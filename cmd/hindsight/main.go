@@ -36,7 +36,7 @@ commands:
   collect -data-dir DIR
                       sample task-world rollouts with the newest checkpoint into a spool
   fetch-xla-cpu       fetch the pinned XLA CPU plugin (PJRT) into the cache for -backend xla-cpu
-  bench-gpu -out DIR  measure parity, speed, generation, long rollouts and memory vs PyTorch (bench/gpu/run.sh)
+  bench-gpu -out DIR  run the GPU benchmarks vs PyTorch: hindsight-bench-gpu, their own program (bench/gpu)
   inspect CREDITFILE... (-html OUT | -serve ADDR) [-model DIR]
                       the credit viewer: one self-contained HTML page of the rollouts' per-token credit
   version             print the version

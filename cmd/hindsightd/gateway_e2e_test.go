@@ -53,6 +53,13 @@ func startGateway(t *testing.T, dataDir string) (*proc, string) {
 // gateway keys (", key: value" each) of the caller's.
 func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc, string) {
 	t.Helper()
+	return startGatewayEnv(t, dataDir, train, gatewayExtra, nil)
+}
+
+// startGatewayEnv is startGatewayWith with extra environment variables (NAME=value)
+// for the daemon.
+func startGatewayEnv(t *testing.T, dataDir, train, gatewayExtra string, env []string) (*proc, string) {
+	t.Helper()
 	listen := "127.0.0.1:0"
 	if l, ok := strings.CutPrefix(gatewayExtra, "@"); ok { // "@host:port" fixes the address
 		listen, gatewayExtra = l, ""
@@ -72,7 +79,7 @@ func startGatewayWith(t *testing.T, dataDir, train, gatewayExtra string) (*proc,
 		"gateway: {enabled: true, listen: %s, keys_file: %s, idle_timeout: 1h%s}\n", dataDir, modelDir, train, listen, keys, gatewayExtra)
 	path := filepath.Join(dataDir, "hindsightd.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
-	p := startDaemon(t, "-config", path)
+	p := startDaemonEnv(t, append([]string{"NOTIFY_SOCKET="}, env...), "-config", path)
 	p.waitReady(t)
 	deadline := time.Now().Add(testwait.Guard(2 * time.Minute))
 	for time.Now().Before(deadline) {

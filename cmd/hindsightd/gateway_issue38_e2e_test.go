@@ -17,6 +17,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/internal/wlog"
 )
 
 // chatTurn sends one recorded turn under session (may be "") and returns the
@@ -297,4 +298,77 @@ func TestGatewayFeedbackWindow(t *testing.T) {
 	require.Equal(t, []string{"win-1"}, rows, "trained once")
 	require.Equal(t, []string{"1:feedback:count from one"}, hints, "the comment posted after the close is the hint of its turn\n%s", p2.log())
 	require.NotContains(t, p2.log(), `"too_late":true`)
+}
+
+// TestGatewayJournalFaults: the session journal under faults, in the real binary
+// (built with the fsfault tag). A full disk in the middle of a turn's append, and at
+// its fsync, answers 500 and records nothing of that turn; the retry is answered.
+// Then SIGKILL, and a torn last line (a crash mid-append of a turn never
+// answered) is added to a journal. After the restart both sessions go on, and each
+// rollout holds exactly the tokens of the turns that were answered: none
+// acknowledged before a fault is lost, none refused is recorded.
+func TestGatewayJournalFaults(t *testing.T) {
+	dataDir := t.TempDir()
+	env := []string{wlog.FaultEnv + "=fault-1.jsonl:3:write,fault-2.jsonl:2:sync"}
+	p, base := startGatewayEnv(t, dataDir, "train: {enabled: false}\n", "", env)
+	msgs := map[string][]map[string]any{}
+	want := map[string][]int32{}
+	turn := func(base, id string, wantStatus int) {
+		t.Helper()
+		if msgs[id] == nil {
+			msgs[id] = []map[string]any{{"role": "user", "content": "count with me"}}
+		}
+		body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs[id], "max_tokens": 6, "logprobs": true, "seed": len(msgs[id])})
+		status, v := post(t, base+"/chat/completions", gatewayKey, id, string(body))
+		require.Equal(t, wantStatus, status, v)
+		if status != 200 {
+			require.Contains(t, fmt.Sprint(v["error"]), "no space left on device")
+			return
+		}
+		ch := v["choices"].([]any)[0].(map[string]any)
+		for _, e := range ch["logprobs"].(map[string]any)["content"].([]any) {
+			want[id] = append(want[id], int32(e.(map[string]any)["token_id"].(float64)))
+		}
+		msgs[id] = append(msgs[id], ch["message"].(map[string]any), map[string]any{"role": "user", "content": "go on"})
+	}
+	turn(base, "fault-1", 200)
+	turn(base, "fault-1", 200)
+	turn(base, "fault-1", 500) // the third append fails half written
+	turn(base, "fault-1", 200) // the retry
+	turn(base, "fault-2", 200)
+	turn(base, "fault-2", 500) // the second append fails at its fsync
+	turn(base, "fault-2", 200)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	p.wait(t, 10*time.Second)
+	journals := filepath.Join(dataDir, "state", "gateway")
+	for _, id := range []string{"fault-1", "fault-2"} {
+		require.Len(t, wholeLines(t, filepath.Join(journals, id+".jsonl")), map[string]int{"fault-1": 3, "fault-2": 2}[id],
+			"%s: one whole line per answered turn, nothing of the failed ones", id)
+	}
+	appendConfig(t, filepath.Join(journals, "fault-1.jsonl"), `{"turn":4,"messages":[{"role":"us`)
+
+	p2, base2 := startGateway(t, dataDir)
+	require.Contains(t, p2.log(), "session reopened from its journal")
+	turn(base2, "fault-1", 200)
+	turn(base2, "fault-2", 200)
+	for _, id := range []string{"fault-1", "fault-2"} {
+		status, v := post(t, base2+"/sessions/"+id+"/close", gatewayKey, "", "")
+		require.Equal(t, 200, status, v)
+	}
+	got := doneRollouts(t, dataDir, 2)
+	for id, turns := range map[string]int{"fault-1": 4, "fault-2": 3} {
+		ro := got[id]
+		require.NotNil(t, ro, id)
+		sampled, _ := sampledOf(ro)
+		require.Equal(t, want[id], sampled, "%s: exactly the answered turns' tokens", id)
+		var replies int
+		for _, k := range kinds(ro) {
+			if k == "assistant" {
+				replies++
+			}
+		}
+		require.Equal(t, turns, replies, id)
+	}
+	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p2.wait(t, 30*time.Second), p2.log())
 }

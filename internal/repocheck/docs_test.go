@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/internal/testwait"
 )
 
 // runnableInfo is the info string that marks a fenced shell block of the README or docs/
@@ -222,7 +224,7 @@ func TestDocCommands(t *testing.T) {
 				require.NoError(t, os.Symlink(filepath.Join(root, name), filepath.Join(dir, name)))
 			}
 			for _, b := range runnable {
-				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				ctx, cancel := context.WithTimeout(t.Context(), testwait.Guard(5*time.Minute)) // a hang guard
 				cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", b.body)
 				cmd.Dir = dir
 				cmd.Env = append(os.Environ(),
