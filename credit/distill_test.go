@@ -352,7 +352,11 @@ func FuzzDistill(f *testing.F) {
 		cfg := distillCfg([]Divergence{DivReverseKL, DivForwardKL, DivJSD}[int(div)%3], 0, ClipToken)
 		tk := NewTopK(LogSoftmax(tz), 1+int(k)%(V+2))
 		d, g := DistillPosition(cfg, z, tk)
-		if math.IsNaN(d) || math.IsInf(d, 0) || d < -1e-9 {
+		// The clamped tail (the default) is the peers' formula: a side whose kept ids
+		// hold more than 1 − 1e-7 of its mass gets a tail of 1e-7 all the same, so its
+		// buckets hold up to 1 + 1e-7 and D can dip below 0 by about 1e-7 times a log
+		// ratio (the seed corpus has one at −1.1e-9).
+		if math.IsNaN(d) || math.IsInf(d, 0) || d < -1e-5 {
 			t.Fatalf("D = %v", d)
 		}
 		for j, x := range g {
@@ -362,7 +366,7 @@ func FuzzDistill(f *testing.F) {
 		}
 		cfg.Clip = float64(clip%20) / 10
 		if cfg.Clip > 0 {
-			if dc, _ := DistillPosition(cfg, z, tk); dc > cfg.Clip || dc < -1e-9 {
+			if dc, _ := DistillPosition(cfg, z, tk); dc > cfg.Clip || dc < -1e-5 {
 				t.Fatalf("clipped D = %v outside [0, %v]", dc, cfg.Clip)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hindsight-ai/hindsight/gateway"
+	"github.com/hindsight-ai/hindsight/rollout"
 )
 
 // openGateway opens and binds the chat completions gateway when gateway.enabled:
@@ -26,7 +27,13 @@ func (d *daemon) openGateway() error {
 		Incoming:    filepath.Join(d.cfg.SpoolDir(), "incoming"),
 		Backend:     d.backendChoice().Spec,
 		Late:        d.late,
-		Log:         d.opts.Log,
+		CommentCheck: func(r *rollout.Rollout, seg int, comment string) string {
+			if h := d.hinter.Load(); h != nil { // with training: the teacher that will read it
+				return h.CommentProblem(r, seg, comment)
+			}
+			return ""
+		},
+		Log: d.opts.Log,
 	})
 	if err != nil {
 		return err

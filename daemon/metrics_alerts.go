@@ -26,6 +26,9 @@ var (
 		"Segments selected for a hint (this process). Only with training.", nil, nil)
 	teacherFailuresDesc = prometheus.NewDesc("hindsight_teacher_failures_total",
 		"Selections left without a hint because a teacher failed, all kinds (this process; status has them by kind). Only with training.", nil, nil)
+	teacherCommentsDroppedDesc = prometheus.NewDesc("hindsight_teacher_comments_dropped_total",
+		"A person's comments that gave no hint, by reason: too_long (over teacher.max_hint_tokens), overlap (a selection already covers the turn), max_per_rollout, no_feedback_rule (this process). Only with training.",
+		[]string{"reason"}, nil)
 	teacherRequestsDesc = prometheus.NewDesc("hindsight_teacher_requests_total",
 		"Requests sent to the LLM teacher's server, retries included (this process). Only with training.", nil, nil)
 	teacherBreakerDesc = prometheus.NewDesc("hindsight_teacher_breaker_open",
@@ -48,7 +51,7 @@ type alertCollector struct {
 
 func (c alertCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{progressDesc, queueFilesDesc, queueAwaitingDesc, pausedDesc,
-		teacherSelectionsDesc, teacherFailuresDesc, teacherRequestsDesc, teacherBreakerDesc, diskAvailDesc, diskSizeDesc} {
+		teacherSelectionsDesc, teacherFailuresDesc, teacherCommentsDroppedDesc, teacherRequestsDesc, teacherBreakerDesc, diskAvailDesc, diskSizeDesc} {
 		ch <- d
 	}
 }
@@ -82,6 +85,9 @@ func (c alertCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(teacherSelectionsDesc, ctr, float64(te.GetSelections()))
 	ch <- prometheus.MustNewConstMetric(teacherFailuresDesc, ctr, float64(failed))
 	ch <- prometheus.MustNewConstMetric(teacherRequestsDesc, ctr, float64(te.GetRequests()))
+	for reason, n := range te.GetCommentsDropped() {
+		ch <- prometheus.MustNewConstMetric(teacherCommentsDroppedDesc, ctr, float64(n), reason)
+	}
 	ch <- prometheus.MustNewConstMetric(teacherBreakerDesc, g, one(te.GetBreakerState() == "open"))
 }
 

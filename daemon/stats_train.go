@@ -165,7 +165,7 @@ func (s *stats) fillTraining(st *hindsightv1.Status) {
 		// PJRT memory statistics, so the field stays 0 (process RSS is in /metrics).
 		st.Backend.MemoryBytes, st.Backend.MemoryKind = goHeapInUse(), "go_heap_inuse"
 	}
-	ts := &hindsightv1.TeacherStats{HintsBySource: map[string]int64{}, FailuresByKind: map[string]int64{}}
+	ts := &hindsightv1.TeacherStats{HintsBySource: map[string]int64{}, FailuresByKind: map[string]int64{}, CommentsDropped: map[string]int64{}}
 	for k, v := range s.train.hints {
 		ts.HintsBySource[k] = v
 	}
@@ -176,6 +176,9 @@ func (s *stats) fillTraining(st *hindsightv1.Status) {
 		}
 		ts.Rollouts, ts.Selections, ts.Requests, ts.CacheHits = snap.Rollouts, snap.Selections, snap.Requests, snap.CacheHits
 		ts.BreakerState = snap.BreakerState
+		for k, v := range snap.CommentsDropped {
+			ts.CommentsDropped[k] = v
+		}
 	}
 	if s.train.teachN > 0 {
 		ts.MeanLatency = durationpb.New(s.train.teachTook / time.Duration(s.train.teachN))

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/hindsight-ai/hindsight/rollout"
 )
 
 // feedbackBodyLimit bounds a feedback request's body (bytes).
@@ -116,7 +118,9 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.log.Info().Str("session", id).Int("turn", turn).Bool("rating", req.Rating != nil).Bool("comment", req.Comment != "").Msg("feedback recorded")
-	writeJSON(w, map[string]any{"session_id": id, "turn": turn, "recorded": true, "late": false, "too_late": false, "held": held})
+	ans := map[string]any{"session_id": id, "turn": turn, "recorded": true, "late": false, "too_late": false, "held": held}
+	g.checkComment(ans, id, s.rollout(), s.replySeg[turn-1], req.Comment)
+	writeJSON(w, ans)
 }
 
 // lateFeedback records feedback on a session no longer open as a follow-up
@@ -139,5 +143,26 @@ func (g *Gateway) lateFeedback(w http.ResponseWriter, id string, req *FeedbackRe
 	}
 	g.log.Info().Str("session", id).Int("turn", n).Bool("too_late", tooLate).Bool("rating", req.Rating != nil).
 		Bool("comment", req.Comment != "").Msg("late feedback recorded")
-	writeJSON(w, map[string]any{"session_id": id, "turn": n, "recorded": true, "late": true, "too_late": tooLate})
+	ans := map[string]any{"session_id": id, "turn": n, "recorded": true, "late": true, "too_late": tooLate}
+	if !tooLate {
+		g.checkComment(ans, id, nil, -1, req.Comment)
+	}
+	writeJSON(w, ans)
+}
+
+// checkComment adds to a feedback answer whether its comment can become a hint
+// ("comment_usable", and "comment_problem" when not), by Options.CommentCheck on
+// the rollout as it stands (r nil: the length only); an unusable one is counted
+// and logged. Nothing without a comment or a check.
+func (g *Gateway) checkComment(ans map[string]any, id string, r *rollout.Rollout, seg int, comment string) {
+	if comment == "" || g.opts.CommentCheck == nil {
+		return
+	}
+	problem := g.opts.CommentCheck(r, seg, comment)
+	ans["comment_usable"] = problem == ""
+	if problem != "" {
+		ans["comment_problem"] = problem
+		g.unusableComments.Add(1)
+		g.log.Warn().Str("session", id).Str("problem", problem).Msg("a comment that cannot become a hint")
+	}
 }

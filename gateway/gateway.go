@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hindsight-ai/hindsight/internal/apikey"
+	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -41,6 +42,10 @@ type Options struct {
 	// which joins it to the rollouts; nil: the gateway opens its own in
 	// <JournalDir>/../feedback.
 	Late *LateFeedback
+	// CommentCheck, when set, says why a comment on segment seg of r (nil: a
+	// written session, check the length only) would give no hint, "" when it
+	// would; the feedback API answers with it (the daemon's teacher settings).
+	CommentCheck func(r *rollout.Rollout, seg int, comment string) string
 	// Precision is the policy's compute precision (xla.Precision; "" is f32).
 	Precision xla.Precision
 	Log       zerolog.Logger

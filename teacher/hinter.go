@@ -115,7 +115,13 @@ type Result struct {
 // are in Result.Failed and counted.
 func (h *Hinter) Run(ctx context.Context, r *rollout.Rollout) (Result, error) {
 	var res Result
-	res.Selections = Select(r, h.cfg.Select)
+	var dropped []DroppedComment
+	res.Selections, dropped = SelectComments(r, h.cfg.Select)
+	for _, d := range dropped {
+		h.stats.commentDropped(d.Reason)
+		h.log.Warn().Str("rollout_id", r.ID).Int("segment", d.Selection.Source).Str("reason", d.Reason).
+			Msg("a person's comment gives no hint")
+	}
 	h.stats.rollouts.Add(1)
 	h.stats.selections.Add(int64(len(res.Selections)))
 	if len(res.Selections) == 0 {
@@ -177,6 +183,11 @@ func (h *Hinter) Run(ctx context.Context, r *rollout.Rollout) (Result, error) {
 		if _, err := h.inserter.Wrap(hint.Text); err != nil {
 			res.TooLong = append(res.TooLong, hint)
 			h.stats.tooLong.Add(1)
+			if hint.Reason == ReasonFeedback && hint.Source == "feedback" {
+				h.stats.commentDropped(CommentTooLong)
+				h.log.Warn().Str("rollout_id", r.ID).Int("segment", hint.Segment).Str("reason", CommentTooLong).Err(err).
+					Msg("a person's comment gives no hint")
+			}
 			log.Str("outcome", "too_long").Err(err).Msg("hint dropped")
 			ctxOnly("too_long")
 			continue
@@ -223,4 +234,32 @@ func capTokens(tok tokenizer.Tokenizer, text string, max int) string {
 		return ""
 	}
 	return cut + "…"
+}
+
+// CommentProblem says why a person's comment on segment seg of r would give no
+// hint under the current settings, "" when it would: over max_hint_tokens, or left
+// out by selection (overlap, max_per_rollout, no feedback rule). r is the rollout
+// as it stands with the comment in it; nil checks the length only. The gateway's
+// feedback API answers with it, so the person knows at once (docs/gateway.md).
+func (h *Hinter) CommentProblem(r *rollout.Rollout, seg int, comment string) string {
+	if _, err := h.inserter.Wrap(comment); err != nil {
+		return fmt.Sprintf("%s: %v (teacher.max_hint_tokens)", CommentTooLong, err)
+	}
+	if r == nil {
+		return ""
+	}
+	_, dropped := SelectComments(r, h.cfg.Select)
+	for _, d := range dropped {
+		if d.Selection.Source == seg {
+			switch d.Reason {
+			case CommentNoRoom:
+				return fmt.Sprintf("%s: the rollout has teacher.select.max_per_rollout (%d) selections before this comment's turn", d.Reason, h.cfg.Select.MaxPerRollout)
+			case CommentNoRule:
+				return d.Reason + ": teacher.select.rules has no feedback rule"
+			default:
+				return d.Reason + ": another selection covers this comment's turn"
+			}
+		}
+	}
+	return ""
 }

@@ -123,30 +123,76 @@ func joinReasons(rs []Reason) string {
 // Select returns the segments of r that deserve a hint, sorted by InsertAt. It is
 // deterministic: the same rollout and config give the same selections. Candidates are
 // taken in rule priority order (and by position within a rule); one that overlaps an
-// already chosen range, or comes within MinGap tokens of it, is skipped.
+// already chosen range, or comes within MinGap tokens of it, is skipped. A person's
+// comment (rule feedback) is never skipped for MinGap, a spacing meant for the other
+// rules' hints: only an overlap or MaxPerRollout leaves one out (SelectComments says
+// which).
 func Select(r *rollout.Rollout, cfg SelectConfig) []Selection {
-	if cfg.MaxPerRollout == 0 || len(r.Segments) == 0 {
-		return nil
+	chosen, _ := SelectComments(r, cfg)
+	return chosen
+}
+
+// Dropped comment reasons (DroppedComment.Reason, the Stats.CommentsDropped keys).
+const (
+	// CommentOverlap: the comment's turn is in a range already chosen (another
+	// comment on the same turn, or an earlier rule's selection).
+	CommentOverlap = "overlap"
+	// CommentNoRoom: MaxPerRollout selections were chosen before it.
+	CommentNoRoom = "max_per_rollout"
+	// CommentNoRule: the rules do not include feedback.
+	CommentNoRule = "no_feedback_rule"
+	// CommentTooLong: its hint is over max_hint_tokens (counted by the Hinter).
+	CommentTooLong = "too_long"
+)
+
+// DroppedComment is a person's comment that Select left without a selection.
+type DroppedComment struct {
+	// Selection is the selection the comment would have had.
+	Selection Selection
+	// Reason is one of CommentOverlap, CommentNoRoom, CommentNoRule.
+	Reason string
+}
+
+// SelectComments is Select that also returns the comments it left out, and why.
+func SelectComments(r *rollout.Rollout, cfg SelectConfig) ([]Selection, []DroppedComment) {
+	if len(r.Segments) == 0 {
+		return nil, nil
 	}
 	var chosen []Selection
+	var dropped []DroppedComment
+	if !slices.Contains(cfg.Rules, ReasonFeedback) {
+		for _, c := range feedbackCandidates(r) {
+			dropped = append(dropped, DroppedComment{Selection: c, Reason: CommentNoRule})
+		}
+	}
 	for _, rule := range cfg.Rules {
 		limit := cfg.MaxPerRollout
 		if rule == ReasonSurprise {
 			limit = cfg.SurpriseTurns
 		}
+		gap := int32(cfg.MinGap)
+		if rule == ReasonFeedback {
+			gap = 0 // a person's comment is never spaced out
+		}
 		taken := 0
 		for _, c := range candidates(r, rule, cfg) {
 			if len(chosen) >= cfg.MaxPerRollout || taken >= limit {
+				if rule == ReasonFeedback {
+					dropped = append(dropped, DroppedComment{Selection: c, Reason: CommentNoRoom})
+					continue
+				}
 				break
 			}
-			if !collides(c, chosen, int32(cfg.MinGap)) {
+			if !collides(c, chosen, gap) {
 				chosen = append(chosen, c)
 				taken++
+			} else if rule == ReasonFeedback {
+				dropped = append(dropped, DroppedComment{Selection: c, Reason: CommentOverlap})
 			}
 		}
 	}
 	slices.SortFunc(chosen, func(a, b Selection) int { return cmp.Compare(a.InsertAt, b.InsertAt) })
-	return chosen
+	return chosen, dropped
 }
 
 // collides reports whether c overlaps a chosen range or comes closer than gap to one.

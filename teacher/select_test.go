@@ -209,7 +209,11 @@ func TestSelectSynth(t *testing.T) {
 			require.Equal(t, r.Segments[ts].Start, s.InsertAt)
 			require.True(t, ts == 0 || !r.Segments[ts-1].Kind.IsPolicy(), "insert_at is a turn start")
 			if k > 0 {
-				require.GreaterOrEqual(t, s.InsertAt, got[k-1].End+int32(cfg.MinGap), "sorted, apart")
+				gap := int32(cfg.MinGap)
+				if s.Reason == ReasonFeedback || got[k-1].Reason == ReasonFeedback {
+					gap = 0 // a person's comment is never spaced out, only kept from overlapping
+				}
+				require.GreaterOrEqual(t, s.InsertAt, got[k-1].End+gap, "sorted, apart")
 			}
 		}
 	}
@@ -235,4 +239,38 @@ func TestSelectConfigValidate(t *testing.T) {
 		require.ErrorContains(t, c.Validate("select."), tc.want)
 	}
 	require.NoError(t, DefaultSelectConfig().Validate("select."))
+}
+
+// TestSelectComments (issue 38, item 3): a person's comments on neighbouring turns
+// are both selected whatever min_gap says (a spacing meant for the rules' hints); a
+// comment left out for max_per_rollout, an overlap or a missing feedback rule is
+// returned with its reason, never dropped silently.
+func TestSelectComments(t *testing.T) {
+	r := build(sys(sysTools), user("fix the test\n"),
+		think("<think>look</think>"), call("grep", "grep Foo").withFeedback("grep the tests"),
+		result("grep", rollout.StatusOK, "a.go:1\n"),
+		think("<think>read</think>"), call("read_file", "read a.go").withFeedback("read it whole"),
+		result("read_file", rollout.StatusOK, "package a\n").withFeedback("this output says why"),
+		say("Done.\n").withFeedback("say what you fixed"))
+	cfg := DefaultSelectConfig()
+	cfg.MinGap = 1000
+	got, dropped := SelectComments(r, cfg)
+	require.Equal(t, [][2]int{{3, 3}, {6, 6}, {8, 7}}, [][2]int{{got[0].Segment, got[0].Source}, {got[1].Segment, got[1].Source}, {got[2].Segment, got[2].Source}},
+		"every commented turn, min_gap notwithstanding (the tool result's comment targets the next turn)")
+	require.Len(t, dropped, 1, "two comments target the last turn: the second is left out and said so")
+	require.Equal(t, CommentOverlap, dropped[0].Reason)
+	require.Equal(t, 8, dropped[0].Selection.Source)
+	require.Equal(t, got, Select(r, cfg))
+
+	cfg.MaxPerRollout = 1
+	got, dropped = SelectComments(r, cfg)
+	require.Len(t, got, 1)
+	require.Len(t, dropped, 3)
+	require.Equal(t, CommentNoRoom, dropped[0].Reason)
+
+	cfg = DefaultSelectConfig()
+	cfg.Rules = []Reason{ReasonToolError}
+	_, dropped = SelectComments(r, cfg)
+	require.Len(t, dropped, 4)
+	require.Equal(t, CommentNoRule, dropped[0].Reason)
 }

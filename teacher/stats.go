@@ -18,6 +18,7 @@ type Stats struct {
 	mu                                  sync.Mutex
 	hints                               map[string]int64 // by source; few keys
 	contexts                            map[string]int64 // by context event; few keys
+	comments                            map[string]int64 // comments dropped, by reason; few keys
 	breakerState                        atomic.Value     // string
 }
 
@@ -54,29 +55,34 @@ type Snapshot struct {
 	// "sibling_no_success" (rollouts below their group's best whose group had no
 	// success), "sibling_too_long" (siblings over sibling.max_tokens, not used).
 	Contexts map[string]int64
+	// CommentsDropped counts a person's comments that gave no hint, by reason:
+	// CommentOverlap, CommentNoRoom, CommentNoRule (Select), CommentTooLong (over
+	// max_hint_tokens).
+	CommentsDropped map[string]int64
 }
 
 // Snapshot returns the current counters.
 func (s *Stats) Snapshot() Snapshot {
 	snap := Snapshot{
-		Rollouts:     s.rollouts.Load(),
-		Selections:   s.selections.Load(),
-		NoHint:       s.noHint.Load(),
-		Requests:     s.requests.Load(),
-		Retries:      s.retries.Load(),
-		CacheHits:    s.cacheHits.Load(),
-		CacheMisses:  s.cacheMisses.Load(),
-		CacheErrors:  s.cacheErrors.Load(),
-		LeakFlagged:  s.leakFlagged.Load(),
-		LeakDropped:  s.leakDropped.Load(),
-		TooLong:      s.tooLong.Load(),
-		Held:         s.held.Load(),
-		OutcomeOnly:  s.outcomeOnly.Load(),
-		BreakerOpens: s.breakerOpens.Load(),
-		Hints:        map[string]int64{},
-		Failed:       map[string]int64{},
-		Faults:       map[string]int64{},
-		Contexts:     map[string]int64{},
+		Rollouts:        s.rollouts.Load(),
+		Selections:      s.selections.Load(),
+		NoHint:          s.noHint.Load(),
+		Requests:        s.requests.Load(),
+		Retries:         s.retries.Load(),
+		CacheHits:       s.cacheHits.Load(),
+		CacheMisses:     s.cacheMisses.Load(),
+		CacheErrors:     s.cacheErrors.Load(),
+		LeakFlagged:     s.leakFlagged.Load(),
+		LeakDropped:     s.leakDropped.Load(),
+		TooLong:         s.tooLong.Load(),
+		Held:            s.held.Load(),
+		OutcomeOnly:     s.outcomeOnly.Load(),
+		BreakerOpens:    s.breakerOpens.Load(),
+		Hints:           map[string]int64{},
+		Failed:          map[string]int64{},
+		Faults:          map[string]int64{},
+		Contexts:        map[string]int64{},
+		CommentsDropped: map[string]int64{},
 	}
 	if v, ok := s.breakerState.Load().(string); ok {
 		snap.BreakerState = v
@@ -95,6 +101,9 @@ func (s *Stats) Snapshot() Snapshot {
 	}
 	for k, v := range s.contexts {
 		snap.Contexts[k] = v
+	}
+	for k, v := range s.comments {
+		snap.CommentsDropped[k] = v
 	}
 	s.mu.Unlock()
 	return snap
@@ -117,5 +126,14 @@ func (s *Stats) context(event string) {
 		s.contexts = map[string]int64{}
 	}
 	s.contexts[event]++
+	s.mu.Unlock()
+}
+
+func (s *Stats) commentDropped(reason string) {
+	s.mu.Lock()
+	if s.comments == nil {
+		s.comments = map[string]int64{}
+	}
+	s.comments[reason]++
 	s.mu.Unlock()
 }

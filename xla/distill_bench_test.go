@@ -94,7 +94,8 @@ func BenchmarkDistillChunk(b *testing.B) {
 
 // BenchmarkDistillStep times whole optimizer steps (student pass, teacher pass,
 // credit, chunked gradient, AdamW) in each distillation mode: sampled_token (the
-// baseline), topk (k 100), full, and topk with TrainerOptions.TermGradNorms. Every
+// baseline), topk (k 100; the student's ids, and topk100teacher and topk100union with
+// the teacher's and the union), full, and topk with TrainerOptions.TermGradNorms. Every
 // mode has its own trainer, compiled by a first step; then each round runs one step
 // of every mode, in an order that rotates from round to round, so a noisy machine
 // slows all modes alike. Reported per mode: the median wall ms and the median
@@ -142,6 +143,7 @@ func BenchmarkDistillStep(b *testing.B) {
 	type mode struct {
 		name  string
 		mode  credit.DistillMode
+		ids   credit.TopKIDs // topk's ids; "" is the default (the student's)
 		split bool
 		tr    *Trainer
 		took  []float64 // wall ms per step
@@ -152,7 +154,9 @@ func BenchmarkDistillStep(b *testing.B) {
 	if mc.VocabSize <= MaxFullVocab {
 		modes = append(modes, &mode{name: "full", mode: credit.DistillFull})
 	}
-	modes = append(modes, &mode{name: "topk100+term_grad_norms", mode: credit.DistillTopK, split: true})
+	modes = append(modes, &mode{name: "topk100+term_grad_norms", mode: credit.DistillTopK, split: true},
+		&mode{name: "topk100teacher", mode: credit.DistillTopK, ids: credit.IDsTeacher},
+		&mode{name: "topk100union", mode: credit.DistillTopK, ids: credit.IDsUnion})
 	if keep := os.Getenv("HINDSIGHT_BENCH_DISTILL_MODES"); keep != "" {
 		names := strings.Split(keep, ",")
 		modes = slices.DeleteFunc(modes, func(md *mode) bool { return !slices.Contains(names, md.name) })
@@ -184,6 +188,9 @@ func BenchmarkDistillStep(b *testing.B) {
 	for _, md := range modes {
 		cfg := credit.DefaultConfig()
 		cfg.Normalize, cfg.Distill.Mode = credit.NormalizeSeparate, md.mode
+		if md.ids != "" {
+			cfg.Distill.TopKIDs = md.ids
+		}
 		if md.tr, err = NewTrainer(backend, m, TrainerOptions{Credit: cfg, TermGradNorms: md.split, LoRA: lora}); err != nil {
 			b.Fatal(err)
 		}

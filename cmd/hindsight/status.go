@@ -405,6 +405,9 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 	if te := st.GetTeacher(); te != nil {
 		line("hints", "%s", countsByKey(te.GetHintsBySource()))
 		line("teacher failures", "%s", countsByKey(te.GetFailuresByKind()))
+		if len(te.GetCommentsDropped()) > 0 {
+			line("comments dropped", "%s", countsByKey(te.GetCommentsDropped()))
+		}
 		line("teacher", "%s rollouts, %s selections, mean %s per rollout, %s requests, %s cache hits%s",
 			count(te.GetRollouts()), count(te.GetSelections()), te.GetMeanLatency().AsDuration().Round(time.Microsecond),
 			count(te.GetRequests()), count(te.GetCacheHits()), map[bool]string{true: ", breaker " + te.GetBreakerState()}[te.GetBreakerState() != ""])

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/wlog"
@@ -371,4 +372,74 @@ func TestGatewayJournalFaults(t *testing.T) {
 	}
 	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p2.wait(t, 30*time.Second), p2.log())
+}
+
+// TestGatewayCommentsReachTraining (issue 38, item 3): a person's comments on two
+// neighbouring turns both become hints although their turns are closer than
+// teacher.select.min_gap (32 tokens, the default); a comment too long for a hint is
+// answered as unusable by the feedback API, counted by the gateway and, when the
+// teacher drops it, in status and /metrics; a comment over max_comment_bytes is
+// refused.
+func TestGatewayCommentsReachTraining(t *testing.T) {
+	dataDir := t.TempDir()
+	train := "train: {idle_flush: 200ms, checkpoint: {every_steps: 1}}\n"
+	p, base := startGatewayWith(t, dataDir, train, "")
+	addr := p.waitReady(t)
+	msgs := []map[string]any{{"role": "user", "content": "count with me"}}
+	for i := range 3 {
+		status, v := chatTurn(t, base, "cmt-1", msgs, i)
+		require.Equal(t, 200, status, v)
+		msgs = append(msgs, v["choices"].([]any)[0].(map[string]any)["message"].(map[string]any), map[string]any{"role": "user", "content": "go on"})
+	}
+	fb := func(body string) map[string]any {
+		status, v := post(t, base+"/feedback", gatewayKey, "", body)
+		require.Equal(t, 200, status, v)
+		return v
+	}
+	v := fb(`{"session_id":"cmt-1","turn":1,"comment":"count from one"}`)
+	require.Equal(t, true, v["comment_usable"], v)
+	v = fb(`{"session_id":"cmt-1","turn":2,"rating":-1,"comment":"say two next"}`)
+	require.Equal(t, true, v["comment_usable"], "a neighbouring turn's comment is not spaced out: %v", v)
+	long := strings.Repeat("count slowly. ", 30) // 420 bytes: over max_hint_tokens (256) with the byte tokenizer
+	v = fb(`{"session_id":"cmt-1","turn":3,"comment":"` + long + `"}`)
+	require.Equal(t, false, v["comment_usable"], v)
+	require.Contains(t, v["comment_problem"], "too_long")
+	status, v := post(t, base+"/feedback", gatewayKey, "", `{"session_id":"cmt-1","comment":"`+strings.Repeat("a", 9000)+`"}`)
+	require.Equal(t, 400, status, v)
+	require.Equal(t, "comment_too_long", errorCode(t, v))
+	require.Contains(t, v["error"].(map[string]any)["message"], "gateway.max_comment_bytes is 8192")
+
+	status, v = post(t, base+"/sessions/cmt-1/close", gatewayKey, "", `{"reward": 0}`)
+	require.Equal(t, 200, status, v)
+	waitTrained(t, p, addr, 1)
+	var st *hindsightv1.Status
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st = statusOf(t, addr)
+		if st.GetTeacher().GetCommentsDropped()["too_long"] == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.Equal(t, map[string]int64{"too_long": 1}, st.GetTeacher().GetCommentsDropped(), p.log())
+	require.EqualValues(t, 1, st.GetGateway().GetCommentsUnusable())
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(metrics), `hindsight_teacher_comments_dropped_total{reason="too_long"} 1`)
+	require.Contains(t, string(metrics), "hindsight_gateway_comments_unusable_total 1")
+	table, _, code := runCLI(t, "status", "-addr", addr)
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^comments dropped +too_long 1$`, table)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+
+	hints, rows := creditHints(t, dataDir)
+	require.Equal(t, []string{"cmt-1"}, rows)
+	var comments []string
+	for _, h := range hints {
+		if strings.Contains(h, ":feedback:") {
+			comments = append(comments, h)
+		}
+	}
+	require.ElementsMatch(t, []string{"1:feedback:count from one", "3:feedback:say two next"}, comments, "both comments are hints\n%s", p.log())
 }

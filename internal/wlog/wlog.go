@@ -72,8 +72,8 @@ type CorruptionError struct {
 
 func (e *CorruptionError) Error() string {
 	return fmt.Sprintf("%s: line %d is corrupt (byte offset %d): %v; %d bytes of later lines follow it, so it is not "+
-		"a torn last write: refusing to read on and drop them (nothing was changed; repair the line or move the file aside)",
-		e.Path, e.Line, e.Offset, e.Err, e.After)
+		"a torn last write: refusing to read on and drop them (nothing was changed; fix or remove the line by hand: "+
+		"docs/storage.md, \"The line log\")", e.Path, e.Line, e.Offset, e.Err, e.After)
 }
 
 func (e *CorruptionError) Unwrap() error { return e.Err }
