@@ -175,10 +175,14 @@ type Sampler struct {
 	// is the prefill's.
 	scorer  *Scorer
 	prefill *modelExec // chunkArgs, a paged cache → Σhidden, the written pages
-	step    *modelExec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
-	grow    *modelExec // lengthArg(capacity), a cache → the cache at that capacity
-	// concat joins two contiguous caches' rows; takeRows keeps some rows of one.
-	concat, takeRows *Exec
+	// prefillFlat is a one-chunk prompt's prefill: tokens [1, n], start, a
+	// contiguous cache → Σhidden, the cache.
+	prefillFlat *modelExec
+	step        *modelExec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
+	grow        *modelExec // lengthArg(capacity), a cache → the cache at that capacity
+	// concat joins two contiguous caches' rows; takeRows keeps some rows of one;
+	// shrink cuts a cache's positions.
+	concat, takeRows, shrink *Exec
 }
 
 // NewSampler returns a Sampler of m on backend. chunk bounds the prefill's

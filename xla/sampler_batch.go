@@ -18,11 +18,13 @@ import (
 // waiting for the long one's whole prefill), then one decode step of every
 // decoding row:
 //
-//   - prefill goes through the scorer's paged pass (a chunk of up to Chunk
-//     positions attends to the pages before it in blocks: docs/design.md "Long
-//     rollouts"), the row's own paged cache, without the vocabulary head; when the
-//     row's prompt but its last token is in, its pages are flattened into a
-//     contiguous [capacity, 1, kv, hd] cache and joined to the batch's;
+//   - a prompt of more than one chunk is prefilled through the scorer's paged
+//     pass (a chunk of up to Chunk positions attends to the pages before it in
+//     blocks: docs/design.md "Long rollouts"), into the row's own paged cache,
+//     without the vocabulary head; when the row's prompt but its last token is
+//     in, its pages are flattened into a contiguous [capacity, 1, kv, hd] cache
+//     and joined to the batch's; a shorter prompt is prefilled in one step
+//     straight into a contiguous cache of its bucket;
 //   - decoding rows share one contiguous cache [capacity, rows, kv, hd], each at
 //     its own position (decodeStep); rows that stop are cut out of it.
 //
@@ -76,6 +78,11 @@ func (b *Batch) Add(id int, prompt []int32, o SampleOptions, rng *rand.Rand) err
 	if rng == nil {
 		rng = rand.New(rand.NewPCG(o.Seed, 0))
 	}
+	// Once per row, not per step: on the pure-Go backend a weight's buffer is the
+	// host's, so place moves it again each time (and frees the OS memory).
+	if err := b.s.model.place(b.s.backend); err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
 	b.waiting = append(b.waiting, &batchRow{id: id, prompt: prompt, opts: o, rng: rng, hist: newHistory(prompt, o),
 		cur: prompt[len(prompt)-1], pos: int32(len(prompt) - 1)})
 	return nil
@@ -101,9 +108,6 @@ func (b *Batch) Step(ctx context.Context) ([]Finished, error) {
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return nil, err
-	}
-	if err := s.model.place(s.backend); err != nil {
-		return nil, fmt.Errorf("generate: %w", err)
 	}
 	var fin []Finished
 	b.waiting = slices.DeleteFunc(b.waiting, func(r *batchRow) bool {
@@ -140,6 +144,16 @@ func (b *Batch) Step(ctx context.Context) ([]Finished, error) {
 func (b *Batch) prefillChunk(r *batchRow) error {
 	s := b.s
 	n := len(r.prompt) - 1 // positions to prefill: the last token is fed by decoding
+	if n <= s.scorer.chunk && r.pre == nil {
+		// One chunk: straight into a contiguous cache of the row's bucket (a page of
+		// Chunk positions and its flattening cost more than the attention saved).
+		one, err := s.prefillContiguous(r.prompt[:n], capacityBucket(len(r.prompt)+min(r.opts.MaxNew, decodeHeadroom)))
+		if err != nil {
+			return fmt.Errorf("generate: row %d: %w", r.id, err)
+		}
+		b.waiting = b.waiting[1:]
+		return b.join(r, one)
+	}
 	if r.pre == nil {
 		r.pre = &KVCache{model: s.model, layout: newPagedCache(s.model.Config.NumHiddenLayers, s.scorer.chunk)}
 	}
@@ -160,7 +174,41 @@ func (b *Batch) prefillChunk(r *batchRow) error {
 	}
 	r.pre.layout, r.pre = nil, nil // flat is the row's cache now
 	b.waiting = b.waiting[1:]
+	// Pages make the flat cache a multiple of the chunk (512): cut it to what the
+	// row needs soon, so a short prompt does not decode over 512 positions.
+	if want := capacityBucket(len(r.prompt) + min(r.opts.MaxNew, decodeHeadroom)); want < flat.capacity() {
+		if err := s.shrinkCache(flat, want); err != nil {
+			return err
+		}
+	}
 	return b.join(r, flat)
+}
+
+// decodeHeadroom is how many new tokens a row's first cache bucket holds beyond
+// its prompt (more are reached by doubling): a row with a large MaxNew that stops
+// early does not pay for (or attend over) MaxNew positions.
+const decodeHeadroom = 256
+
+// minCapacity is the smallest decoding cache bucket.
+const minCapacity = 64
+
+// capacityBucket is the power of two ≥ n (and ≥ minCapacity).
+func capacityBucket(n int) int {
+	c := minCapacity
+	for c < n {
+		c *= 2
+	}
+	return c
+}
+
+// shrinkCache cuts c to its first n positions.
+func (s *Sampler) shrinkCache(c *contiguousCache, n int) error {
+	out, err := s.shrink.Exec(append([]any{lengthArg(n)}, anys(c.kv.all())...)...)
+	if err != nil {
+		return fmt.Errorf("shrink kv cache to %d: %w", n, err)
+	}
+	c.replace(takeKV(listOf(out), len(c.kv.K)))
+	return nil
 }
 
 // join adds r, with its own cache one, to the decoding rows.
@@ -220,6 +268,15 @@ func (b *Batch) leave() []Finished {
 	}
 	b.cache.replace(takeKV(listOf(out), len(b.cache.kv.K)))
 	b.rows = rows
+	// A long row that left no longer sets the capacity: cut it to what the rows
+	// left need soon.
+	need := 0
+	for _, r := range rows {
+		need = max(need, int(r.pos)+1+min(r.opts.MaxNew-len(r.out.Tokens), decodeHeadroom))
+	}
+	if want := capacityBucket(need); want < b.cache.capacity() {
+		b.s.shrinkCache(b.cache, want) // on failure the cache stays larger: only slower
+	}
 	return fin
 }
 
@@ -319,6 +376,37 @@ func (s *Sampler) prefillPaged(c *KVCache, seq []int32, off int) (int, error) {
 	return n, nil
 }
 
+// prefillContiguous returns a [capacity, 1, kv, hd] cache holding seq's keys and
+// values at positions 0…, in one step (len(seq) ≤ Chunk; padding after seq is
+// overwritten by decoding before any query sees it).
+func (s *Sampler) prefillContiguous(seq []int32, capacity int) (*contiguousCache, error) {
+	sc := s.scorer
+	out, err := sc.timedExec(sc.caches.zeros, fmt.Sprintf("zeros %d", capacity), true, []any{lengthArg(capacity)})
+	if err != nil {
+		return nil, fmt.Errorf("new kv cache of %d: %w", capacity, err)
+	}
+	c := &contiguousCache{kv: takeKV(listOf(out), s.model.Config.NumHiddenLayers)}
+	if len(seq) == 0 {
+		return c, nil
+	}
+	size := minChunk
+	for size < len(seq) {
+		size *= 2
+	}
+	tok := make([]int32, size)
+	copy(tok, seq)
+	args := []any{tensors.FromFlatDataAndDimensions(tok, 1, size), tensors.FromScalar(int32(0))}
+	res, err := s.prefillFlat.Exec(append(args, c.args(s.backend)...)...)
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("prefill: %w", err)
+	}
+	l := listOf(res)
+	l.next().FinalizeAll()
+	c.replace(takeKV(l, len(c.kv.K)))
+	return c, nil
+}
+
 // newBatchExecs makes the Sampler's paged prefill step and the executables that
 // join and cut a batch's rows.
 func (s *Sampler) newBatchExecs() error {
@@ -334,6 +422,17 @@ func (s *Sampler) newBatchExecs() error {
 		h := decoder(ctx, cfg, ch.tokens, ch.start, cache)
 		sum := Add(ReduceAllSum(h), ReduceAllSum(ConvertDType(ch.targets, h.DType())))
 		return append([]*Node{sum}, cache.outputs()...)
+	})
+	if err != nil {
+		return err
+	}
+	// tokens [1, n], start, a contiguous cache → Σhidden, the cache written.
+	s.prefillFlat, err = newModelExec(s.backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
+		l := listOf(in)
+		tokens, start := l.next(), l.next()
+		cache := takeContiguous(l, nl)
+		h := decoder(ctx, cfg, tokens, start, cache)
+		return append([]*Node{ReduceAllSum(h)}, cache.outputs()...)
 	})
 	if err != nil {
 		return err
@@ -369,5 +468,6 @@ func (s *Sampler) newBatchExecs() error {
 		return err
 	}
 	s.takeRows.SetMaxCache(-1)
-	return nil
+	s.shrink, err = newShrinkExec(s.backend)
+	return err
 }

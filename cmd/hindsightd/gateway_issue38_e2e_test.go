@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -442,4 +443,61 @@ func TestGatewayCommentsReachTraining(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{"1:feedback:count from one", "3:feedback:say two next"}, comments, "both comments are hints\n%s", p.log())
+}
+
+// TestGatewayAgentsSDK drives the gateway with the OpenAI Agents SDK
+// (openai-agents, OpenAIChatCompletionsModel; gateway/testdata/agents_client.py): an
+// agent with a function tool runs twice in one session and once streamed in
+// another. Every request the SDK sends is answered, each session becomes one
+// rollout that passes the spool, and each run's final output is the text of its
+// last recorded reply.
+func TestGatewayAgentsSDK(t *testing.T) {
+	python := pythonWith(t, "agents", "openai")
+	dataDir := t.TempDir()
+	p, base := startGateway(t, dataDir)
+	out := filepath.Join(t.TempDir(), "agents.json")
+	cmd := exec.CommandContext(t.Context(), python, "../../gateway/testdata/agents_client.py", base, gatewayKey, out)
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s\ndaemon log:\n%s", b, p.log())
+	var rec map[string]struct {
+		Outputs []string `json:"outputs"`
+		Deltas  *string  `json:"deltas"`
+		Close   struct {
+			Turns float64 `json:"turns"`
+		} `json:"close"`
+	}
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &rec))
+	require.Len(t, rec, 2)
+
+	got := doneRollouts(t, dataDir, 2)
+	tok, err := tokenizer.Load(filepath.Join(dataDir, "model"))
+	require.NoError(t, err)
+	for id, s := range rec {
+		ro := got[id]
+		require.NotNil(t, ro, "session %s has a rollout", id)
+		require.True(t, ro.HasReward)
+		ks := kinds(ro)
+		require.Equal(t, "system", ks[0], "the agent's instructions")
+		require.Equal(t, int(s.Close.Turns), strings.Count(strings.Join(ks, " "), "assistant")+strings.Count(strings.Join(ks, " "), "tool_call"))
+		// The last reply, as recorded, is the run's final output.
+		last := ro.Segments[len(ro.Segments)-1]
+		var sampled []int32
+		for i := last.Start; i < last.End; i++ {
+			if _, ok := ro.LogProb(int(i)); ok {
+				sampled = append(sampled, ro.Tokens[i])
+			}
+		}
+		text, err := tok.Decode(sampled)
+		require.NoError(t, err)
+		final := s.Outputs[len(s.Outputs)-1]
+		require.True(t, strings.HasPrefix(text, final), "session %s: final output %q is the recorded reply %q", id, final, text)
+		if s.Deltas != nil {
+			require.Equal(t, final, *s.Deltas, "the streamed deltas make the final output")
+		}
+	}
+	require.Equal(t, 2, int(rec["agents-1"].Close.Turns), "the second run continued the first's session")
+	_, stderr, code := runCLI(t, append([]string{"validate"}, mustGlob(t, filepath.Join(dataDir, "spool", "done", "*gateway-*.arrow"))...)...)
+	require.Equal(t, 0, code, stderr)
 }
