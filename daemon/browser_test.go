@@ -60,6 +60,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	require.Regexp(t, `uptime 1h 30m 0s;`, dom, "uptime in whole seconds, not protojson's 12.345678s")
 	line := regexp.MustCompile(`<polyline [^>]*class="line series"[^>]*points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+"`)
 	require.Contains(t, dom, "loss 1.5 (outcome 1 over 640 tokens, distillation 0.5 over 48 tokens; gradient norms 2, 0.75)")
+	require.Contains(t, dom, `<p id="progress">step 4 in progress, scoring: 12/32 rollouts scored (240,000/640,000 tokens), `+
+		`0/32 gradients (0/640,000 tokens); 5m 12s elapsed, about 9m 40s left</p>`, "the step on the device")
 	for _, id := range []string{"loss", "tps", "clip", "pivot", "latency", "errors", "queue", "termgrad", "evals"} {
 		at := strings.Index(dom, `id="chart-`+id+`"`)
 		require.GreaterOrEqual(t, at, 0, "chart %s rendered", id)

@@ -58,7 +58,10 @@ func startPagesServer(t *testing.T, dir string) string {
 	h := newHistory(10)
 	st := testStatus()
 	st.Training = &hindsightv1.TrainingStats{Step: 3, Loss: 1.5, TrainTokensPerSecond: 900, LossOut: 1, LossDistill: 0.5,
-		OutTokens: 640, DistillTokens: 48, GradNormOut: proto.Float64(2), GradNormDistill: proto.Float64(0.75)}
+		OutTokens: 640, DistillTokens: 48, GradNormOut: proto.Float64(2), GradNormDistill: proto.Float64(0.75),
+		LastStepTook: durationpb.New(3 * time.Second),
+		StepInProgress: &hindsightv1.StepInProgress{Step: 4, Phase: "score", Rollouts: 32, Tokens: 640000, RolloutsScored: 12,
+			TokensScored: 240000, StartedAt: timestamppb.Now(), Elapsed: durationpb.New(312 * time.Second), Eta: durationpb.New(580 * time.Second)}}
 	st.Credit = &hindsightv1.CreditStats{ClipFraction: 0.25, PivotShare: 0.5}
 	st.Teacher = &hindsightv1.TeacherStats{MeanLatency: durationpb.New(40 * time.Millisecond), FailuresByKind: map[string]int64{"timeout": 2, "http": 1}}
 	st.Gateway = &hindsightv1.GatewayStats{ListenAddr: "127.0.0.1:7078", Model: "hindsight", PolicyStep: 3, Requests: 41, Errors: 2,

@@ -29,6 +29,21 @@ type trainStats struct {
 	lastLoss    float64
 	lastStepAt  time.Time
 	lastStepDur time.Duration
+	// progress reads the step on the device now (train.Loop.Progress); set before
+	// the first publish with training.
+	progress func() (xla.StepProgress, xla.StepRates, bool)
+}
+
+// stepInProgressProto is the status of the step on the device at now.
+func stepInProgressProto(p xla.StepProgress, prev xla.StepRates, now time.Time) *hindsightv1.StepInProgress {
+	sp := &hindsightv1.StepInProgress{Step: p.Step, Phase: string(p.Phase), Rollouts: int64(p.Rollouts), Tokens: p.Tokens,
+		RolloutsScored: int64(p.RolloutsScored), TokensScored: p.TokensScored,
+		RolloutsGradient: int64(p.RolloutsGradient), TokensGradient: p.TokensGradient,
+		StartedAt: timestamppb.New(p.Started), Elapsed: durationpb.New(now.Sub(p.Started))}
+	if eta, ok := p.ETA(now, prev); ok {
+		sp.Eta = durationpb.New(eta)
+	}
+	return sp
 }
 
 // setBackend records the trainer's backend; choice says why it runs there
@@ -38,6 +53,13 @@ func (s *stats) setBackend(name, device string, params int64, modelDir, choice s
 	defer s.mu.Unlock()
 	s.train.on = true
 	s.train.backend = hindsightv1.BackendInfo{Name: name, Device: device, Parameters: params, ModelDir: modelDir, Choice: choice}
+}
+
+// setProgress gives the status the device loop's step in progress.
+func (s *stats) setProgress(f func() (xla.StepProgress, xla.StepRates, bool)) {
+	s.mu.Lock()
+	s.train.progress = f
+	s.mu.Unlock()
 }
 
 func (s *stats) setCheckpoint(step int64, path string, at time.Time) {
@@ -152,6 +174,11 @@ func (s *stats) fillTraining(st *hindsightv1.Status) {
 	if !s.train.lastStepAt.IsZero() {
 		tr.LastStepAt = timestamppb.New(s.train.lastStepAt)
 		tr.LastStepTook = durationpb.New(s.train.lastStepDur)
+	}
+	if s.train.progress != nil {
+		if p, prev, ok := s.train.progress(); ok {
+			tr.StepInProgress = stepInProgressProto(p, prev, time.Now())
+		}
 	}
 	st.Training = tr
 	if s.train.ckpt != nil {

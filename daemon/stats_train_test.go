@@ -87,3 +87,42 @@ func termSeries(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// TestStatusStepInProgress: while a step runs on the device the status carries it
+// (phase, rollouts and tokens done of the batch, start, elapsed, ETA), and nothing
+// between steps (issue 39 item 3).
+func TestStatusStepInProgress(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := rollout.OpenSpool(filepath.Join(dir, "spool"), filepath.Join(dir, "journal"), rollout.ReadOptions{}, zerolog.Nop())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sp.Close() })
+	s := newStats("test", dir, fsutil.Features{}, time.Now(), sp, func() *hindsightv1.PauseState { return nil })
+	s.setBackend("go", "cpu", 10, dir, "")
+	var cur *xla.StepProgress
+	s.setProgress(func() (xla.StepProgress, xla.StepRates, bool) {
+		if cur == nil {
+			return xla.StepProgress{}, xla.StepRates{}, false
+		}
+		return *cur, xla.StepRates{}, true
+	})
+	s.publish()
+	require.Nil(t, s.snapshot().GetTraining().GetStepInProgress(), "between steps")
+
+	started := time.Now().Add(-100 * time.Second)
+	cur = &xla.StepProgress{Step: 1, Phase: xla.PhaseScore, Started: started, PhaseAt: started, Rollouts: 32, Tokens: 64000,
+		RolloutsScored: 8, TokensScored: 16000}
+	s.publish()
+	got := s.snapshot().GetTraining().GetStepInProgress()
+	require.NotNil(t, got)
+	require.EqualValues(t, 1, got.GetStep())
+	require.Equal(t, "score", got.GetPhase())
+	require.EqualValues(t, 32, got.GetRollouts())
+	require.EqualValues(t, 64000, got.GetTokens())
+	require.EqualValues(t, 8, got.GetRolloutsScored())
+	require.EqualValues(t, 16000, got.GetTokensScored())
+	require.Zero(t, got.GetRolloutsGradient())
+	require.True(t, got.GetStartedAt().AsTime().Equal(started))
+	require.GreaterOrEqual(t, got.GetElapsed().AsDuration(), 100*time.Second)
+	// 48,000 tokens left to score at 160/s, then 64,000 gradient tokens at half that.
+	require.InDelta(t, (300 + 800), got.GetEta().AsDuration().Seconds(), 20)
+}

@@ -36,6 +36,9 @@ func runCommand(ctx context.Context, s SuiteConfig, step int64, checkpoint strin
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return nil, fmt.Errorf("command %s: timed out after %v%s", s.Command[0], timeout, stderrTail(stderr.Bytes()))
 	}
+	if err != nil && errors.Is(context.Cause(ctx), ErrStoppedAtShutdown) {
+		return nil, fmt.Errorf("command %s: %w", s.Command[0], ErrStoppedAtShutdown)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("command %s: %w%s", s.Command[0], err, stderrTail(stderr.Bytes()))
 	}

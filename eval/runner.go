@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -60,8 +61,9 @@ func NewRunner(cfg Config, rec *Recorder, opts RunnerOptions) *Runner {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	bg, stop := context.WithCancel(context.Background())
-	r := &Runner{cfg: cfg, rec: rec, opts: opts, log: opts.Log.With().Str("component", "eval").Logger(), bg: bg, stop: stop}
+	bg, stop := context.WithCancelCause(context.Background())
+	r := &Runner{cfg: cfg, rec: rec, opts: opts, log: opts.Log.With().Str("component", "eval").Logger(), bg: bg,
+		stop: func() { stop(ErrStoppedAtShutdown) }}
 	r.last = opts.Now()
 	return r
 }
@@ -148,8 +150,12 @@ func (r *Runner) record(s SuiteConfig, p Policy, t0 time.Time, m map[string]floa
 	return res
 }
 
+// ErrStoppedAtShutdown is the error recorded for a command suite that was still running
+// when the daemon stopped and Close's grace ran out: the checkpoint was not judged.
+var ErrStoppedAtShutdown = errors.New("stopped at shutdown before it finished")
+
 // Close gives running command suites up to grace to finish, then stops them (their
-// results are recorded as failed) and waits for them.
+// results are recorded with ErrStoppedAtShutdown) and waits for them.
 func (r *Runner) Close(grace time.Duration) {
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()

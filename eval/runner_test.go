@@ -3,6 +3,7 @@ package eval
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -157,4 +158,31 @@ func TestRunnerBudgetAndCadence(t *testing.T) {
 		require.Greater(t, budgets[i], want-testwait.Guard(500*time.Millisecond), "deadline %d: %s", i, budgets[i])
 	}
 	require.Equal(t, 2, rec.Count())
+}
+
+// TestRunnerCloseStopsCommand: a command suite still running when Close's grace ends
+// is stopped and recorded as stopped at shutdown, not as the command's own failure.
+func TestRunnerCloseStopsCommand(t *testing.T) {
+	rec, err := OpenRecorder(filepath.Join(t.TempDir(), "evals.jsonl"))
+	require.NoError(t, err)
+	defer rec.Close()
+	marker := filepath.Join(t.TempDir(), "started")
+	cfg := DefaultConfig()
+	cfg.Suites = []SuiteConfig{{Name: "hang", Kind: KindCommand,
+		Command: []string{"sh", "-c", "touch " + marker + "; exec sleep 300"}}}
+	require.NoError(t, cfg.Validate("eval."))
+	r := NewRunner(cfg, rec, RunnerOptions{Log: zerolog.Nop()})
+	r.Run(t.Context(), Policy{Step: 3, Checkpoint: "/ckpt/step-3"})
+	for { // the command is running: its marker exists
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.Close(0)
+	latest := rec.Latest()
+	require.Len(t, latest, 1)
+	require.Equal(t, int64(3), latest[0].Step)
+	require.Contains(t, latest[0].Error, ErrStoppedAtShutdown.Error())
+	require.False(t, latest[0].Complete)
 }

@@ -99,13 +99,15 @@ func Open(o Options) (*Loop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train.%w", err)
 	}
+	plog := &progressLog{log: o.Log}
 	lp.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
 		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: o.Credit, Optimizer: tc.Optimizer,
 		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms, Devices: devices,
-		ShardOptimizer: tc.ShardOptimizer})
+		ShardOptimizer: tc.ShardOptimizer, OnProgress: plog.observe})
 	if err != nil {
 		return nil, err
 	}
+	plog.tr = lp.tr
 	lp.info = Info{BackendName: name + " (" + o.Backend + ")", Device: dev, Parameters: int64(m.NumParameters()), ModelDir: o.ModelDir}
 	if ckdir != "" {
 		st, err := lp.tr.Restore(ckdir)

@@ -215,6 +215,7 @@ func (tr *Trainer) scoreParallel(ctx context.Context, batch, rs []credit.Rollout
 				return fmt.Errorf("rollout %q: %w", batch[i].ID, err)
 			}
 			rs[i] = cr
+			tr.progress.scored(len(batch[i].Tokens))
 		}
 		return nil
 	})
@@ -276,6 +277,7 @@ func (tr *Trainer) accumulateParallel(ctx context.Context, parts [][]int, batch,
 			if err != nil {
 				return err
 			}
+			tr.progress.gradientDone(len(batch[i].Tokens))
 			if ok {
 				s.signal = true
 				s.loss += loss

@@ -57,6 +57,11 @@ type TrainerOptions struct {
 	// ShardOptimizer, with Devices > 1, keeps each trained parameter's AdamW moments
 	// on one device, which updates it (ZeRO-1, zero.go); no effect on one device.
 	ShardOptimizer bool
+	// OnProgress, when set, is called with the Step in progress at its start, after
+	// each rollout's scoring and gradient passes and at each phase change, on the
+	// goroutine that finished the work (on several devices, each device's); it must
+	// be quick and safe for concurrent use. Trainer.Progress reads the same record.
+	OnProgress func(StepProgress)
 }
 
 // DefaultChunkTrain is the default TrainerOptions.Chunk.
@@ -128,6 +133,8 @@ type Trainer struct {
 	// trainedTotal counts rollouts trained over the run's life.
 	trainedTotal int64
 	dp           *dataParallel // nil on one device
+	// progress is the Step in progress, for status pages and logs (Progress).
+	progress progress
 }
 
 // NewTrainer returns a Trainer that updates m in place.
@@ -173,6 +180,7 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
 	tr := &Trainer{opts: opts, backend: backend, model: m, baselines: credit.NewBaselines()}
+	tr.progress.notify = opts.OnProgress
 	tr.pcg = rand.NewPCG(opts.Seed, 0x68696e64)
 	tr.rng = rand.New(tr.pcg)
 	var err error

@@ -32,11 +32,17 @@ type scored struct {
 // step without an update (Metrics.Updated false): AdamW with a zero gradient would
 // still move the weights through momentum and weight decay, so it does not run. The
 // rollouts count as trained and the step is counted (StepCount), not the update.
-func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, error) {
+func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (met Metrics, err error) {
 	t0 := time.Now()
 	if len(batch) == 0 {
 		return Metrics{}, errors.New("train step: empty batch")
 	}
+	var batchTokens int64
+	for i := range batch {
+		batchTokens += int64(len(batch[i].Tokens))
+	}
+	tr.progress.begin(tr.steps+1, len(batch), batchTokens)
+	defer func() { tr.progress.end(err == nil) }()
 	rs := make([]credit.Rollout, len(batch))
 	sc := make([]scored, len(batch))
 	defer func() {
@@ -58,6 +64,7 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 				return Metrics{}, fmt.Errorf("train step: rollout %q: %w", batch[i].ID, err)
 			}
 			rs[i] = cr
+			tr.progress.scored(len(batch[i].Tokens))
 		}
 	}
 	count, scoredTokens := 0, 0
@@ -79,7 +86,8 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 	if err != nil {
 		return Metrics{}, fmt.Errorf("train step: %w", err)
 	}
-	met := Metrics{Rollouts: len(batch), Credit: stats, ScoredTokens: scoredTokens, ScoreTook: scoreTook,
+	tr.progress.phase(PhaseGradient)
+	met = Metrics{Rollouts: len(batch), Credit: stats, ScoredTokens: scoredTokens, ScoreTook: scoreTook,
 		Inputs: rs, Results: res, OutGradNorm: math.NaN(), DistillGradNorm: math.NaN()}
 	if tr.opts.Credit.Distill.Mode == credit.DistillTopK || tr.opts.Credit.Distill.Mode == credit.DistillFull {
 		met.Dists = make([][]TeacherDist, len(sc))
@@ -97,6 +105,7 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (Metrics, e
 	if err != nil {
 		return Metrics{}, fmt.Errorf("train step: %w", err)
 	}
+	tr.progress.phase(PhaseUpdate)
 	if signal {
 		if err := tr.update(acc, &met); err != nil {
 			return Metrics{}, fmt.Errorf("train step: %w", err)
@@ -146,6 +155,7 @@ func (tr *Trainer) accumulate(ctx context.Context, batch []credit.Rollout, rs []
 		if err != nil {
 			return fail(err)
 		}
+		tr.progress.gradientDone(len(batch[i].Tokens))
 		if ok {
 			signal = true
 			met.Loss += loss

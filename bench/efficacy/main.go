@@ -67,6 +67,7 @@ func main() {
 	warm3 := flag.Bool("warmstart3", false, "train protocol 3's warm start (DIR/warmstart/model, from -warmstart-from or protocol 1's warm start) instead of running the arms")
 	split := flag.Bool("probe-split", false, "diagnose G2 (efficacy.ProbeSplit) on DIR/warmstart/model (or -probe-split-model) and write DIR/probe_split.json")
 	splitModel := flag.String("probe-split-model", "", "the model directory -probe-split diagnoses (default DIR/warmstart/model)")
+	splitVal := flag.Int("probe-split-validation", 0, "with -probe-split: probe the first N validation tasks (the warm start's margin evals' episodes) instead of the held-out split, into DIR/probe_split_validation.json")
 	gates := flag.Bool("gates", false, "measure protocol 3's gates G1–G3 of DIR/warmstart/model and write DIR/results.json")
 	gateGroups := flag.Int("gate-groups", 64, "train tasks of G3's mixed-group measure (G = 8 each)")
 	ws3Budget := flag.Duration("warmstart3-budget", efficacy.DefaultWarmStart3().WallBudget, "wall-time budget of protocol 3's warm start")
@@ -131,7 +132,7 @@ func main() {
 		if m == "" {
 			m = model
 		}
-		if err := probeSplit(ctx, backend, *dir, m); err != nil {
+		if err := probeSplit(ctx, backend, *dir, m, *splitVal); err != nil {
 			fatal(err)
 		}
 		return

@@ -16,13 +16,19 @@ import (
 )
 
 // probeSplit runs G2's diagnostic (efficacy.ProbeSplit) on the model at model, on the
-// held-out episodes G2 probes, and writes dir/probe_split.json.
-func probeSplit(ctx context.Context, backend backends.Backend, dir, model string) error {
+// held-out episodes G2 probes, and writes dir/probe_split.json; with val > 0, on the
+// first val validation tasks instead (the warm start's margin evals' episodes), into
+// dir/probe_split_validation.json.
+func probeSplit(ctx context.Context, backend backends.Backend, dir, model string, val int) error {
 	p, err := efficacy.OpenPolicy(backend, model)
 	if err != nil {
 		return err
 	}
-	held, err := toolworld.Tasks(toolworld.SplitHeldout, 0)
+	split, n, name := toolworld.SplitHeldout, 0, "probe_split.json"
+	if val > 0 {
+		split, n, name = toolworld.SplitValidation, val, "probe_split_validation.json"
+	}
+	held, err := toolworld.Tasks(split, n)
 	if err != nil {
 		return err
 	}
@@ -41,5 +47,5 @@ func probeSplit(ctx context.Context, backend backends.Backend, dir, model string
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileBytes(filepath.Join(dir, "probe_split.json"), append(b, '\n'), 0o644)
+	return fsutil.WriteFileBytes(filepath.Join(dir, name), append(b, '\n'), 0o644)
 }

@@ -389,10 +389,17 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 		terms += fmt.Sprintf("; grad norm outcome %.3g, distillation %.3g", tr.GetGradNormOut(), tr.GetGradNormDistill())
 	}
 	line("loss terms", "%s", terms)
+	if sp := tr.GetStepInProgress(); sp != nil {
+		line("step in progress", "%s", stepInProgressLine(sp))
+	}
 	line("updates", "%s (steps without signal this process: %s)", count(tr.GetUpdates()), count(tr.GetSessionStepsWithoutUpdate()))
-	line("throughput", "train %s tokens/s, score %s tokens/s, last step %s",
-		count(int64(math.Round(tr.GetTrainTokensPerSecond()))), count(int64(math.Round(tr.GetScoreTokensPerSecond()))),
-		tr.GetLastStepTook().AsDuration().Round(time.Millisecond))
+	if tr.GetLastStepTook() == nil {
+		line("throughput", "no step finished yet (this process)")
+	} else {
+		line("throughput", "train %s tokens/s, score %s tokens/s, last step %s",
+			count(int64(math.Round(tr.GetTrainTokensPerSecond()))), count(int64(math.Round(tr.GetScoreTokensPerSecond()))),
+			tr.GetLastStepTook().AsDuration().Round(time.Millisecond))
+	}
 	line("rollouts", "%s trained, %s skipped (policy lag), %s failed", count(tr.GetRolloutsTrained()),
 		count(tr.GetRolloutsSkipped()), count(tr.GetRolloutsFailed()))
 	line("batch", "%s rollouts, %s / %s tokens", count(tr.GetBatchRollouts()), count(tr.GetBatchTokens()), count(tr.GetTokenBudget()))
@@ -535,4 +542,22 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// stepInProgressLine says where the step on the device is: "step 3, scoring: 12/32
+// rollouts scored (240,000/640,000 tokens), 0/32 gradients; 5m12s elapsed, about
+// 9m40s left".
+func stepInProgressLine(sp *hindsightv1.StepInProgress) string {
+	phase := map[string]string{"score": "scoring", "gradient": "gradient passes", "update": "updating the weights"}[sp.GetPhase()]
+	if phase == "" {
+		phase = sp.GetPhase()
+	}
+	eta := "time left not known yet"
+	if sp.GetEta() != nil {
+		eta = "about " + sp.GetEta().AsDuration().Round(time.Second).String() + " left"
+	}
+	return fmt.Sprintf("step %s, %s: %s/%s rollouts scored (%s/%s tokens), %s/%s gradients (%s/%s tokens); %s elapsed, %s",
+		count(sp.GetStep()), phase, count(sp.GetRolloutsScored()), count(sp.GetRollouts()), count(sp.GetTokensScored()), count(sp.GetTokens()),
+		count(sp.GetRolloutsGradient()), count(sp.GetRollouts()), count(sp.GetTokensGradient()), count(sp.GetTokens()),
+		sp.GetElapsed().AsDuration().Round(time.Second), eta)
 }

@@ -280,3 +280,23 @@ func TestStatusTableLossTerms(t *testing.T) {
 		require.Regexp(t, regexp.MustCompile("(?m)"+want), out)
 	}
 }
+
+// TestStatusTableStepInProgress: the step on the device is one line (phase, rollouts
+// and tokens done, elapsed, time left), and before any step finished the throughput
+// line says so instead of "0 tokens/s" (issue 39 item 3).
+func TestStatusTableStepInProgress(t *testing.T) {
+	st := statusFixture()
+	st.Training = &hindsightv1.TrainingStats{TokenBudget: 4096, StepInProgress: &hindsightv1.StepInProgress{Step: 1, Phase: "gradient",
+		Rollouts: 32, Tokens: 640000, RolloutsScored: 32, TokensScored: 640000, RolloutsGradient: 5, TokensGradient: 100000,
+		StartedAt: timestamppb.Now(), Elapsed: durationpb.New(312 * time.Second), Eta: durationpb.New(580 * time.Second)}}
+	s := daemon.NewServer("127.0.0.1:0", func() *hindsightv1.Status { return st }, nil, zerolog.Nop())
+	require.NoError(t, s.Start())
+	code, out, errOut := runStatus(t, "-addr", s.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), statusTestTimeout)
+	require.NoError(t, s.Shutdown(ctx))
+	cancel()
+	require.Equal(t, 0, code, "stderr: %s", errOut)
+	require.Regexp(t, regexp.MustCompile(`(?m)^step in progress +step 1, gradient passes: 32/32 rollouts scored \(640,000/640,000 tokens\), `+
+		`5/32 gradients \(100,000/640,000 tokens\); 5m12s elapsed, about 9m40s left$`), out)
+	require.Regexp(t, regexp.MustCompile(`(?m)^throughput +no step finished yet \(this process\)$`), out)
+}

@@ -108,13 +108,21 @@ eval:
 	steps, err := filepath.Glob(filepath.Join(dataDir, "checkpoints", "step-*"))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(steps), 2)
+	// A command eval still running when the stop's grace ran out (a loaded machine) is
+	// recorded as stopped at shutdown, and the daemon says it stopped it; any other
+	// error fails.
+	stopped := strings.Contains(p.log(), "stopping command evals still running")
 	for _, dir := range steps {
 		ts, err := checkpoint.Verify(dir)
 		require.NoError(t, err)
 		for _, suite := range []string{"heldout", "ext"} {
 			r, ok := evals[suite][ts.Step]
 			require.True(t, ok, "no %s eval of %s", suite, dir)
-			require.Empty(t, r.Error, "%s eval of %s", suite, dir)
+			if suite == "ext" && stopped && strings.HasSuffix(r.Error, eval.ErrStoppedAtShutdown.Error()) {
+				t.Logf("the ext eval of %s was stopped at shutdown", dir)
+			} else {
+				require.Empty(t, r.Error, "%s eval of %s", suite, dir)
+			}
 			require.Equal(t, dir, r.Checkpoint)
 		}
 	}

@@ -53,7 +53,14 @@ func PlotCopyCurve(w io.Writer, vals []ValPoint, kept int, title string) error {
 	top.X.Label.Text = "step"
 	top.Y.Label.Text = "deciding-token margin gain (nats)"
 	top.Add(plotter.NewGrid())
-	top.Legend.Top, top.Legend.Left = true, true
+	top.Legend.Top, top.Legend.Left = false, false
+	top.Legend.XOffs, top.Legend.YOffs = -vg.Points(8), vg.Points(8)
+	hi := G2MinMargin
+	for _, v := range vals {
+		hi = max(hi, v.Margin)
+	}
+	top.Y.Min, top.Y.Max = min(0, vals[0].Margin), 1.15*hi
+	top.Y.Min = min(top.Y.Min, minMargin(vals))
 	if err := line(top, "margin gain, validation", armColors[0], func(v ValPoint) float64 { return v.Margin }); err != nil {
 		return err
 	}
@@ -102,4 +109,12 @@ func PlotCopyCurve(w io.Writer, vals []ValPoint, kept int, title string) error {
 		return fmt.Errorf("write png: %w", err)
 	}
 	return nil
+}
+
+func minMargin(vals []ValPoint) float64 {
+	m := 0.0
+	for _, v := range vals {
+		m = min(m, v.Margin)
+	}
+	return m
 }

@@ -1401,8 +1401,11 @@ type TrainingStats struct {
 	// train.term_grad_norms (it runs the training pass once per term).
 	GradNormOut     *float64 `protobuf:"fixed64,23,opt,name=grad_norm_out,json=gradNormOut,proto3,oneof" json:"grad_norm_out,omitempty"`
 	GradNormDistill *float64 `protobuf:"fixed64,24,opt,name=grad_norm_distill,json=gradNormDistill,proto3,oneof" json:"grad_norm_distill,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The step on the device now; unset between steps. The other fields are about the
+	// last finished step, so a long first step shows here and nowhere else.
+	StepInProgress *StepInProgress `protobuf:"bytes,25,opt,name=step_in_progress,json=stepInProgress,proto3" json:"step_in_progress,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TrainingStats) Reset() {
@@ -1603,6 +1606,148 @@ func (x *TrainingStats) GetGradNormDistill() float64 {
 	return 0
 }
 
+func (x *TrainingStats) GetStepInProgress() *StepInProgress {
+	if x != nil {
+		return x.StepInProgress
+	}
+	return nil
+}
+
+// StepInProgress is how far the optimizer step on the device is, counted when each
+// rollout's passes end (docs/running.md "A step in progress").
+type StepInProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step's number once done (training.step + 1).
+	Step int64 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// score (student, teacher and reference passes, rollout by rollout), gradient (the
+	// gradient pass of each rollout) or update (AdamW).
+	Phase string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	// The batch: rollouts and their tokens.
+	Rollouts int64 `protobuf:"varint,3,opt,name=rollouts,proto3" json:"rollouts,omitempty"`
+	Tokens   int64 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Rollouts (and their tokens) whose scoring passes are done.
+	RolloutsScored int64 `protobuf:"varint,5,opt,name=rollouts_scored,json=rolloutsScored,proto3" json:"rollouts_scored,omitempty"`
+	TokensScored   int64 `protobuf:"varint,6,opt,name=tokens_scored,json=tokensScored,proto3" json:"tokens_scored,omitempty"`
+	// Rollouts (and their tokens) whose gradient pass is done.
+	RolloutsGradient int64                  `protobuf:"varint,7,opt,name=rollouts_gradient,json=rolloutsGradient,proto3" json:"rollouts_gradient,omitempty"`
+	TokensGradient   int64                  `protobuf:"varint,8,opt,name=tokens_gradient,json=tokensGradient,proto3" json:"tokens_gradient,omitempty"`
+	StartedAt        *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// Time since started_at.
+	Elapsed *durationpb.Duration `protobuf:"bytes,10,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
+	// Estimated time left: each phase's remaining tokens at its rate in this step, or
+	// the last step's; unset until a rate is known.
+	Eta           *durationpb.Duration `protobuf:"bytes,11,opt,name=eta,proto3" json:"eta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepInProgress) Reset() {
+	*x = StepInProgress{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepInProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepInProgress) ProtoMessage() {}
+
+func (x *StepInProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepInProgress.ProtoReflect.Descriptor instead.
+func (*StepInProgress) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *StepInProgress) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *StepInProgress) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *StepInProgress) GetRollouts() int64 {
+	if x != nil {
+		return x.Rollouts
+	}
+	return 0
+}
+
+func (x *StepInProgress) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *StepInProgress) GetRolloutsScored() int64 {
+	if x != nil {
+		return x.RolloutsScored
+	}
+	return 0
+}
+
+func (x *StepInProgress) GetTokensScored() int64 {
+	if x != nil {
+		return x.TokensScored
+	}
+	return 0
+}
+
+func (x *StepInProgress) GetRolloutsGradient() int64 {
+	if x != nil {
+		return x.RolloutsGradient
+	}
+	return 0
+}
+
+func (x *StepInProgress) GetTokensGradient() int64 {
+	if x != nil {
+		return x.TokensGradient
+	}
+	return 0
+}
+
+func (x *StepInProgress) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *StepInProgress) GetElapsed() *durationpb.Duration {
+	if x != nil {
+		return x.Elapsed
+	}
+	return nil
+}
+
+func (x *StepInProgress) GetEta() *durationpb.Duration {
+	if x != nil {
+		return x.Eta
+	}
+	return nil
+}
+
 // CheckpointInfo names a durable checkpoint.
 type CheckpointInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1616,7 +1761,7 @@ type CheckpointInfo struct {
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1773,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1786,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CheckpointInfo) GetStep() int64 {
@@ -1692,7 +1837,7 @@ type TeacherStats struct {
 
 func (x *TeacherStats) Reset() {
 	*x = TeacherStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1849,7 @@ func (x *TeacherStats) String() string {
 func (*TeacherStats) ProtoMessage() {}
 
 func (x *TeacherStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1862,7 @@ func (x *TeacherStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeacherStats.ProtoReflect.Descriptor instead.
 func (*TeacherStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TeacherStats) GetHintsBySource() map[string]int64 {
@@ -1805,7 +1950,7 @@ type CreditStats struct {
 
 func (x *CreditStats) Reset() {
 	*x = CreditStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1962,7 @@ func (x *CreditStats) String() string {
 func (*CreditStats) ProtoMessage() {}
 
 func (x *CreditStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1975,7 @@ func (x *CreditStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreditStats.ProtoReflect.Descriptor instead.
 func (*CreditStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreditStats) GetDeltaAbsMean() float64 {
@@ -1904,7 +2049,7 @@ type QueueDepths struct {
 
 func (x *QueueDepths) Reset() {
 	*x = QueueDepths{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[18]
+	mi := &file_hindsight_v1_status_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2061,7 @@ func (x *QueueDepths) String() string {
 func (*QueueDepths) ProtoMessage() {}
 
 func (x *QueueDepths) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[18]
+	mi := &file_hindsight_v1_status_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2074,7 @@ func (x *QueueDepths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepths.ProtoReflect.Descriptor instead.
 func (*QueueDepths) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{18}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueueDepths) GetFiles() int64 {
@@ -1982,7 +2127,7 @@ type BackendInfo struct {
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[19]
+	mi := &file_hindsight_v1_status_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2139,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[19]
+	mi := &file_hindsight_v1_status_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2152,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{19}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BackendInfo) GetName() string {
@@ -2076,7 +2221,7 @@ type SpoolCounts struct {
 
 func (x *SpoolCounts) Reset() {
 	*x = SpoolCounts{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[20]
+	mi := &file_hindsight_v1_status_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2233,7 @@ func (x *SpoolCounts) String() string {
 func (*SpoolCounts) ProtoMessage() {}
 
 func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[20]
+	mi := &file_hindsight_v1_status_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2246,7 @@ func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpoolCounts.ProtoReflect.Descriptor instead.
 func (*SpoolCounts) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{20}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SpoolCounts) GetIncoming() int64 {
@@ -2163,7 +2308,7 @@ type IngestStats struct {
 
 func (x *IngestStats) Reset() {
 	*x = IngestStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[21]
+	mi := &file_hindsight_v1_status_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2320,7 @@ func (x *IngestStats) String() string {
 func (*IngestStats) ProtoMessage() {}
 
 func (x *IngestStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[21]
+	mi := &file_hindsight_v1_status_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2333,7 @@ func (x *IngestStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestStats.ProtoReflect.Descriptor instead.
 func (*IngestStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{21}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IngestStats) GetFilesClaimed() int64 {
@@ -2382,7 +2527,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\fdisk_full_op\x18\a \x01(\tR\n" +
 	"diskFullOp\x12B\n" +
 	"\x0fdisk_full_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rdiskFullSince\x12>\n" +
-	"\rnext_retry_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\"\xfb\a\n" +
+	"\rnext_retry_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\"\xc3\b\n" +
 	"\rTrainingStats\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04loss\x18\x02 \x01(\x01R\x04loss\x12#\n" +
@@ -2410,9 +2555,24 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"out_tokens\x18\x15 \x01(\x03R\toutTokens\x12%\n" +
 	"\x0edistill_tokens\x18\x16 \x01(\x03R\rdistillTokens\x12'\n" +
 	"\rgrad_norm_out\x18\x17 \x01(\x01H\x00R\vgradNormOut\x88\x01\x01\x12/\n" +
-	"\x11grad_norm_distill\x18\x18 \x01(\x01H\x01R\x0fgradNormDistill\x88\x01\x01B\x10\n" +
+	"\x11grad_norm_distill\x18\x18 \x01(\x01H\x01R\x0fgradNormDistill\x88\x01\x01\x12F\n" +
+	"\x10step_in_progress\x18\x19 \x01(\v2\x1c.hindsight.v1.StepInProgressR\x0estepInProgressB\x10\n" +
 	"\x0e_grad_norm_outB\x14\n" +
-	"\x12_grad_norm_distill\"s\n" +
+	"\x12_grad_norm_distill\"\xaf\x03\n" +
+	"\x0eStepInProgress\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x14\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x1a\n" +
+	"\brollouts\x18\x03 \x01(\x03R\brollouts\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x03R\x06tokens\x12'\n" +
+	"\x0frollouts_scored\x18\x05 \x01(\x03R\x0erolloutsScored\x12#\n" +
+	"\rtokens_scored\x18\x06 \x01(\x03R\ftokensScored\x12+\n" +
+	"\x11rollouts_gradient\x18\a \x01(\x03R\x10rolloutsGradient\x12'\n" +
+	"\x0ftokens_gradient\x18\b \x01(\x03R\x0etokensGradient\x129\n" +
+	"\n" +
+	"started_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x123\n" +
+	"\aelapsed\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12+\n" +
+	"\x03eta\x18\v \x01(\v2\x19.google.protobuf.DurationR\x03eta\"s\n" +
 	"\x0eCheckpointInfo\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x129\n" +
@@ -2512,7 +2672,7 @@ func file_hindsight_v1_status_proto_rawDescGZIP() []byte {
 }
 
 var file_hindsight_v1_status_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_hindsight_v1_status_proto_goTypes = []any{
 	(State)(0),                    // 0: hindsight.v1.State
 	(*PauseRequest)(nil),          // 1: hindsight.v1.PauseRequest
@@ -2530,72 +2690,77 @@ var file_hindsight_v1_status_proto_goTypes = []any{
 	(*EvalResult)(nil),            // 13: hindsight.v1.EvalResult
 	(*PauseState)(nil),            // 14: hindsight.v1.PauseState
 	(*TrainingStats)(nil),         // 15: hindsight.v1.TrainingStats
-	(*CheckpointInfo)(nil),        // 16: hindsight.v1.CheckpointInfo
-	(*TeacherStats)(nil),          // 17: hindsight.v1.TeacherStats
-	(*CreditStats)(nil),           // 18: hindsight.v1.CreditStats
-	(*QueueDepths)(nil),           // 19: hindsight.v1.QueueDepths
-	(*BackendInfo)(nil),           // 20: hindsight.v1.BackendInfo
-	(*SpoolCounts)(nil),           // 21: hindsight.v1.SpoolCounts
-	(*IngestStats)(nil),           // 22: hindsight.v1.IngestStats
-	nil,                           // 23: hindsight.v1.EvalResult.MetricsEntry
-	nil,                           // 24: hindsight.v1.TeacherStats.HintsBySourceEntry
-	nil,                           // 25: hindsight.v1.TeacherStats.FailuresByKindEntry
-	nil,                           // 26: hindsight.v1.TeacherStats.CommentsDroppedEntry
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*StepInProgress)(nil),        // 16: hindsight.v1.StepInProgress
+	(*CheckpointInfo)(nil),        // 17: hindsight.v1.CheckpointInfo
+	(*TeacherStats)(nil),          // 18: hindsight.v1.TeacherStats
+	(*CreditStats)(nil),           // 19: hindsight.v1.CreditStats
+	(*QueueDepths)(nil),           // 20: hindsight.v1.QueueDepths
+	(*BackendInfo)(nil),           // 21: hindsight.v1.BackendInfo
+	(*SpoolCounts)(nil),           // 22: hindsight.v1.SpoolCounts
+	(*IngestStats)(nil),           // 23: hindsight.v1.IngestStats
+	nil,                           // 24: hindsight.v1.EvalResult.MetricsEntry
+	nil,                           // 25: hindsight.v1.TeacherStats.HintsBySourceEntry
+	nil,                           // 26: hindsight.v1.TeacherStats.FailuresByKindEntry
+	nil,                           // 27: hindsight.v1.TeacherStats.CommentsDroppedEntry
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_hindsight_v1_status_proto_depIdxs = []int32{
 	14, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
 	14, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
 	9,  // 2: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
-	27, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	28, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	9,  // 4: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
 	0,  // 5: hindsight.v1.Status.state:type_name -> hindsight.v1.State
-	28, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	27, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
-	21, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
-	22, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
-	22, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
-	28, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
+	29, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	28, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
+	22, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
+	23, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
+	23, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
+	29, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
 	15, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
-	16, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
-	17, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
-	18, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
-	19, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
-	20, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
+	17, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
+	18, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
+	19, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
+	20, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
+	21, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
 	13, // 18: hindsight.v1.Status.evals:type_name -> hindsight.v1.EvalResult
 	13, // 19: hindsight.v1.Status.best_evals:type_name -> hindsight.v1.EvalResult
 	14, // 20: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
 	12, // 21: hindsight.v1.Status.storage:type_name -> hindsight.v1.StorageInfo
 	10, // 22: hindsight.v1.Status.gateway:type_name -> hindsight.v1.GatewayStats
 	11, // 23: hindsight.v1.Status.engine_hooks:type_name -> hindsight.v1.EngineHookState
-	28, // 24: hindsight.v1.EngineHookState.last_pushed_at:type_name -> google.protobuf.Timestamp
-	28, // 25: hindsight.v1.EngineHookState.last_error_at:type_name -> google.protobuf.Timestamp
-	28, // 26: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
-	23, // 27: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
-	28, // 28: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
-	28, // 29: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
-	28, // 30: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
-	28, // 31: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
-	27, // 32: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
-	28, // 33: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
-	24, // 34: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
-	25, // 35: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
-	27, // 36: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
-	26, // 37: hindsight.v1.TeacherStats.comments_dropped:type_name -> hindsight.v1.TeacherStats.CommentsDroppedEntry
-	5,  // 38: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	7,  // 39: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	1,  // 40: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
-	3,  // 41: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
-	6,  // 42: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	8,  // 43: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	2,  // 44: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
-	4,  // 45: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
-	42, // [42:46] is the sub-list for method output_type
-	38, // [38:42] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	29, // 24: hindsight.v1.EngineHookState.last_pushed_at:type_name -> google.protobuf.Timestamp
+	29, // 25: hindsight.v1.EngineHookState.last_error_at:type_name -> google.protobuf.Timestamp
+	29, // 26: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
+	24, // 27: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
+	29, // 28: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
+	29, // 29: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
+	29, // 30: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
+	29, // 31: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
+	28, // 32: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
+	16, // 33: hindsight.v1.TrainingStats.step_in_progress:type_name -> hindsight.v1.StepInProgress
+	29, // 34: hindsight.v1.StepInProgress.started_at:type_name -> google.protobuf.Timestamp
+	28, // 35: hindsight.v1.StepInProgress.elapsed:type_name -> google.protobuf.Duration
+	28, // 36: hindsight.v1.StepInProgress.eta:type_name -> google.protobuf.Duration
+	29, // 37: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
+	25, // 38: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
+	26, // 39: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
+	28, // 40: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
+	27, // 41: hindsight.v1.TeacherStats.comments_dropped:type_name -> hindsight.v1.TeacherStats.CommentsDroppedEntry
+	5,  // 42: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	7,  // 43: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	1,  // 44: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	3,  // 45: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	6,  // 46: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	8,  // 47: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	2,  // 48: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	4,  // 49: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	46, // [46:50] is the sub-list for method output_type
+	42, // [42:46] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
@@ -2610,7 +2775,7 @@ func file_hindsight_v1_status_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hindsight_v1_status_proto_rawDesc), len(file_hindsight_v1_status_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
