@@ -69,6 +69,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 		card = card[:strings.Index(card, "</svg>")]
 		require.Regexp(t, line, card, "chart %s draws its two points", id)
 	}
+	require.Contains(t, dom, "; lifetime: accepted ", "totals say whose they are")
+	require.Contains(t, dom, " trained (in the weights)")
+	require.NotContains(t, dom, "1e-9", "no axis of a billionth")
 	loss := dom[strings.Index(dom, `id="chart-loss"`):]
 	require.Contains(t, loss[:strings.Index(loss, "</svg>")], "distillation term 0.5", "the loss chart has the two terms")
 	require.Contains(t, dom, `href="/viewer/`+name+`"`)

@@ -55,15 +55,24 @@ func newContentGuard(tok tokenizer.Tokenizer, mode string) *contentGuard {
 
 // specialsIn returns the special-token strings text holds: the strings of the ids
 // that Encode gives and EncodePlain does not (non-special added tokens such as
-// Qwen's "<think>" are matched by both and are not special), longest first.
+// Qwen's "<think>" are matched by both and are not special), longest first. Two
+// encodings of text, and a decode per special id found.
 func specialsIn(tok tokenizer.Tokenizer, text string) []string {
+	plain := map[int32]bool{}
+	for _, id := range tok.EncodePlain(text) {
+		plain[id] = true
+	}
 	var out []string
 	for _, id := range tok.Encode(text) {
-		s, err := tok.Decode([]int32{id})
-		if err != nil || len(s) < 2 || slices.Contains(out, s) {
+		if plain[id] {
 			continue
 		}
-		if plain := tok.EncodePlain(s); len(plain) != 1 || plain[0] != id {
+		plain[id] = true // each id once
+		s, err := tok.Decode([]int32{id})
+		if err != nil || len(s) < 2 {
+			continue
+		}
+		if p := tok.EncodePlain(s); len(p) != 1 || p[0] != id {
 			out = append(out, s)
 		}
 	}

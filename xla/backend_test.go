@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/internal/pjrt"
+	"github.com/hindsight-ai/hindsight/internal/pjrt/pjrttest"
 	"github.com/hindsight-ai/hindsight/internal/testwait"
 )
 
@@ -201,22 +202,16 @@ func TestNewBackendOldAPI(t *testing.T) {
 // into a failure, so CI cannot pass without exercising XLA.
 const requireXLAEnv = "HINDSIGHT_REQUIRE_XLA_CPU"
 
-// cpuPlugin returns the XLA CPU plugin to test with: $HINDSIGHT_XLA_CPU_PLUGIN or the
-// fetched one; it skips the test when there is none.
+// cpuPlugin returns the XLA CPU plugin to test with ($HINDSIGHT_XLA_CPU_PLUGIN or the
+// fetched one) and logs which; it skips the test when there is none.
 func cpuPlugin(t *testing.T) string {
 	t.Helper()
-	skip := t.Skipf
-	if os.Getenv(requireXLAEnv) != "" {
-		skip = t.Fatalf
-	}
-	path, err := CPUPluginPath()
-	if err != nil {
-		skip("XLA CPU plugin: %v", err)
-	}
-	if _, err := os.Stat(path); err != nil {
-		skip("XLA CPU plugin not available (%v): run `hindsight fetch-xla-cpu` or set $%s", err, CPUPluginEnv)
-	}
-	return path
+	return pjrttest.CPUPlugin(t)
+}
+
+func TestCPUPluginEnvMatches(t *testing.T) {
+	require.Equal(t, CPUPluginEnv, pjrttest.CPUPluginEnv)
+	require.Equal(t, requireXLAEnv, pjrttest.RequireEnv)
 }
 
 func TestXLACPUMatchesGo(t *testing.T) {

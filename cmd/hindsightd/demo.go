@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -160,10 +161,26 @@ func (dm *demo) summary() {
 		fmt.Fprintf(dm.out, "  checkpoint   %s  (a Hugging Face model directory; trainer_state.json counts the trained rollouts)\n", ck.Path)
 		fmt.Fprintf(dm.out, "  credit files %s  (one <file>.credit.arrow per input file: per-token student/teacher log-probs, advantages, hints)\n", dm.cfg.OutputPath())
 		fmt.Fprintf(dm.out, "\nlook at them:\n")
-		fmt.Fprintf(dm.out, "  hindsight inspect -html credit.html %s/*.credit.arrow   # a page: each token coloured by its credit, hints inline\n", dm.cfg.OutputPath())
+		fmt.Fprintf(dm.out, "  %s inspect -html credit.html %s/*.credit.arrow   # a page: each token coloured by its credit, hints inline\n", cliCommand(), dm.cfg.OutputPath())
 		fmt.Fprintf(dm.out, "  cat %s/trainer_state.json | head -c 600\n", ck.Path)
 	}
-	fmt.Fprintf(dm.out, "\nnext: run hindsightd without -demo to watch %s, and `hindsight status` to query it\n", dm.incoming())
+	fmt.Fprintf(dm.out, "\nnext: run hindsightd without -demo to watch %s, and `%s status` to query it\n", dm.incoming(), cliCommand())
+	if cliCommand() != "hindsight" {
+		fmt.Fprintf(dm.out, "(`go install ./cmd/hindsight ./cmd/hindsightd` puts both on your PATH, in $(go env GOPATH)/bin)\n")
+	}
+}
+
+// cliCommand is how the closing hints run the CLI: hindsight when it is on PATH, else
+// `go run ./cmd/hindsight` from a checkout of the repository (the quick start runs the
+// demo with go run, which puts nothing on PATH).
+func cliCommand() string {
+	if _, err := exec.LookPath("hindsight"); err == nil {
+		return "hindsight"
+	}
+	if _, err := os.Stat(filepath.Join("cmd", "hindsight", "main.go")); err == nil {
+		return "go run ./cmd/hindsight"
+	}
+	return "hindsight"
 }
 
 // writeDemoRollouts writes the demo's files into dir and returns how many. Rollout ids

@@ -17,6 +17,11 @@ from openai import AsyncOpenAI
 
 base, key, out = sys.argv[1], sys.argv[2], sys.argv[3]
 set_tracing_disabled(True)
+# A fixed seed: the tiny random model sometimes ends a reply at once, and the SDK's
+# to_input_list() leaves an empty assistant message out of the history, which then
+# does not extend the recorded session (400 session_mismatch). With this seed every
+# reply has text.
+SEED = int(sys.argv[4]) if len(sys.argv) > 4 else 5
 
 
 @function_tool
@@ -30,7 +35,7 @@ def agent_for(session):
                          default_headers={"X-Hindsight-Session": session})
     return Agent(name="weather", instructions="You can call get_weather.", tools=[get_weather],
                  model=OpenAIChatCompletionsModel(model="hindsight", openai_client=client),
-                 model_settings=ModelSettings(max_tokens=12, temperature=1.0, top_p=1.0))
+                 model_settings=ModelSettings(max_tokens=12, temperature=1.0, top_p=1.0, extra_body={"seed": SEED}))
 
 
 def close(session, reward):
