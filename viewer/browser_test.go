@@ -185,7 +185,7 @@ func TestViewerInBrowser(t *testing.T) {
 	const longN = 100_000
 	lr := longRow(longN)
 	long := writePage(t, filepath.Join(dir, "long.html"), []creditfile.Row{lr})
-	// Colours: rollouts whose ids share a 40-character prefix, two like the demo's
+	// Colours: rollouts whose ids share a 41-character prefix, two like the demo's
 	// (A_t dominated by ±0.34) and the small file's first (A_t up to 1.5: dark red).
 	const prefix = "demo-2026-12-04T23:41:07Z-worker-07-roll-"
 	colourRows := []creditfile.Row{outcomeRow(prefix+"000001", 0.34), outcomeRow(prefix+"000002", -0.34), rows[0]}

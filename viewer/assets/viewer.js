@@ -12,7 +12,7 @@
   const base = (p) => p.slice(p.lastIndexOf("/") + 1);
   // shortId keeps both ends of a long rollout id: ids often share a long prefix
   // (a run name, a date) and differ only at the end.
-  const ID_HEAD = 8, ID_TAIL = 13;
+  const ID_HEAD = 8, ID_TAIL = 14;
   const shortId = (id) => (id.length <= ID_HEAD + ID_TAIL + 1 ? id : id.slice(0, ID_HEAD) + "…" + id.slice(-ID_TAIL));
   $("files").textContent = data.files.map(base).join(", ") + " · " + data.rollouts.length + " rollouts";
   $("files").title = data.files.join("\n");

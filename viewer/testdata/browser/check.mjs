@@ -8,7 +8,7 @@
 // spec (each part optional): {small: PAGE, tokens: [{rollout, t, id, s, q, delta, rho, a}],
 //        teacherTips: [{rollout, t, lines: [LINE…]}], hintRow: TEXT, sortKey, sortedIDs, long: PAGE, longTokens, longLastID, maxTokenNodes,
 //        colours: {page, ids: [ID…], outcomeRollouts: [I…], minContrast},
-//        screenshot: {page, out, rollout, t}}  (docs/gen_viewer_screenshot.sh)
+//        screenshot: {page, out, rollout, t, by}}  (docs/gen_viewer_screenshot.sh)
 // Prints one line per check and exits 1 on the first failure.
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync, mkdtempSync, rmSync } from "node:fs";
@@ -186,6 +186,8 @@ try {
     check(c.title.split("\n")[0] === co.ids[i], `id cell ${i}: title holds the full id ${co.ids[i]}`);
     check(!c.clipped, `id cell ${i} "${c.text}" is not clipped`);
   });
+  const left = await evaluate(`(() => { const el = document.getElementById("left"); return {scroll: el.scrollWidth, client: el.clientWidth}; })()`);
+  check(left.scroll <= left.client, `the list fits its panel: ${left.scroll} px wide in ${left.client} px`);
   // 5. Contrast: every rendered token's computed text colour against the background
   // it is drawn on (its own, else the nearest ancestor's), both colourings.
   const contrast = async () => evaluate(`(() => {
@@ -232,10 +234,10 @@ try {
   }
   }
   if (spec.screenshot) {
-    // A picture for the README: spec.screenshot = {page, out, rollout, t}.
+    // A picture for the docs: spec.screenshot = {page, out, rollout, t, by ("a", the default, or "delta")}.
     const sh = spec.screenshot;
     await load(sh.page);
-    await evaluate(`hindsightViewer.open(${sh.rollout}); hindsightViewer.focusToken(${sh.t})`);
+    await evaluate(`hindsightViewer.colourBy(${JSON.stringify(sh.by || "a")}); hindsightViewer.open(${sh.rollout}); hindsightViewer.focusToken(${sh.t})`);
     await frame();
     const png = await S("Page.captureScreenshot", { format: "png" });
     writeFileSync(sh.out, Buffer.from(png.data, "base64"));
