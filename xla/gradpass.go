@@ -114,7 +114,7 @@ func (p *gradPass) truncated(ctx context.Context, s *Scorer, tokens []int32, cac
 			return err
 		}
 		rem := T - off
-		n := trainChunkFor(chunk, rem, s.trainCut(off+min(rem, chunk), chunk), heads, scores)
+		n := trainChunkFor(chunk, rem, s.trainCut(off+min(rem, chunk), chunk), heads, scores, s.quarter)
 		cut := s.trainCut(off+n, chunk)
 		if err := s.ensure(cache, max(off+n, cut)); err != nil {
 			return err
@@ -145,7 +145,7 @@ func (p *gradPass) exact(ctx context.Context, s *Scorer, tokens []int32, cache *
 	var offs, ns []int
 	for off := 0; off < T; {
 		rem := T - off
-		n := trainChunkFor(chunk, rem, s.trainCut(off+min(rem, chunk), chunk), heads, scores)
+		n := trainChunkFor(chunk, rem, s.trainCut(off+min(rem, chunk), chunk), heads, scores, s.quarter)
 		offs, ns = append(offs, off), append(ns, n)
 		off += n
 	}
@@ -283,13 +283,10 @@ func (s *Scorer) trainCut(end, unit int) int {
 }
 
 // trainChunkFor is the training chunk for rem remaining positions against a cache
-// of capacity positions: chunk, divided by 4 (≥ minChunk) while that still holds
-// rem, then halved (≥ minChunk) while chunk × heads × capacity > scores.
-func trainChunkFor(chunk, rem, capacity, heads, scores int) int {
-	n := chunk
-	for n/4 >= minChunk && n/4 >= rem {
-		n /= 4
-	}
+// of capacity positions: chunkRung(chunk, rem, quarter), then halved (≥ minChunk)
+// while chunk × heads × capacity > scores.
+func trainChunkFor(chunk, rem, capacity, heads, scores int, quarter bool) int {
+	n := chunkRung(chunk, rem, quarter)
 	for scores > 0 && n/2 >= minChunk && n*heads*capacity > scores {
 		n /= 2
 	}

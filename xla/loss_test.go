@@ -225,11 +225,13 @@ func TestTruncatedGradientCosine(t *testing.T) {
 }
 
 func TestTrainChunkFor(t *testing.T) {
-	require.Equal(t, 256, trainChunkFor(256, 1000, 1024, 4, 0))
-	require.Equal(t, 64, trainChunkFor(256, 60, 1024, 4, 0))
-	require.Equal(t, 16, trainChunkFor(256, 3, 1024, 4, 0))
-	require.Equal(t, 128, trainChunkFor(1024, 5000, 32768, 4, 1<<24))
-	require.Equal(t, 16, trainChunkFor(1024, 5000, 1<<20, 4, 1<<20))
+	require.Equal(t, 256, trainChunkFor(256, 1000, 1024, 4, 0, false))
+	require.Equal(t, 64, trainChunkFor(256, 60, 1024, 4, 0, false))
+	require.Equal(t, 16, trainChunkFor(256, 3, 1024, 4, 0, false))
+	require.Equal(t, 128, trainChunkFor(256, 150, 1024, 4, 0, false))
+	require.Equal(t, 256, trainChunkFor(256, 150, 1024, 4, 0, true))
+	require.Equal(t, 128, trainChunkFor(1024, 5000, 32768, 4, 1<<24, false))
+	require.Equal(t, 16, trainChunkFor(1024, 5000, 1<<20, 4, 1<<20, false))
 }
 
 // TestExactChunkedGradient: the reverse-order chunked pass, which carries the
@@ -271,7 +273,8 @@ func TestExactChunkedGradient(t *testing.T) {
 	for _, g := range full {
 		scale = math.Max(scale, math.Abs(g))
 	}
-	for _, chunk := range []int{16, 32, 64} {
+	// T = 200: chunk 128 runs as 128 + 64 + 16 (chunkRung; before issue 42 as 128 + 128).
+	for _, chunk := range []int{16, 32, 64, 128} {
 		exact, res := grad(func(acc []*tensors.Tensor) (passResult, error) {
 			return p.accumulate(t.Context(), BackpropExact, s, tokens, cache, terms, chunk, 0, acc)
 		})

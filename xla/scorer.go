@@ -16,9 +16,9 @@ import (
 // otherwise: logits of DefaultChunk × vocab floats exist at once.
 const DefaultChunk = 512
 
-// minChunk is the smallest chunk bucket; chunk buckets are Chunk, Chunk/4,
-// Chunk/16, … down to minChunk, so a short tail (or a short hinted segment) is not
-// padded to a whole chunk.
+// minChunk is the smallest chunk bucket; chunk buckets are Chunk, Chunk/2,
+// Chunk/4, … down to minChunk (chunkRung), so a short rollout, tail or hinted
+// segment is not padded to a whole chunk.
 const minChunk = 16
 
 // ScorerOptions configure a Scorer.
@@ -40,6 +40,11 @@ type ScorerOptions struct {
 	// ~T²/2, and a copy of the whole cache per chunk. Kept so that a benchmark can
 	// run both in one process (bench/attention); not for production.
 	BucketAttention bool
+	// QuarterChunks restores the chunk ladder before issue 42, Chunk/4^k (512, 128,
+	// 32): a rollout of 129…512 positions runs as one chunk of 512. Kept so that a
+	// benchmark can run both ladders in one process (BenchmarkScoreShortRollouts);
+	// not for production.
+	QuarterChunks bool
 }
 
 // DefaultAttentionScores is the default ScorerOptions.AttentionScores: 2^26 float32
@@ -48,11 +53,14 @@ const DefaultAttentionScores = 1 << 26
 
 // Scorer computes per-token log-probs of rollouts under a Model, chunk by chunk
 // against a paged KV cache (kvcache_paged.go, scorer_paged.go). Shapes are
-// bucketed, chunk lengths to Chunk/2^k (Chunk/4^k for short tails, halved further
-// under the attention-score budget), and the pages before a chunk that it attends
-// to to a span of 1…8 or 5…8×2^k pages (spanFor), so a rollout of T positions
-// compiles at most about 9 + 4·log2(T/(8·Chunk)) step programs (29 for 128k with
-// chunk 512), reused by every later rollout. A Scorer runs one pass at a time (it
+// bucketed, chunk lengths to Chunk/2^k ≥ minChunk (chunkRung for short rollouts
+// and tails, halved further under the attention-score budget), and the pages
+// before a chunk that it attends to to a span of 1…8 or 5…8×2^k pages (spanFor),
+// so a rollout of T positions compiles at most about 9 + 4·log2(T/(8·Chunk))
+// full-chunk step programs (29 for 128k with chunk 512) and its tail at most
+// log2(Chunk/minChunk) more (5 at chunk 512); over all lengths up to T, at most
+// log2(Chunk/minChunk) + 1 chunk lengths per span (6 × 29 = 174 for 128k; 6 × 4 = 24 up to 2,048), each
+// compiled once and reused by every later rollout. A Scorer runs one pass at a time (it
 // owns the device); its methods serialise.
 type Scorer struct {
 	model   *Model
@@ -60,6 +68,7 @@ type Scorer struct {
 	chunk   int
 	scores  int  // AttentionScores
 	bucket  bool // ScorerOptions.BucketAttention
+	quarter bool // ScorerOptions.QuarterChunks
 	mu      sync.Mutex
 	// device runs its programs and holds its caches (0 unless a data-parallel
 	// trainer made it for another device: dataparallel.go).
@@ -90,7 +99,7 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	for c < chunk {
 		c *= 2
 	}
-	s := &Scorer{model: m, backend: backend, chunk: c, scores: opts.AttentionScores, bucket: opts.BucketAttention, seen: map[[3]int]bool{}}
+	s := &Scorer{model: m, backend: backend, chunk: c, scores: opts.AttentionScores, bucket: opts.BucketAttention, quarter: opts.QuarterChunks, seen: map[[3]int]bool{}}
 	if s.scores <= 0 {
 		s.scores = DefaultAttentionScores
 	}
@@ -169,15 +178,36 @@ func (s *Scorer) checkTokens(tokens []int32) error {
 
 // chunkFor is the chunk bucket for n remaining positions when one attention score
 // tensor is width positions wide (the span's block, or the cache capacity with
-// BucketAttention): the smallest of Chunk/4^k (≥ minChunk) that holds min(n, Chunk),
-// then halved (to ≥ minChunk) while chunk × heads × width exceeds the
-// attention-score budget.
+// BucketAttention): chunkRung(Chunk, n), then halved (to ≥ minChunk) while
+// chunk × heads × width exceeds the attention-score budget.
 func (s *Scorer) chunkFor(n, width int) int {
-	c := s.chunk
-	for c/4 >= minChunk && c/4 >= n {
-		c /= 4
-	}
+	c := chunkRung(s.chunk, n, s.quarter)
 	for c/2 >= minChunk && c*s.model.Config.NumAttentionHeads*width > s.scores {
+		c /= 2
+	}
+	return c
+}
+
+// chunkRung is the chunk for rem remaining positions on the ladder top, top/2,
+// top/4, … ≥ minChunk (top a power of two ≥ minChunk): top while rem ≥ top, else
+// the smallest rung c ≥ rem, or c/2 when rem ≤ 3c/4 and c ≥ 8·minChunk (the rest,
+// ≤ c/4, then takes a later rung: one more step saves ≥ c/4 ≥ 32 padded
+// positions). A rollout of T positions so runs as at most 4T/3 + 2·minChunk
+// positions: 256 as one chunk of 256, 300 as 256 + 64, 150 as 128 + 32, 400 as
+// 512. With quarter, the ladder is top/4^k and the smallest rung ≥ min(rem, top)
+// is taken, as before issue 42 (129…512 positions cost 512).
+func chunkRung(top, rem int, quarter bool) int {
+	c := top
+	if quarter {
+		for c/4 >= minChunk && c/4 >= rem {
+			c /= 4
+		}
+		return c
+	}
+	for c/2 >= minChunk && c/2 >= rem {
+		c /= 2
+	}
+	if rem < c && 4*rem <= 3*c && c >= 8*minChunk {
 		c /= 2
 	}
 	return c

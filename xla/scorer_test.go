@@ -44,6 +44,58 @@ func TestScoreChunkedEqualsUnchunked(t *testing.T) {
 	t.Logf("%d tokens: max |chunked − unchunked| = %.2g; unchunked %v, chunked (128) %v", n, worst, tFull, tChunked)
 }
 
+// TestScoreChunkRungs scores rollouts of short lengths at the default chunk (512)
+// and compares each with one unchunked causal pass: a length takes the chunk
+// rungs chunkRung gives (256 as one chunk of 256, 300 as 256 + 64, 150 as 128 +
+// 32, 600 as 512 + 64 + 32, …), each rung exact, and the padded positions stay under 4/3 of the
+// tokens plus one minimal chunk. The ladder before issue 42 (QuarterChunks) scores
+// the same and pays 512 positions for each of 129…512 tokens.
+func TestScoreChunkRungs(t *testing.T) {
+	m := testModel(t, tinyFields(map[string]any{"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+		"num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64}), 31)
+	tokens := testTokens(600, m.Config.VocabSize, 32)
+	full := fullLogProbs(t, m, tokens)
+	cases := []struct{ n, chunks, positions, quarter int }{
+		{256, 1, 256, 512}, {300, 2, 320, 512}, {200, 1, 256, 512}, {150, 2, 160, 512},
+		{40, 1, 64, 128}, {600, 3, 608, 640},
+	}
+	for _, quarter := range []bool{false, true} {
+		s, err := NewScorer(newTestBackend(t), m, ScorerOptions{QuarterChunks: quarter})
+		require.NoError(t, err)
+		for _, c := range cases {
+			s.ResetStats()
+			lp, kv, err := s.Score(t.Context(), tokens[:c.n])
+			require.NoError(t, err)
+			require.NoError(t, kv.Close())
+			var worst float64
+			for i := 1; i < c.n; i++ {
+				worst = math.Max(worst, math.Abs(float64(lp[i]-full[i-1])))
+			}
+			require.Less(t, worst, 1e-4, "n=%d quarter=%v", c.n, quarter)
+			st := s.Stats()
+			if quarter {
+				require.Equal(t, c.quarter, st.Positions, "n=%d quarter: %s", c.n, st)
+				continue
+			}
+			require.Equal(t, c.chunks, st.Chunks, "n=%d: %s", c.n, st)
+			require.Equal(t, c.positions, st.Positions, "n=%d: %s", c.n, st)
+			require.LessOrEqual(t, 3*st.Positions, 4*c.n+6*minChunk, "n=%d", c.n)
+		}
+	}
+}
+
+func TestChunkRung(t *testing.T) {
+	for _, c := range []struct{ top, rem, want, quarter int }{
+		{512, 5000, 512, 512}, {512, 512, 512, 512}, {512, 400, 512, 512}, {512, 384, 256, 512},
+		{512, 300, 256, 512}, {512, 256, 256, 512}, {512, 200, 256, 512}, {512, 129, 128, 512},
+		{512, 128, 128, 128}, {512, 88, 64, 128}, {512, 44, 64, 128}, {512, 24, 32, 32}, {512, 22, 32, 32},
+		{512, 17, 32, 32}, {512, 16, 16, 32}, {512, 1, 16, 32}, {64, 22, 32, 64}, {16, 3, 16, 16},
+	} {
+		require.Equal(t, c.want, chunkRung(c.top, c.rem, false), "top %d rem %d", c.top, c.rem)
+		require.Equal(t, c.quarter, chunkRung(c.top, c.rem, true), "quarter: top %d rem %d", c.top, c.rem)
+	}
+}
+
 // TestScoreBucketsAndReuse checks that lengths that share buckets share
 // executables and that an odd length equals the same prefix of a longer rollout.
 func TestScoreBucketsAndReuse(t *testing.T) {

@@ -16,21 +16,21 @@ func TestScoreStatsCompilesOnce(t *testing.T) {
 	m := testModel(t, tinyFields(nil), 21)
 	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 64})
 	require.NoError(t, err)
-	tokens := testTokens(150, m.Config.VocabSize, 22) // chunks 64, 64, 64 (the tail of 22 padded); capacity 256
+	tokens := testTokens(150, m.Config.VocabSize, 22) // chunks 64, 64, 32 (the tail of 22 padded); capacity 256
 
 	first, c, err := s.Score(t.Context(), tokens)
 	require.NoError(t, err)
 	c.Close()
 	st := s.Stats()
-	// zeros 256 and one step program per causal span: the chunks attend to 64,
-	// 128 and 192 cache positions.
-	require.Equal(t, 4, st.Programs, "zeros 256 and steps 64@256 over spans 64, 128, 192: %s", st)
+	// zeros 256 and one step program per chunk and causal span: the chunks attend
+	// to 64, 128 and 32+128 cache positions.
+	require.Equal(t, 4, st.Programs, "zeros 256 and steps 64 over spans 64, 128, 32 over 160: %s", st)
 	require.Equal(t, 3, st.Attention.Programs)
-	require.Equal(t, int64(64*64+64*128+64*192), st.Attention.AttendedPairs)
+	require.Equal(t, int64(64*64+64*128+32*160), st.Attention.AttendedPairs)
 	require.Greater(t, st.CompileSeconds, 0.0)
 	require.Greater(t, st.ExecuteSeconds, 0.0)
 	require.Greater(t, st.CacheSeconds, 0.0)
-	require.Equal(t, ScoreStats{Passes: 1, Chunks: 3, Positions: 192, Tokens: 150, Programs: 4},
+	require.Equal(t, ScoreStats{Passes: 1, Chunks: 3, Positions: 160, Tokens: 150, Programs: 4},
 		ScoreStats{Passes: st.Passes, Chunks: st.Chunks, Positions: st.Positions, Tokens: st.Tokens, Programs: st.Programs})
 
 	s.ResetStats()
