@@ -92,10 +92,44 @@ func longRow(n int) creditfile.Row {
 	return r
 }
 
+// outcomeRow is a credit row like the demo's: A_t = outcome + Δ_t over a hinted
+// span whose Δ_t (−0.019…0.011) is far smaller than the constant outcome term, so
+// colouring by A_t paints the span one colour and only Δ_t tells its tokens apart.
+func outcomeRow(id string, outcome float32) creditfile.Row {
+	nan := float32(math.NaN())
+	ids := tokenizer.NewBytes().EncodeText("the answer is 42 because six times seven")
+	n := len(ids)
+	r := creditfile.Row{RolloutID: id, Tokens: ids, OutcomeAdv: outcome, Tokenizer: tokenizer.BytesFingerprint,
+		Segments: []creditfile.Segment{{Start: 0, End: int32(n), Kind: "assistant"}},
+		Hints:    []creditfile.Hint{{Segment: 0, InsertAt: 4, End: int32(n), Source: "rules", Reason: "surprise", Text: "check"}}}
+	for i := range n {
+		d := nan
+		if i >= 4 {
+			d = -0.019 + 0.03*float32(i-4)/float32(n-5) // −0.019 … 0.011
+		}
+		a := outcome
+		if i >= 4 {
+			a += d
+		}
+		r.LossMask = append(r.LossMask, true)
+		r.Student = append(r.Student, -1)
+		r.Teacher = append(r.Teacher, nan)
+		r.Base = append(r.Base, nan)
+		r.Delta = append(r.Delta, d)
+		r.Rho = append(r.Rho, 1)
+		r.Sampler = append(r.Sampler, -1)
+		r.Advantages = append(r.Advantages, a)
+	}
+	return r
+}
+
 // TestViewerInBrowser loads pages in headless Chromium (viewer/testdata/browser/
 // check.mjs): hovering tokens shows the file's numbers, arrow keys move focus,
-// a header click sorts the list, and a 100,000-token rollout keeps a bounded
-// number of token nodes wherever it is scrolled.
+// a header click sorts the list, a 100,000-token rollout keeps a bounded
+// number of token nodes wherever it is scrolled, ids with a long common prefix
+// stay distinguishable, every rendered token's text has a WCAG contrast of at least
+// 4.5 with its background, and colouring by Δ_t tells apart the tokens that A_t
+// (dominated by the outcome term) paints alike.
 func TestViewerInBrowser(t *testing.T) {
 	chromium, node := browser(t)
 	if testing.Short() {
@@ -151,7 +185,15 @@ func TestViewerInBrowser(t *testing.T) {
 	const longN = 100_000
 	lr := longRow(longN)
 	long := writePage(t, filepath.Join(dir, "long.html"), []creditfile.Row{lr})
+	// Colours: rollouts whose ids share a 41-character prefix, two like the demo's
+	// (A_t dominated by ±0.34) and the small file's first (A_t up to 1.5: dark red).
+	const prefix = "demo-2026-12-04T23:41:07Z-worker-07-roll-"
+	colourRows := []creditfile.Row{outcomeRow(prefix+"000001", 0.34), outcomeRow(prefix+"000002", -0.34), rows[0]}
+	colours := writePage(t, filepath.Join(dir, "colours.html"), colourRows)
+
 	spec := map[string]any{
+		"colours": map[string]any{"page": colours, "ids": []string{prefix + "000001", prefix + "000002", rows[0].RolloutID},
+			"outcomeRollouts": []int{0, 1}, "minContrast": 4.5},
 		"small": small, "tokens": tokens, "teacherTips": tips, "hintRow": "[context sibling+hint · loss topk, jsd α 0.5]", "sortKey": "reward", "sortedIDs": []string{"roll-3", "roll-<1>", "roll-2"},
 		"long": long, "longTokens": longN, "longLastID": lr.Tokens[longN-1], "maxTokenNodes": 2500,
 	}

@@ -10,6 +10,10 @@
   const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
 
   const base = (p) => p.slice(p.lastIndexOf("/") + 1);
+  // shortId keeps both ends of a long rollout id: ids often share a long prefix
+  // (a run name, a date) and differ only at the end.
+  const ID_HEAD = 8, ID_TAIL = 14;
+  const shortId = (id) => (id.length <= ID_HEAD + ID_TAIL + 1 ? id : id.slice(0, ID_HEAD) + "…" + id.slice(-ID_TAIL));
   $("files").textContent = data.files.map(base).join(", ") + " · " + data.rollouts.length + " rollouts";
   $("files").title = data.files.join("\n");
 
@@ -33,7 +37,7 @@
       const tr = document.createElement("tr");
       tr.dataset.index = i;
       if (i === current) tr.className = "sel";
-      tr.innerHTML = "<td title=\"" + esc(r.file) + "\">" + esc(r.id) + "</td><td class=num>" + fmt(r.reward) +
+      tr.innerHTML = "<td class=id title=\"" + esc(r.id + "\n" + r.file) + "\">" + esc(shortId(r.id)) + "</td><td class=num>" + fmt(r.reward) +
         "</td><td class=num>" + fmt(r.outcome_advantage) + "</td><td class=num>" + fmt(r.sum_abs_delta) +
         "</td><td class=num>" + fmt(r.clip_fraction) + "</td><td class=num>" + r.hints.length +
         "</td><td class=num>" + r.ids.length + "</td>";
@@ -100,6 +104,11 @@
 
   // ---- one rollout --------------------------------------------------------
   let rows = [], tokRow = null, R = null, scale = 1; // tokRow[t]: the row holding token t
+  // by is what colours the tokens: "a" (A_t, which the outcome term can dominate)
+  // or "delta" (the hint's Δ_t alone); each has its own scale, max |value| over the
+  // rollout's trained tokens.
+  let by = "a";
+  const shade = (t) => (R.mask[t] && R[by] ? R[by][t] : null);
   function buildRows(r) {
     const out = [], segAt = new Map(), hintsAt = new Map();
     r.segments.forEach((s, k) => segAt.set(s.Start, k));
@@ -123,20 +132,38 @@
     for (const h of r.hints) if (h.insert_at >= r.ids.length) out.push({ kind: "hint", hint: h });
     return out;
   }
+  // colour returns the background for value a on the current scale (blue,
+  // white, red) and the text colour, black or white, that contrasts with it more.
   function colour(a) {
     const x = Math.max(-1, Math.min(1, a / scale));
     const lerp = (q) => Math.round(247 + (q - 247) * Math.abs(x)); // from the white midpoint
-    return x >= 0 ? "rgb(" + lerp(178) + "," + lerp(24) + "," + lerp(43) + ")"
-      : "rgb(" + lerp(33) + "," + lerp(102) + "," + lerp(172) + ")";
+    const rgb = x >= 0 ? [lerp(178), lerp(24), lerp(43)] : [lerp(33), lerp(102), lerp(172)];
+    const lin = (v) => { v /= 255; return v <= 0.04045 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    const L = 0.2126 * lin(rgb[0]) + 0.7152 * lin(rgb[1]) + 0.0722 * lin(rgb[2]); // WCAG relative luminance
+    // Contrast with black (L+0.05)/0.05, with white 1.05/(L+0.05): black wins above L ≈ 0.179.
+    return { bg: "rgb(" + rgb.join(",") + ")", fg: (L + 0.05) / 0.05 >= 1.05 / (L + 0.05) ? "#000" : "#fff" };
   }
-  function open(i) {
-    current = i;
-    R = data.rollouts[i];
+  function setScale() {
     scale = 0;
-    R.a.forEach((a, t) => { if (R.mask[t] && a !== null) scale = Math.max(scale, Math.abs(a)); });
+    R.a.forEach((_, t) => { const v = shade(t); if (v !== null) scale = Math.max(scale, Math.abs(v)); });
     if (scale === 0) scale = 1;
     $("leg-lo").textContent = fmt(-scale);
     $("leg-hi").textContent = "+" + fmt(scale);
+    $("leg-note").textContent = by === "a" ? "token colour: A_t (grey: not trained)"
+      : R.delta ? "token colour: Δ_t, hinted tokens only (grey: not trained)" : "no Δ_t: credit schema v1";
+  }
+  // colourBy switches the token colours to "a" or "delta".
+  function colourBy(k) {
+    if (k !== "a" && k !== "delta") throw new Error("no colouring " + k);
+    by = k;
+    for (const el of document.querySelectorAll('input[name="by"]')) el.checked = el.value === k;
+    if (R) { setScale(); render(); }
+  }
+  for (const el of document.querySelectorAll('input[name="by"]')) el.addEventListener("change", () => colourBy(el.value));
+  function open(i) {
+    current = i;
+    R = data.rollouts[i];
+    setScale();
     $("head").innerHTML = "<b>" + esc(R.id) + "</b> · <span title=\"" + esc(R.file) + "\">" + esc(base(R.file)) + "</span>" + (R.task_id ? " · task " + esc(R.task_id) : "") +
       " · step " + R.step + " · reward " + fmt(R.reward) + " · A_out " + fmt(R.outcome_advantage) +
       " · Σ|Δ| " + fmt(R.sum_abs_delta) + " · clip " + fmt(R.clip_fraction) + " · " + R.ids.length + " tokens · text: " +
@@ -154,7 +181,12 @@
     s.tabIndex = 0;
     s.dataset.t = t;
     s.textContent = R.text[t].replace(/\n/g, "↵").replace(/\t/g, "→");
-    if (R.mask[t] && R.a[t] !== null) s.style.background = colour(R.a[t]);
+    const v = shade(t);
+    if (v !== null) {
+      const c = colour(v);
+      s.style.background = c.bg;
+      s.style.color = c.fg;
+    }
     return s;
   }
   function render() {
@@ -244,7 +276,7 @@
 
   // For tests and the console.
   window.hindsightViewer = {
-    data: data, open: open, sortBy: sortBy, focusToken: focusToken,
+    data: data, open: open, sortBy: sortBy, focusToken: focusToken, colourBy: colourBy,
     order: () => order.slice(), tokenNodes: () => rowsBox.querySelectorAll(".tok").length, tipText: tipText,
   };
   renderList();

@@ -7,7 +7,8 @@
 //
 // spec (each part optional): {small: PAGE, tokens: [{rollout, t, id, s, q, delta, rho, a}],
 //        teacherTips: [{rollout, t, lines: [LINE…]}], hintRow: TEXT, sortKey, sortedIDs, long: PAGE, longTokens, longLastID, maxTokenNodes,
-//        screenshot: {page, out, rollout, t}}  (docs/gen_viewer_screenshot.sh)
+//        colours: {page, ids: [ID…], outcomeRollouts: [I…], minContrast},
+//        screenshot: {page, out, rollout, t, by}}  (docs/gen_viewer_screenshot.sh)
 // Prints one line per check and exits 1 on the first failure.
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync, mkdtempSync, rmSync } from "node:fs";
@@ -172,11 +173,71 @@ try {
   const lastTip = await tipNumbers();
   check(lastTip !== null && lastTip.t === last && lastTip.id === spec.longLastID, `the last token (${last}) takes focus and shows id ${spec.longLastID}`);
   }
+  if (spec.colours) {
+  // 4. Ids with a long common prefix stay distinguishable in the list, unclipped,
+  // with the full id in the cell's title.
+  const co = spec.colours;
+  await load(co.page);
+  const cells = await evaluate(`[...document.querySelectorAll("#list tbody td.id")].map((td) =>
+    ({text: td.textContent, title: td.title, clipped: td.scrollWidth > td.clientWidth}))`);
+  check(cells.length === co.ids.length, `${cells.length} id cells for ${co.ids.length} rollouts`);
+  check(new Set(cells.map((c) => c.text)).size === cells.length, `the id cells differ: ${cells.map((c) => c.text).join(", ")}`);
+  cells.forEach((c, i) => {
+    check(c.title.split("\n")[0] === co.ids[i], `id cell ${i}: title holds the full id ${co.ids[i]}`);
+    check(!c.clipped, `id cell ${i} "${c.text}" is not clipped`);
+  });
+  const left = await evaluate(`(() => { const el = document.getElementById("left"); return {scroll: el.scrollWidth, client: el.clientWidth}; })()`);
+  check(left.scroll <= left.client, `the list fits its panel: ${left.scroll} px wide in ${left.client} px`);
+  // 5. Contrast: every rendered token's computed text colour against the background
+  // it is drawn on (its own, else the nearest ancestor's), both colourings.
+  const contrast = async () => evaluate(`(() => {
+    const parse = (c) => { const m = c.match(/[\\d.]+/g).map(Number); return {rgb: m.slice(0, 3), a: m.length > 3 ? m[3] : 1}; };
+    const lin = (v) => { v /= 255; return v <= 0.04045 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    const lum = (c) => 0.2126 * lin(c[0]) + 0.7152 * lin(c[1]) + 0.0722 * lin(c[2]);
+    const bg = (el) => { for (; el; el = el.parentElement) { const c = parse(getComputedStyle(el).backgroundColor); if (c.a > 0) return c.rgb; } return [255, 255, 255]; };
+    let worst = null;
+    for (const el of document.querySelectorAll(".tok, #list td")) {
+      const f = lum(parse(getComputedStyle(el).color).rgb), b = lum(bg(el));
+      const r = (Math.max(f, b) + 0.05) / (Math.min(f, b) + 0.05);
+      if (!worst || r < worst.ratio) worst = {ratio: r, t: el.dataset.t, text: el.textContent, fg: getComputedStyle(el).color, bg: String(bg(el))};
+    }
+    return worst; })()`);
+  for (const by of ["a", "delta"]) {
+    await evaluate(`hindsightViewer.colourBy(${JSON.stringify(by)})`);
+    for (let i = 0; i < co.ids.length; i++) {
+      await evaluate(`hindsightViewer.open(${i})`);
+      await frame();
+      const w = await contrast();
+      check(w !== null && w.ratio >= co.minContrast, `colour by ${by}, rollout ${i}: lowest text contrast ${w && w.ratio.toFixed(2)} ≥ ${co.minContrast} (${JSON.stringify(w)})`);
+    }
+  }
+  // 6. On the rollouts whose A_t is the outcome term ± a small Δ_t, colouring by A_t
+  // paints the hinted span in one hue; a click on "hint Δ_t" gives it both hues
+  // (Δ_t has both signs) and many shades.
+  const hues = (cs) => { const s = new Set(cs.map((c) => c.bg)); const rgb = cs.map((c) => c.bg.match(/\d+/g).map(Number));
+    return {shades: s.size, red: rgb.filter((c) => c[0] > c[2]).length, blue: rgb.filter((c) => c[2] > c[0]).length}; };
+  const hinted = (i) => `[...document.querySelectorAll(".tok")].filter((el) => hindsightViewer.data.rollouts[${i}].delta[+el.dataset.t] !== null)
+    .map((el) => ({bg: getComputedStyle(el).backgroundColor}))`;
+  for (const i of co.outcomeRollouts) {
+    await evaluate(`hindsightViewer.colourBy("a"); hindsightViewer.open(${i})`);
+    await frame();
+    const byA = hues(await evaluate(hinted(i)));
+    check(byA.red === 0 || byA.blue === 0, `rollout ${i} by A_t: one hue over the hinted span (${JSON.stringify(byA)})`);
+    const radio = await centre(`input[name="by"][value="delta"]`);
+    await S("Input.dispatchMouseEvent", { type: "mousePressed", x: radio.x, y: radio.y, button: "left", clickCount: 1 });
+    await S("Input.dispatchMouseEvent", { type: "mouseReleased", x: radio.x, y: radio.y, button: "left", clickCount: 1 });
+    await frame();
+    const byD = hues(await evaluate(hinted(i)));
+    check(byD.red > 0 && byD.blue > 0 && byD.shades >= 10, `rollout ${i} by Δ_t: both hues and ${byD.shades} shades (${JSON.stringify(byD)})`);
+    const legend = await evaluate(`document.getElementById("leg-hi").textContent`);
+    check(legend === "+0.019", `rollout ${i} by Δ_t: the legend's scale is Δ's own, ${legend}`);
+  }
+  }
   if (spec.screenshot) {
-    // A picture for the README: spec.screenshot = {page, out, rollout, t}.
+    // A picture for the docs: spec.screenshot = {page, out, rollout, t, by ("a", the default, or "delta")}.
     const sh = spec.screenshot;
     await load(sh.page);
-    await evaluate(`hindsightViewer.open(${sh.rollout}); hindsightViewer.focusToken(${sh.t})`);
+    await evaluate(`hindsightViewer.colourBy(${JSON.stringify(sh.by || "a")}); hindsightViewer.open(${sh.rollout}); hindsightViewer.focusToken(${sh.t})`);
     await frame();
     const png = await S("Page.captureScreenshot", { format: "png" });
     writeFileSync(sh.out, Buffer.from(png.data, "base64"));
