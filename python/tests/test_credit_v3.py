@@ -37,7 +37,10 @@ def test_daemon_writes_credit_v3(tmp_path: Path, go_bin: Path) -> None:
     data = tmp_path / "data"
     cfg = tmp_path / "hindsightd.yaml"
     cfg.write_text("train:\n  token_budget: 256\n  idle_flush: 500ms\n  checkpoint:\n    every_steps: 1\n"
-                   "credit:\n  distill:\n    mode: topk\n    top_k: 8\n")
+                   "credit:\n  distill:\n    mode: topk\n    top_k: 8\n    topk_ids: teacher\n")
+    # Teacher-side ids, so the recorded alternatives are the teacher's own top k and the
+    # taken token's teacher log-prob is at most the best of them (checked below); the
+    # student-side default is checked by Go's TestDistillTopKCreditFiles.
     d = Daemon(go_bin / "hindsightd", data, "-config", str(cfg))
     try:
         d.wait_ready()
