@@ -21,7 +21,10 @@ import (
 
 // InitOptions say what InitModel writes.
 type InitOptions struct {
-	Preset    string // "tiny", "small", "qwen3-tiny", "qwen3-0.6b" or "qwen3-1.7b" (PresetConfig)
+	Preset string // "tiny", "small", "qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b" or "smollm2-135m" (PresetConfig)
+	// Layers, when > 0, replaces the preset's layer count (a shallower model of the
+	// same width: the memory benchmarks' second shape).
+	Layers    int
 	Tokenizer string // "bytes" (the default) or a tokenizer.json or a directory holding one
 	Seed      uint64 // the same seed writes the same weights
 	Dtype     string // "float32" (the default) or "bfloat16"
@@ -37,7 +40,10 @@ const InitStd = 0.02
 const Qwen3VocabSize = 151936
 
 // Presets are the names PresetConfig takes.
-var Presets = []string{"tiny", "small", "qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b"}
+var Presets = []string{"tiny", "small", "qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b", "smollm2-135m"}
+
+// SmolLM2VocabSize is the vocab_size of the smollm2-135m preset (SmolLM2's tokenizer).
+const SmolLM2VocabSize = 49152
 
 // PresetConfig returns the config of a preset for a tokenizer of vocabSize ids.
 // With the byte tokenizer (265 ids) "tiny" has about 91k parameters and "small"
@@ -59,6 +65,10 @@ var Presets = []string{"tiny", "small", "qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b"
 //	            6144, vocab 151936: 1,720,574,976 parameters (Qwen/Qwen3-1.7B config.json)
 //	qwen3-tiny: the same architecture at test size: 2 layers, hidden 64, 4 heads
 //	            (2 KV heads) of 32, intermediate 128, the tokenizer's vocabulary
+//
+//	smollm2-135m: llama, 30 layers, hidden 576, 9 heads (3 KV heads) of 64,
+//	            intermediate 1536, vocab 49152, RoPE θ = 100000: 134,515,008
+//	            parameters (HuggingFaceTB/SmolLM2-135M-Instruct config.json)
 //
 // They allow 131072 positions: the released configs say 40960 and reach 131072 by
 // YaRN scaling, which hindsight does not implement; with random weights only the
@@ -106,6 +116,12 @@ func PresetConfig(preset string, vocabSize int) (*ModelConfig, error) {
 		if preset == "qwen3-1.7b" {
 			c.HiddenSize, c.IntermediateSize = 2048, 6144
 		}
+	case "smollm2-135m":
+		if vocabSize > SmolLM2VocabSize {
+			return nil, fmt.Errorf("preset %q: the tokenizer has %d ids, more than the preset's vocab_size %d", preset, vocabSize, SmolLM2VocabSize)
+		}
+		c.VocabSize, c.RopeTheta = SmolLM2VocabSize, 100000
+		c.NumHiddenLayers, c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.IntermediateSize = 30, 576, 9, 3, 64, 1536
 	default:
 		return nil, fmt.Errorf("preset %q: want one of %s", preset, strings.Join(Presets, ", "))
 	}
@@ -214,6 +230,12 @@ func InitModel(dir string, opts InitOptions) (*ModelConfig, error) {
 	}
 	if opts.Dtype != "" {
 		cfg.TorchDtype = opts.Dtype
+	}
+	if opts.Layers < 0 {
+		return nil, fmt.Errorf("init model: layers %d: want ≥ 0 (0: the preset's)", opts.Layers)
+	}
+	if opts.Layers > 0 {
+		cfg.NumHiddenLayers = opts.Layers
 	}
 	if cfg.TorchDtype != "float32" && cfg.TorchDtype != "bfloat16" {
 		return nil, fmt.Errorf("init model: dtype %q: want float32 or bfloat16", cfg.TorchDtype)

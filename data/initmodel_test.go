@@ -226,3 +226,29 @@ func TestInitWeightsDeterministic(t *testing.T) {
 		require.Equal(t, s.Name, a[i].Name, "in the config's order")
 	}
 }
+
+// TestSmolLM2Preset checks the smollm2-135m preset against the released model's
+// config.json (HuggingFaceTB/SmolLM2-135M-Instruct: 30 layers, hidden 576, 9 heads,
+// 3 KV heads, intermediate 1536, vocab 49152, rope_theta 100000, tied embeddings;
+// 134,515,008 parameters) and InitOptions.Layers' shallower copy.
+func TestSmolLM2Preset(t *testing.T) {
+	c, err := PresetConfig("smollm2-135m", tokenizer.BytesVocabSize)
+	require.NoError(t, err)
+	require.Equal(t, "llama", c.ModelType)
+	require.Equal(t, []int{30, 576, 9, 3, 64, 1536, 49152}, []int{c.NumHiddenLayers, c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.IntermediateSize, c.VocabSize})
+	require.Equal(t, 100000.0, c.RopeTheta)
+	require.True(t, c.TieWordEmbeddings)
+	require.Equal(t, int64(134_515_008), c.NumParameters())
+	_, err = PresetConfig("smollm2-135m", SmolLM2VocabSize+1)
+	require.ErrorContains(t, err, "more than the preset's vocab_size 49152")
+
+	dir := filepath.Join(t.TempDir(), "m")
+	got, err := InitModel(dir, InitOptions{Preset: "tiny", Layers: 1})
+	require.NoError(t, err)
+	require.Equal(t, 1, got.NumHiddenLayers)
+	back, err := LoadModelConfig(filepath.Join(dir, ConfigFileName))
+	require.NoError(t, err)
+	require.Equal(t, 1, back.NumHiddenLayers)
+	_, err = InitModel(filepath.Join(t.TempDir(), "n"), InitOptions{Preset: "tiny", Layers: -1})
+	require.ErrorContains(t, err, "layers -1")
+}
