@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
@@ -81,36 +82,52 @@ type adamW struct {
 	backend backends.Backend
 	step    int64             // updates applied so far
 	m, v    []*tensors.Tensor // first and second moments, one per parameter
-	exec    *Exec
+	exec    *Exec             // the whole update (TrainerOptions.WholeUpdate)
+	// groups, norm and group run the update a group of parameters at a time
+	// (applyGroups): the gradient's global norm first, then each group's update.
+	groups [][]int
+	norm   *Exec
+	group  *Exec // adamWGraph with the norm given, per group's shapes; narrow under bf16
 	// owners, under ZeRO-1 (zero.go), is the device that keeps each parameter's
 	// moments and updates it; nil: all on device 0.
 	owners  []backends.DeviceNum
 	sharded *shardedAdamW
 }
 
-func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tensor) (*adamW, error) {
+func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tensor, groups [][]int, narrow bool) (*adamW, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
-	o := &adamW{cfg: cfg, backend: backend}
+	o := &adamW{cfg: cfg, backend: backend, groups: groups}
 	for _, p := range params {
 		o.m = append(o.m, tensors.FromShape(p.Shape()))
 		o.v = append(o.v, tensors.FromShape(p.Shape()))
 	}
 	var err error
-	o.exec, err = NewExec(backend, adamWGraph(cfg, len(params), false))
+	o.exec, err = NewExec(backend, adamWGraph(cfg, len(params), false, false))
 	if err != nil {
 		return nil, fmt.Errorf("new optimizer: %w", err)
 	}
 	o.exec.SetMaxCache(-1)
+	if o.norm, err = NewExec(backend, func(in []*Node) *Node { return globalNorm(in) }); err != nil {
+		return nil, fmt.Errorf("new optimizer: %w", err)
+	}
+	if o.group, err = NewExec(backend, func(in []*Node) []*Node {
+		n := (len(in) - 6) / 4
+		return adamWGraph(cfg, n, true, narrow)(in)
+	}); err != nil {
+		return nil, fmt.Errorf("new optimizer: %w", err)
+	}
+	o.group.SetMaxCache(-1)
 	return o, nil
 }
 
 // adamWGraph is the update of np parameters: inputs lr, decay factor (1 − lr·wd),
-// 1/bc1, 1/√bc2, clip norm, with givenNorm the gradient's global norm (a shard's
-// update: the norm is over every shard), then params, grads, m, v; outputs the norm,
-// then the new params, m, v.
-func adamWGraph(cfg AdamWConfig, np int, givenNorm bool) func(in []*Node) []*Node {
+// 1/bc1, 1/√bc2, clip norm, with givenNorm the gradient's global norm (a shard's or
+// a group's update: the norm is over every parameter), then params, grads, m, v;
+// outputs the norm, then the new params, m, v, and with narrow the new params
+// rounded to bfloat16 (a bf16 policy's weights, from its float32 masters).
+func adamWGraph(cfg AdamWConfig, np int, givenNorm, narrow bool) func(in []*Node) []*Node {
 	return func(in []*Node) []*Node {
 		l := listOf(in)
 		lr, decay, ibc1, isbc2, clip := l.next(), l.next(), l.next(), l.next(), l.next()
@@ -144,8 +161,76 @@ func adamWGraph(cfg AdamWConfig, np int, givenNorm bool) func(in []*Node) []*Nod
 		}
 		out = append(out, newP...)
 		out = append(out, newM...)
-		return append(out, newV...)
+		out = append(out, newV...)
+		if narrow {
+			for _, p := range newP {
+				out = append(out, convert(p, dtypes.BFloat16))
+			}
+		}
+		return out
 	}
+}
+
+// applyGroups is apply a group of parameters at a time (o.groups): the gradient's
+// global norm over every group first, then each group's update, whose gradients and
+// old moments are freed before the next group runs; set receives each parameter's
+// new value (and with narrow its bfloat16 rounding) as its group finishes and must
+// free the old one. So the update holds, beyond the state, one group's outputs,
+// where apply holds every parameter's new value and moments beside the old ones.
+func (o *adamW) applyGroups(params, grads []*tensors.Tensor, narrow bool, set func(i int, p, low *tensors.Tensor) error) (norm, lr float64, err error) {
+	if len(params) != len(o.m) || len(grads) != len(o.m) {
+		return 0, 0, errors.New("optimizer: parameter count changed")
+	}
+	s := o.step
+	lr = o.cfg.LRAt(s)
+	t := float64(s + 1)
+	bc1 := 1 - math.Pow(o.cfg.Beta1, t)
+	bc2 := 1 - math.Pow(o.cfg.Beta2, t)
+	normT, err := o.norm.Exec(anys(grads)...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("optimizer step %d: gradient norm: %w", s+1, err)
+	}
+	n32 := tensors.ToScalar[float32](normT[0])
+	finalize(normT)
+	for _, idx := range o.groups {
+		args := []any{float32(lr), float32(1 - lr*o.cfg.WeightDecay), float32(1 / bc1), float32(1 / math.Sqrt(bc2)),
+			float32(o.cfg.ClipNorm), n32}
+		for _, i := range idx {
+			args = append(args, params[i])
+		}
+		for _, group := range [][]*tensors.Tensor{grads, o.m, o.v} {
+			for _, i := range idx {
+				args = append(args, donated(group[i], o.backend))
+			}
+		}
+		out, err := o.group.Exec(args...)
+		if err != nil {
+			return 0, 0, fmt.Errorf("optimizer step %d: %w", s+1, err)
+		}
+		np := len(idx)
+		r := listOf(out)
+		r.next().FinalizeAll() // the norm, passed through
+		ps, ms, vs := r.take(np), r.take(np), r.take(np)
+		var lows []*tensors.Tensor
+		if narrow {
+			lows = r.take(np)
+		}
+		for k, i := range idx {
+			grads[i].FinalizeAll() // what donation left of them
+			o.m[i].FinalizeAll()
+			o.v[i].FinalizeAll()
+			grads[i], o.m[i], o.v[i] = nil, ms[k], vs[k]
+			var low *tensors.Tensor
+			if narrow {
+				low = lows[k]
+			}
+			if err := set(i, ps[k], low); err != nil {
+				return 0, 0, fmt.Errorf("optimizer step %d: %w", s+1, err)
+			}
+		}
+	}
+	o.step++
+	return float64(n32), lr, nil
 }
 
 // apply runs update o.step+1 on params with grads, replacing o's moments, and returns

@@ -284,6 +284,14 @@ func (tr *Trainer) accumulateParallel(ctx context.Context, parts [][]int, batch,
 				s.tokens += len(batch[i].Tokens)
 			}
 		}
+		// The all-reduce takes every device's sums, so the ones no chunk made yet
+		// become zeros (on the device: no host copy to upload).
+		if err := r.grad.filled(s.acc); err != nil {
+			return err
+		}
+		if split {
+			return r.grad.filled(s.accD)
+		}
 		return nil
 	})
 	freeAll := func() {

@@ -66,9 +66,12 @@ func anys(ts []*tensors.Tensor) []any {
 	return out
 }
 
-// finalize frees every tensor of ts (what donation left of them).
+// finalize frees every tensor of ts (what donation left of them); nil entries
+// (an accumulator not yet made) are skipped.
 func finalize(ts []*tensors.Tensor) {
 	for _, t := range ts {
-		t.FinalizeAll()
+		if t != nil {
+			t.FinalizeAll()
+		}
 	}
 }

@@ -6,21 +6,17 @@ import (
 	"math"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
-// zeroGrads returns zero accumulators, one per parameter, float32 whatever the
-// parameter's dtype.
-func (p *gradPass) zeroGrads() []*tensors.Tensor {
-	out := make([]*tensors.Tensor, len(p.params))
-	for i, v := range p.params {
-		out[i] = tensors.FromShape(shapes.Make(dtypes.Float32, v.Shape().Dimensions...))
-	}
-	return out
-}
+// zeroGrads returns empty accumulators, one per parameter: nil until the first
+// chunk's gradient (float32 whatever the parameter's dtype) becomes it
+// (accumulator.addInto); filled makes the zeros of those still empty.
+func (p *gradPass) zeroGrads() []*tensors.Tensor { return make([]*tensors.Tensor, len(p.params)) }
+
+// filled replaces acc's empty accumulators with zeros on the pass's device.
+func (p *gradPass) filled(acc []*tensors.Tensor) error { return p.acc.filled(acc, p.params, p.device) }
 
 // chunkTerms are the constant per-position inputs of a rollout's loss, indexed by
 // token position t (the prediction of y_t): Weight (credit's m·ρ·A/N), KLCoef
@@ -184,7 +180,7 @@ func (p *gradPass) exact(ctx context.Context, s *Scorer, tokens []int32, cache *
 // runChunk runs mode's executable (newGradExec's; the distillation one when terms
 // have a Distill term) on the chunk of n positions at off against caches (nil
 // without a cache), with carried (the exact pass's cotangents, donated) after them;
-// it replaces acc's tensors with the new sums, adds the chunk's loss, token losses,
+// it adds the chunk's gradient into acc (accumulator.addInto, replacing its tensors), adds the chunk's loss, token losses,
 // log-probs and divergences to res, and returns the new carried tensors.
 func (p *gradPass) runChunk(mode Backprop, tokens []int32, terms chunkTerms, off, n int, caches, carried, acc []*tensors.Tensor, res *passResult) ([]*tensors.Tensor, error) {
 	T := len(tokens)
@@ -203,9 +199,6 @@ func (p *gradPass) runChunk(mode Backprop, tokens []int32, terms chunkTerms, off
 	for _, t := range carried {
 		args = append(args, donatedOn(t, p.backend, p.device))
 	}
-	for _, t := range acc {
-		args = append(args, donatedOn(t, p.backend, p.device))
-	}
 	out, err := e.ExecOn(p.device, args...)
 	if err != nil {
 		return nil, fmt.Errorf("gradient of chunk at %d: %w", off, err)
@@ -222,8 +215,9 @@ func (p *gradPass) runChunk(mode Backprop, tokens []int32, terms chunkTerms, off
 		div = tensors.MustCopyFlatData[float32](divT)
 		divT.FinalizeAll()
 	}
-	finalize(acc) // what donation left of them
-	copy(acc, l.take(len(acc)))
+	if err := p.acc.addInto(acc, l.take(len(acc)), p.device); err != nil {
+		return nil, fmt.Errorf("gradient of chunk at %d: %w", off, err)
+	}
 	finalize(carried)
 	res.Loss += float64(loss)
 	for i := 0; i < n && off+i+1 < T; i++ {
@@ -297,6 +291,12 @@ func trainChunkFor(chunk, rem, capacity, heads, scores int, quarter bool) int {
 // step's gradient from its two terms' gradients (TrainerOptions.TermGradNorms).
 func (p *gradPass) combine(a, b []*tensors.Tensor) (sum []*tensors.Tensor, na, nb float64, err error) {
 	np := len(a)
+	if err := p.filled(a); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := p.filled(b); err != nil {
+		return nil, 0, 0, err
+	}
 	if p.sum == nil {
 		e, err := graph.NewExec(p.backend, func(in []*graph.Node) []*graph.Node {
 			l := listOf(in)

@@ -65,6 +65,7 @@ type gradPass struct {
 	dexecs  map[Backprop]*modelExec
 	distill credit.DistillConfig
 	sum     *Exec              // combine's: two gradient sums added, and their norms
+	acc     *accumulator       // adds each chunk's gradient into the step's sums
 	shrink  *Exec              // the first c positions of every cache tensor
 	device  backends.DeviceNum // runs the passes (dataparallel.go; 0 otherwise)
 	stats   AttentionStats     // chunk executions against a cache (GradientStats)
@@ -75,6 +76,9 @@ func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {
 	p := &gradPass{model: m, backend: backend, params: trainables(m), seen: map[[2]int]bool{}, execs: map[Backprop]*modelExec{}}
 	var err error
 	if p.shrink, err = newShrinkExec(backend); err != nil {
+		return nil, fmt.Errorf("new gradient pass: %w", err)
+	}
+	if p.acc, err = newAccumulator(backend, p.params); err != nil {
 		return nil, fmt.Errorf("new gradient pass: %w", err)
 	}
 	for _, mode := range []Backprop{BackpropTruncated, BackpropExact, BackpropFull} {
@@ -108,11 +112,12 @@ func (p *gradPass) withDistill(cfg credit.DistillConfig) error {
 //	inputs:  chunkArgs, then w, c, r [1, seq] (chunkTerms.at);
 //	         with a view that keeps: the distillation inputs (distillTerms.at);
 //	         the contiguous cache, cut to the chunk's span (truncated, exact);
-//	         the cotangents of the whole cache, a kvPair (exact);
-//	         the gradient accumulators, one per trained variable
+//	         the cotangents of the whole cache, a kvPair (exact)
 //	outputs: loss (scalar), token losses and log-probs [1, seq], with a view the
-//	         divergences D [1, seq]; the accumulators with the chunk's gradient
-//	         added; the cotangents passed on (exact)
+//	         divergences D [1, seq]; the chunk's gradient, one float32 tensor per
+//	         trained variable (summed over chunks by accumulator.addInto: taking
+//	         the sums as inputs would hold them twice, there being no aliasing);
+//	         the cotangents passed on (exact)
 //
 // With a view, each position's loss gains dw·D, D the divergence (p.distill) of the
 // student's distribution at the position from the teacher's kept one (distillTopK or
@@ -147,7 +152,6 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 			cache = kv
 			cot = takeKV(l, nl)
 		}
-		acc := l.take(np)
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
 		logits := headLogits(ctx, cfg, hidden)     // [1, n, vocab]
 		logp := targetLogProbs(logits, ch.targets) // [1, n]
@@ -179,9 +183,9 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 		if div != nil {
 			out = append(out, div)
 		}
-		for _, a := range acc {
-			// A bfloat16 weight's gradient is summed in float32 (zeroGrads).
-			out = append(out, Add(a, like(grads.next(), a)))
+		for range np {
+			// A bfloat16 weight's gradient is summed in float32.
+			out = append(out, ConvertDType(grads.next(), dtypes.Float32))
 		}
 		if mode == BackpropExact {
 			gkv := takeKV(grads, nl)

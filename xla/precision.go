@@ -270,6 +270,24 @@ func (tr *Trainer) setUpdated(vals []*tensors.Tensor) error {
 	return nil
 }
 
+// setOne makes p (float32, AdamW's output for trained parameter i) its new value,
+// freeing the old one: the master and, from low (p rounded to bfloat16), the
+// model's variable under bf16; the variable itself under f32.
+func (tr *Trainer) setOne(i int, p, low *tensors.Tensor) error {
+	v := tr.grad.params[i]
+	if tr.masters != nil {
+		if old := tr.masters.vals[i]; old != p {
+			old.FinalizeAll()
+		}
+		tr.masters.vals[i] = p
+		p = low
+	}
+	if err := v.SetValue(p); err != nil { // frees the old value
+		return fmt.Errorf("set %s: %w", v.ScopeAndName(), err)
+	}
+	return nil
+}
+
 // masterTensors are the masters under HF names with prefix, to be written in dtype.
 func (tr *Trainer) masterTensors(prefix string, dtype safetensors.Dtype) []safetensors.NamedTensor {
 	out := make([]safetensors.NamedTensor, len(tr.grad.params))

@@ -57,6 +57,12 @@ type TrainerOptions struct {
 	// ShardOptimizer, with Devices > 1, keeps each trained parameter's AdamW moments
 	// on one device, which updates it (ZeRO-1, zero.go); no effect on one device.
 	ShardOptimizer bool
+	// WholeUpdate runs AdamW as one program over every trained weight, as before
+	// issue 42: its inputs (weights, gradients, moments) and its outputs (new
+	// weights and moments) are all alive at once, 12 bytes a parameter more than
+	// the update by groups. It exists so that before and after run in one process
+	// (bench/gpubench's profile stage).
+	WholeUpdate bool
 	// OnProgress, when set, is called with the Step in progress at its start, after
 	// each rollout's scoring and gradient passes and at each phase change, on the
 	// goroutine that finished the work (on several devices, each device's); it must
@@ -179,6 +185,9 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	if err := setupLoRA(m, opts.LoRA, opts.Seed); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
+	if name, _ := BackendInfo(backend); name == "xla" {
+		setMallocThresholds()
+	}
 	tr := &Trainer{opts: opts, backend: backend, model: m, baselines: credit.NewBaselines()}
 	tr.progress.notify = opts.OnProgress
 	tr.pcg = rand.NewPCG(opts.Seed, 0x68696e64)
@@ -199,7 +208,7 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	if tr.masters, err = newMasters(backend, m, tr.grad.params); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
-	if tr.opt, err = newAdamW(backend, opts.Optimizer, tr.updated()); err != nil {
+	if tr.opt, err = newAdamW(backend, opts.Optimizer, tr.updated(), paramGroups(tr.grad.params), tr.masters != nil); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
 	if tr.teacher, err = newTeacher(backend, opts.Teacher, m, opts.Scorer); err != nil {

@@ -219,13 +219,24 @@ func (tr *Trainer) accumulateRollout(ctx context.Context, on replica1, i int, ba
 	return true, loss, nil
 }
 
-// update applies AdamW with the accumulated gradient and moves the teacher.
+// update applies AdamW with the accumulated gradient and moves the teacher: a
+// group of parameters at a time (adamW.applyGroups), or as one program under
+// TrainerOptions.WholeUpdate and ZeRO-1.
 func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
-	newP, norm, lr, err := tr.opt.apply(tr.updated(), acc)
-	if err != nil {
-		return err
+	if tr.opts.WholeUpdate || tr.opt.owners != nil {
+		newP, norm, lr, err := tr.opt.apply(tr.updated(), acc)
+		if err != nil {
+			return err
+		}
+		if err := tr.setUpdated(newP); err != nil {
+			return err
+		}
+		met.Updated, met.LR, met.GradNorm = true, lr, norm
+		return tr.teacher.update(tr.model, tr.opt.step)
 	}
-	if err := tr.setUpdated(newP); err != nil {
+	norm, lr, err := tr.opt.applyGroups(tr.updated(), acc, tr.masters != nil, tr.setOne)
+	if err != nil {
+		finalize(acc)
 		return err
 	}
 	met.Updated, met.LR, met.GradNorm = true, lr, norm

@@ -60,10 +60,15 @@ func (r *refAdamW) apply(params, grads [][]float64, ranks []int) (norm float64) 
 
 // TestAdamWMatchesReference runs the device AdamW and a float64 reference on a
 // matrix and a vector for 8 steps through warm-up and cosine decay, with the clip
-// active on some steps, and with clipping off.
+// active on some steps, and with clipping off; as one program (apply) and a group
+// of parameters at a time (applyGroups, each parameter its own group).
 func TestAdamWMatchesReference(t *testing.T) {
 	backend := newTestBackend(t)
-	for _, clip := range []float64{0.5, 0} {
+	for _, tc := range []struct {
+		clip   float64
+		groups bool
+	}{{0.5, false}, {0, false}, {0.5, true}, {0, true}} {
+		clip := tc.clip
 		cfg := AdamWConfig{LR: 0.01, MinLR: 0.001, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, WeightDecay: 0.1,
 			ClipNorm: clip, WarmupSteps: 2, TotalSteps: 6}
 		require.NoError(t, cfg.Validate())
@@ -83,7 +88,7 @@ func TestAdamWMatchesReference(t *testing.T) {
 			ref = append(ref, p)
 			dev = append(dev, tensors.FromFlatDataAndDimensions(p32, d...))
 		}
-		o, err := newAdamW(backend, cfg, dev)
+		o, err := newAdamW(backend, cfg, dev, [][]int{{1}, {0}}, false)
 		require.NoError(t, err)
 		r := &refAdamW{cfg: cfg}
 		for step := range 8 {
@@ -101,14 +106,23 @@ func TestAdamWMatchesReference(t *testing.T) {
 			}
 			wantNorm := r.apply(ref, g64, ranks)
 			var norm, lr float64
-			dev, norm, lr, err = o.apply(dev, g32)
+			if tc.groups {
+				norm, lr, err = o.applyGroups(dev, g32, false, func(i int, p, low *tensors.Tensor) error {
+					require.Nil(t, low)
+					dev[i].FinalizeAll()
+					dev[i] = p
+					return nil
+				})
+			} else {
+				dev, norm, lr, err = o.apply(dev, g32)
+			}
 			require.NoError(t, err)
 			require.InDelta(t, wantNorm, norm, 1e-5*math.Max(1, wantNorm), "clip %g step %d: norm", clip, step)
 			require.InDelta(t, cfg.LRAt(int64(step)), lr, 1e-12)
 			for i := range dims {
 				got := tensors.MustCopyFlatData[float32](dev[i])
 				for j := range got {
-					require.InDelta(t, ref[i][j], float64(got[j]), 2e-6, "clip %g step %d param %d[%d]", clip, step, i, j)
+					require.InDelta(t, ref[i][j], float64(got[j]), 2e-6, "clip %g groups %v step %d param %d[%d]", clip, tc.groups, step, i, j)
 				}
 			}
 		}

@@ -33,7 +33,9 @@ import (
 )
 
 func main() {
-	preset := flag.String("preset", "small", "init-model preset: tiny or small")
+	preset := flag.String("preset", "small", "init-model preset (data.Presets), random weights; ignored with -model")
+	modelDir := flag.String("model", "", "a Hugging Face model `directory` to run instead of a preset (e.g. SmolLM2 converted by scripts/real_model.py)")
+	peer := flag.String("peer", "loop", "the PyTorch side: loop (torch_generate.py, a hand-written KV-cached loop) or transformers (transformers_generate.py, model.generate; needs transformers in -python's environment)")
 	promptLen := flag.Int("prompt", 128, "prompt length (tokens)")
 	newTokens := flag.Int("new", 128, "decoded tokens per row")
 	batches := flag.String("batches", "1,16", "comma-separated batch sizes")
@@ -41,7 +43,7 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "python with torch and numpy; empty to skip PyTorch")
 	threads := flag.Int("threads", runtime.NumCPU(), "PyTorch threads")
 	flag.Parse()
-	if err := run(*preset, *promptLen, *newTokens, *batches, *backendSpec, *python, *threads); err != nil {
+	if err := run(*preset, *modelDir, *peer, *promptLen, *newTokens, *batches, *backendSpec, *python, *threads); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/generate:", err)
 		os.Exit(1)
 	}
@@ -55,7 +57,11 @@ type timing struct {
 	Tokens         [][]int32 `json:"tokens"`
 }
 
-func run(preset string, promptLen, newTokens int, batchList, backendSpec, python string, threads int) error {
+func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, backendSpec, python string, threads int) error {
+	scripts := map[string]string{"loop": "torch_generate.py", "transformers": "transformers_generate.py"}
+	if scripts[peer] == "" {
+		return fmt.Errorf("-peer %q: want loop or transformers", peer)
+	}
 	ctx := context.Background()
 	backend, err := xla.NewBackend(xla.ResolveBackend(backendSpec, ""))
 	if err != nil {
@@ -67,8 +73,28 @@ func run(preset string, promptLen, newTokens int, batchList, backendSpec, python
 	}
 	defer os.RemoveAll(tmp)
 	dir := filepath.Join(tmp, "model")
-	mc, err := data.InitModel(dir, data.InitOptions{Preset: preset, Tokenizer: "bytes", Seed: 1})
-	if err != nil {
+	var mc *data.ModelConfig
+	if modelDir != "" {
+		// The peer reads prompts.json beside the weights: link the model's files
+		// into a folder of our own.
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return err
+		}
+		ents, err := os.ReadDir(modelDir)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			abs, _ := filepath.Abs(filepath.Join(modelDir, e.Name()))
+			if err := os.Symlink(abs, filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+		if mc, err = data.LoadModelConfig(filepath.Join(dir, data.ConfigFileName)); err != nil {
+			return err
+		}
+		preset = modelDir
+	} else if mc, err = data.InitModel(dir, data.InitOptions{Preset: preset, Tokenizer: "bytes", Seed: 1}); err != nil {
 		return err
 	}
 	m, err := xla.OpenModel(dir)
@@ -110,7 +136,7 @@ func run(preset string, promptLen, newTokens int, batchList, backendSpec, python
 	if err := os.WriteFile(filepath.Join(dir, "prompts.json"), raw, 0o644); err != nil {
 		return err
 	}
-	script := filepath.Join(benchutil.CallerDir("bench/generate"), "torch_generate.py")
+	script := filepath.Join(benchutil.CallerDir("bench/generate"), scripts[peer])
 	cmd := exec.Command(python, script, dir, strconv.Itoa(threads), strconv.Itoa(newTokens))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
@@ -118,13 +144,18 @@ func run(preset string, promptLen, newTokens int, batchList, backendSpec, python
 		return fmt.Errorf("pytorch: %w", err)
 	}
 	var ref struct {
-		Torch string   `json:"torch"`
-		Runs  []timing `json:"runs"`
+		Torch        string   `json:"torch"`
+		Transformers string   `json:"transformers"`
+		Runs         []timing `json:"runs"`
 	}
 	if err := json.Unmarshal(out, &ref); err != nil {
 		return fmt.Errorf("pytorch output: %w", err)
 	}
-	fmt.Printf("pytorch %s, %d threads, eager no_grad KV-cached loop:\n", ref.Torch, threads)
+	if ref.Transformers != "" {
+		fmt.Printf("pytorch %s, transformers %s generate (greedy, KV cache), %d threads:\n", ref.Torch, ref.Transformers, threads)
+	} else {
+		fmt.Printf("pytorch %s, %d threads, eager no_grad KV-cached loop:\n", ref.Torch, threads)
+	}
 	for i, r := range ref.Runs {
 		g := goRuns[i]
 		same := 0

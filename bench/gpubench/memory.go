@@ -30,13 +30,18 @@ type MemEstimate struct {
 	Cotangent int64 `json:"cotangent"` // exact backprop: a cache-sized cotangent
 	Score     int64 `json:"score_activations"`
 	Train     int64 `json:"train_activations"`
+	// Update is what the AdamW update allocates beyond the state: the new weights
+	// and moments of one group of parameters (a layer, or the embedding) at a time,
+	// plus their bfloat16 copy under bf16 (xla/adamw.go); the grads of a group are
+	// freed as it is updated, so the update never holds more.
+	Update int64 `json:"update_transient"`
 	Chunk     int   `json:"effective_chunk"` // the training chunk after the attention-score budget
 }
 
 // Total is peak bytes of a training step: weights, optimizer state, the cache and
 // the larger of the scoring and gradient passes' activations.
 func (e MemEstimate) Total() int64 {
-	return e.Weights + e.Masters + e.Grads + e.Optimizer + e.KVCache + e.Cotangent + max(e.Score, e.Train)
+	return e.Weights + e.Masters + e.Grads + e.Optimizer + e.KVCache + e.Cotangent + max(e.Score, e.Train, e.Update)
 }
 
 // State is what outlives a step: weights, masters, gradient accumulators, moments.
@@ -48,7 +53,7 @@ func (e MemEstimate) Transient(train bool) int64 {
 	if !train {
 		return e.KVCache + e.Score
 	}
-	return e.Grads + e.KVCache + e.Cotangent + max(e.Score, e.Train)
+	return e.Grads + e.KVCache + e.Cotangent + max(e.Score, e.Train, e.Update)
 }
 
 // ShardedTotal is Total on the peak device of a data-parallel step over n devices
@@ -110,6 +115,18 @@ func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla
 	}
 	if exact {
 		e.Cotangent = e.KVCache
+	}
+	// The update's group: a layer's projections and norms, or the embedding (and an
+	// untied head), whichever is larger; LoRA's adapters of one layer.
+	group := max(int64(c.VocabSize)*d, L*0)
+	layer := d*(q+2*kvd) + q*d + 3*d*inter + 2*d
+	if lora {
+		group, layer = 0, LoRARank*(2*(d+q)+2*(d+kvd)+3*(d+inter))
+	}
+	group = max(group, layer)
+	e.Update = 3 * f32 * group
+	if w != f32 && !lora {
+		e.Update += w * group
 	}
 	// A scoring chunk's scores are one block of its causal span at a time, ≤
 	// MaxBlockPages pages of DefaultChunk positions, whatever T is (xla/scorer_paged.go).

@@ -30,6 +30,9 @@ import (
 // weights (time, its own peak RSS, max |Δ log-prob|).
 func (b *bench) stageProfile(ctx context.Context) error {
 	preset, T := b.opts.ProfilePreset, b.opts.ProfileT
+	if err := b.profileTrainRows(ctx); err != nil {
+		return err
+	}
 	dir, mc, err := b.model(preset)
 	if err != nil {
 		return err
@@ -123,6 +126,34 @@ func (b *bench) stageProfile(ctx context.Context) error {
 	delete(out, "logprobs")
 	out["max_abs_vs_hindsight"], out["mean_abs_vs_hindsight"] = diff(lp[1:], want)
 	b.record("torch profile score", out)
+	return nil
+}
+
+// profileTrainRows records the memory of a training step of the profile preset
+// (Options.ProfileTrainT tokens, Options.ProfileLayers layers) in each precision
+// the backend runs, with the update of before issue 42 beside it under
+// Options.ProfileBefore: the "profile train memory" rows. It runs first, so that
+// the runtime it measures against holds no other model.
+func (b *bench) profileTrainRows(ctx context.Context) error {
+	if b.opts.ProfileTrainT <= 0 {
+		return nil
+	}
+	for _, ps := range b.opts.Precisions {
+		p := xla.Precision(ps)
+		if p.CheckBackend(b.backend) != nil {
+			continue
+		}
+		for _, whole := range []bool{false, true} {
+			if whole && !b.opts.ProfileBefore {
+				continue
+			}
+			tm, err := b.profileTrain(ctx, b.opts.ProfilePreset, b.opts.ProfileLayers, b.opts.ProfileTrainT, p, whole)
+			if err != nil {
+				return fmt.Errorf("profile train %s: %w", p, err)
+			}
+			b.record("profile train memory", trainMemoryFields(tm))
+		}
+	}
 	return nil
 }
 
