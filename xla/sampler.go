@@ -175,9 +175,10 @@ type Sampler struct {
 	// is the prefill's.
 	scorer  *Scorer
 	prefill *modelExec // chunkArgs, a paged cache → Σhidden, the written pages
-	// prefillFlat is a one-chunk prompt's prefill: tokens [1, n], start, a
-	// contiguous cache → Σhidden, the cache.
-	prefillFlat *modelExec
+	// prefillFlat is the prefill of one-chunk prompts of one length: tokens
+	// [rows, n], start, a contiguous cache of rows → Σhidden, the cache; zerosRows
+	// makes that cache empty.
+	prefillFlat, zerosRows *modelExec
 	step        *modelExec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
 	grow        *modelExec // lengthArg(capacity), a cache → the cache at that capacity
 	// concat joins two contiguous caches' rows; takeRows keeps some rows of one;

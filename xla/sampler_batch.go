@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
@@ -147,12 +148,23 @@ func (b *Batch) prefillChunk(r *batchRow) error {
 	if n <= s.scorer.chunk && r.pre == nil {
 		// One chunk: straight into a contiguous cache of the row's bucket (a page of
 		// Chunk positions and its flattening cost more than the attention saved).
-		one, err := s.prefillContiguous(r.prompt[:n], capacityBucket(len(r.prompt)+min(r.opts.MaxNew, decodeHeadroom)))
+		// Every waiting row with a prompt of the same length comes along, as one
+		// batch: each weight is read once for all of them.
+		var group []*batchRow
+		var seqs [][]int32
+		capacity := 0
+		for _, w := range b.waiting {
+			if w.pre == nil && len(w.prompt)-1 == n {
+				group, seqs = append(group, w), append(seqs, w.prompt[:n])
+				capacity = max(capacity, capacityBucket(len(w.prompt)+min(w.opts.MaxNew, decodeHeadroom)))
+			}
+		}
+		one, err := s.prefillContiguous(seqs, capacity)
 		if err != nil {
 			return fmt.Errorf("generate: row %d: %w", r.id, err)
 		}
-		b.waiting = b.waiting[1:]
-		return b.join(r, one)
+		b.waiting = slices.DeleteFunc(b.waiting, func(w *batchRow) bool { return slices.Contains(group, w) })
+		return b.join(one, group...)
 	}
 	if r.pre == nil {
 		r.pre = &KVCache{model: s.model, layout: newPagedCache(s.model.Config.NumHiddenLayers, s.scorer.chunk)}
@@ -181,7 +193,7 @@ func (b *Batch) prefillChunk(r *batchRow) error {
 			return err
 		}
 	}
-	return b.join(r, flat)
+	return b.join(flat, r)
 }
 
 // decodeHeadroom is how many new tokens a row's first cache bucket holds beyond
@@ -211,11 +223,11 @@ func (s *Sampler) shrinkCache(c *contiguousCache, n int) error {
 	return nil
 }
 
-// join adds r, with its own cache one, to the decoding rows.
-func (b *Batch) join(r *batchRow, one *contiguousCache) error {
+// join adds rs, whose caches are one's rows (in order), to the decoding rows.
+func (b *Batch) join(one *contiguousCache, rs ...*batchRow) error {
 	s := b.s
 	if b.cache == nil {
-		b.cache, b.rows = one, []*batchRow{r}
+		b.cache, b.rows = one, rs
 		return nil
 	}
 	capacity := max(b.cache.capacity(), one.capacity())
@@ -228,11 +240,11 @@ func (b *Batch) join(r *batchRow, one *contiguousCache) error {
 	}
 	out, err := s.concat.Exec(append(anys(b.cache.kv.all()), anys(one.kv.all())...)...)
 	if err != nil {
-		return fmt.Errorf("generate: join row %d: %w", r.id, err)
+		return fmt.Errorf("generate: join row %d: %w", rs[0].id, err)
 	}
 	one.close()
 	b.cache.replace(takeKV(listOf(out), len(b.cache.kv.K)))
-	b.rows = append(b.rows, r)
+	b.rows = append(b.rows, rs...)
 	return nil
 }
 
@@ -376,26 +388,31 @@ func (s *Sampler) prefillPaged(c *KVCache, seq []int32, off int) (int, error) {
 	return n, nil
 }
 
-// prefillContiguous returns a [capacity, 1, kv, hd] cache holding seq's keys and
-// values at positions 0…, in one step (len(seq) ≤ Chunk; padding after seq is
-// overwritten by decoding before any query sees it).
-func (s *Sampler) prefillContiguous(seq []int32, capacity int) (*contiguousCache, error) {
+// prefillContiguous returns a [capacity, len(seqs), kv, hd] cache holding each
+// seq's keys and values at positions 0… in its row, in one step (seqs of one
+// length ≤ Chunk; padding after them is overwritten by decoding before any query
+// sees it).
+func (s *Sampler) prefillContiguous(seqs [][]int32, capacity int) (*contiguousCache, error) {
 	sc := s.scorer
-	out, err := sc.timedExec(sc.caches.zeros, fmt.Sprintf("zeros %d", capacity), true, []any{lengthArg(capacity)})
+	rows := len(seqs)
+	out, err := sc.timedExec(s.zerosRows, fmt.Sprintf("zeros %d×%d", capacity, rows), true, []any{lengthArg(capacity), lengthArg(rows)})
 	if err != nil {
-		return nil, fmt.Errorf("new kv cache of %d: %w", capacity, err)
+		return nil, fmt.Errorf("new kv cache of %d×%d: %w", capacity, rows, err)
 	}
 	c := &contiguousCache{kv: takeKV(listOf(out), s.model.Config.NumHiddenLayers)}
-	if len(seq) == 0 {
+	n := len(seqs[0])
+	if n == 0 {
 		return c, nil
 	}
 	size := minChunk
-	for size < len(seq) {
+	for size < n {
 		size *= 2
 	}
-	tok := make([]int32, size)
-	copy(tok, seq)
-	args := []any{tensors.FromFlatDataAndDimensions(tok, 1, size), tensors.FromScalar(int32(0))}
+	tok := make([]int32, rows*size)
+	for i, seq := range seqs {
+		copy(tok[i*size:], seq)
+	}
+	args := []any{tensors.FromFlatDataAndDimensions(tok, rows, size), tensors.FromScalar(int32(0))}
 	res, err := s.prefillFlat.Exec(append(args, c.args(s.backend)...)...)
 	if err != nil {
 		c.close()
@@ -426,7 +443,20 @@ func (s *Sampler) newBatchExecs() error {
 	if err != nil {
 		return err
 	}
-	// tokens [1, n], start, a contiguous cache → Σhidden, the cache written.
+	// lengthArg(capacity), lengthArg(rows) → an empty contiguous cache of rows.
+	s.zerosRows, err = newModelExec(s.backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
+		l := listOf(in)
+		capacity, rows := lengthOf(l.next()), lengthOf(l.next())
+		out := make([]*Node, 2*nl)
+		for i := range out {
+			out[i] = Zeros(in[0].Graph(), shapes.Make(m.cacheDType(), capacity, rows, cfg.NumKeyValueHeads, cfg.HeadDim))
+		}
+		return out
+	})
+	if err != nil {
+		return err
+	}
+	// tokens [rows, n], start, a contiguous cache of rows → Σhidden, the cache written.
 	s.prefillFlat, err = newModelExec(s.backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
 		tokens, start := l.next(), l.next()

@@ -151,6 +151,34 @@ func TestGenerateBatchEqualsAlone(t *testing.T) {
 	}
 }
 
+// TestGenerateSameLengthPrefill: rows waiting with prompts of one length (one
+// chunk) are prefilled together in one step, as one batch, beside a row of another
+// length; each row's tokens and log-probs are still what it gives alone.
+func TestGenerateSameLengthPrefill(t *testing.T) {
+	s := newTestSampler(t, 24)
+	vocab := s.Model().Config.VocabSize
+	prompts := [][]int32{testTokens(9, vocab, 1), testTokens(9, vocab, 4), testTokens(30, vocab, 2), testTokens(9, vocab, 5), {7}, {8}}
+	opts := SampleOptions{MaxNew: 10}
+	batch, err := s.Generate(t.Context(), prompts, opts)
+	require.NoError(t, err)
+	for r, p := range prompts {
+		alone, err := s.Generate(t.Context(), [][]int32{p}, opts)
+		require.NoError(t, err)
+		require.Equal(t, alone[0].Tokens, batch[r].Tokens, "row %d", r)
+		require.InDeltaSlice(t, alone[0].PolicyLogProbs, batch[r].PolicyLogProbs, 1e-5, "row %d", r)
+	}
+	// The three 9-token prompts (and the two of one token) joined in one step each.
+	b := s.NewBatch()
+	defer b.Close()
+	for r, p := range prompts {
+		require.NoError(t, b.Add(r, p, opts, nil))
+	}
+	_, err = b.Step(t.Context())
+	require.NoError(t, err)
+	require.Len(t, b.rows, 3, "rows decoding after the first step")
+	require.Len(t, b.waiting, 3, "rows still waiting")
+}
+
 // TestGenerateContextAndErrors: a row stops at max_position_embeddings; bad
 // prompts and options are errors naming them.
 func TestGenerateContextAndErrors(t *testing.T) {
