@@ -179,8 +179,8 @@ type Sampler struct {
 	// [rows, n], start, a contiguous cache of rows → Σhidden, the cache; zerosRows
 	// makes that cache empty.
 	prefillFlat, zerosRows *modelExec
-	step        *modelExec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
-	grow        *modelExec // lengthArg(capacity), a cache → the cache at that capacity
+	step                   *modelExec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
+	grow                   *modelExec // lengthArg(capacity), a cache → the cache at that capacity
 	// concat joins two contiguous caches' rows; takeRows keeps some rows of one;
 	// shrink cuts a cache's positions.
 	concat, takeRows, shrink *Exec

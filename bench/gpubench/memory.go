@@ -35,7 +35,7 @@ type MemEstimate struct {
 	// plus their bfloat16 copy under bf16 (xla/adamw.go); the grads of a group are
 	// freed as it is updated, so the update never holds more.
 	Update int64 `json:"update_transient"`
-	Chunk     int   `json:"effective_chunk"` // the training chunk after the attention-score budget
+	Chunk  int   `json:"effective_chunk"` // the training chunk after the attention-score budget
 }
 
 // Total is peak bytes of a training step: weights, optimizer state, the cache and
