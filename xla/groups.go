@@ -3,6 +3,7 @@ package xla
 import (
 	"fmt"
 	"regexp"
+	"slices"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -25,7 +26,9 @@ var layerScope = regexp.MustCompile(`^/model/layers/(\d+)/`)
 
 // paramGroups splits params (in context order) into update groups: the variables
 // of one decoder layer form a group, and every other variable (the embedding, the
-// final norm, an untied head) is a group of its own.
+// final norm, an untied head) is a group of its own. Groups come smallest first,
+// so the largest (usually the embedding) is updated last, when the gradients of
+// the others are already freed.
 func paramGroups(params []*mlctx.Variable) [][]int {
 	var groups [][]int
 	layer := map[string]int{} // layer number → index in groups
@@ -43,6 +46,14 @@ func paramGroups(params []*mlctx.Variable) [][]int {
 		}
 		groups[g] = append(groups[g], i)
 	}
+	size := func(g []int) int {
+		n := 0
+		for _, i := range g {
+			n += params[i].Shape().Size()
+		}
+		return n
+	}
+	slices.SortStableFunc(groups, func(a, b []int) int { return size(a) - size(b) })
 	return groups
 }
 

@@ -345,3 +345,40 @@ func TestTeacherModes(t *testing.T) {
 	require.Error(t, TeacherConfig{Mode: "warm"}.Validate())
 	require.Error(t, TeacherConfig{Mode: TeacherEMA, EMARate: 0}.Validate())
 }
+
+// TestParamGroups: a layer's variables are one update group, every other variable
+// its own, smallest group first.
+func TestParamGroups(t *testing.T) {
+	m := testModel(t, tinyFields(nil), 1)
+	params := trainables(m)
+	groups := paramGroups(params)
+	seen := map[int]bool{}
+	last := 0
+	for _, g := range groups {
+		size, layer := 0, ""
+		for _, i := range g {
+			require.False(t, seen[i], "variable %d in two groups", i)
+			seen[i] = true
+			size += params[i].Shape().Size()
+			m := layerScope.FindStringSubmatch(params[i].Scope() + "/")
+			if len(g) > 1 {
+				require.NotNil(t, m, "%s grouped with others outside a layer", params[i].Scope())
+				if layer == "" {
+					layer = m[1]
+				}
+				require.Equal(t, layer, m[1], "one group, two layers")
+			}
+		}
+		require.GreaterOrEqual(t, size, last, "groups smallest first")
+		last = size
+	}
+	require.Len(t, seen, len(params))
+	require.Equal(t, m.Config.NumHiddenLayers+2, len(groups), "a group per layer, the embedding and the final norm")
+	alone := map[string]bool{}
+	for _, g := range groups {
+		if len(g) == 1 {
+			alone[params[g[0]].Scope()] = true
+		}
+	}
+	require.True(t, alone["/model/embed_tokens"] && alone["/model/norm"], "the embedding and the final norm alone: %v", alone)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/hindsight-ai/hindsight/data"
@@ -32,8 +33,8 @@ type MemEstimate struct {
 	Train     int64 `json:"train_activations"`
 	// Update is what the AdamW update allocates beyond the state: the new weights
 	// and moments of one group of parameters (a layer, or the embedding) at a time,
-	// plus their bfloat16 copy under bf16 (xla/adamw.go); the grads of a group are
-	// freed as it is updated, so the update never holds more.
+	// plus their bfloat16 copy under bf16, less the gradients of the groups already
+	// updated (updateTransient).
 	Update int64 `json:"update_transient"`
 	Chunk  int   `json:"effective_chunk"` // the training chunk after the attention-score budget
 }
@@ -116,18 +117,7 @@ func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla
 	if exact {
 		e.Cotangent = e.KVCache
 	}
-	// The update's group: a layer's projections and norms, or the embedding (and an
-	// untied head), whichever is larger; LoRA's adapters of one layer.
-	group := max(int64(c.VocabSize)*d, L*0)
-	layer := d*(q+2*kvd) + q*d + 3*d*inter + 2*d
-	if lora {
-		group, layer = 0, LoRARank*(2*(d+q)+2*(d+kvd)+3*(d+inter))
-	}
-	group = max(group, layer)
-	e.Update = 3 * f32 * group
-	if w != f32 && !lora {
-		e.Update += w * group
-	}
+	e.Update = updateTransient(c, lora, w != f32)
 	// A scoring chunk's scores are one block of its causal span at a time, ≤
 	// MaxBlockPages pages of DefaultChunk positions, whatever T is (xla/scorer_paged.go).
 	block := min(capacity, int64(xla.MaxBlockPages*xla.DefaultChunk))
@@ -137,7 +127,52 @@ func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla
 	e.Chunk = int(tc)
 	perLayer := tc*(4*d+q+2*kvd+3*inter) + 2*tc*heads*capacity
 	e.Train = f32 * (L*perLayer + 3*tc*int64(c.VocabSize))
+	if int64(T) > tc {
+		// From the second chunk on, a chunk's gradient comes out beside the sum it
+		// is added to (xla/groups.go: no input–output aliasing in GoMLX v0.26.0).
+		e.Train += e.Grads
+	}
 	return e
+}
+
+// updateTransient is what the AdamW update holds beyond the state (xla/adamw.go
+// applyGroups): the groups run smallest first (a layer's projections and norms,
+// the final norm, the embedding, an untied head; under LoRA a layer's adapters),
+// each allocating its new weights and moments (12 bytes a parameter, 14 with a
+// bf16 copy) while the gradients of the groups before it (4 bytes a parameter)
+// are already freed.
+func updateTransient(c *data.ModelConfig, lora, bf16 bool) int64 {
+	d, inter, L := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.NumHiddenLayers)
+	q, kvd := int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim)
+	var sizes []int64
+	if lora {
+		for range L {
+			sizes = append(sizes, LoRARank*(2*(d+q)+2*(d+kvd)+3*(d+inter)))
+		}
+	} else {
+		layer := d*q + 2*d*kvd + q*d + 3*d*inter + 2*d
+		if c.QKNorm() {
+			layer += 2 * int64(c.HeadDim)
+		}
+		for range L {
+			sizes = append(sizes, layer)
+		}
+		sizes = append(sizes, d, int64(c.VocabSize)*d)
+		if !c.TieWordEmbeddings {
+			sizes = append(sizes, int64(c.VocabSize)*d)
+		}
+	}
+	slices.Sort(sizes)
+	out := int64(12)
+	if bf16 && !lora {
+		out = 14
+	}
+	var peak, freed int64
+	for _, g := range sizes {
+		peak = max(peak, out*g-freed)
+		freed += 4 * g
+	}
+	return peak
 }
 
 // halve halves chunk (down to 16) while chunk × width exceeds budget elements.
