@@ -217,10 +217,10 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 		ev = compileFields(ev, compiledBefore, compiled)
 		ev.Msg("step")
 	} else if met.Credit.Tokens == 0 {
-		log.Warn().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took).
+		compileFields(log.Warn().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took), compiledBefore, compiled).
 			Msg("step without update, weights unchanged: no trainable token in the batch: " + lp.untrainable(batch))
 	} else {
-		log.Info().Int64("step", met.Step).Int("rollouts", met.Rollouts).Int("tokens", met.Credit.Tokens).Dur("took", met.Took).
+		compileFields(log.Info().Int64("step", met.Step).Int("rollouts", met.Rollouts).Int("tokens", met.Credit.Tokens).Dur("took", met.Took), compiledBefore, compiled).
 			Msg("step without update: no hint credit, outcome advantage or KL term in the batch; weights unchanged")
 	}
 	for _, e := range batch {
