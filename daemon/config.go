@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/eval"
 	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/teacher"
@@ -63,7 +64,7 @@ type Config struct {
 	StatusTLSKeyFile  string `yaml:"status_tls_key_file"`
 	// EngineHooks tell serving engines (SGLang, vLLM LoRA) about each new
 	// checkpoint (docs/gateway.md "Engine hooks").
-	EngineHooks []gateway.HookConfig `yaml:"engine_hooks"`
+	EngineHooks []checkpoint.HookConfig `yaml:"engine_hooks"`
 	// ShutdownTimeout bounds a stop (SIGTERM, SIGINT) from the signal to the exit:
 	// the file and step in hand may finish until closeReserve of it is left, then
 	// they are abandoned and the servers stop (docs/running.md "Stopping").
@@ -145,7 +146,7 @@ func DefaultConfig() Config {
 		Train:           DefaultTrainConfig(),
 		Eval:            eval.DefaultConfig(),
 		Gateway:         gateway.DefaultConfig(),
-		EngineHooks:     []gateway.HookConfig{},
+		EngineHooks:     []checkpoint.HookConfig{},
 		ShutdownTimeout: 30 * time.Second,
 		DiskFullRetry:   30 * time.Second,
 	}
@@ -254,7 +255,7 @@ func (c *Config) Validate() error {
 	if err := c.Gateway.Validate(); err != nil {
 		return err
 	}
-	if err := gateway.ValidateHooks(c.EngineHooks); err != nil {
+	if err := checkpoint.ValidateHooks(c.EngineHooks); err != nil {
 		return err
 	}
 	return c.Eval.Validate("eval.")
