@@ -51,7 +51,7 @@ type Options struct {
 	// Evals, when set, gives the eval suites' primary metrics of a checkpoint's
 	// step, for the A/B rule's "no eval regression" (the daemon's evals.jsonl).
 	Evals EvalScores
-	Log       zerolog.Logger
+	Log   zerolog.Logger
 }
 
 // Gateway serves chat completions and records the conversations.
