@@ -436,6 +436,16 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 		if b.GetMemoryBytes() > 0 {
 			line("device memory", "%.1f MiB (%s)", float64(b.GetMemoryBytes())/(1<<20), b.GetMemoryKind())
 		}
+		if c := b.GetCompile(); c != nil {
+			cache := "compiled-program cache off"
+			if c.GetCacheDir() != "" {
+				cache = fmt.Sprintf("%d loaded from the cache in %s (%s; %d rejected, %d evicted)",
+					c.GetProgramsLoaded(), c.GetLoadTime().AsDuration().Round(time.Millisecond), c.GetCacheDir(),
+					c.GetCacheRejected(), c.GetCacheEvicted())
+			}
+			line("compile", "%d programs compiled in %s; %s", c.GetProgramsCompiled(),
+				c.GetCompileTime().AsDuration().Round(time.Millisecond), cache)
+		}
 	}
 }
 

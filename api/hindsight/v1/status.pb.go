@@ -2120,7 +2120,10 @@ type BackendInfo struct {
 	// $GOMLX_BACKEND, the default) and, for auto, what it found, e.g. "auto (the default):
 	// no GPU plugin ($HINDSIGHT_XLA_GPU_PLUGIN unset); XLA CPU plugin /…/pjrt_c_api_cpu_plugin.so
 	// (fetched by hindsight fetch-xla-cpu)".
-	Choice        string `protobuf:"bytes,7,opt,name=choice,proto3" json:"choice,omitempty"`
+	Choice string `protobuf:"bytes,7,opt,name=choice,proto3" json:"choice,omitempty"`
+	// What compiling the policy's programs cost this process, apart from the work
+	// they do (XLA backends; zero on pure Go, which compiles nothing).
+	Compile       *CompileStats `protobuf:"bytes,8,opt,name=compile,proto3" json:"compile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2204,6 +2207,116 @@ func (x *BackendInfo) GetChoice() string {
 	return ""
 }
 
+func (x *BackendInfo) GetCompile() *CompileStats {
+	if x != nil {
+		return x.Compile
+	}
+	return nil
+}
+
+// CompileStats counts the XLA programs this process compiled and those it loaded from
+// the compiled-program cache (compile_cache in the config; docs/performance.md "Cold
+// start"). Counters only grow.
+type CompileStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Programs XLA compiled.
+	ProgramsCompiled int64 `protobuf:"varint,1,opt,name=programs_compiled,json=programsCompiled,proto3" json:"programs_compiled,omitempty"`
+	// Time those compiles took, summed.
+	CompileTime *durationpb.Duration `protobuf:"bytes,2,opt,name=compile_time,json=compileTime,proto3" json:"compile_time,omitempty"`
+	// Programs loaded from the cache instead of compiled.
+	ProgramsLoaded int64 `protobuf:"varint,3,opt,name=programs_loaded,json=programsLoaded,proto3" json:"programs_loaded,omitempty"`
+	// Time reading, checking and loading them took, summed.
+	LoadTime *durationpb.Duration `protobuf:"bytes,4,opt,name=load_time,json=loadTime,proto3" json:"load_time,omitempty"`
+	// Cache entries found corrupt, made by another plugin build or refused by the
+	// plugin: removed and their program compiled.
+	CacheRejected int64 `protobuf:"varint,5,opt,name=cache_rejected,json=cacheRejected,proto3" json:"cache_rejected,omitempty"`
+	// Cache entries removed to keep the cache under compile_cache.max_bytes.
+	CacheEvicted int64 `protobuf:"varint,6,opt,name=cache_evicted,json=cacheEvicted,proto3" json:"cache_evicted,omitempty"`
+	// Where the cache is; empty when it is off.
+	CacheDir      string `protobuf:"bytes,7,opt,name=cache_dir,json=cacheDir,proto3" json:"cache_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompileStats) Reset() {
+	*x = CompileStats{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompileStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompileStats) ProtoMessage() {}
+
+func (x *CompileStats) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompileStats.ProtoReflect.Descriptor instead.
+func (*CompileStats) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CompileStats) GetProgramsCompiled() int64 {
+	if x != nil {
+		return x.ProgramsCompiled
+	}
+	return 0
+}
+
+func (x *CompileStats) GetCompileTime() *durationpb.Duration {
+	if x != nil {
+		return x.CompileTime
+	}
+	return nil
+}
+
+func (x *CompileStats) GetProgramsLoaded() int64 {
+	if x != nil {
+		return x.ProgramsLoaded
+	}
+	return 0
+}
+
+func (x *CompileStats) GetLoadTime() *durationpb.Duration {
+	if x != nil {
+		return x.LoadTime
+	}
+	return nil
+}
+
+func (x *CompileStats) GetCacheRejected() int64 {
+	if x != nil {
+		return x.CacheRejected
+	}
+	return 0
+}
+
+func (x *CompileStats) GetCacheEvicted() int64 {
+	if x != nil {
+		return x.CacheEvicted
+	}
+	return 0
+}
+
+func (x *CompileStats) GetCacheDir() string {
+	if x != nil {
+		return x.CacheDir
+	}
+	return ""
+}
+
 // SpoolCounts is the number of files in each folder of <data>/spool.
 type SpoolCounts struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2221,7 +2334,7 @@ type SpoolCounts struct {
 
 func (x *SpoolCounts) Reset() {
 	*x = SpoolCounts{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[21]
+	mi := &file_hindsight_v1_status_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2346,7 @@ func (x *SpoolCounts) String() string {
 func (*SpoolCounts) ProtoMessage() {}
 
 func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[21]
+	mi := &file_hindsight_v1_status_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2359,7 @@ func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpoolCounts.ProtoReflect.Descriptor instead.
 func (*SpoolCounts) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{21}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SpoolCounts) GetIncoming() int64 {
@@ -2308,7 +2421,7 @@ type IngestStats struct {
 
 func (x *IngestStats) Reset() {
 	*x = IngestStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[22]
+	mi := &file_hindsight_v1_status_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2433,7 @@ func (x *IngestStats) String() string {
 func (*IngestStats) ProtoMessage() {}
 
 func (x *IngestStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[22]
+	mi := &file_hindsight_v1_status_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2446,7 @@ func (x *IngestStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestStats.ProtoReflect.Descriptor instead.
 func (*IngestStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{22}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IngestStats) GetFilesClaimed() int64 {
@@ -2614,7 +2727,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\vQueueDepths\x12\x14\n" +
 	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x1a\n" +
 	"\brollouts\x18\x02 \x01(\x03R\brollouts\x12:\n" +
-	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"\xd2\x01\n" +
+	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"\x88\x02\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x1e\n" +
@@ -2625,7 +2738,16 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\x12\x1f\n" +
 	"\vmemory_kind\x18\x06 \x01(\tR\n" +
 	"memoryKind\x12\x16\n" +
-	"\x06choice\x18\a \x01(\tR\x06choice\"u\n" +
+	"\x06choice\x18\a \x01(\tR\x06choice\x124\n" +
+	"\acompile\x18\b \x01(\v2\x1a.hindsight.v1.CompileStatsR\acompile\"\xc3\x02\n" +
+	"\fCompileStats\x12+\n" +
+	"\x11programs_compiled\x18\x01 \x01(\x03R\x10programsCompiled\x12<\n" +
+	"\fcompile_time\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vcompileTime\x12'\n" +
+	"\x0fprograms_loaded\x18\x03 \x01(\x03R\x0eprogramsLoaded\x126\n" +
+	"\tload_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bloadTime\x12%\n" +
+	"\x0ecache_rejected\x18\x05 \x01(\x03R\rcacheRejected\x12#\n" +
+	"\rcache_evicted\x18\x06 \x01(\x03R\fcacheEvicted\x12\x1b\n" +
+	"\tcache_dir\x18\a \x01(\tR\bcacheDir\"u\n" +
 	"\vSpoolCounts\x12\x1a\n" +
 	"\bincoming\x18\x01 \x01(\x03R\bincoming\x12\x1e\n" +
 	"\n" +
@@ -2672,7 +2794,7 @@ func file_hindsight_v1_status_proto_rawDescGZIP() []byte {
 }
 
 var file_hindsight_v1_status_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_hindsight_v1_status_proto_goTypes = []any{
 	(State)(0),                    // 0: hindsight.v1.State
 	(*PauseRequest)(nil),          // 1: hindsight.v1.PauseRequest
@@ -2696,28 +2818,29 @@ var file_hindsight_v1_status_proto_goTypes = []any{
 	(*CreditStats)(nil),           // 19: hindsight.v1.CreditStats
 	(*QueueDepths)(nil),           // 20: hindsight.v1.QueueDepths
 	(*BackendInfo)(nil),           // 21: hindsight.v1.BackendInfo
-	(*SpoolCounts)(nil),           // 22: hindsight.v1.SpoolCounts
-	(*IngestStats)(nil),           // 23: hindsight.v1.IngestStats
-	nil,                           // 24: hindsight.v1.EvalResult.MetricsEntry
-	nil,                           // 25: hindsight.v1.TeacherStats.HintsBySourceEntry
-	nil,                           // 26: hindsight.v1.TeacherStats.FailuresByKindEntry
-	nil,                           // 27: hindsight.v1.TeacherStats.CommentsDroppedEntry
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*CompileStats)(nil),          // 22: hindsight.v1.CompileStats
+	(*SpoolCounts)(nil),           // 23: hindsight.v1.SpoolCounts
+	(*IngestStats)(nil),           // 24: hindsight.v1.IngestStats
+	nil,                           // 25: hindsight.v1.EvalResult.MetricsEntry
+	nil,                           // 26: hindsight.v1.TeacherStats.HintsBySourceEntry
+	nil,                           // 27: hindsight.v1.TeacherStats.FailuresByKindEntry
+	nil,                           // 28: hindsight.v1.TeacherStats.CommentsDroppedEntry
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
 }
 var file_hindsight_v1_status_proto_depIdxs = []int32{
 	14, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
 	14, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
 	9,  // 2: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
-	28, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	29, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
 	9,  // 4: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
 	0,  // 5: hindsight.v1.Status.state:type_name -> hindsight.v1.State
-	29, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	28, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
-	22, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
-	23, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
-	23, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
-	29, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
+	30, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	29, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
+	23, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
+	24, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
+	24, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
+	30, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
 	15, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
 	17, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
 	18, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
@@ -2730,37 +2853,40 @@ var file_hindsight_v1_status_proto_depIdxs = []int32{
 	12, // 21: hindsight.v1.Status.storage:type_name -> hindsight.v1.StorageInfo
 	10, // 22: hindsight.v1.Status.gateway:type_name -> hindsight.v1.GatewayStats
 	11, // 23: hindsight.v1.Status.engine_hooks:type_name -> hindsight.v1.EngineHookState
-	29, // 24: hindsight.v1.EngineHookState.last_pushed_at:type_name -> google.protobuf.Timestamp
-	29, // 25: hindsight.v1.EngineHookState.last_error_at:type_name -> google.protobuf.Timestamp
-	29, // 26: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
-	24, // 27: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
-	29, // 28: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
-	29, // 29: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
-	29, // 30: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
-	29, // 31: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
-	28, // 32: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
+	30, // 24: hindsight.v1.EngineHookState.last_pushed_at:type_name -> google.protobuf.Timestamp
+	30, // 25: hindsight.v1.EngineHookState.last_error_at:type_name -> google.protobuf.Timestamp
+	30, // 26: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
+	25, // 27: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
+	30, // 28: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
+	30, // 29: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
+	30, // 30: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
+	30, // 31: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
+	29, // 32: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
 	16, // 33: hindsight.v1.TrainingStats.step_in_progress:type_name -> hindsight.v1.StepInProgress
-	29, // 34: hindsight.v1.StepInProgress.started_at:type_name -> google.protobuf.Timestamp
-	28, // 35: hindsight.v1.StepInProgress.elapsed:type_name -> google.protobuf.Duration
-	28, // 36: hindsight.v1.StepInProgress.eta:type_name -> google.protobuf.Duration
-	29, // 37: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
-	25, // 38: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
-	26, // 39: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
-	28, // 40: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
-	27, // 41: hindsight.v1.TeacherStats.comments_dropped:type_name -> hindsight.v1.TeacherStats.CommentsDroppedEntry
-	5,  // 42: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	7,  // 43: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	1,  // 44: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
-	3,  // 45: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
-	6,  // 46: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	8,  // 47: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	2,  // 48: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
-	4,  // 49: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
-	46, // [46:50] is the sub-list for method output_type
-	42, // [42:46] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	30, // 34: hindsight.v1.StepInProgress.started_at:type_name -> google.protobuf.Timestamp
+	29, // 35: hindsight.v1.StepInProgress.elapsed:type_name -> google.protobuf.Duration
+	29, // 36: hindsight.v1.StepInProgress.eta:type_name -> google.protobuf.Duration
+	30, // 37: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
+	26, // 38: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
+	27, // 39: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
+	29, // 40: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
+	28, // 41: hindsight.v1.TeacherStats.comments_dropped:type_name -> hindsight.v1.TeacherStats.CommentsDroppedEntry
+	22, // 42: hindsight.v1.BackendInfo.compile:type_name -> hindsight.v1.CompileStats
+	29, // 43: hindsight.v1.CompileStats.compile_time:type_name -> google.protobuf.Duration
+	29, // 44: hindsight.v1.CompileStats.load_time:type_name -> google.protobuf.Duration
+	5,  // 45: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	7,  // 46: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	1,  // 47: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	3,  // 48: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	6,  // 49: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	8,  // 50: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	2,  // 51: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	4,  // 52: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	49, // [49:53] is the sub-list for method output_type
+	45, // [45:49] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
@@ -2775,7 +2901,7 @@ func file_hindsight_v1_status_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hindsight_v1_status_proto_rawDesc), len(file_hindsight_v1_status_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
