@@ -45,6 +45,15 @@ type session struct {
 	closedAt time.Time
 	// size is the journal's length in bytes (the disk a held session takes).
 	size atomic.Int64
+	// With gateway.ab: the round and arm the session was assigned on its first
+	// turn, the checkpoint that arm served then and, with gateway.upstream, the
+	// model id its requests name. Journaled with every turn: a session never
+	// changes checkpoint. latency sums its turns' seconds.
+	round   int64
+	arm     string
+	ck      Checkpoint
+	model   string
+	latency float64
 }
 
 // turnRecord is one line of a session's journal: what one turn appended, and the
@@ -68,6 +77,13 @@ type turnRecord struct {
 	// ClosedAt marks the session closed at that time: its feedback window began
 	// (a restart holds it for the rest of the window).
 	ClosedAt *time.Time `json:"closed_at,omitempty"`
+	// With gateway.ab: the session's round, arm, checkpoint and upstream model
+	// (every record), and the turn's latency in seconds (turns only).
+	ABRound    int64   `json:"ab_round,omitempty"`
+	Arm        string  `json:"arm,omitempty"`
+	Checkpoint string  `json:"checkpoint,omitempty"`
+	Model      string  `json:"upstream_model,omitempty"`
+	Latency    float64 `json:"latency_s,omitempty"`
 }
 
 // segRecord is a segment in a journal line.
@@ -144,6 +160,10 @@ func (s *session) apply(rec *turnRecord) {
 		s.version = rec.PolicyVersion
 	}
 	s.tok = rec.Tokenizer
+	if rec.Arm != "" {
+		s.round, s.arm, s.ck, s.model = rec.ABRound, rec.Arm, Checkpoint{Dir: rec.Checkpoint, Step: rec.PolicyVersion}, rec.Model
+	}
+	s.latency += rec.Latency
 }
 
 // readJournal rebuilds a session from its journal, by the line log's rule

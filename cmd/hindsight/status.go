@@ -361,6 +361,14 @@ func printGateway(line func(key, format string, args ...any), st *hindsightv1.St
 		}
 		line("  late feedback", "%s joined, %s too late, %s pending", count(g.GetFeedbackJoined()), count(g.GetFeedbackLate()),
 			count(g.GetFeedbackPending()))
+		if ab := g.GetAb(); ab != nil {
+			line("  A/B", "round %d, %s", ab.GetRound(), ab.GetVerdict())
+			for _, a := range ab.GetArms() {
+				line("    "+a.GetRole(), "step %s: %s sessions, thumbs-up %.3f [%.3f, %.3f] of %s rated, %s outcomes",
+					count(a.GetStep()), count(a.GetSessions()), a.GetThumbsUpRate(), a.GetThumbsUpLow(), a.GetThumbsUpHigh(),
+					count(a.GetRated()), count(a.GetOutcomes()))
+			}
+		}
 	}
 	for _, h := range st.GetEngineHooks() {
 		last := "none yet"
