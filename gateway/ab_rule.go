@@ -255,6 +255,14 @@ func (a *abTest) propose(cand Checkpoint) (bool, error) {
 	return true, a.begin(a.def, &cand, a.floor)
 }
 
+// newer reports whether a checkpoint of step may become a candidate: newer than
+// every checkpoint decided and than the default.
+func (a *abTest) newer(step int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cand == nil && a.def != nil && step > a.floor && step > a.def.Step
+}
+
 // start sets the first default when the state is new (no round yet).
 func (a *abTest) start(def Checkpoint) error {
 	a.mu.Lock()

@@ -122,10 +122,6 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (met Metric
 	tr.steps++
 	met.Step = tr.steps
 	tr.baselines = b
-	for i := range batch {
-		tr.trained = append(tr.trained, batch[i].ID)
-	}
-	tr.trainedTotal += int64(len(batch))
 	met.Took = time.Since(t0)
 	return met, nil
 }
