@@ -14,6 +14,7 @@ import (
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/gateway"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
@@ -80,7 +81,7 @@ type daemon struct {
 	late *gateway.LateFeedback
 	// hooks tell serving engines about new checkpoints (nil without engine_hooks
 	// or training).
-	hooks   *gateway.Hooks
+	hooks   *checkpoint.Hooks
 	cfg     Config
 	opts    Options
 	log     zerolog.Logger
@@ -157,6 +158,11 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	if err := removeTemps(cfg, opts.Log.With().Str("component", "storage").Logger()); err != nil {
+		return err
+	}
+	err = xla.ConfigureProgramCache(xla.ProgramCache{Dir: cfg.CompileCacheDir(), MaxBytes: cfg.CompileCache.MaxBytes,
+		Log: opts.Log.With().Str("component", "compile").Logger()})
+	if err != nil {
 		return err
 	}
 	closeAll, err := d.open()

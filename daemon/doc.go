@@ -1,9 +1,7 @@
 // Package daemon is hindsightd's body: it opens what the stages share and runs them
-// (daemon.Run reads as that list, per mode: stages.go), serves the protobuf status
-// and control services with health, reflection and Prometheus metrics on one port
-// (with a read-only status page and the credit viewer: pages.go, history.go),
-// talks to systemd, pauses on an operator's request or a full disk, and drains on
-// SIGTERM. cmd/hindsightd only parses flags and calls Run (or its -demo, which runs
+// (daemon.Run reads as that list, per mode: stages.go), publishes the status that
+// the status port (package status) serves, talks to systemd, pauses on an
+// operator's request or a full disk, and drains on SIGTERM. cmd/hindsightd only parses flags and calls Run (or its -demo, which runs
 // Run with Options.Drain and prints Events).
 //
 // Who owns what, following one rollout from claim to checkpoint:

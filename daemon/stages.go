@@ -10,8 +10,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/hindsight-ai/hindsight/gateway"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/internal/apikey"
+	"github.com/hindsight-ai/hindsight/status"
 )
 
 // stage is one goroutine of a run.
@@ -87,7 +88,7 @@ func (d *daemon) runStages(ctx context.Context, ss []stage, onCancel func()) err
 
 // serve is a watching run: the status server, then the stages until ctx ends.
 func (d *daemon) serve(ctx context.Context) error {
-	srv := NewServer(d.cfg.Listen, d.stats.snapshot, d.reg, d.opts.Log)
+	srv := status.NewServer(d.cfg.Listen, d.stats.snapshot, d.reg, d.opts.Log)
 	srv.SetServing(false) // not ready until the spool is recovered
 	srv.SetController(d)
 	keys, kerr := apikey.Load(d.cfg.ControlKeysFile, "control_keys_file")
@@ -107,7 +108,7 @@ func (d *daemon) serve(ctx context.Context) error {
 		}
 		srv.SetTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}})
 	}
-	srv.SetPages(Pages{History: d.stats.hist.points, CreditDir: d.cfg.OutputPath(), Tokenizer: d.tokenizer, Clip: d.cfg.Credit.Clip, Storage: &d.storage})
+	srv.SetPages(status.Pages{History: d.stats.hist.Points, CreditDir: d.cfg.OutputPath(), Tokenizer: d.tokenizer, Clip: d.cfg.Credit.Clip, Storage: &d.storage})
 	if err := srv.Start(); err != nil {
 		return err
 	}
@@ -115,8 +116,8 @@ func (d *daemon) serve(ctx context.Context) error {
 	if err := d.openGateway(); err != nil {
 		return err
 	}
-	if len(d.cfg.EngineHooks) > 0 && d.training() {
-		d.hooks = &gateway.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
+	if len(d.cfg.EngineHooks) > 0 && d.training() && !d.cfg.abOnEngine() {
+		d.hooks = &checkpoint.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
 	}
 	d.stats.setGateway(d.gatewayStats)
 	defer func() {

@@ -15,6 +15,7 @@ import (
 	"github.com/hindsight-ai/hindsight/eval"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/status"
 	"github.com/hindsight-ai/hindsight/teacher"
 )
 
@@ -58,7 +59,7 @@ type stats struct {
 	gateway func() (*hindsightv1.GatewayStats, []*hindsightv1.EngineHookState)
 
 	snap atomic.Pointer[hindsightv1.Status]
-	hist *history // a point per publish, for the status page
+	hist *status.History // a point per publish, for the status page
 }
 
 type rateSample struct {
@@ -74,7 +75,7 @@ func newStats(version, dataDir string, storage fsutil.Features, started time.Tim
 	si := &hindsightv1.StorageInfo{FsType: storage.FSType, RenameNoreplace: storage.RenameNoReplace,
 		HardLinks: storage.HardLinks, Symlinks: storage.Symlinks, RenameMode: storage.RenameMode()}
 	return &stats{version: version, dataDir: dir, storage: si, started: started, spool: sp, pause: pause, state: stateStarting,
-		hist: newHistory(historySize)}
+		hist: status.NewHistory(status.HistorySize)}
 }
 
 // snapshot returns the latest published status; never mutate it.
@@ -186,7 +187,7 @@ func (s *stats) publish() {
 		st.Evals, st.BestEvals = evalProtos(latest), evalProtos(best)
 	}
 	s.snap.Store(st)
-	s.hist.add(historyPoint(st))
+	s.hist.Add(status.Sample(st))
 }
 
 func ingestProto(t rollout.Totals, rps, tps float64) *hindsightv1.IngestStats {

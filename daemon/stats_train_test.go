@@ -51,7 +51,7 @@ func TestStepLossTerms(t *testing.T) {
 		`hindsight_train_term_tokens{term="out"}`: 1200, `hindsight_train_term_tokens{term="distill"}`: 96,
 		`hindsight_train_term_grad_norm{term="out"}`: 1.5, `hindsight_train_term_grad_norm{term="distill"}`: 0.125,
 	}, termSeries(t, reg))
-	pts := s.hist.points()
+	pts := s.hist.Points()
 	last := pts[len(pts)-1]
 	require.Equal(t, 0.5, last.LossOut)
 	require.Equal(t, 0.125, *last.GradNormDistill)
@@ -65,7 +65,7 @@ func TestStepLossTerms(t *testing.T) {
 	series := termSeries(t, reg)
 	require.Len(t, series, 4, "loss and tokens, no gradient norms")
 	require.Equal(t, 0.375, series[`hindsight_train_term_loss{term="distill"}`])
-	pts = s.hist.points()
+	pts = s.hist.Points()
 	require.Nil(t, pts[len(pts)-1].GradNormOut)
 }
 

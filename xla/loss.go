@@ -109,7 +109,8 @@ func (p *gradPass) withDistill(cfg credit.DistillConfig) error {
 
 // newGradExec returns the executable of one chunk's loss and gradient under mode:
 //
-//	inputs:  chunkArgs, then w, c, r [1, seq] (chunkTerms.at);
+//	inputs:  chunkArgs, the temperature (tempArg), then w, c, r [1, seq]
+//	         (chunkTerms.at);
 //	         with a view that keeps: the distillation inputs (distillTerms.at);
 //	         the contiguous cache, cut to the chunk's span (truncated, exact);
 //	         the cotangents of the whole cache, a kvPair (exact)
@@ -118,6 +119,9 @@ func (p *gradPass) withDistill(cfg credit.DistillConfig) error {
 //	         trained variable (summed over chunks by accumulator.addInto: taking
 //	         the sums as inputs would hold them twice, there being no aliasing);
 //	         the cotangents passed on (exact)
+//
+// Every log-prob and distribution is the policy's at the rollout's temperature: the
+// logits are divided by it (tempered) before anything else reads them.
 //
 // With a view, each position's loss gains dw·D, D the divergence (p.distill) of the
 // student's distribution at the position from the teacher's kept one (distillTopK or
@@ -134,6 +138,7 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 	return newModelExec(p.backend, p.model, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
 		ch := takeChunk(l)
+		temp := l.next()
 		w, c, r := l.next(), l.next(), l.next()
 		var dn distillNodes
 		if view.keeps() {
@@ -153,8 +158,8 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 			cot = takeKV(l, nl)
 		}
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
-		logits := headLogits(ctx, cfg, hidden)     // [1, n, vocab]
-		logp := targetLogProbs(logits, ch.targets) // [1, n]
+		logits := tempered(headLogits(ctx, cfg, hidden), temp) // [1, n, vocab]
+		logp := targetLogProbs(logits, ch.targets)             // [1, n]
 		tokLoss := chunkLoss(logp, w, c, r)
 		var div *Node
 		if view.keeps() {

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
-	"github.com/hindsight-ai/hindsight/daemon"
 	"github.com/hindsight-ai/hindsight/internal/testwait"
+	"github.com/hindsight-ai/hindsight/status"
 )
 
 // statusTestTimeout is the tests' hang guard for a call or a wait.
@@ -65,9 +65,9 @@ func statusFixture() *hindsightv1.Status {
 }
 
 // startDaemon serves statusFixture on a free local port until the test ends.
-func startDaemon(t *testing.T) *daemon.Server {
+func startDaemon(t *testing.T) *status.Server {
 	t.Helper()
-	s := daemon.NewServer("127.0.0.1:0", statusFixture, nil, zerolog.Nop())
+	s := status.NewServer("127.0.0.1:0", statusFixture, nil, zerolog.Nop())
 	require.NoError(t, s.Start())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), statusTestTimeout)
@@ -266,7 +266,7 @@ func TestStatusTableLossTerms(t *testing.T) {
 		if norms {
 			st.Training.GradNormOut, st.Training.GradNormDistill = proto.Float64(1.5), proto.Float64(0.125)
 		}
-		s := daemon.NewServer("127.0.0.1:0", func() *hindsightv1.Status { return st }, nil, zerolog.Nop())
+		s := status.NewServer("127.0.0.1:0", func() *hindsightv1.Status { return st }, nil, zerolog.Nop())
 		require.NoError(t, s.Start())
 		code, out, errOut := runStatus(t, "-addr", s.Addr())
 		ctx, cancel := context.WithTimeout(context.Background(), statusTestTimeout)
@@ -289,7 +289,7 @@ func TestStatusTableStepInProgress(t *testing.T) {
 	st.Training = &hindsightv1.TrainingStats{TokenBudget: 4096, StepInProgress: &hindsightv1.StepInProgress{Step: 1, Phase: "gradient",
 		Rollouts: 32, Tokens: 640000, RolloutsScored: 32, TokensScored: 640000, RolloutsGradient: 5, TokensGradient: 100000,
 		StartedAt: timestamppb.Now(), Elapsed: durationpb.New(312 * time.Second), Eta: durationpb.New(580 * time.Second)}}
-	s := daemon.NewServer("127.0.0.1:0", func() *hindsightv1.Status { return st }, nil, zerolog.Nop())
+	s := status.NewServer("127.0.0.1:0", func() *hindsightv1.Status { return st }, nil, zerolog.Nop())
 	require.NoError(t, s.Start())
 	code, out, errOut := runStatus(t, "-addr", s.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), statusTestTimeout)

@@ -9,4 +9,6 @@
 // durable: Write puts every file into a temp directory, fsyncs it, renames it into
 // place and moves the latest link, so a crash leaves either no new step or a complete
 // one; Latest and Verify find the newest complete one at start-up for an exact resume.
+// Hooks (hooks.go) follow the latest link and tell serving engines (SGLang, vLLM) about
+// each new checkpoint; they run whether the gateway is on or off.
 package checkpoint

@@ -1,4 +1,4 @@
-package daemon
+package status
 
 import (
 	"sync"
@@ -7,9 +7,9 @@ import (
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 )
 
-// historySize is how many status points the history ring keeps: at one publish a
-// second, about ten minutes.
-const historySize = 600
+// HistorySize is how many status points the daemon's history ring keeps: at one
+// publish a second, about ten minutes.
+const HistorySize = 600
 
 // historyMinGap is the least time between two kept points; a publish sooner than
 // that replaces the last point instead of adding one.
@@ -46,8 +46,8 @@ type HistoryPoint struct {
 	Evals map[string]float64 `json:"evals,omitempty"`
 }
 
-// historyPoint samples st.
-func historyPoint(st *hindsightv1.Status) HistoryPoint {
+// Sample is the history point of st, taken now.
+func Sample(st *hindsightv1.Status) HistoryPoint {
 	p := HistoryPoint{At: time.Now().UTC(), State: st.GetState().String()}
 	p.Incoming, p.Processing = st.GetSpool().GetIncoming(), st.GetSpool().GetProcessing()
 	p.QueueFiles, p.QueueRoll = st.GetQueues().GetFiles(), st.GetQueues().GetRollouts()
@@ -82,19 +82,20 @@ func historyPoint(st *hindsightv1.Status) HistoryPoint {
 	return p
 }
 
-// history is a bounded ring of status points, oldest dropped first; safe for
-// concurrent use.
-type history struct {
+// History is a bounded ring of status points, oldest dropped first, that the status
+// page charts (Pages.History is its Points); safe for concurrent use.
+type History struct {
 	mu   sync.Mutex
 	pts  []HistoryPoint // ring storage, len ≤ size
 	next int            // where the next point goes once the ring is full
 	size int
 }
 
-func newHistory(size int) *history { return &history{size: size} }
+// NewHistory returns an empty ring of size points.
+func NewHistory(size int) *History { return &History{size: size} }
 
-// add appends p, or replaces the newest point when it is less than historyMinGap old.
-func (h *history) add(p HistoryPoint) {
+// Add appends p, or replaces the newest point when it is less than historyMinGap old.
+func (h *History) Add(p HistoryPoint) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if n := len(h.pts); n > 0 {
@@ -115,8 +116,8 @@ func (h *history) add(p HistoryPoint) {
 	h.next = (h.next + 1) % h.size
 }
 
-// points returns a copy of the points, oldest first.
-func (h *history) points() []HistoryPoint {
+// Points returns a copy of the points, oldest first.
+func (h *History) Points() []HistoryPoint {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make([]HistoryPoint, 0, len(h.pts))

@@ -1,4 +1,4 @@
-package gateway
+package checkpoint
 
 import (
 	"bytes"
@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/hindsight-ai/hindsight/data/checkpoint"
 )
 
 // Hook kinds: what an engine is told when a new checkpoint is written.
@@ -75,8 +73,8 @@ func (h HookConfig) request(ctx context.Context, dir string) (*http.Request, err
 	return req, nil
 }
 
-// Hooks tells serving engines about each new checkpoint: it follows the
-// checkpoint root's `latest` link and calls every hook once per checkpoint that
+// Hooks tells serving engines about each new checkpoint that Write publishes: it
+// follows the checkpoint root's `latest` link and calls every hook once per checkpoint that
 // verifies, retrying with backoff. The embedded gateway swaps itself and needs no
 // hook.
 type Hooks struct {
@@ -140,7 +138,7 @@ func (h *Hooks) Run(ctx context.Context) error {
 	if client == nil {
 		client = &http.Client{Timeout: 5 * time.Minute}
 	}
-	seen, _ := os.Readlink(filepath.Join(h.Root, checkpoint.LatestLinkName))
+	seen, _ := os.Readlink(filepath.Join(h.Root, LatestLinkName))
 	tick := time.NewTicker(h.Interval)
 	defer tick.Stop()
 	for {
@@ -149,12 +147,12 @@ func (h *Hooks) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		target, err := os.Readlink(filepath.Join(h.Root, checkpoint.LatestLinkName))
+		target, err := os.Readlink(filepath.Join(h.Root, LatestLinkName))
 		if err != nil || target == seen {
 			continue
 		}
 		dir := filepath.Join(h.Root, target)
-		st, err := checkpoint.Verify(dir)
+		st, err := Verify(dir)
 		if err != nil {
 			log.Warn().Err(err).Str("checkpoint", dir).Msg("latest checkpoint does not verify; engines not told")
 			continue
@@ -177,7 +175,7 @@ func (h *Hooks) Run(ctx context.Context) error {
 					s.LastCheckpoint, s.LastStep, s.LastPushedAt = abs, st.Step, time.Now()
 				})
 			}
-			err := call(ctx, client, hk, abs, log, tried)
+			err := callHook(ctx, client, hk, abs, log, tried)
 			h.update(i, func(s *HookState) { s.Pushing = "" })
 			if err != nil && ctx.Err() == nil {
 				log.Error().Err(err).Str("engine", hk.URL).Int64("step", st.Step).Msg("engine not told about the checkpoint")
@@ -188,9 +186,9 @@ func (h *Hooks) Run(ctx context.Context) error {
 	}
 }
 
-// call tries one hook up to its attempts, doubling the wait from 1s; tried hears
+// callHook tries one hook up to its attempts, doubling the wait from 1s; tried hears
 // each attempt's outcome.
-func call(ctx context.Context, client *http.Client, h HookConfig, dir string, log zerolog.Logger, tried func(error)) error {
+func callHook(ctx context.Context, client *http.Client, h HookConfig, dir string, log zerolog.Logger, tried func(error)) error {
 	attempts := h.Attempts
 	if attempts == 0 {
 		attempts = 5
@@ -226,4 +224,20 @@ func call(ctx context.Context, client *http.Client, h HookConfig, dir string, lo
 		wait *= 2
 	}
 	return last
+}
+
+// Push tells hook h's engine to load the checkpoint at dir now, as Run does for a
+// new checkpoint, with the same attempts and backoff; for a vllm_lora hook the
+// adapter is loaded under loraName ("" keeps h.LoRAName). The gateway's A/B test
+// loads each candidate under a name of its own this way, so the checkpoint a
+// session is pinned to keeps its name (docs/gateway.md "Which checkpoint do people
+// prefer").
+func (h HookConfig) Push(ctx context.Context, client *http.Client, dir, loraName string, log zerolog.Logger) error {
+	if loraName != "" {
+		h.LoRAName = loraName
+	}
+	if client == nil {
+		client = &http.Client{Timeout: 5 * time.Minute}
+	}
+	return callHook(ctx, client, h, dir, log, func(error) {})
 }

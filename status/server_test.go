@@ -1,4 +1,4 @@
-package daemon
+package status_test
 
 import (
 	"context"
@@ -27,12 +27,9 @@ import (
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/api/hindsight/v1/hindsightv1connect"
 	"github.com/hindsight-ai/hindsight/internal/apikey"
-	"github.com/hindsight-ai/hindsight/internal/testwait"
+	"github.com/hindsight-ai/hindsight/status"
+	"github.com/hindsight-ai/hindsight/status/statustest"
 )
-
-// testTimeout bounds every call a test makes; the server answers in milliseconds.
-// testTimeout is the tests' hang guard for a call or a wait.
-var testTimeout = testwait.Guard(time.Minute)
 
 func testStatus() *hindsightv1.Status {
 	return &hindsightv1.Status{
@@ -55,48 +52,19 @@ func testStatus() *hindsightv1.Status {
 	}
 }
 
-// startServer starts a Server on a free local port and shuts it down when the test ends.
-func startServer(t *testing.T, snapshot func() *hindsightv1.Status, gatherer prometheus.Gatherer) (*Server, string) {
-	t.Helper()
-	s := NewServer("127.0.0.1:0", snapshot, gatherer, zerolog.New(zerolog.NewTestWriter(t)))
-	require.NoError(t, s.Start())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		require.NoError(t, s.Shutdown(ctx))
-	})
-	return s, "http://" + s.Addr()
-}
-
-// h2cClient speaks HTTP/2 without TLS, as gRPC clients do. Its connections are closed
-// before the server shuts down, which otherwise waits up to 1s for the client to hang up.
-func h2cClient(t *testing.T) *http.Client {
-	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
-	transport := &http.Transport{Protocols: protocols}
-	t.Cleanup(transport.CloseIdleConnections)
-	return &http.Client{Transport: transport}
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestServerGetStatusGRPC(t *testing.T) {
 	want := testStatus()
-	_, base := startServer(t, func() *hindsightv1.Status { return want }, nil)
-	client := hindsightv1connect.NewStatusServiceClient(h2cClient(t), base, connect.WithGRPC())
+	_, base := statustest.Start(t, func() *hindsightv1.Status { return want }, nil)
+	client := hindsightv1connect.NewStatusServiceClient(statustest.H2CClient(t), base, connect.WithGRPC())
 
-	resp, err := client.GetStatus(testCtx(t), connect.NewRequest(&hindsightv1.GetStatusRequest{}))
+	resp, err := client.GetStatus(statustest.Context(t), connect.NewRequest(&hindsightv1.GetStatusRequest{}))
 	require.NoError(t, err)
 	require.True(t, proto.Equal(want, resp.Msg.GetStatus()), "got %v", resp.Msg.GetStatus())
 }
 
 func TestServerGetStatusJSON(t *testing.T) {
-	_, base := startServer(t, testStatus, nil)
-	client := &http.Client{Timeout: testTimeout}
+	_, base := statustest.Start(t, testStatus, nil)
+	client := &http.Client{Timeout: statustest.Timeout}
 
 	check := func(t *testing.T, resp *http.Response) {
 		t.Helper()
@@ -134,7 +102,7 @@ func TestServerGetStatusJSON(t *testing.T) {
 	}
 
 	t.Run("POST", func(t *testing.T) {
-		req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost,
+		req, err := http.NewRequestWithContext(statustest.Context(t), http.MethodPost,
 			base+hindsightv1connect.StatusServiceGetStatusProcedure, strings.NewReader("{}"))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/json")
@@ -144,7 +112,7 @@ func TestServerGetStatusJSON(t *testing.T) {
 	})
 	t.Run("GET", func(t *testing.T) {
 		q := url.Values{"encoding": {"json"}, "message": {"{}"}, "connect": {"v1"}}
-		req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet,
+		req, err := http.NewRequestWithContext(statustest.Context(t), http.MethodGet,
 			base+hindsightv1connect.StatusServiceGetStatusProcedure+"?"+q.Encode(), nil)
 		require.NoError(t, err)
 		resp, err := client.Do(req)
@@ -154,20 +122,20 @@ func TestServerGetStatusJSON(t *testing.T) {
 }
 
 func TestServerNoSnapshotYet(t *testing.T) {
-	_, base := startServer(t, func() *hindsightv1.Status { return nil }, nil)
-	client := hindsightv1connect.NewStatusServiceClient(&http.Client{Timeout: testTimeout}, base)
+	_, base := statustest.Start(t, func() *hindsightv1.Status { return nil }, nil)
+	client := hindsightv1connect.NewStatusServiceClient(&http.Client{Timeout: statustest.Timeout}, base)
 
-	_, err := client.GetStatus(testCtx(t), connect.NewRequest(&hindsightv1.GetStatusRequest{}))
+	_, err := client.GetStatus(statustest.Context(t), connect.NewRequest(&hindsightv1.GetStatusRequest{}))
 	require.Equal(t, connect.CodeUnavailable, connect.CodeOf(err), "err: %v", err)
 }
 
 func TestServerWatchStatus(t *testing.T) {
-	s, base := startServer(t, testStatus, nil)
-	client := hindsightv1connect.NewStatusServiceClient(h2cClient(t), base, connect.WithGRPC())
+	s, base := statustest.Start(t, testStatus, nil)
+	client := hindsightv1connect.NewStatusServiceClient(statustest.H2CClient(t), base, connect.WithGRPC())
 	req := connect.NewRequest(&hindsightv1.WatchStatusRequest{Interval: durationpb.New(time.Millisecond)})
 
 	t.Run("client cancels", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+		ctx, cancel := context.WithTimeout(t.Context(), statustest.Timeout)
 		defer cancel()
 		stream, err := client.WatchStatus(ctx, req)
 		require.NoError(t, err)
@@ -183,7 +151,7 @@ func TestServerWatchStatus(t *testing.T) {
 	})
 
 	t.Run("shutdown ends the stream", func(t *testing.T) {
-		stream, err := client.WatchStatus(testCtx(t), connect.NewRequest(&hindsightv1.WatchStatusRequest{
+		stream, err := client.WatchStatus(statustest.Context(t), connect.NewRequest(&hindsightv1.WatchStatusRequest{
 			Interval: durationpb.New(time.Hour), // only Shutdown can end it in time
 		}))
 		require.NoError(t, err)
@@ -191,7 +159,7 @@ func TestServerWatchStatus(t *testing.T) {
 
 		shutdownErr := make(chan error, 1)
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), statustest.Timeout)
 			defer cancel()
 			shutdownErr <- s.Shutdown(ctx)
 		}()
@@ -202,45 +170,19 @@ func TestServerWatchStatus(t *testing.T) {
 	})
 }
 
-func TestWatchInterval(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		interval *durationpb.Duration
-		want     time.Duration
-		wantCode connect.Code
-	}{
-		{name: "unset", want: time.Second},
-		{name: "zero", interval: durationpb.New(0), want: time.Second},
-		{name: "below minimum", interval: durationpb.New(time.Millisecond), want: 100 * time.Millisecond},
-		{name: "as asked", interval: durationpb.New(5 * time.Second), want: 5 * time.Second},
-		{name: "negative", interval: durationpb.New(-time.Second), wantCode: connect.CodeInvalidArgument},
-		{name: "invalid", interval: &durationpb.Duration{Seconds: 1, Nanos: -1}, wantCode: connect.CodeInvalidArgument},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := watchInterval(&hindsightv1.WatchStatusRequest{Interval: tc.interval})
-			if tc.wantCode != 0 {
-				require.Equal(t, tc.wantCode, connect.CodeOf(err), "err: %v", err)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-		})
-	}
-}
-
 func TestServerHealth(t *testing.T) {
-	s, base := startServer(t, testStatus, nil)
-	client := grpchealth.NewClient(h2cClient(t), base, connect.WithGRPC())
-	httpClient := &http.Client{Timeout: testTimeout}
+	s, base := statustest.Start(t, testStatus, nil)
+	client := grpchealth.NewClient(statustest.H2CClient(t), base, connect.WithGRPC())
+	httpClient := &http.Client{Timeout: statustest.Timeout}
 
 	check := func(t *testing.T, want grpchealth.Status, wantHTTP int) {
 		t.Helper()
 		for _, service := range []string{"", hindsightv1connect.StatusServiceName} {
-			resp, err := client.Check(testCtx(t), &grpchealth.CheckRequest{Service: service})
+			resp, err := client.Check(statustest.Context(t), &grpchealth.CheckRequest{Service: service})
 			require.NoError(t, err)
 			require.Equal(t, want, resp.Status, "service %q", service)
 		}
-		req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, base+"/healthz", nil)
+		req, err := http.NewRequestWithContext(statustest.Context(t), http.MethodGet, base+"/healthz", nil)
 		require.NoError(t, err)
 		resp, err := httpClient.Do(req)
 		require.NoError(t, err)
@@ -260,11 +202,11 @@ func TestServerMetrics(t *testing.T) {
 	counter := prometheus.NewCounter(prometheus.CounterOpts{Name: "hindsight_test_events_total", Help: "Test events."})
 	reg.MustRegister(counter)
 	counter.Add(3)
-	_, base := startServer(t, testStatus, reg)
+	_, base := statustest.Start(t, testStatus, reg)
 
-	req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, base+"/metrics", nil)
+	req, err := http.NewRequestWithContext(statustest.Context(t), http.MethodGet, base+"/metrics", nil)
 	require.NoError(t, err)
-	resp, err := (&http.Client{Timeout: testTimeout}).Do(req)
+	resp, err := (&http.Client{Timeout: statustest.Timeout}).Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -274,9 +216,9 @@ func TestServerMetrics(t *testing.T) {
 }
 
 func TestServerReflection(t *testing.T) {
-	_, base := startServer(t, testStatus, nil)
-	client := grpcreflect.NewClient(h2cClient(t), base, connect.WithGRPC())
-	stream := client.NewStream(testCtx(t))
+	_, base := statustest.Start(t, testStatus, nil)
+	client := grpcreflect.NewClient(statustest.H2CClient(t), base, connect.WithGRPC())
+	stream := client.NewStream(statustest.Context(t))
 	defer func() { _, _ = stream.Close() }()
 
 	names, err := stream.ListServices()
@@ -295,7 +237,7 @@ func TestServerStartOccupiedPort(t *testing.T) {
 	defer ln.Close()
 	addr := ln.Addr().String()
 
-	s := NewServer(addr, testStatus, nil, zerolog.Nop())
+	s := status.NewServer(addr, testStatus, nil, zerolog.Nop())
 	err = s.Start()
 	require.Error(t, err)
 	require.Contains(t, err.Error(), addr)
@@ -305,7 +247,7 @@ func TestServerStartOccupiedPort(t *testing.T) {
 }
 
 func TestServerStartTwice(t *testing.T) {
-	s, _ := startServer(t, testStatus, nil)
+	s, _ := statustest.Start(t, testStatus, nil)
 	require.ErrorContains(t, s.Start(), "already started")
 }
 
@@ -329,11 +271,11 @@ func TestStatusKeys(t *testing.T) {
 		require.NoError(t, err)
 		return k
 	}
-	status, control := write("status", "s-key"), write("control", "c-key")
+	statusKeys, control := write("status", "s-key"), write("control", "c-key")
 	for _, withControl := range []bool{true, false} {
-		s := NewServer("127.0.0.1:0", testStatus, prometheus.NewRegistry(), zerolog.Nop())
+		s := status.NewServer("127.0.0.1:0", testStatus, prometheus.NewRegistry(), zerolog.Nop())
 		s.SetController(fakeController{})
-		s.SetStatusKeys(status)
+		s.SetStatusKeys(statusKeys)
 		if withControl {
 			s.SetControlKeys(control)
 		}
@@ -344,7 +286,7 @@ func TestStatusKeys(t *testing.T) {
 			if method == http.MethodPost {
 				body = strings.NewReader(`{"reason":"x"}`)
 			}
-			req, err := http.NewRequestWithContext(testCtx(t), method, base+path, body)
+			req, err := http.NewRequestWithContext(statustest.Context(t), method, base+path, body)
 			require.NoError(t, err)
 			req.Header.Set("Content-Type", "application/json")
 			if key != "" {
@@ -370,8 +312,32 @@ func TestStatusKeys(t *testing.T) {
 		} else {
 			require.Equal(t, 200, do(http.MethodPost, pause, "s-key"))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), statustest.Timeout)
 		require.NoError(t, s.Shutdown(ctx))
 		cancel()
 	}
+}
+
+func TestServerControlUnimplemented(t *testing.T) {
+	_, base := statustest.Start(t, testStatus, nil)
+	ctrl := hindsightv1connect.NewControlServiceClient(statustest.H2CClient(t), base)
+	_, err := ctrl.Pause(statustest.Context(t), connect.NewRequest(&hindsightv1.PauseRequest{}))
+	require.Equal(t, connect.CodeUnimplemented, connect.CodeOf(err))
+}
+
+// TestServerControlLimits: a pause reason or a by longer than 512 bytes is
+// INVALID_ARGUMENT, and the controller is not called.
+func TestServerControlLimits(t *testing.T) {
+	s, base := statustest.Start(t, testStatus, nil)
+	s.SetController(fakeController{})
+	ctrl := hindsightv1connect.NewControlServiceClient(statustest.H2CClient(t), base, connect.WithGRPC())
+	long := strings.Repeat("x", 513)
+	_, err := ctrl.Pause(statustest.Context(t), connect.NewRequest(&hindsightv1.PauseRequest{Reason: long}))
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+	_, err = ctrl.Pause(statustest.Context(t), connect.NewRequest(&hindsightv1.PauseRequest{By: long}))
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+	_, err = ctrl.Resume(statustest.Context(t), connect.NewRequest(&hindsightv1.ResumeRequest{By: long}))
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+	_, err = ctrl.Pause(statustest.Context(t), connect.NewRequest(&hindsightv1.PauseRequest{Reason: long[:512]}))
+	require.NoError(t, err, "512 bytes is within the limit")
 }

@@ -1,4 +1,4 @@
-package daemon
+package status_test
 
 import (
 	"context"
