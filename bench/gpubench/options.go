@@ -47,6 +47,9 @@ type Options struct {
 	ProfileTrainT int
 	ProfileLayers int
 	ProfileBefore bool
+	// ProfileTrainPrecisions are the precisions of that step (each one of
+	// Precisions the backend runs).
+	ProfileTrainPrecisions []string
 	// DataParallel and DataParallelT are the data-parallel stage's model and rollout
 	// length (2 rollouts a device).
 	DataParallel  string
@@ -67,15 +70,15 @@ func Defaults(cpu bool) Options {
 			Parity: []string{"qwen3-tiny"}, ParityT: 64, Speed: []string{"qwen3-tiny"}, SpeedT: []int{128},
 			PeerTypes: []string{"float32", "bfloat16"}, Precisions: []string{"f32", "bf16"}, GenPreset: "qwen3-tiny", GenBatch: []int{1, 4}, GenNew: 16,
 			Long: "qwen3-tiny", LongT: 512, LongChunk: []int{64, 128}, Reps: 1,
-			ProfilePreset: "qwen3-tiny", ProfileT: 300, ProfileTrainT: 64, DataParallel: "qwen3-tiny", DataParallelT: 128}
+			ProfilePreset: "qwen3-tiny", ProfileT: 300, ProfileTrainT: 64, ProfileTrainPrecisions: []string{"f32", "bf16"}, DataParallel: "qwen3-tiny", DataParallelT: 128}
 	}
 	return Options{Device: "cuda", Stages: AllStages, PeakN: 8192,
-		Budgets: map[string]time.Duration{"peak": 20 * time.Second, "parity": 60 * time.Second, "profile": 40 * time.Second, "speed": 240 * time.Second,
+		Budgets: map[string]time.Duration{"peak": 20 * time.Second, "parity": 60 * time.Second, "profile": 70 * time.Second, "speed": 210 * time.Second,
 			"generate": 30 * time.Second, "long": 90 * time.Second, "dataparallel": 90 * time.Second, "memory": 10 * time.Second},
 		Parity: []string{"qwen3-tiny", "qwen3-0.6b"}, ParityT: 1024, Speed: []string{"qwen3-0.6b", "qwen3-1.7b"},
 		SpeedT: []int{8192, 32768}, PeerTypes: []string{"float32", "bfloat16"}, Precisions: []string{"f32", "bf16"}, GenPreset: "qwen3-0.6b", GenBatch: []int{1, 8},
 		GenNew: 128, Long: "qwen3-0.6b", LongT: 131072, LongChunk: []int{256, 1024}, Reps: 1,
-		ProfilePreset: "qwen3-0.6b", ProfileT: 3233, ProfileTrainT: 256, DataParallel: "qwen3-0.6b", DataParallelT: 4096}
+		ProfilePreset: "qwen3-0.6b", ProfileT: 3233, ProfileTrainT: 256, ProfileTrainPrecisions: []string{"f32"}, DataParallel: "qwen3-0.6b", DataParallelT: 4096}
 }
 
 // Validate names the first bad option.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -138,9 +139,9 @@ func (b *bench) profileTrainRows(ctx context.Context) error {
 	if b.opts.ProfileTrainT <= 0 {
 		return nil
 	}
-	for _, ps := range b.opts.Precisions {
+	for _, ps := range b.opts.ProfileTrainPrecisions {
 		p := xla.Precision(ps)
-		if p.CheckBackend(b.backend) != nil {
+		if !slices.Contains(b.opts.Precisions, ps) || p.CheckBackend(b.backend) != nil {
 			continue
 		}
 		for _, whole := range []bool{false, true} {
