@@ -10,16 +10,19 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
-// TestProfileStage runs the profile stage at a tiny size on the pure-Go backend
+// TestProfileStage runs the profile stage at a tiny size on the pure-Go backend (sequential: its parallel mode deadlocks now and then, xla.DefaultBackend)
 // without a PyTorch peer: a load record, a cold pass that compiled the cache's
 // zeros and a chunk step, a warm pass that compiled nothing, the pprof files, the
-// log-probs file (T−1 finite values) and the peer recorded as skipped.
+// log-probs file (T−1 finite values), the peer recorded as skipped, and a training
+// step's memory by phase.
 func TestProfileStage(t *testing.T) {
 	out := t.TempDir()
 	opts := testDefaults()
-	opts.Out, opts.Backend, opts.Stages, opts.ProfileT, opts.Pprof = out, "go", []string{"profile"}, 40, true
+	opts.Out, opts.Backend, opts.Stages, opts.ProfileT, opts.Pprof = out, xla.DefaultBackend, []string{"profile"}, 40, true
 	res, err := Run(context.Background(), opts, nil, zerolog.Nop())
 	require.NoError(t, err)
 	st := res.Stage("profile")
@@ -42,6 +45,25 @@ func TestProfileStage(t *testing.T) {
 	require.Greater(t, warm["cpu_seconds"], 0.0)
 	require.Contains(t, warm, "peak_rss_bytes")
 	require.Contains(t, got["torch profile score skipped"]["reason"], "no PyTorch peer")
+	// A training step's memory in each precision, phase by phase against the
+	// memory model.
+	byPrecision := map[any]map[string]any{}
+	for _, r := range st.Data {
+		if r.What == "profile train memory" {
+			byPrecision[r.Fields["precision"]] = r.Fields
+		}
+	}
+	require.Contains(t, byPrecision, "f32")
+	for p, tm := range byPrecision {
+		phases, ok := tm["phase_peak_bytes"].(map[string]any)
+		require.True(t, ok, tm)
+		for _, ph := range []string{"score", "gradient", "update"} {
+			require.Contains(t, phases, ph, p)
+		}
+		require.Greater(t, tm["predicted_bytes"], 0.0, p)
+		require.Greater(t, tm["peak_over_predicted"], 0.0, p)
+		require.Contains(t, tm["summary_gib"], "vs predicted", p)
+	}
 	for _, f := range []string{"profile-cpu.pprof", "profile-heap.pprof", "profile-tokens.json"} {
 		require.FileExists(t, filepath.Join(out, f))
 	}
