@@ -65,6 +65,7 @@ func hsGoCompile(args *C.PJRT_Client_Compile_Args) (perr *C.PJRT_Error) {
 		}
 		return perr
 	}
+	c.pre.start(c, args.client)
 	p := newProgram(args, c.identity)
 	start := time.Now()
 	if exe, ok := c.load(p, args); ok {
@@ -122,16 +123,15 @@ func serialize(exe *C.PJRT_LoadedExecutable) ([]byte, error) {
 	return C.GoBytes(unsafe.Pointer(s.bytes), C.int(s.size)), nil
 }
 
-// deserialize loads payload on the client args compiles for, with args' options.
-func deserialize(args *C.PJRT_Client_Compile_Args, payload []byte) (*C.PJRT_LoadedExecutable, error) {
+// deserialize loads payload on client with the serialized compile options.
+func deserialize(client *C.PJRT_Client, payload []byte, options *C.char, optionsSize C.size_t) (*C.PJRT_LoadedExecutable, error) {
 	if len(payload) == 0 {
 		return nil, errors.New("empty serialization")
 	}
 	cbytes := C.CBytes(payload)
 	defer C.free(cbytes)
 	var exe *C.PJRT_LoadedExecutable
-	err := pjrtError(C.hs_deserialize(args.client, (*C.char)(cbytes), C.size_t(len(payload)),
-		args.compile_options, args.compile_options_size, &exe))
+	err := pjrtError(C.hs_deserialize(client, (*C.char)(cbytes), C.size_t(len(payload)), options, optionsSize, &exe))
 	if err != nil {
 		return nil, err
 	}
