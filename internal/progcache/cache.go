@@ -358,9 +358,3 @@ func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
 }
-
-// atomicDuration is a time.Duration read and written atomically.
-type atomicDuration struct{ v atomic.Int64 }
-
-func (d *atomicDuration) Store(x time.Duration) { d.v.Store(int64(x)) }
-func (d *atomicDuration) Load() time.Duration   { return time.Duration(d.v.Load()) }

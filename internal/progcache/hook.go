@@ -53,15 +53,15 @@ func hsGoCompile(args *C.PJRT_Client_Compile_Args) (perr *C.PJRT_Error) {
 				c.log.Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("compiled-program cache failed; compiling")
 			}
 			if !loaded && !compiled {
-				perr = compileCounted(args)
+				_, perr = compileCounted(args)
 			}
 		}
 	}()
 	if c == nil || c.dir == "" {
-		perr = compileCounted(args)
+		took, perr := compileCounted(args)
 		compiled = true
 		if c != nil && perr == nil {
-			c.logCompiled(programName(args), lastCompile.Load())
+			c.logCompiled(programName(args), took)
 		}
 		return perr
 	}
@@ -76,29 +76,25 @@ func hsGoCompile(args *C.PJRT_Client_Compile_Args) (perr *C.PJRT_Error) {
 		c.log.Info().Str("program", p.name).Str("key", p.keyHex[:16]).Dur("took", took).Msg("compiled program loaded from cache")
 		return nil
 	}
-	perr = compileCounted(args)
+	took, perr := compileCounted(args)
 	compiled = true
 	if perr != nil {
 		return perr
 	}
-	c.logCompiled(p.name, lastCompile.Load())
+	c.logCompiled(p.name, took)
 	c.store(p, args.executable)
 	return nil
 }
 
-// lastCompile is the duration of the latest compile, for the log line that follows it.
-var lastCompile atomicDuration
-
 // compileCounted runs the plugin's own compile and counts it.
-func compileCounted(args *C.PJRT_Client_Compile_Args) *C.PJRT_Error {
+func compileCounted(args *C.PJRT_Client_Compile_Args) (time.Duration, *C.PJRT_Error) {
 	start := time.Now()
 	err := C.hs_compile_original(args)
 	took := time.Since(start)
-	lastCompile.Store(took)
 	if err == nil {
 		statsAdd(func(s *Stats) { s.Compiled++; s.CompileTime += took })
 	}
-	return err
+	return took, err
 }
 
 // pjrtError turns err into a Go error and frees it.
