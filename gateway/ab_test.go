@@ -2,10 +2,16 @@ package gateway
 
 import (
 	"fmt"
+	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hindsight-ai/hindsight/data"
+	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/gateway/abstat"
 )
 
@@ -159,4 +165,44 @@ func TestABConfigErrors(t *testing.T) {
 		require.ErrorContains(t, cfg.Validate(), c.want)
 	}
 	require.NoError(t, DefaultABConfig().Validate(), "off: nothing checked")
+}
+
+// TestABDefaultGoneAtStart: a default checkpoint that no longer loads at
+// start-up (pruned) is replaced by the newest checkpoint, recorded as a reset.
+func TestABDefaultGoneAtStart(t *testing.T) {
+	dir := t.TempDir()
+	model, root := filepath.Join(dir, "model"), filepath.Join(dir, "checkpoints")
+	_, err := data.InitModel(model, data.InitOptions{Preset: "tiny", Seed: 2})
+	require.NoError(t, err)
+	files := map[string][]byte{}
+	ents, err := os.ReadDir(model)
+	require.NoError(t, err)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(model, e.Name()))
+		require.NoError(t, err)
+		files[e.Name()] = b
+	}
+	ck, err := checkpoint.Write(root, &checkpoint.Contents{Step: 4, Files: files}, 0)
+	require.NoError(t, err)
+	journals := filepath.Join(dir, "state", "gateway")
+	a, err := openAB(filepath.Join(dir, "state", "ab"), testABConfig())
+	require.NoError(t, err)
+	require.NoError(t, a.start(Checkpoint{Dir: filepath.Join(dir, "pruned"), Step: 2}))
+	a.close()
+
+	cfg := DefaultConfig()
+	cfg.Enabled, cfg.AB = true, testABConfig()
+	g, err := New(Options{Config: cfg, ModelDir: model, Checkpoints: root, JournalDir: journals, Incoming: filepath.Join(dir, "incoming"),
+		Backend: "go", Log: zerolog.Nop()})
+	require.NoError(t, err)
+	st, ok := g.ABStats()
+	require.True(t, ok)
+	require.Len(t, st.Arms, 1)
+	require.True(t, math.IsNaN(st.Arms[0].Reward.Est), "no outcomes")
+	st.Arms[0].Reward = abstat.Interval{}
+	require.Equal(t, []ArmStats{{Role: ArmDefault, Checkpoint: Checkpoint{Dir: ck, Step: 4}, ThumbsUp: abstat.Wilson(0, 0, 0.9)}}, st.Arms)
+	require.Len(t, st.Decisions, 1)
+	require.Equal(t, "reset", st.Decisions[0].Action)
+	require.Contains(t, st.Decisions[0].Reason, "pruned")
+	require.Zero(t, st.Promotions+st.Rollbacks)
 }
