@@ -40,6 +40,11 @@ const (
 type Checkpoint struct {
 	Dir  string `json:"dir"`
 	Step int64  `json:"step"`
+	// Model is, with gateway.upstream, the model id the engine serves it under:
+	// upstream_model for the checkpoint the test began with, <candidate_prefix>-
+	// step-<N> for each candidate (loaded under that name by the engine hooks), so
+	// a name never changes weights while a session uses it.
+	Model string `json:"model,omitempty"`
 }
 
 // abRecord is one line of ab.jsonl.

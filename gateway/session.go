@@ -39,7 +39,13 @@ type session struct {
 	// that turn goes.
 	rating   *int8
 	replySeg []int
-	busy     int // requests holding or waiting for the session (guarded by the Gateway's mu)
+	// temp is the sampling temperature of every turn so far when tempSeen and not
+	// tempMixed; the rollout records it (rollout.Rollout.Temperature). Turns at
+	// different temperatures, or one of unknown temperature, leave it unrecorded
+	// (null: scored at 1).
+	temp                float64
+	tempSeen, tempMixed bool
+	busy                int // requests holding or waiting for the session (guarded by the Gateway's mu)
 	// closedAt is when the session was closed (or ended idle) and began its
 	// feedback window (guarded by the Gateway's mu; zero while open).
 	closedAt time.Time
@@ -69,6 +75,10 @@ type turnRecord struct {
 	Reward        *float32      `json:"reward,omitempty"`
 	PolicyVersion int64         `json:"policy_version"`
 	Tokenizer     string        `json:"tokenizer"`
+	// Temperature is a turn's sampling temperature (the request's; 1 when it named
+	// none, 0 when greedy). A turn line without it (a journal written before the
+	// field) leaves the session's temperature unknown.
+	Temperature *float64 `json:"temperature,omitempty"`
 	// Rating, Comment and CommentTurn are a person's feedback (POST /v1/feedback),
 	// in a record of their own.
 	Rating      *int8  `json:"rating,omitempty"`
@@ -139,6 +149,14 @@ func (s *session) apply(rec *turnRecord) {
 	}
 	if len(rec.Tokens) > 0 && len(rec.Segments) > 0 { // a turn: its reply is its last segment
 		s.replySeg = append(s.replySeg, len(s.segments)-1)
+		switch {
+		case rec.Temperature == nil:
+			s.tempMixed = true
+		case !s.tempSeen:
+			s.temp, s.tempSeen = *rec.Temperature, true
+		case *rec.Temperature != s.temp:
+			s.tempMixed = true
+		}
 	}
 	if rec.Rating != nil {
 		s.rating = rec.Rating
@@ -207,6 +225,9 @@ func (s *session) rollout() *rollout.Rollout {
 	}
 	if s.rating != nil {
 		r.Feedback, r.HasFeedback = *s.rating, true
+	}
+	if s.tempSeen && !s.tempMixed {
+		r.Temperature, r.HasTemperature = float32(s.temp), true
 	}
 	return r
 }

@@ -6,7 +6,8 @@
 // durable before it is used, and a crash at any point replays to the same answer.
 //
 //   - A rollout is trained once a durable checkpoint lists it (the checkpoint's
-//     trainer_state.json trained list, restored by the trainer and handed to Open),
+//     trainer_state.json trained list: the ledger's Trained when it was written,
+//     handed back to Restore at start-up),
 //     or once it is in the skip log (skipped for policy lag, an fsynced line), or
 //     once the device gave up on it (too long for the model: counted, never retried).
 //   - Its credit row is staged in <state>/credit/<claimed>/<row>.arrow before that

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -53,7 +54,19 @@ func (l *Ledger) tryFinish(ctx context.Context, p *progress) (*Finished, error) 
 		l.log.Warn().Err(err).Str("dir", stage).Msg("remove staged credit rows")
 	}
 	delete(l.open, p.file.Claim.Seq)
-	return &Finished{Report: rep, Rows: len(rows), CreditFile: out, IDs: acceptedIDs(p.file.Claim)}, nil
+	l.forget(acceptedIDs(p.file.Claim))
+	return &Finished{Report: rep, Rows: len(rows), CreditFile: out}, nil
+}
+
+// forget drops a finished file's rollouts from Trained (no later checkpoint needs
+// them: the journal keeps a finished file from being read again); TrainedTotal
+// still counts them.
+func (l *Ledger) forget(ids []string) {
+	drop := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		drop[id] = true
+	}
+	l.trained = slices.DeleteFunc(l.trained, func(id string) bool { return drop[id] })
 }
 
 // readStaged reads the staged rows of one file, in row order.

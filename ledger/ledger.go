@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -48,8 +49,6 @@ type Finished struct {
 	Report     *rollout.FileReport
 	Rows       int    // credit rows published
 	CreditFile string // where they were published
-	// IDs are its accepted rollout_ids: no later checkpoint needs to list them.
-	IDs []string
 }
 
 // progress tracks one file's accepted rollouts on their way into a checkpoint.
@@ -70,6 +69,12 @@ type Ledger struct {
 	skips      *skipLog
 	open       map[uint64]*progress
 	unsynced   []string // staged since the last Sync
+	// trained are the rollout_ids in the weights whose file is not finished, in
+	// step order: the next checkpoint's trained list (Trained).
+	trained []string
+	// trainedTotal counts the rollouts in the weights over the run's life, those of
+	// finished files included.
+	trainedTotal int64
 }
 
 // Open opens the ledger: it removes the staging folders of finished files (a crash
@@ -109,14 +114,26 @@ func (l *Ledger) Close() error { return l.skips.close() }
 // processing/ at start-up: a restored checkpoint's trained list keeps only those.
 func (l *Ledger) Unfinished(id string) bool { return l.unfinished[id] }
 
-// Restore records the rollouts a restored checkpoint lists as trained.
-func (l *Ledger) Restore(trained []string) {
+// Restore records the rollouts a restored checkpoint lists as trained (its trained
+// list and lifetime count, checkpoint.TrainerState's Trained and TrainedTotal). Only
+// the ids of unfinished files are kept: finished files are never read again.
+func (l *Ledger) Restore(trained []string, total int64) {
+	l.trainedTotal = max(total, int64(len(trained)))
 	for _, id := range trained {
 		if l.unfinished[id] {
 			l.before[id] = true
+			l.trained = append(l.trained, id)
 		}
 	}
 }
+
+// Trained lists the rollout_ids in the weights whose file is not finished, in step
+// order: what the next checkpoint's trainer state lists as trained.
+func (l *Ledger) Trained() []string { return slices.Clone(l.trained) }
+
+// TrainedTotal counts the rollouts in the weights over the run's life, those of
+// finished files included.
+func (l *Ledger) TrainedTotal() int64 { return l.trainedTotal }
 
 // Before reports whether id was trained (in the restored checkpoint) or skipped
 // before this process started: such a rollout is not sent to the device again. It
@@ -162,8 +179,9 @@ func (l *Ledger) Drop(ctx context.Context, f *File) (*Finished, error) {
 }
 
 // Stage writes the credit row of a rollout of f (row is its row in the file) that a
-// step trained; it becomes durable at the next Sync and counts as trained once the
-// checkpoint after that Sync is written (Checkpointed).
+// step trained and adds the rollout (cr.RolloutID) to Trained; the row becomes
+// durable at the next Sync and the rollout counts as trained once the checkpoint
+// after that Sync is written (Checkpointed).
 func (l *Ledger) Stage(ctx context.Context, f *File, row int, cr creditfile.Row) error {
 	p := filepath.Join(l.stageDir(f.Report.Claimed), fmt.Sprintf("%06d.arrow", row))
 	err := l.o.Retry(ctx, "stage credit rows", p, func() error {
@@ -177,6 +195,8 @@ func (l *Ledger) Stage(ctx context.Context, f *File, row int, cr creditfile.Row)
 	}
 	l.unsynced = append(l.unsynced, p)
 	l.progress(f).pending++
+	l.trained = append(l.trained, cr.RolloutID)
+	l.trainedTotal++
 	return nil
 }
 

@@ -73,7 +73,7 @@ func (w *world) open(t *testing.T, trained ...string) *Ledger {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
-	l.Restore(trained)
+	l.Restore(trained, 0)
 	return l
 }
 
@@ -104,7 +104,8 @@ func TestLedgerFinishesOnlyAfterTheCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, done, 1)
 	require.Equal(t, 2, done[0].Rows)
-	require.ElementsMatch(t, w.ids, done[0].IDs)
+	require.Empty(t, l.Trained(), "a finished file's rollouts leave the trained list")
+	require.EqualValues(t, 2, l.TrainedTotal(), "and stay in the count")
 	require.Equal(t, rollout.OutcomeDone, done[0].Report.Outcome)
 	rows, err := creditfile.Read(w.creditPath())
 	require.NoError(t, err)
@@ -228,4 +229,38 @@ func TestLedgerRestoreKeepsUnfinished(t *testing.T) {
 	require.True(t, l.Before(w.ids[0]))
 	require.False(t, l.Before("from-a-finished-file"))
 	require.False(t, l.Unfinished("from-a-finished-file"))
+}
+
+// TestLedgerTrainedList: Stage adds a rollout to the trained list in step order,
+// a finished file's rollouts leave it (not the count), and a restart from the
+// checkpoint that listed them trains on from the same list and count.
+func TestLedgerTrainedList(t *testing.T) {
+	w := newWorld(t, 3)
+	l := w.open(t)
+	ctx := t.Context()
+	for _, i := range []int{1, 0} {
+		require.NoError(t, l.Stage(ctx, w.file, i, row(w.ids[i])))
+	}
+	require.Equal(t, []string{w.ids[1], w.ids[0]}, l.Trained(), "step order")
+	require.EqualValues(t, 2, l.TrainedTotal())
+	require.NoError(t, l.Sync())
+	_, err := l.Checkpointed(ctx)
+	require.NoError(t, err)
+	listed, total := l.Trained(), l.TrainedTotal()
+
+	w.openSpool(t) // crash after the checkpoint: reopen from what it listed
+	l = w.open(t)
+	l.Restore(append(listed, "from-a-finished-file"), total+5)
+	require.Equal(t, listed, l.Trained(), "only unfinished files' rollouts")
+	require.EqualValues(t, total+5, l.TrainedTotal())
+	require.NoError(t, l.Stage(ctx, w.file, 2, row(w.ids[2])))
+	f, err := l.End(ctx, w.file, 2)
+	require.NoError(t, err)
+	require.Nil(t, f)
+	require.NoError(t, l.Sync())
+	done, err := l.Checkpointed(ctx)
+	require.NoError(t, err)
+	require.Len(t, done, 1)
+	require.Empty(t, l.Trained())
+	require.EqualValues(t, total+6, l.TrainedTotal())
 }

@@ -29,7 +29,7 @@ func (lp *Loop) maybeCheckpoint(ctx context.Context, force bool, obs Observer) e
 }
 
 // checkpoint makes the staged credit rows durable, writes the checkpoint (its
-// trained list is the truth for "trained"), runs the post-checkpoint command, has the
+// trained list, the ledger's Trained, is the truth for "trained"), runs the post-checkpoint command, has the
 // ledger finish every file now wholly trained, then runs AfterCheckpoint.
 func (lp *Loop) checkpoint(ctx context.Context, obs Observer) error {
 	t0 := time.Now()
@@ -40,7 +40,8 @@ func (lp *Loop) checkpoint(ctx context.Context, obs Observer) error {
 		}
 		extra := map[string]json.RawMessage{}
 		extra["daemon"], _ = json.Marshal(map[string]any{"token_budget": lp.o.Config.TokenBudget, "model_dir": lp.o.ModelDir})
-		st := checkpoint.TrainerState{CreatedAt: time.Now().UTC(), CodeVersion: lp.o.Version, Config: string(lp.o.ConfigYAML), Extra: extra}
+		st := checkpoint.TrainerState{CreatedAt: time.Now().UTC(), CodeVersion: lp.o.Version, Config: string(lp.o.ConfigYAML), Extra: extra,
+			Trained: lp.o.Ledger.Trained(), TrainedTotal: lp.o.Ledger.TrainedTotal()}
 		var err error
 		dir, err = lp.tr.SaveCheckpoint(lp.o.CheckpointDir, lp.files, st, lp.o.Config.Checkpoint.Keep)
 		return err
@@ -50,7 +51,7 @@ func (lp *Loop) checkpoint(ctx context.Context, obs Observer) error {
 	}
 	step := lp.tr.StepCount()
 	lp.lastCkptStep, lp.lastCkptAt = step, time.Now()
-	obs.Checkpointed(step, dir, time.Now(), lp.tr.TrainedTotal(), lp.tr.UpdateCount())
+	obs.Checkpointed(step, dir, time.Now(), lp.o.Ledger.TrainedTotal(), lp.tr.UpdateCount())
 	lp.o.Log.Info().Int64("step", step).Str("path", dir).Dur("took", time.Since(t0)).Msg("checkpoint")
 	lp.runCommand(dir, step)
 	done, err := lp.o.Ledger.Checkpointed(ctx)

@@ -77,20 +77,12 @@ func fail(ctx context.Context, err error) error {
 	return err
 }
 
-// finished drops the rollouts of files the ledger finished from the trainer's
-// trained list (no later checkpoint needs them: the journal keeps finished files
-// from being read again) and reports the files.
+// finished reports the files the ledger finished.
 func (lp *Loop) finished(obs Observer, fs ...*ledger.Finished) {
 	for _, f := range fs {
-		if f == nil {
-			continue
+		if f != nil {
+			obs.FileDone(*f)
 		}
-		ids := make(map[string]bool, len(f.IDs))
-		for _, id := range f.IDs {
-			ids[id] = true
-		}
-		lp.tr.ForgetTrained(func(id string) bool { return ids[id] })
-		obs.FileDone(*f)
 	}
 }
 

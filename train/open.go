@@ -35,8 +35,8 @@ type Loop struct {
 
 // Open loads the policy, from the newest checkpoint (or ResumeFrom's) or else the
 // model directory, on the configured backend, and tells the ledger which rollouts
-// the restored checkpoint lists as trained. The trainer's trained list keeps only
-// the rollouts of files still in processing/ (the ledger's Unfinished).
+// the restored checkpoint lists as trained (the ledger keeps only the rollouts of
+// files still in processing/).
 func Open(o Options) (*Loop, error) {
 	if o.Ledger == nil || o.Pause == nil {
 		return nil, errors.New("open trainer: no ledger or pause state")
@@ -116,11 +116,10 @@ func Open(o Options) (*Loop, error) {
 		}
 		lp.lastCkptStep = st.Step
 		lp.info.Checkpoint, lp.info.CheckpointAt = ckdir, st.CreatedAt
-		o.Log.Info().Int64("step", st.Step).Str("checkpoint", ckdir).Int64("trained", lp.tr.TrainedTotal()).Msg("restored checkpoint")
+		o.Ledger.Restore(st.Trained, st.TrainedTotal)
+		o.Log.Info().Int64("step", st.Step).Str("checkpoint", ckdir).Int64("trained", o.Ledger.TrainedTotal()).Msg("restored checkpoint")
 	}
-	lp.tr.ForgetTrained(func(id string) bool { return !o.Ledger.Unfinished(id) })
-	o.Ledger.Restore(lp.tr.Trained())
-	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), lp.tr.TrainedTotal()
+	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), o.Ledger.TrainedTotal()
 	o.Log.Info().Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
 		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
 	return lp, nil

@@ -2,17 +2,12 @@ package xla
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
@@ -26,7 +21,8 @@ import (
 //	                               model file is bf16/f16, master.<name>: the float32
 //	                               master weights
 //	trainer/teacher.safetensors    the frozen or EMA teacher under HF names (F32), if any
-//	trainer_state.json             step (StepCount), baselines, RNG, trained rollout_ids,
+//	trainer_state.json             step (StepCount), baselines, RNG (the trained
+//	                               rollout_ids are the caller's: the ledger's),
 //	                               Extra["optimizer"] (step: UpdateCount) and
 //	                               Extra["teacher"] (mode)
 //
@@ -80,8 +76,9 @@ func tensorNamed(name string, t *tensors.Tensor, dtype safetensors.Dtype) safete
 // Checkpoint returns the trainer's state after StepCount() steps as a
 // checkpoint.Contents, with files (checkpoint.ModelFiles of the model directory: config.json,
 // the tokenizer and chat template files) written beside the tensors. state carries what the trainer
-// does not own (code version, effective config); its Trained, Baselines, RNG and
-// the optimizer and teacher entries of Extra are set here.
+// does not own (code version, effective config, the trained list and count, which
+// the ledger owns); its Baselines, RNG and the optimizer and teacher entries of Extra
+// are set here.
 func (tr *Trainer) Checkpoint(files map[string][]byte, state checkpoint.TrainerState) (*checkpoint.Contents, error) {
 	dtype := safetensors.DtypeF32
 	if raw, ok := files[data.ConfigFileName]; ok {
@@ -130,8 +127,6 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state checkpoint.TrainerS
 		ck.Tensors[checkpoint.TeacherFileName] = tt
 	}
 	st := state
-	st.Trained = append([]string(nil), tr.trained...)
-	st.TrainedTotal = tr.trainedTotal
 	if st.Baselines, err = json.Marshal(tr.baselines); err != nil {
 		return nil, fmt.Errorf("checkpoint: baselines: %w", err)
 	}
@@ -166,151 +161,4 @@ func (tr *Trainer) SaveCheckpoint(root string, files map[string][]byte, state ch
 		return "", err
 	}
 	return checkpoint.Write(root, ck, keep)
-}
-
-// Restore loads the trainer's state from checkpoint directory dir, which must
-// verify (checkpoint.Verify): master weights (when the model file is not F32;
-// otherwise the weights the model was opened with must be the checkpoint's),
-// optimizer moments and step, teacher, baselines, RNG and trained rollout_ids. The
-// Trainer should be new, over the model opened from dir (OpenModel(dir)); a LoRA
-// Trainer over the base model directory, its adapters read from dir's adapter/.
-func (tr *Trainer) Restore(dir string) (*checkpoint.TrainerState, error) {
-	st, err := checkpoint.Verify(dir)
-	if err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
-	}
-	fail := func(format string, a ...any) (*checkpoint.TrainerState, error) {
-		return nil, fmt.Errorf("restore %s: %s", dir, fmt.Sprintf(format, a...))
-	}
-	var optSt optimizerState
-	if err := json.Unmarshal(st.Extra["optimizer"], &optSt); err != nil {
-		return fail("optimizer state: %v", err)
-	}
-	if optSt.Step < 0 || optSt.Step > st.Step {
-		return fail("optimizer state: %d updates at step %d, want 0…%d", optSt.Step, st.Step, st.Step)
-	}
-	if err := tr.loraRestore(dir, st); err != nil { // before the moments: it says which run wrote dir
-		return fail("%v", err)
-	}
-	of, err := safetensors.Open(checkpoint.TrainerFile(dir, checkpoint.OptimizerFileName))
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer of.Close()
-	load := func(f interface {
-		Tensor(string) (safetensors.TensorView, error)
-	}, name string, like *tensors.Tensor) (*tensors.Tensor, error) {
-		view, err := f.Tensor(name)
-		if err != nil {
-			return nil, err
-		}
-		vals, err := view.Float32s()
-		if err != nil {
-			return nil, fmt.Errorf("tensor %s: %w", name, err)
-		}
-		t := tensors.FromFlatDataAndDimensions(vals, view.Shape...)
-		if !slices.Equal(like.Shape().Dimensions, view.Shape) {
-			return nil, fmt.Errorf("tensor %s: shape %v, want %v", name, view.Shape, like.Shape().Dimensions)
-		}
-		return t, nil
-	}
-	hasMaster := false
-	for _, n := range of.Names() {
-		hasMaster = hasMaster || strings.HasPrefix(n, masterPrefix)
-	}
-	params := tr.grad.params
-	// A bf16 policy's masters are master.* (a bf16 or f16 model file), else the F32
-	// model file itself.
-	masterFile := masterSource(of)
-	if tr.masters != nil && !hasMaster {
-		mf, err := safetensors.Open(filepath.Join(dir, safetensors.FileName))
-		if err != nil {
-			return fail("%v", err)
-		}
-		defer mf.Close()
-		masterFile = masterSource(mf)
-	}
-	var masters []*tensors.Tensor
-	ms, vs := make([]*tensors.Tensor, len(params)), make([]*tensors.Tensor, len(params))
-	for i, v := range params {
-		name := HFName(v.Scope(), v.Name())
-		cur := v.MustValue()
-		if ms[i], err = load(of, expAvgPrefix+name, cur); err != nil {
-			return fail("%v", err)
-		}
-		if vs[i], err = load(of, expAvgSqPrefix+name, cur); err != nil {
-			return fail("%v", err)
-		}
-		if tr.masters != nil {
-			w, err := load(masterFile, masterFile.prefix+name, cur)
-			if err != nil {
-				return fail("%v", err)
-			}
-			masters = append(masters, w)
-		} else if hasMaster {
-			w, err := load(of, masterPrefix+name, cur)
-			if err != nil {
-				return fail("%v", err)
-			}
-			if err := v.SetValue(w); err != nil {
-				return fail("%s: %v", name, err)
-			}
-		}
-	}
-	if tr.teacher != nil && tr.teacher.cfg.Mode != TeacherBase {
-		tf, err := safetensors.Open(checkpoint.TrainerFile(dir, checkpoint.TeacherFileName))
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			// A checkpoint of a live-teacher run: the snapshot starts from the policy.
-			if err := copyWeights(tr.teacher.model, tr.model); err != nil {
-				return fail("%v", err)
-			}
-		case err != nil:
-			return fail("%v", err)
-		default:
-			defer tf.Close()
-			for _, v := range trainables(tr.teacher.model) {
-				w, err := load(tf, HFName(v.Scope(), v.Name()), v.MustValue())
-				if err != nil {
-					return fail("teacher: %v", err)
-				}
-				if err := v.SetValue(inDType(w, v.Shape().DType)); err != nil {
-					return fail("teacher: %v", err)
-				}
-			}
-		}
-	}
-	b := credit.NewBaselines()
-	if len(st.Baselines) > 0 {
-		if err := json.Unmarshal(st.Baselines, b); err != nil {
-			return fail("baselines: %v", err)
-		}
-		if b.Task == nil {
-			b.Task = map[string]float64{}
-		}
-	}
-	if len(st.RNG) > 0 {
-		var raw []byte
-		if err := json.Unmarshal(st.RNG, &raw); err != nil {
-			return fail("rng: %v", err)
-		}
-		if err := tr.pcg.UnmarshalBinary(raw); err != nil {
-			return fail("rng: %v", err)
-		}
-	}
-	if masters != nil {
-		if err := tr.masters.set(masters, params); err != nil {
-			return fail("%v", err)
-		}
-	}
-	for i := range params {
-		tr.opt.m[i].FinalizeAll()
-		tr.opt.v[i].FinalizeAll()
-	}
-	tr.opt.m, tr.opt.v, tr.opt.step = ms, vs, optSt.Step
-	tr.steps = st.Step
-	tr.baselines = b
-	tr.trained = append([]string(nil), st.Trained...)
-	tr.trainedTotal = max(st.TrainedTotal, int64(len(st.Trained)))
-	return st, nil
 }

@@ -386,7 +386,7 @@ func TestDataParallelResume(t *testing.T) {
 	require.Equal(t, weightsOf(straight.teacher.model), weightsOf(resumed.teacher.model), "teacher weights")
 	require.Equal(t, momentsOf(straight), momentsOf(resumed), "optimizer moments")
 	require.Equal(t, straight.baselines, resumed.baselines)
-	require.Equal(t, straight.Trained(), resumed.Trained())
+	require.Equal(t, straight.StepCount(), resumed.StepCount())
 	next := straight.Rand().Uint64()
 	require.Equal(t, next, resumed.Rand().Uint64())
 
@@ -394,7 +394,7 @@ func TestDataParallelResume(t *testing.T) {
 		d := maxAbsDiff(weightsOf(straight.model), weightsOf(tr.model))
 		t.Logf("%s: max |Δw| %.3g against 2N steps on 2 devices", name, d)
 		require.LessOrEqual(t, d, dpTolerance, name)
-		require.Equal(t, straight.Trained(), tr.Trained(), name)
+		require.Equal(t, straight.StepCount(), tr.StepCount(), name)
 		require.Equal(t, next, tr.Rand().Uint64(), name)
 	}
 }

@@ -44,7 +44,6 @@ func TestStepWithoutSignal(t *testing.T) {
 	require.Equal(t, w0, weightsOf(tr.model), "weights")
 	require.Equal(t, m0, momentsOf(tr), "moments")
 	require.Equal(t, t0, weightsOf(tr.teacher.model), "teacher")
-	require.Equal(t, []string{silent[0].ID, silent[1].ID}, tr.Trained())
 
 	met, err = tr.Step(t.Context(), signal)
 	require.NoError(t, err)
@@ -59,22 +58,18 @@ func TestStepWithoutSignal(t *testing.T) {
 	require.Equal(t, weightsOf(only.model), weightsOf(tr.model), "a silent step changes nothing")
 	require.Equal(t, momentsOf(only), momentsOf(tr))
 
-	// ForgetTrained shortens the list, not the count; a checkpoint keeps both
-	// counters and the count.
-	require.Equal(t, 2, tr.ForgetTrained(func(id string) bool { return id == silent[0].ID || id == silent[1].ID }))
-	require.Equal(t, []string{signal[0].ID, signal[1].ID}, tr.Trained())
-	require.EqualValues(t, 4, tr.TrainedTotal())
+	// A checkpoint keeps both counters (the trained list and count are the
+	// ledger's: the caller's state carries them through).
 	files, err := checkpoint.ModelFiles(dir)
 	require.NoError(t, err)
-	ck, err := tr.SaveCheckpoint(t.TempDir(), files, checkpoint.TrainerState{}, 1)
+	ck, err := tr.SaveCheckpoint(t.TempDir(), files, checkpoint.TrainerState{Trained: []string{signal[0].ID}, TrainedTotal: 4}, 1)
 	require.NoError(t, err)
 	back := newTrainer(ck)
 	st, err := back.Restore(ck)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Step)
 	require.EqualValues(t, 4, st.TrainedTotal)
+	require.Equal(t, []string{signal[0].ID}, st.Trained)
 	require.EqualValues(t, 2, back.StepCount())
 	require.EqualValues(t, 1, back.UpdateCount())
-	require.EqualValues(t, 4, back.TrainedTotal())
-	require.Equal(t, tr.Trained(), back.Trained())
 }

@@ -143,7 +143,7 @@ func TestExactResume(t *testing.T) {
 			require.Equal(t, weightsOf(straight.teacher.model), weightsOf(resumed.teacher.model), "teacher weights")
 			require.Equal(t, momentsOf(straight), momentsOf(resumed), "optimizer moments")
 			require.Equal(t, straight.baselines, resumed.baselines)
-			require.Equal(t, straight.Trained(), resumed.Trained())
+			require.Equal(t, straight.StepCount(), resumed.StepCount())
 			require.Equal(t, straight.Rand().Uint64(), resumed.Rand().Uint64())
 		})
 	}

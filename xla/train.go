@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
@@ -125,14 +124,11 @@ type Trainer struct {
 	baselines *credit.Baselines
 	pcg       *rand.PCG
 	rng       *rand.Rand
-	trained   []string
 	// steps counts Step calls that succeeded, with or without an update: the policy
 	// version and the checkpoint's step. opt.step counts updates only: it drives the
 	// learning-rate schedule, the bias correction and the teacher.
 	steps int64
-	// trainedTotal counts rollouts trained over the run's life.
-	trainedTotal int64
-	dp           *dataParallel // nil on one device
+	dp    *dataParallel // nil on one device
 	// progress is the Step in progress, for status pages and logs (Progress).
 	progress progress
 }
@@ -243,24 +239,6 @@ func (tr *Trainer) Rand() *rand.Rand { return tr.rng }
 
 // Baselines are the running outcome baselines credit.Step updates.
 func (tr *Trainer) Baselines() *credit.Baselines { return tr.baselines }
-
-// Trained lists the rollout_ids whose gradient is in the weights, in step order,
-// less those dropped by ForgetTrained.
-func (tr *Trainer) Trained() []string { return tr.trained }
-
-// TrainedTotal counts the rollouts whose gradient is in the weights, those dropped
-// from Trained included.
-func (tr *Trainer) TrainedTotal() int64 { return tr.trainedTotal }
-
-// ForgetTrained drops from Trained the ids for which drop is true and returns how
-// many it dropped. The daemon drops a file's rollouts once the journal records the
-// file finished, so checkpoints list only unfinished work; TrainedTotal still counts
-// them.
-func (tr *Trainer) ForgetTrained(drop func(id string) bool) int {
-	n := len(tr.trained)
-	tr.trained = slices.DeleteFunc(tr.trained, drop)
-	return n - len(tr.trained)
-}
 
 // teacherScorer is the scorer of the hinted passes and whether it shares the
 // student's prefix KV cache.
