@@ -244,6 +244,26 @@ func (a *abTest) decide(action, by, why string, d Decision) (Decision, error) {
 	return d, nil
 }
 
+// reset begins a round with def as the default and no candidate, recording a
+// "reset" decision (by start-up, with why): the default could not be loaded.
+func (a *abTest) reset(def Checkpoint, why string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d := Decision{At: time.Now().UTC(), Round: a.round, Action: "reset", By: "start-up", Reason: why, Default: def, Metric: a.cfg.Metric,
+		Confidence: a.cfg.Confidence, Margin: a.cfg.Margin}
+	if a.def != nil {
+		d.Default = *a.def
+	}
+	if a.cand != nil {
+		d.Candidate = *a.cand
+	}
+	if err := a.hist.AppendJSON(d); err != nil {
+		return fmt.Errorf("record A/B reset: %w", err)
+	}
+	a.decisions = append(a.decisions, d)
+	return a.begin(&def, nil, max(a.floor, def.Step))
+}
+
 // propose starts a round with cand as the candidate when none is in test and it is
 // newer than every checkpoint decided; it reports whether it did.
 func (a *abTest) propose(cand Checkpoint) (bool, error) {

@@ -121,6 +121,21 @@ func (g *Gateway) abRefreshLocked() error {
 	}
 	_, def, cand := g.ab.arms()
 	p, err := g.pol.get(*def)
+	if err != nil && g.pol.cur.Load() == nil {
+		// At start-up: the default is gone (pruned by train.checkpoint.keep, or
+		// moved). The newest checkpoint serves instead, recorded as a reset.
+		dir, step, ok := g.pol.newest()
+		if !ok || dir == def.Dir {
+			return fmt.Errorf("A/B: load the default checkpoint: %w", err)
+		}
+		why := fmt.Sprintf("the default checkpoint %s cannot be loaded (%v); the newest checkpoint serves instead", def.Dir, err)
+		g.log.Error().Str("checkpoint", def.Dir).Str("instead", dir).Err(err).Msg("A/B: the default checkpoint cannot be loaded; reset to the newest")
+		if err := g.ab.reset(g.checkpointFor(dir, step, false), why); err != nil {
+			return err
+		}
+		_, def, cand = g.ab.arms()
+		p, err = g.pol.get(*def)
+	}
 	if err != nil {
 		return fmt.Errorf("A/B: load the default checkpoint: %w", err)
 	}
