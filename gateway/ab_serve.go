@@ -83,8 +83,10 @@ func (g *Gateway) policyFor(s *session) (*policy, *apiError) {
 		return g.pol.cur.Load(), nil
 	}
 	if s.arm == "" {
-		s.round, s.arm, s.ck = g.ab.choose(s.id)
-		s.model = s.ck.Model
+		round, arm, ck := g.ab.choose(s.id)
+		g.mu.Lock() // unloadUnused reads the arms of the sessions under g.mu
+		s.round, s.arm, s.ck, s.model = round, arm, ck, ck.Model
+		g.mu.Unlock()
 	}
 	ck := s.ck
 	ck.Model = s.model
