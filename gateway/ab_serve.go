@@ -320,7 +320,7 @@ func (g *Gateway) loadOnEngine(ck Checkpoint) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := g.opts.LoadModel(ctx, ck.Dir, ck.Model); err != nil {
+	if err := g.opts.LoadModel(ctx, ck.Dir, ck.Step, ck.Model); err != nil {
 		return err
 	}
 	g.log.Info().Str("checkpoint", ck.Dir).Int64("step", ck.Step).Str("upstream_model", ck.Model).Msg("A/B: the engine loaded the candidate")
