@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/data/chatformat"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -38,24 +39,12 @@ func NewRule(cfg credit.Config, tok tokenizer.Tokenizer) Rule {
 	return Rule{AllowNoSampler: cfg.AllowNoSampler, Header: HeaderFor(tok)}
 }
 
-// roleHeaders are the assistant-turn headers of the chat formats hindsight knows,
-// each found by a special token that only tokenizers of that format have, in the
-// order they are tried.
-var roleHeaders = []struct{ special, header string }{
-	{"<|im_start|>", "<|im_start|>assistant\n"},                                  // ChatML: Qwen, SmolLM2, …
-	{"<|start_header_id|>", "<|start_header_id|>assistant<|end_header_id|>\n\n"}, // Llama 3
-	{"<｜Assistant｜>", "<｜Assistant｜>"},                                           // DeepSeek V3
-	{"<|assistant|>", "<|assistant|>"},                                           // the byte tokenizer
-}
-
 // HeaderFor returns the ids of the header that opens an assistant turn in tok's chat
-// format (ChatML, Llama 3, DeepSeek V3 or the byte tokenizer's), or nil when tok has
-// none of their special tokens (Mistral's assistant turn has no header).
+// format (chatformat.Detect: ChatML, Llama 3, DeepSeek V3 or the byte tokenizer's),
+// or nil when tok has none or its format has no such header (Mistral).
 func HeaderFor(tok tokenizer.Tokenizer) []int32 {
-	for _, h := range roleHeaders {
-		if _, ok := tok.SpecialID(h.special); ok {
-			return tok.Encode(h.header)
-		}
+	if f, ok := chatformat.Detect(tok); ok && f.Assistant != "" {
+		return tok.Encode(f.Assistant)
 	}
 	return nil
 }
