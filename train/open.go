@@ -81,7 +81,7 @@ func Open(o Options) (*Loop, error) {
 	if err := o.Precision.CheckBackend(b); err != nil {
 		return nil, fmt.Errorf("model.%w", err)
 	}
-	m, err := xla.OpenModelAs(src, o.Tokenizer, o.Precision)
+	m, err := xla.Open(src, xla.OpenOptions{Tokenizer: o.Tokenizer, Precision: o.Precision})
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", src, err)
 	}

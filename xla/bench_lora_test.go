@@ -43,7 +43,7 @@ func BenchmarkLoRAStep(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				m, err := LoadModel(mc, newMemWeights(ws))
+				m, err := Load(mc, newMemWeights(ws), PrecisionF32)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -200,7 +200,7 @@ func TestDataParallelStepMatchesOneDevice(t *testing.T) {
 			TermGradNorms: true, Devices: devices}
 	}
 	open := func() *Model {
-		m, err := OpenModel(dir)
+		m, err := Open(dir, OpenOptions{})
 		require.NoError(t, err)
 		return m
 	}
@@ -236,7 +236,7 @@ func TestDataParallelBackpropModes(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			var ws [][][]float32
 			for _, devices := range []int{1, 2} {
-				m, err := OpenModel(dir)
+				m, err := Open(dir, OpenOptions{})
 				require.NoError(t, err)
 				tr, err := NewTrainer(b, m, TrainerOptions{Budget: 64, Chunk: 32, Scorer: ScorerOptions{Chunk: 64}, Backprop: mode, Seed: 7,
 					Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1, WarmupSteps: 1}, Devices: devices})
@@ -264,7 +264,7 @@ func TestDataParallelZeRO1(t *testing.T) {
 	opts := TrainerOptions{Budget: 64, Chunk: 64, Scorer: ScorerOptions{Chunk: 64}, Seed: 7,
 		Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1, WarmupSteps: 2}}
 	open := func(d string, devices int, shard bool) *Trainer {
-		m, err := OpenModel(d)
+		m, err := Open(d, OpenOptions{})
 		require.NoError(t, err)
 		o := opts
 		o.Devices, o.ShardOptimizer = devices, shard
@@ -335,7 +335,7 @@ func TestDataParallelResume(t *testing.T) {
 	dir := tinyModelDir(t)
 	pool := dpPool(6, 40, 11)
 	open := func(d string) *Model {
-		m, err := OpenModel(d)
+		m, err := Open(d, OpenOptions{})
 		require.NoError(t, err)
 		return m
 	}
@@ -472,7 +472,7 @@ func TestDataParallelBF16(t *testing.T) {
 			Devices:   devices}
 	}
 	open := func() *Model {
-		m, err := OpenModelAs(dir, nil, PrecisionBF16)
+		m, err := Open(dir, OpenOptions{Precision: PrecisionBF16})
 		require.NoError(t, err)
 		require.Equal(t, PrecisionBF16, m.Precision())
 		return m
@@ -514,7 +514,7 @@ func TestDataParallelEMATeacherAndReference(t *testing.T) {
 	b := newTwoDevices(t)
 	dir := tinyModelDir(t)
 	pool := dpPool(6, 40, 17)
-	ref, err := OpenModel(dir)
+	ref, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	opts := func(devices int) TrainerOptions {
 		cfg := credit.DefaultConfig()
@@ -529,7 +529,7 @@ func TestDataParallelEMATeacherAndReference(t *testing.T) {
 			Teacher:   TeacherConfig{Mode: TeacherEMA, EMARate: 0.5}, Devices: devices}
 	}
 	open := func() *Model {
-		m, err := OpenModel(dir)
+		m, err := Open(dir, OpenOptions{})
 		require.NoError(t, err)
 		return m
 	}

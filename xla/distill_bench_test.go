@@ -136,7 +136,7 @@ func BenchmarkDistillStep(b *testing.B) {
 	if n := envInt(b, "HINDSIGHT_BENCH_DISTILL_LAYERS", 0); n > 0 && n < mc.NumHiddenLayers {
 		mc.NumHiddenLayers = n
 	}
-	m, err := LoadModel(mc, newMemWeights(testWeights(mc, 81)))
+	m, err := Load(mc, newMemWeights(testWeights(mc, 81)), PrecisionF32)
 	if err != nil {
 		b.Fatal(err)
 	}

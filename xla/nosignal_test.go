@@ -19,7 +19,7 @@ func TestStepWithoutSignal(t *testing.T) {
 	opts := resumeOptions(nil)
 	opts.Credit.KLBeta = 0
 	newTrainer := func(src string) *Trainer {
-		m, err := OpenModel(src)
+		m, err := Open(src, OpenOptions{})
 		require.NoError(t, err)
 		tr, err := NewTrainer(backend, m, opts)
 		require.NoError(t, err)

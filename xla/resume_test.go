@@ -85,7 +85,7 @@ func TestExactResume(t *testing.T) {
 			require.NoError(t, err)
 			pool := rolloutPool(6, 11)
 			open := func(d string) *Model {
-				m, err := OpenModel(d)
+				m, err := Open(d, OpenOptions{})
 				require.NoError(t, err)
 				return m
 			}
@@ -156,7 +156,7 @@ func TestCheckpointCorruptFallsBack(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "model")
 	_, err := dataInitModel(dir, "float32")
 	require.NoError(t, err)
-	m, err := OpenModel(dir)
+	m, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	opts := resumeOptions(nil)
 	opts.Credit.KLBeta = 0
@@ -184,7 +184,7 @@ func TestCheckpointCorruptFallsBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, dirs[0], latest)
 	require.EqualValues(t, 1, st.Step)
-	m2, err := OpenModel(latest)
+	m2, err := Open(latest, OpenOptions{})
 	require.NoError(t, err)
 	tr2, err := NewTrainer(backend, m2, opts)
 	require.NoError(t, err)

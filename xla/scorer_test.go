@@ -217,24 +217,24 @@ func TestScoreHintedSeparateTeacher(t *testing.T) {
 func TestLoadModelStrict(t *testing.T) {
 	mc := testConfig(t, tinyFields(map[string]any{"tie_word_embeddings": false}))
 	good := newMemWeights(testWeights(mc, 1))
-	_, err := LoadModel(mc, good)
+	_, err := Load(mc, good, PrecisionF32)
 	require.NoError(t, err)
 
 	missing := newMemWeights(testWeights(mc, 1))
 	delete(missing, "model.layers.1.mlp.up_proj.weight")
-	_, err = LoadModel(mc, missing)
+	_, err = Load(mc, missing, PrecisionF32)
 	require.ErrorContains(t, err, "tensor model.layers.1.mlp.up_proj.weight: missing (want shape [128 64])")
 
 	extra := newMemWeights(testWeights(mc, 1))
 	extra["model.layers.2.mlp.up_proj.weight"] = extra["model.layers.1.mlp.up_proj.weight"]
-	_, err = LoadModel(mc, extra)
+	_, err = Load(mc, extra, PrecisionF32)
 	require.ErrorContains(t, err, "tensor model.layers.2.mlp.up_proj.weight: unexpected for llama with 2 layers")
 
 	shaped := newMemWeights(testWeights(mc, 1))
 	w := shaped["model.layers.0.self_attn.k_proj.weight"]
 	w.Shape = []int{64, 32}
 	shaped[w.Name] = w
-	_, err = LoadModel(mc, shaped)
+	_, err = Load(mc, shaped, PrecisionF32)
 	require.ErrorContains(t, err, "tensor model.layers.0.self_attn.k_proj.weight: shape [64 32], want [32 64]")
 
 	scope, name := HFScope("model.layers.3.self_attn.q_proj.weight")
@@ -247,7 +247,7 @@ func TestOpenModelInitModel(t *testing.T) {
 	dir := t.TempDir() + "/m"
 	_, err := dataInitModel(dir, "bfloat16")
 	require.NoError(t, err)
-	m, err := OpenModel(dir)
+	m, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 16})
 	require.NoError(t, err)
@@ -257,6 +257,6 @@ func TestOpenModelInitModel(t *testing.T) {
 	for _, x := range lp[1:] {
 		require.InDelta(t, -math.Log(265), x, 0.5) // init std 0.02: near uniform
 	}
-	_, err = OpenModel(t.TempDir())
+	_, err = Open(t.TempDir(), OpenOptions{})
 	require.True(t, errors.Is(err, os.ErrNotExist) || err != nil)
 }

@@ -116,7 +116,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -358,7 +358,7 @@ type trainResult struct {
 }
 
 func trainRun(ctx context.Context, backend backends.Backend, dir string, tokens []int32, bucket bool, cost flops, warm bool) (*trainResult, error) {
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -271,7 +271,7 @@ func run(o options) error {
 func runGo(ctx context.Context, o options, be backendRun, dir string, tokens []int32, torchLP []float64) (*Result, int, error) {
 	T := len(tokens)
 	res := &Result{Backend: be.name, Spec: be.spec}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -299,7 +299,7 @@ func runGo(ctx context.Context, o options, be backendRun, dir string, tokens []i
 		res.MaxAbsLogProbDiff = math.Max(res.MaxAbsLogProbDiff, math.Abs(float64(lp[i+1])-want))
 	}
 
-	tm, err := xla.OpenModel(dir)
+	tm, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -25,7 +25,7 @@ func (b *bench) stageDataParallel(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}

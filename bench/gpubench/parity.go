@@ -43,7 +43,7 @@ func (b *bench) parity(ctx context.Context, preset string) error {
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (b *bench) scoreAs(ctx context.Context, dir string, p xla.Precision, tokens
 	if err := p.CheckBackend(b.backend); err != nil {
 		return nil, err
 	}
-	m, err := xla.OpenModelAs(dir, nil, p)
+	m, err := xla.Open(dir, xla.OpenOptions{Precision: p})
 	if err != nil {
 		return nil, err
 	}

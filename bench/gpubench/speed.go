@@ -115,7 +115,7 @@ func (b *bench) speedAs(ctx context.Context, preset, dir string, mc *data.ModelC
 		return 0, 0, err
 	}
 	T := len(tokens)
-	m, err := xla.OpenModelAs(dir, nil, p)
+	m, err := xla.Open(dir, xla.OpenOptions{Precision: p})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -141,7 +141,7 @@ func child(p xla.Precision, dir, backendSpec string, tokens, trainTokens, chunk,
 	if err := p.CheckBackend(backend); err != nil {
 		return err
 	}
-	m, err := xla.OpenModelAs(dir, nil, p)
+	m, err := xla.Open(dir, xla.OpenOptions{Precision: p})
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func TestMakeTransformersCheckpoint(t *testing.T) {
 	modelDir := filepath.Join(t.TempDir(), "model")
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(t.Context(), []string{"init-model", "-out", modelDir, "-seed", "14"}, &stdout, &stderr), stderr.String())
-	m, err := xla.OpenModel(modelDir)
+	m, err := xla.Open(modelDir, xla.OpenOptions{})
 	require.NoError(t, err)
 	b, err := xla.NewBackend(xla.DefaultBackend)
 	require.NoError(t, err)

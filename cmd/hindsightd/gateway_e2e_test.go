@@ -175,7 +175,7 @@ func kinds(ro *rollout.Rollout) []string {
 // of the token within 1e-5 (the client asked for temperature 1, top_p 1).
 func rescore(t *testing.T, modelDir string, ro *rollout.Rollout) {
 	t.Helper()
-	m, _, _, err := xla.OpenPolicy(modelDir)
+	m, err := xla.Open(modelDir, xla.OpenOptions{})
 	require.NoError(t, err)
 	backend, err := xla.NewBackend(xla.ResolveBackend("", ""))
 	require.NoError(t, err)

@@ -34,7 +34,7 @@ func TestTopKDistanceFromFull(t *testing.T) {
 	}
 	backend, err := xla.NewBackend(xla.ResolveBackend(testBackendSpec(), ""))
 	require.NoError(t, err)
-	m, err := xla.OpenModel("../../bench/efficacy/protocol3/warmstart/model")
+	m, err := xla.Open("../../bench/efficacy/protocol3/warmstart/model", xla.OpenOptions{})
 	require.NoError(t, err)
 	sc, err := xla.NewScorer(backend, m, xla.ScorerOptions{})
 	require.NoError(t, err)
