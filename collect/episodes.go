@@ -50,7 +50,8 @@ func (o *EpisodeOptions) defaults() {
 // Episodes plays opts.Group episodes of each task with the sampler's policy, turn by
 // turn: every unfinished episode's context is a prompt, its sampled turn (with the
 // log-probs of the distribution sampled from) goes to the episode, which runs the
-// call and appends the tool's answer. Episode i·Group+g is task i's g-th. It stops
+// call and appends the tool's answer. Each episode records the sampling temperature
+// (toolworld.Env.SetTemperature; 0 when greedy), which its rollout carries. Episode i·Group+g is task i's g-th. It stops
 // early when ctx ends and returns the episodes played so far with ctx's error.
 func Episodes(ctx context.Context, s *xla.Sampler, tok tokenizer.Tokenizer, tasks []toolworld.Task, opts EpisodeOptions) ([]*toolworld.Env, error) {
 	opts.defaults()
@@ -61,6 +62,11 @@ func Episodes(ctx context.Context, s *xla.Sampler, tok tokenizer.Tokenizer, task
 			if err != nil {
 				return nil, err
 			}
+			temp := opts.Temperature
+			if opts.TopK == 1 {
+				temp = 0 // greedy at any temperature
+			}
+			e.SetTemperature(temp) // its rollout's temperature column
 			envs = append(envs, e)
 		}
 	}

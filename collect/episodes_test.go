@@ -40,7 +40,7 @@ func TestEpisodesRecordWhatWasSampled(t *testing.T) {
 	_, s, sc, tok := tinyPolicy(t)
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 3)
 	require.NoError(t, err)
-	opts := EpisodeOptions{Group: 2, Batch: 4, MaxTurnTokens: 24, Temperature: 1, Seed: 11,
+	opts := EpisodeOptions{Group: 2, Batch: 4, MaxTurnTokens: 24, Temperature: 0.8, Seed: 11,
 		Env: toolworld.Options{MaxTokens: 160, MaxCalls: 3}}
 	envs, err := Episodes(t.Context(), s, tok, tasks, opts)
 	require.NoError(t, err)
@@ -51,9 +51,12 @@ func TestEpisodesRecordWhatWasSampled(t *testing.T) {
 		r := e.Rollout("r")
 		require.Empty(t, rollout.Validate(r, rollout.ReadOptions{VocabSize: 512, Tokenizer: tok.Fingerprint()}))
 		require.LessOrEqual(t, len(r.Tokens), 160)
-		// At temperature 1 without truncation the sampler's log-probs are the
-		// policy's: the trainer's scorer must give the same on the whole rollout.
-		lp, cache, err := sc.Score(t.Context(), r.Tokens)
+		// Without truncation the sampler's log-probs are the policy's at the
+		// temperature the rollout records: the trainer's scorer at that temperature
+		// must give the same on the whole rollout (its importance ratio is 1).
+		require.True(t, r.HasTemperature)
+		require.Equal(t, float32(0.8), r.Temperature)
+		lp, cache, err := sc.ScoreAt(t.Context(), r.Tokens, r.ScoringTemperature())
 		require.NoError(t, err)
 		cache.Close()
 		trainable := 0

@@ -34,6 +34,22 @@ type Rollout struct {
 	HasReward bool
 	Ref       []float64 // log π_ref(y_t | y_<t) for the KL penalty; nil when KLBeta is 0
 	Hints     []HintSpan
+	// Temperature is the sampling temperature the rollout is scored at (Temp; 0
+	// means 1): every log-prob above (Student, Ref, each hint's Teacher and
+	// EmptyHint) and the distributions of modes topk and full are the policy's with
+	// its logits divided by it, as the SDPO authors and TRL compute them
+	// (docs/distillation.md "The sampling temperature"). The math here reads only
+	// those log-probs; the reference entry points that take logits (DistillPosition,
+	// SampledTokenPosition, SelectTopK) take them tempered (Tempered).
+	Temperature float64
+}
+
+// Temp returns the temperature r is scored at: Temperature, or 1 when it is 0.
+func (r *Rollout) Temp() float64 {
+	if r.Temperature == 0 {
+		return 1
+	}
+	return r.Temperature
 }
 
 // Result is the credit of one rollout. Per-token slices have length T.
@@ -329,6 +345,9 @@ func check(cfg Config, r *Rollout) error {
 	}
 	if r.HasReward && (math.IsNaN(r.Reward) || math.IsInf(r.Reward, 0)) {
 		return bad("reward %v is not finite", r.Reward)
+	}
+	if t := r.Temperature; math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
+		return bad("temperature %v is not a finite value ≥ 0", t)
 	}
 	for t := 0; t < T; t++ {
 		if !r.Trainable[t] {

@@ -457,6 +457,17 @@ func SampledTokenPosition(gate func(float64) float64, z []float64, y int, teache
 	return ly - teacherLogProb, grad
 }
 
+// Tempered returns the logits z divided by the sampling temperature T (the peers'
+// logits / T; the device's tempered): what DistillPosition, SampledTokenPosition and
+// SelectTopK take for a rollout scored at T (Rollout.Temp). T = 1 returns z's values.
+func Tempered(z []float64, T float64) []float64 {
+	out := make([]float64, len(z))
+	for i, v := range z {
+		out[i] = v / T
+	}
+	return out
+}
+
 // LogSoftmax returns z − logsumexp(z).
 func LogSoftmax(z []float64) []float64 {
 	L := logSumExp(z)

@@ -72,15 +72,6 @@ func peerConfig(c peerCase) DistillConfig {
 	return cfg
 }
 
-// scaled returns x/T.
-func scaled(x []float64, T float64) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = v / T
-	}
-	return out
-}
-
 // TestPeerGoldens holds the float64 reference to TRL's SDPO loss functions and the
 // SDPO authors' compute_self_distillation_loss, run on the same logits
 // (testdata/distill/peers.json, from scripts/distill_goldens.py), for modes topk
@@ -96,8 +87,9 @@ func scaled(x []float64, T float64) []float64 {
 //   - sampled_token: the peers' per-token loss is the surrogate sg(l − a)·l, whose
 //     gradient is credit.SampledTokenPosition's without the gate (the Δ clip at
 //     credit.clip is hindsight's); its value is (l − a)·l, not the estimate l − a;
-//   - the temperature divides both sides' logits before the divergence, and the
-//     importance weight is taken at the scaled student's log-prob.
+//   - the temperature divides both sides' logits before the divergence (Tempered,
+//     as the device's scoring and training steps do), and the importance weight is
+//     taken at the scaled student's log-prob.
 func TestPeerGoldens(t *testing.T) {
 	for _, c := range readPeerGoldens(t) {
 		cfg := peerConfig(c)
@@ -116,11 +108,11 @@ func TestPeerGoldens(t *testing.T) {
 		var authorsLoss, trlLoss float64
 		for b := range B {
 			n := 0
-			rs[b] = Rollout{ID: c.Name, Student: make([]float64, T), Sampler: make([]float64, T), Trainable: make([]bool, T)}
+			rs[b] = Rollout{ID: c.Name, Student: make([]float64, T), Sampler: make([]float64, T), Trainable: make([]bool, T), Temperature: c.Temp}
 			D[b], G[b] = make([]float64, T), make([][]float64, T)
 			for t0 := range T {
-				z := scaled(c.Student[b][t0], c.Temp)
-				a := LogSoftmax(scaled(c.Teacher[b][t0], c.Temp))
+				z := Tempered(c.Student[b][t0], c.Temp)
+				a := LogSoftmax(Tempered(c.Teacher[b][t0], c.Temp))
 				y := c.IDs[b][t0]
 				rs[b].Student[t0] = LogSoftmax(z)[y]
 				rs[b].Sampler[t0] = c.Old[b][t0]
@@ -140,7 +132,7 @@ func TestPeerGoldens(t *testing.T) {
 					est, g = SampledTokenPosition(nil, z, y, a[y])
 					d = est * rs[b].Student[t0] // the peers' surrogate value sg(l − a)·l
 				}
-				D[b][t0], G[b][t0] = d, scaled(g, c.Temp) // ∂/∂logits = ∂/∂z / T
+				D[b][t0], G[b][t0] = d, Tempered(g, c.Temp) // ∂/∂logits = ∂/∂z / T
 				require.InDelta(t, c.PerToken[b][t0], d, 1e-10*max(1, math.Abs(d)), "%s: per-token loss [%d, %d]", c.Name, b, t0)
 			}
 			rs[b].Hints = []HintSpan{{Start: 0, End: n, Teacher: make([]float64, n)}}

@@ -37,6 +37,8 @@ type Config struct {
 	// Backend is the GoMLX backend spec (go:parallelism=-1, xla:/abs/plugin.so); the
 	// -backend flag overrides it and GOMLX_BACKEND applies where neither is set.
 	Backend string `yaml:"backend"`
+	// CompileCache keeps the programs XLA compiles across restarts.
+	CompileCache CompileCacheConfig `yaml:"compile_cache"`
 	// OutputDir receives the credit output files; empty means <data_dir>/outputs.
 	OutputDir string         `yaml:"output_dir"`
 	Teacher   teacher.Config `yaml:"teacher"`
@@ -70,6 +72,22 @@ type Config struct {
 	// DiskFullRetry is how often a write that failed with a full disk (ENOSPC,
 	// EDQUOT) is tried again; claiming and checkpointing pause meanwhile.
 	DiskFullRetry time.Duration `yaml:"disk_full_retry"`
+}
+
+// CompileCacheConfig keeps the programs the XLA backends compile on disk, so that a
+// restart (systemd, a crash, a new checkpoint in the gateway) loads them instead of
+// compiling again (docs/performance.md "Cold start"). The pure-Go backend compiles
+// nothing and ignores it.
+type CompileCacheConfig struct {
+	// Enabled turns the disk cache on (the default). Off, compile time is still
+	// counted in status and the step log.
+	Enabled bool `yaml:"enabled"`
+	// Dir holds the entries; empty means <data_dir>/state/programs. Several daemons
+	// on the same plugin and machine may share one.
+	Dir string `yaml:"dir"`
+	// MaxBytes bounds the entries' total size; beyond it the least recently used
+	// are removed. A SmolLM2 run keeps about 40 MB, the 0.6B shape about 100 MB.
+	MaxBytes int64 `yaml:"max_bytes"`
 }
 
 // LogConfig sets up the zerolog logger.
@@ -122,6 +140,7 @@ func DefaultConfig() Config {
 		Log:             LogConfig{Level: "info", Format: "auto"},
 		Model:           ModelConfig{InitPreset: "tiny", InitTokenizer: "bytes", Precision: xla.PrecisionF32},
 		Spool:           SpoolConfig{RescanInterval: 2 * time.Second},
+		CompileCache:    CompileCacheConfig{Enabled: true, MaxBytes: 2 << 30},
 		Teacher:         teacher.DefaultConfig(),
 		Credit:          credit.DefaultConfig(),
 		Train:           DefaultTrainConfig(),
@@ -194,6 +213,9 @@ func (c *Config) Validate() error {
 	case "json", "console", "auto":
 	default:
 		return fmt.Errorf("log.format: %q is not one of json, console, auto", c.Log.Format)
+	}
+	if c.CompileCache.MaxBytes < 1<<20 {
+		return fmt.Errorf("compile_cache.max_bytes: %d is below the 1 MiB minimum (set compile_cache.enabled: false to keep nothing)", c.CompileCache.MaxBytes)
 	}
 	if c.Spool.RescanInterval < 10*time.Millisecond {
 		return fmt.Errorf("spool.rescan_interval: %s is below the 10ms minimum", c.Spool.RescanInterval)
@@ -276,6 +298,18 @@ func (c *Config) TeacherCacheDir() string {
 		return c.Teacher.CacheDir
 	}
 	return filepath.Join(c.DataDir, "state", "teacher-cache")
+}
+
+// CompileCacheDir is compile_cache.dir, or <data_dir>/state/programs; empty when
+// the cache is off.
+func (c *Config) CompileCacheDir() string {
+	switch {
+	case !c.CompileCache.Enabled:
+		return ""
+	case c.CompileCache.Dir != "":
+		return c.CompileCache.Dir
+	}
+	return filepath.Join(c.DataDir, "state", "programs")
 }
 
 // JournalPath returns the path of the spool journal.

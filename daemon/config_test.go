@@ -44,6 +44,13 @@ func TestParseConfig(t *testing.T) {
 		{name: "bad level", yaml: "log:\n  level: loud\n", err: "log.level:"},
 		{name: "bad format", yaml: "log:\n  format: xml\n", err: "log.format:"},
 		{name: "tiny rescan", yaml: "spool:\n  rescan_interval: 1ns\n", err: "spool.rescan_interval:"},
+		{name: "tiny compile cache", yaml: "compile_cache:\n  max_bytes: 1000\n", err: "compile_cache.max_bytes: 1000 is below the 1 MiB minimum"},
+		{name: "compile cache", yaml: "data_dir: /d\ncompile_cache:\n  max_bytes: 104857600\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, "/d/state/programs", c.CompileCacheDir())
+			require.Equal(t, int64(100<<20), c.CompileCache.MaxBytes)
+			c.CompileCache.Enabled = false
+			require.Empty(t, c.CompileCacheDir())
+		}},
 		{name: "negative vocab", yaml: "validation:\n  vocab_size: -1\n", err: "validation.vocab_size:"},
 		{name: "empty data dir", yaml: "data_dir: ''\n", err: "data_dir:"},
 		{name: "zero shutdown", yaml: "shutdown_timeout: 0s\n", err: "shutdown_timeout:"},

@@ -160,6 +160,11 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err := removeTemps(cfg, opts.Log.With().Str("component", "storage").Logger()); err != nil {
 		return err
 	}
+	err = xla.ConfigureProgramCache(xla.ProgramCache{Dir: cfg.CompileCacheDir(), MaxBytes: cfg.CompileCache.MaxBytes,
+		Log: opts.Log.With().Str("component", "compile").Logger()})
+	if err != nil {
+		return err
+	}
 	closeAll, err := d.open()
 	defer closeAll()
 	if err != nil {

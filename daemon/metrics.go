@@ -89,6 +89,7 @@ func newMetrics(reg *prometheus.Registry, s *stats, version string, diskDirs []s
 		evalCollector{s},
 		termCollector{s},
 		gatewayCollector{s},
+		abCollector{s},
 		alertCollector{s: s, dirs: diskDirs},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -29,6 +29,8 @@ type trainStats struct {
 	lastLoss    float64
 	lastStepAt  time.Time
 	lastStepDur time.Duration
+	// compileDir is the compiled-program cache's directory, "" when off.
+	compileDir string
 	// progress reads the step on the device now (train.Loop.Progress); set before
 	// the first publish with training.
 	progress func() (xla.StepProgress, xla.StepRates, bool)
@@ -53,6 +55,20 @@ func (s *stats) setBackend(name, device string, params int64, modelDir, choice s
 	defer s.mu.Unlock()
 	s.train.on = true
 	s.train.backend = hindsightv1.BackendInfo{Name: name, Device: device, Parameters: params, ModelDir: modelDir, Choice: choice}
+}
+
+// setCompileCache records where the compiled-program cache is ("" when off).
+func (s *stats) setCompileCache(dir string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.train.compileDir = dir
+}
+
+// compileProto is what compiling cost this process so far.
+func compileProto(c xla.CompileStats, dir string) *hindsightv1.CompileStats {
+	return &hindsightv1.CompileStats{ProgramsCompiled: c.Compiled, CompileTime: durationpb.New(c.CompileTime),
+		ProgramsLoaded: c.Loaded, LoadTime: durationpb.New(c.LoadTime), CacheRejected: c.Rejected,
+		CacheEvicted: c.Evicted, CacheDir: dir}
 }
 
 // setProgress gives the status the device loop's step in progress.
@@ -191,6 +207,8 @@ func (s *stats) fillTraining(st *hindsightv1.Status) {
 		// The pure-Go backend keeps tensors on the Go heap. For XLA, GoMLX exposes no
 		// PJRT memory statistics, so the field stays 0 (process RSS is in /metrics).
 		st.Backend.MemoryBytes, st.Backend.MemoryKind = goHeapInUse(), "go_heap_inuse"
+	} else {
+		st.Backend.Compile = compileProto(xla.CompileSnapshot(), s.train.compileDir)
 	}
 	ts := &hindsightv1.TeacherStats{HintsBySource: map[string]int64{}, FailuresByKind: map[string]int64{}, CommentsDropped: map[string]int64{}}
 	for k, v := range s.train.hints {

@@ -78,6 +78,7 @@ func (d *daemon) openTraining() error {
 		d.stats.setCheckpoint(info.Step, info.Checkpoint, info.CheckpointAt)
 	}
 	d.stats.setBackend(info.BackendName, info.Device, info.Parameters, info.ModelDir, d.backendChoice().Reason)
+	d.stats.setCompileCache(d.cfg.CompileCacheDir())
 	d.stats.setProgress(d.loop.Progress)
 	d.stats.trainedTotal(info.Trained, info.Step, info.Updates, d.cfg.Train.TokenBudget)
 	d.q = newQueues(d.cfg.Train.TeacherConcurrency)

@@ -46,6 +46,9 @@ type Recorder struct {
 	log    *wlog.Log
 	latest map[string]Result
 	best   map[string]Result
+	// byStep holds each checkpoint's primary metric per suite (the newest result
+	// of the suite for that step), for the gateway's A/B rule.
+	byStep map[int64]map[string]float64
 	n      int
 }
 
@@ -54,7 +57,7 @@ type Recorder struct {
 // (a crash mid-write) is cut off, and an undecodable line with lines after it is an
 // error naming the line and its byte offset, the file left as it is.
 func OpenRecorder(path string) (*Recorder, error) {
-	r := &Recorder{latest: map[string]Result{}, best: map[string]Result{}}
+	r := &Recorder{latest: map[string]Result{}, best: map[string]Result{}, byStep: map[int64]map[string]float64{}}
 	if err := fsutil.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("open evals %s: %w", path, err)
 	}
@@ -89,6 +92,10 @@ func (r *Recorder) note(res Result) {
 	if !ok {
 		return
 	}
+	if r.byStep[res.Step] == nil {
+		r.byStep[res.Step] = map[string]float64{}
+	}
+	r.byStep[res.Step][res.Suite] = v
 	if b, had := r.best[res.Suite]; !had {
 		r.best[res.Suite] = res
 	} else if bv, _ := b.Score(); v > bv {
@@ -101,6 +108,18 @@ func (r *Recorder) Latest() []Result { return r.sorted(r.latest) }
 
 // Best returns, per suite, the result with the highest primary metric so far.
 func (r *Recorder) Best() []Result { return r.sorted(r.best) }
+
+// Scores returns the primary metric of each suite evaluated on the checkpoint of
+// step (failed evals left out): empty when none is recorded.
+func (r *Recorder) Scores(step int64) map[string]float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]float64{}
+	for s, v := range r.byStep[step] {
+		out[s] = v
+	}
+	return out
+}
 
 // Count returns how many results evals.jsonl holds.
 func (r *Recorder) Count() int {

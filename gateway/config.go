@@ -74,6 +74,9 @@ type Config struct {
 	// ReloadInterval is how often the checkpoint root's `latest` link is looked at;
 	// a new checkpoint is swapped in without dropping a request.
 	ReloadInterval time.Duration `yaml:"reload_interval"`
+	// AB serves a candidate checkpoint beside the default one to a share of new
+	// sessions and promotes or rolls it back by rule (ab_config.go).
+	AB ABConfig `yaml:"ab"`
 }
 
 // DefaultConfig returns the gateway's defaults: off, on 127.0.0.1:7078.
@@ -94,6 +97,7 @@ func DefaultConfig() Config {
 		ReloadInterval:         2 * time.Second,
 		ContentSpecialTokens:   ContentSpecialText,
 		UpstreamTimeout:        10 * time.Minute,
+		AB:                     DefaultABConfig(),
 	}
 }
 
@@ -139,6 +143,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway.content_special_tokens %q: want %q or %q", c.ContentSpecialTokens, ContentSpecialText, ContentSpecialControl)
 	case c.ReloadInterval <= 0:
 		return fmt.Errorf("gateway.reload_interval %s: want > 0", c.ReloadInterval)
+	}
+	if err := c.AB.Validate(); err != nil {
+		return err
+	}
+	if c.AB.Enabled && c.Upstream != "" {
+		if _, err := c.AB.candidateModel(c.UpstreamModel); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -117,6 +117,7 @@ func (g *Gateway) feedback(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "record the feedback: " + err.Error(), Type: "server_error"})
 		return
 	}
+	g.abFeedback(id, req.Rating, req.Comment != "")
 	g.log.Info().Str("session", id).Int("turn", turn).Bool("rating", req.Rating != nil).Bool("comment", req.Comment != "").Msg("feedback recorded")
 	ans := map[string]any{"session_id": id, "turn": turn, "recorded": true, "late": false, "too_late": false, "held": held}
 	g.checkComment(ans, id, s.rollout(), s.replySeg[turn-1], req.Comment)
@@ -141,6 +142,7 @@ func (g *Gateway) lateFeedback(w http.ResponseWriter, id string, req *FeedbackRe
 		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "record the feedback: " + err.Error(), Type: "server_error"})
 		return
 	}
+	g.abFeedback(id, req.Rating, req.Comment != "")
 	g.log.Info().Str("session", id).Int("turn", n).Bool("too_late", tooLate).Bool("rating", req.Rating != nil).
 		Bool("comment", req.Comment != "").Msg("late feedback recorded")
 	ans := map[string]any{"session_id": id, "turn": n, "recorded": true, "late": true, "too_late": tooLate}

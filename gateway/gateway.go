@@ -48,7 +48,10 @@ type Options struct {
 	CommentCheck func(r *rollout.Rollout, seg int, comment string) string
 	// Precision is the policy's compute precision (xla.Precision; "" is f32).
 	Precision xla.Precision
-	Log       zerolog.Logger
+	// Evals, when set, gives the eval suites' primary metrics of a checkpoint's
+	// step, for the A/B rule's "no eval regression" (the daemon's evals.jsonl).
+	Evals EvalScores
+	Log   zerolog.Logger
 }
 
 // Gateway serves chat completions and records the conversations.
@@ -60,6 +63,7 @@ type Gateway struct {
 	keys *apikey.Keys
 
 	late *LateFeedback
+	ab   *abTest // gateway.ab: the A/B test (nil: off)
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -109,7 +113,15 @@ func New(opts Options) (*Gateway, error) {
 		g.pol.up = &upstream{base: g.cfg.Upstream, model: g.cfg.UpstreamModel, keyEnv: g.cfg.UpstreamAPIKeyEnv,
 			client: &http.Client{Timeout: g.cfg.UpstreamTimeout}}
 	}
-	if err := g.pol.refresh(); err != nil {
+	if g.cfg.AB.Enabled {
+		if g.ab, err = openAB(filepath.Join(filepath.Dir(opts.JournalDir), "ab"), g.cfg.AB); err != nil {
+			return nil, fmt.Errorf("open gateway: %w", err)
+		}
+		if err := g.abRefresh(); err != nil {
+			g.ab.close()
+			return nil, fmt.Errorf("open gateway: %w", err)
+		}
+	} else if err := g.pol.refresh(); err != nil {
 		return nil, fmt.Errorf("open gateway: %w", err)
 	}
 	if g.cfg.TLSCertFile != "" {
@@ -144,10 +156,12 @@ func (g *Gateway) recover() error {
 		s.used = time.Now()
 		if !s.closedAt.IsZero() { // closed: the rest of its feedback window
 			g.held[id] = s
+			g.abReopened(s)
 			g.log.Info().Str("session", id).Int("turns", s.turns).Time("closed_at", s.closedAt).Msg("closed session reopened from its journal; held for feedback")
 			continue
 		}
 		g.sessions[id] = s
+		g.abReopened(s)
 		g.log.Info().Str("session", id).Int("turns", s.turns).Int("tokens", len(s.tokens)).Msg("session reopened from its journal")
 	}
 	return nil
@@ -199,7 +213,11 @@ loop:
 		case <-tick.C:
 			g.endIdle(time.Now())
 		case <-reload.C:
-			if err := g.pol.refresh(); err != nil {
+			if g.ab != nil {
+				if err := g.abRefresh(); err != nil {
+					g.log.Warn().Err(err).Msg("A/B: refresh; keeping the arms serving")
+				}
+			} else if err := g.pol.refresh(); err != nil {
 				g.log.Warn().Err(err).Msg("load new checkpoint; keeping the policy serving")
 			}
 		}
@@ -295,6 +313,8 @@ type Stats struct {
 	RowsDropped int64
 	// Feedback counts the late-feedback records on disk.
 	Feedback LateCounts
+	// AB is the A/B test (nil: gateway.ab off).
+	AB *ABStats
 }
 
 // Stats returns the gateway's counters now.
@@ -312,6 +332,9 @@ func (g *Gateway) Stats() Stats {
 		st.PolicyStep = p.step
 	}
 	st.RowsDropped = g.pol.dropped.Load()
+	if ab, ok := g.ABStats(); ok {
+		st.AB = &ab
+	}
 	return st
 }
 
@@ -489,6 +512,11 @@ func (g *Gateway) end(s *session, why string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ended = true
+	if g.ab != nil && s.arm != "" {
+		if err := g.ab.ended(s.id); err != nil {
+			g.log.Warn().Err(err).Str("session", s.id).Msg("A/B: record the session's end; its turns count again after a restart")
+		}
+	}
 	path, err := s.emit(g.opts.JournalDir, g.opts.Incoming, g.late)
 	if err != nil {
 		return "", err

@@ -14,6 +14,7 @@ const SessionHeader = "X-Hindsight-Session"
 
 // chat is POST /v1/chat/completions.
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
+	t0 := time.Now()
 	if n := g.pending.Add(1); n > int64(g.cfg.MaxPending) {
 		g.pending.Add(-1)
 		code := "too_many_requests"
@@ -77,12 +78,18 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set(SessionHeader, s.id) // before a streamed byte
-		openStream(s.turns + 1)
-		t, aerr = g.sampleTurn(r.Context(), p, s, &req, msgs, tools, k, onToken)
+		if p, aerr = g.policyFor(s); aerr == nil {
+			openStream(s.turns + 1)
+			t, aerr = g.sampleTurn(r.Context(), p, s, &req, msgs, tools, k, onToken)
+		}
 		if aerr == nil {
+			took := time.Since(t0).Seconds()
+			g.abTurn(s, t.rec, took)
 			if err := s.appendTurn(g.opts.JournalDir, t.rec); err != nil {
 				g.log.Error().Err(err).Str("session", s.id).Msg("journal turn; not answered")
 				aerr = &apiError{status: http.StatusInternalServerError, Message: "record the turn: " + err.Error(), Type: "server_error"}
+			} else {
+				g.abAnswered(s, took)
 			}
 		}
 		s.mu.Unlock()
@@ -219,6 +226,7 @@ func (g *Gateway) closeSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	delete(g.sessions, id)
+	g.abOutcome(id, body.Reward)
 	if g.cfg.FeedbackWindow > 0 {
 		// Held for the feedback window: journaled as closed, written when it is over.
 		s.closedAt = now

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gomlx/gomlx/backends"
@@ -54,25 +55,19 @@ type policies struct {
 	context   int          // gateway.max_context_tokens
 	dropped   atomic.Int64 // rows dropped by the batchers: the client went away
 	log       zerolog.Logger
+
+	// With gateway.ab: the policies of the arms and of the checkpoints open
+	// sessions are pinned to, by directory and upstream model (ab_serve.go).
+	mu     sync.Mutex
+	loaded map[armKey]*policy
 }
 
 // refresh loads the checkpoint `latest` names (or the initial model the first
 // time) when it differs from the one serving, and swaps it in atomically.
 func (p *policies) refresh() error {
-	dir, step := p.initial, int64(0)
-	if p.root != "" {
-		if target, err := os.Readlink(filepath.Join(p.root, checkpoint.LatestLinkName)); err == nil {
-			ck := filepath.Join(p.root, target)
-			if cur := p.cur.Load(); cur != nil && cur.dir == ck {
-				return nil
-			}
-			if st, err := checkpoint.Verify(ck); err == nil {
-				dir, step = ck, st.Step
-			} else if p.cur.Load() != nil {
-				p.log.Warn().Err(err).Str("checkpoint", ck).Msg("latest checkpoint does not verify; keeping the policy serving")
-				return nil
-			}
-		}
+	dir, step, ok := p.newest()
+	if !ok {
+		return nil
 	}
 	if cur := p.cur.Load(); cur != nil && cur.dir == dir {
 		return nil
@@ -86,9 +81,34 @@ func (p *policies) refresh() error {
 	return nil
 }
 
+// newest returns the checkpoint `latest` names when it verifies, else the initial
+// model directory (step 0) while nothing serves yet; ok is false when a checkpoint
+// that does not verify should leave the serving policy as it is.
+func (p *policies) newest() (dir string, step int64, ok bool) {
+	dir, step = p.initial, 0
+	if p.root == "" {
+		return dir, step, true
+	}
+	target, err := os.Readlink(filepath.Join(p.root, checkpoint.LatestLinkName))
+	if err != nil {
+		return dir, step, true
+	}
+	ck := filepath.Join(p.root, target)
+	if cur := p.cur.Load(); cur != nil && cur.dir == ck {
+		return ck, cur.step, true
+	}
+	if st, err := checkpoint.Verify(ck); err == nil {
+		return ck, st.Step, true
+	} else if p.cur.Load() != nil {
+		p.log.Warn().Err(err).Str("checkpoint", ck).Msg("latest checkpoint does not verify; keeping the policy serving")
+		return "", 0, false
+	}
+	return dir, step, true
+}
+
 func (p *policies) open(dir string, step int64) (*policy, error) {
 	if p.up != nil {
-		return p.openUpstream(dir, step)
+		return p.openUpstream(dir, step, p.up)
 	}
 	m, err := xla.Open(dir, xla.OpenOptions{Precision: p.precision})
 	if err != nil {
@@ -112,10 +132,10 @@ func (p *policies) open(dir string, step int64) (*policy, error) {
 // context length come from the initial model directory (training changes none of
 // them, and a LoRA checkpoint holds only the adapter), nothing is loaded for
 // sampling; the step is the checkpoint's, which the engine hooks push to the engine.
-func (p *policies) openUpstream(dir string, step int64) (*policy, error) {
+func (p *policies) openUpstream(dir string, step int64, up *upstream) (*policy, error) {
 	if cur := p.cur.Load(); cur != nil {
 		np := *cur
-		np.dir, np.step = dir, step
+		np.dir, np.step, np.up = dir, step, up
 		return &np, nil
 	}
 	md, err := data.OpenModelDir(p.initial)
@@ -128,7 +148,7 @@ func (p *policies) openUpstream(dir string, step int64) (*policy, error) {
 		return nil, err
 	}
 	mp := md.Config.MaxPositionEmbeddings
-	return withStops(&policy{dir: dir, step: step, tok: md.Tokenizer, template: tmpl, maxPos: min(mp, p.context), modelMax: mp, up: p.up})
+	return withStops(&policy{dir: dir, step: step, tok: md.Tokenizer, template: tmpl, maxPos: min(mp, p.context), modelMax: mp, up: up})
 }
 
 // withStops sets np's turn-end token ids from its template.

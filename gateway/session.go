@@ -39,12 +39,27 @@ type session struct {
 	// that turn goes.
 	rating   *int8
 	replySeg []int
-	busy     int // requests holding or waiting for the session (guarded by the Gateway's mu)
+	// temp is the sampling temperature of every turn so far when tempSeen and not
+	// tempMixed; the rollout records it (rollout.Rollout.Temperature). Turns at
+	// different temperatures, or one of unknown temperature, leave it unrecorded
+	// (null: scored at 1).
+	temp                float64
+	tempSeen, tempMixed bool
+	busy                int // requests holding or waiting for the session (guarded by the Gateway's mu)
 	// closedAt is when the session was closed (or ended idle) and began its
 	// feedback window (guarded by the Gateway's mu; zero while open).
 	closedAt time.Time
 	// size is the journal's length in bytes (the disk a held session takes).
 	size atomic.Int64
+	// With gateway.ab: the round and arm the session was assigned on its first
+	// turn, the checkpoint that arm served then and, with gateway.upstream, the
+	// model id its requests name. Journaled with every turn: a session never
+	// changes checkpoint. latency sums its turns' seconds.
+	round   int64
+	arm     string
+	ck      Checkpoint
+	model   string
+	latency float64
 }
 
 // turnRecord is one line of a session's journal: what one turn appended, and the
@@ -60,6 +75,10 @@ type turnRecord struct {
 	Reward        *float32      `json:"reward,omitempty"`
 	PolicyVersion int64         `json:"policy_version"`
 	Tokenizer     string        `json:"tokenizer"`
+	// Temperature is a turn's sampling temperature (the request's; 1 when it named
+	// none, 0 when greedy). A turn line without it (a journal written before the
+	// field) leaves the session's temperature unknown.
+	Temperature *float64 `json:"temperature,omitempty"`
 	// Rating, Comment and CommentTurn are a person's feedback (POST /v1/feedback),
 	// in a record of their own.
 	Rating      *int8  `json:"rating,omitempty"`
@@ -68,6 +87,13 @@ type turnRecord struct {
 	// ClosedAt marks the session closed at that time: its feedback window began
 	// (a restart holds it for the rest of the window).
 	ClosedAt *time.Time `json:"closed_at,omitempty"`
+	// With gateway.ab: the session's round, arm, checkpoint and upstream model
+	// (every record), and the turn's latency in seconds (turns only).
+	ABRound    int64   `json:"ab_round,omitempty"`
+	Arm        string  `json:"arm,omitempty"`
+	Checkpoint string  `json:"checkpoint,omitempty"`
+	Model      string  `json:"upstream_model,omitempty"`
+	Latency    float64 `json:"latency_s,omitempty"`
 }
 
 // segRecord is a segment in a journal line.
@@ -123,6 +149,14 @@ func (s *session) apply(rec *turnRecord) {
 	}
 	if len(rec.Tokens) > 0 && len(rec.Segments) > 0 { // a turn: its reply is its last segment
 		s.replySeg = append(s.replySeg, len(s.segments)-1)
+		switch {
+		case rec.Temperature == nil:
+			s.tempMixed = true
+		case !s.tempSeen:
+			s.temp, s.tempSeen = *rec.Temperature, true
+		case *rec.Temperature != s.temp:
+			s.tempMixed = true
+		}
 	}
 	if rec.Rating != nil {
 		s.rating = rec.Rating
@@ -144,6 +178,10 @@ func (s *session) apply(rec *turnRecord) {
 		s.version = rec.PolicyVersion
 	}
 	s.tok = rec.Tokenizer
+	if rec.Arm != "" {
+		s.round, s.arm, s.ck, s.model = rec.ABRound, rec.Arm, Checkpoint{Dir: rec.Checkpoint, Step: rec.PolicyVersion}, rec.Model
+	}
+	s.latency += rec.Latency
 }
 
 // readJournal rebuilds a session from its journal, by the line log's rule
@@ -187,6 +225,9 @@ func (s *session) rollout() *rollout.Rollout {
 	}
 	if s.rating != nil {
 		r.Feedback, r.HasFeedback = *s.rating, true
+	}
+	if s.tempSeen && !s.tempMixed {
+		r.Temperature, r.HasTemperature = float32(s.temp), true
 	}
 	return r
 }

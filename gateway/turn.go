@@ -135,6 +135,14 @@ func (g *Gateway) sampleTurn(ctx context.Context, p *policy, s *session, req *Ch
 	if aerr != nil {
 		return nil, aerr
 	}
+	// The turn's sampling temperature, for the rollout (docs/gateway.md): the
+	// request's, OpenAI's default 1 when it names none, 0 when greedy (top_k 1 is
+	// greedy at any temperature).
+	temp := opts.Temperature
+	if opts.TopK == 1 {
+		temp = 0
+	}
+	rec.Temperature = &temp
 	if onToken != nil {
 		opts.OnToken = func(_ int, tok int32, lp float32, top []xla.TokenLogProb) { onToken(tok, lp, top) }
 	}

@@ -38,6 +38,7 @@ const (
 	EFeedbackRange   Code = "E_FEEDBACK_RANGE"   // rollout feedback other than −1, 0, +1
 	ERewardNaN       Code = "E_REWARD_NAN"       // reward is NaN or ±Inf
 	ETokenizer       Code = "E_TOKENIZER"        // tokenizer fingerprint differs from the model's
+	ETemperature     Code = "E_TEMPERATURE"      // temperature is NaN, ±Inf or negative
 )
 
 // Problem is one thing wrong with a rollout file. Row is −1 for a file-level problem.

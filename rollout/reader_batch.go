@@ -15,6 +15,7 @@ type batchCols struct {
 	id, task, tokenizer strCol
 	policy, feedback    intCol
 	reward              floatCol
+	temperature         floatCol // a nil .a: the file has no temperature column
 
 	tokens listCol
 	tok    tokenValues
@@ -62,6 +63,11 @@ func checkBatch(rec arrow.RecordBatch, c *columns, conv *convBuffers) (b batchCo
 	}
 	if b.feedback, err = checkIntCol(col(c.feedback)); err != nil {
 		return b, err
+	}
+	if c.temperature >= 0 {
+		if b.temperature, err = checkFloatCol(col(c.temperature)); err != nil {
+			return b, err
+		}
 	}
 
 	if b.tokens, err = checkListCol(col(c.tokens)); err != nil {
@@ -155,6 +161,11 @@ func (b *batchCols) decode(i int) (*Rollout, []*Problem) {
 		} else {
 			ro.Feedback, ro.HasFeedback = int8(v), true
 		}
+	}
+
+	if b.temperature.a != nil && b.temperature.a.IsValid(i) {
+		// float64 beyond float32's range becomes ±Inf, which Validate rejects.
+		ro.Temperature, ro.HasTemperature = float32(b.temperature.get(i)), true
 	}
 
 	if b.tokens.a.IsValid(i) {

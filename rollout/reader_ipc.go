@@ -206,7 +206,7 @@ func (s *msgSource) Release() {
 	}
 }
 
-// Limits on what a message's metadata may describe. Ours has 9 columns and 6 segment
+// Limits on what a message's metadata may describe. Ours has 10 columns and 6 segment
 // fields; the limits only stop a corrupt file from making arrow allocate or recurse
 // without bound.
 const (

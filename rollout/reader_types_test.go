@@ -89,6 +89,8 @@ func fxValue(r *Rollout, name string) any {
 		return fxNullIf(!r.HasReward, float64(r.Reward))
 	case ColFeedback:
 		return fxNullIf(!r.HasFeedback, int64(r.Feedback))
+	case ColTemperature:
+		return fxNullIf(!r.HasTemperature, float64(r.Temperature))
 	}
 	panic(name)
 }
@@ -166,7 +168,7 @@ func fxEquivalentTypes() map[string]map[string]arrow.DataType {
 	}
 	return map[string]map[string]arrow.DataType{
 		"pyarrow defaults": {ColTokens: arrow.ListOf(i64), ColLogProbs: arrow.ListOf(f64), ColReward: f64,
-			ColFeedback: i64, ColSegments: arrow.ListOf(fxSegType(i64, arrow.BinaryTypes.String))},
+			ColFeedback: i64, ColTemperature: f64, ColSegments: arrow.ListOf(fxSegType(i64, arrow.BinaryTypes.String))},
 		"large strings": {ColRolloutID: large, ColTaskID: large, ColTokenizer: large, ColTokens: arrow.LargeListOf(i64),
 			ColLogProbs: arrow.LargeListOf(f64), ColSegments: arrow.LargeListOf(fxSegType(i64, large))},
 		"views (polars)": {ColRolloutID: view, ColTaskID: view, ColTokenizer: view, ColTokens: arrow.LargeListOf(i64),
@@ -185,7 +187,9 @@ func fxEquivalentTypes() map[string]map[string]arrow.DataType {
 // formats and with and without compression.
 func TestReaderEquivalentTypes(t *testing.T) {
 	nulls := &Rollout{ID: "nulls", Tokens: []int32{1, 2, 3}}
-	rs := []*Rollout{fxRollout("a", 16), nulls, fxRollout("b", 40), {ID: "empty", Tokens: []int32{}, LogProbs: []float32{}, Segments: []Segment{}}}
+	tempered := fxRollout("b", 40)
+	tempered.Temperature, tempered.HasTemperature = 0.7, true
+	rs := []*Rollout{fxRollout("a", 16), nulls, tempered, {ID: "empty", Tokens: []int32{}, LogProbs: []float32{}, Segments: []Segment{}}}
 	for name, types := range fxEquivalentTypes() {
 		rec := fxTyped(t, rs, types, nil)
 		require.Nil(t, CheckSchema(rec.Schema()), name)

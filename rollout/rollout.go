@@ -19,6 +19,8 @@ const (
 	ColSegments      = "segments"
 	ColReward        = "reward"
 	ColFeedback      = "feedback"
+	// ColTemperature is optional: a file without it (or a null) means temperature 1.
+	ColTemperature = "temperature"
 )
 
 // SegmentKind is the role of a segment of a rollout.
@@ -119,6 +121,22 @@ type Rollout struct {
 	HasReward    bool
 	Feedback     int8 // −1/0/+1 rating of the whole rollout; meaningful only when HasFeedback
 	HasFeedback  bool
+	// Temperature is the sampling temperature the policy's tokens were drawn at (0:
+	// greedy); meaningful only when HasTemperature. A file without the column, or a
+	// null, means 1. ScoringTemperature is the T the trainer applies.
+	Temperature    float32
+	HasTemperature bool
+}
+
+// ScoringTemperature returns the temperature the trainer divides the logits by when
+// it scores this rollout (docs/distillation.md "The sampling temperature"): the
+// recorded Temperature, or 1 when there is none or it is 0 (greedy: the peers never
+// train on greedy samples, and a point mass has no tempered distribution to match).
+func (r *Rollout) ScoringTemperature() float64 {
+	if !r.HasTemperature || r.Temperature == 0 {
+		return 1
+	}
+	return float64(r.Temperature)
 }
 
 // SetLogProbValidity sets the validity bitmap of LogProbs: bit (offset+i) of valid tells

@@ -38,6 +38,7 @@ var schemaFields = []arrow.Field{
 	{Name: ColSegments, Type: arrow.ListOf(segmentType), Nullable: true},
 	{Name: ColReward, Type: arrow.PrimitiveTypes.Float32, Nullable: true},
 	{Name: ColFeedback, Type: arrow.PrimitiveTypes.Int8, Nullable: true},
+	{Name: ColTemperature, Type: arrow.PrimitiveTypes.Float32, Nullable: true}, // optional
 }
 
 // Schema returns the canonical schema of a rollout file (docs/design.md, "Rollout file"),
@@ -52,13 +53,15 @@ func Schema() *arrow.Schema {
 // the segments struct of each of its fields.
 type columns struct {
 	id, task, policy, tokenizer, tokens, logprobs, segments, reward, feedback int
+	temperature                                                               int // −1: the file has no temperature column (optional)
 	// segStart … segFeedback index the children of the segments struct.
 	segStart, segEnd, segKind, segTool, segStatus, segFeedback int
 }
 
 // CheckSchema checks that a file's schema can be read as a rollout file: every column
-// of Schema is present (looked up by name, in any order) with a type that carries its
-// meaning (below), extra columns are ignored, and the schema version is SchemaVersion
+// of Schema but the optional temperature is present (looked up by name, in any
+// order), each present column has a type that carries its meaning (below), extra
+// columns are ignored, and the schema version is SchemaVersion
 // (missing means "1"). It returns the first problem found, with Row −1 and File empty,
 // or nil.
 //
@@ -69,7 +72,7 @@ type columns struct {
 //   - strings: utf8, large_utf8, utf8_view, or a dictionary of one of these;
 //   - tokens: list, large_list, list_view or large_list_view of int32 or int64;
 //   - logprobs: the same lists of float32 or float64;
-//   - reward: float32 or float64;
+//   - reward and temperature: float32 or float64;
 //   - policy_version: any integer type but uint64 (which int64 cannot hold);
 //   - feedback and the segment ints start, end, status: int8, int16, int32 or int64;
 //   - segments: one of the lists above of a struct whose fields are found by name.
@@ -107,7 +110,7 @@ var accepted = map[typeClass]string{
 var columnClass = map[string]typeClass{
 	ColRolloutID: classString, ColTaskID: classString, ColPolicyVersion: classAnyInt,
 	ColTokenizer: classString, ColTokens: classTokens, ColLogProbs: classLogProbs,
-	ColReward: classFloat, ColFeedback: classSignedInt,
+	ColReward: classFloat, ColFeedback: classSignedInt, ColTemperature: classFloat,
 	"segments.start": classSignedInt, "segments.end": classSignedInt, "segments.kind": classString,
 	"segments.tool": classString, "segments.status": classSignedInt, "segments.feedback": classString,
 }
@@ -193,6 +196,13 @@ func checkSchema(s *arrow.Schema) (columns, *Problem) {
 		}
 		if cl := columnClass[w.f.Name]; !cl.accepts(got) {
 			return c, typeProblem(w.f.Name, w.f.Type, cl, got)
+		}
+	}
+	c.temperature = -1
+	if idx := s.FieldIndices(ColTemperature); len(idx) > 0 {
+		c.temperature = idx[0]
+		if got := s.Field(idx[0]).Type; !classFloat.accepts(got) {
+			return c, typeProblem(ColTemperature, schemaFields[9].Type, classFloat, got)
 		}
 	}
 	return c, nil

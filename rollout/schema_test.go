@@ -22,6 +22,7 @@ func TestSchema(t *testing.T) {
 		{ColSegments, "list<struct{start int32, end int32, kind utf8, tool utf8, status int8, feedback utf8}>"},
 		{ColReward, "float32"},
 		{ColFeedback, "int8"},
+		{ColTemperature, "float32"},
 	}
 	require.Equal(t, len(want), s.NumFields())
 	for i, w := range want {

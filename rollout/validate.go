@@ -37,6 +37,9 @@ func Validate(r *Rollout, opts ReadOptions) []*Problem {
 	if r.HasReward && (math.IsNaN(float64(r.Reward)) || math.IsInf(float64(r.Reward), 0)) {
 		v.add(ERewardNaN, ColReward, fmt.Sprintf("reward is %v", r.Reward))
 	}
+	if x := float64(r.Temperature); r.HasTemperature && (math.IsNaN(x) || math.IsInf(x, 0) || x < 0) {
+		v.add(ETemperature, ColTemperature, fmt.Sprintf("temperature is %v; want a finite value ≥ 0 (0: greedy)", r.Temperature))
+	}
 	for _, p := range v.problems {
 		p.RolloutID = r.ID
 	}

@@ -43,6 +43,7 @@ type vectorRollout struct {
 	Segments      *[]*vectorSegment `json:"segments"`
 	Reward        *jsonFloat        `json:"reward"`
 	Feedback      *int8             `json:"feedback"`
+	Temperature   *jsonFloat        `json:"temperature"`
 }
 
 type vectorSegment struct {
@@ -128,7 +129,7 @@ func TestSharedVectors(t *testing.T) {
 	var missing []string
 	for _, c := range []Code{EEmptyID, EDupIDInFile, ENullTokens, ELenMismatch, ETokenRange, ELogprobNaN,
 		ELogprobInf, ELogprobPositive, ESegRange, ESegOrder, ESegOverlap, ESegKind, ESegStatus, EFeedbackRange,
-		ERewardNaN, ETokenizer} {
+		ERewardNaN, ETokenizer, ETemperature} {
 		if !covered[c] {
 			missing = append(missing, string(c))
 		}
@@ -242,6 +243,11 @@ func writeVectorFile(t *testing.T, path string, rollouts []vectorRollout) {
 			b.Field(8).AppendNull()
 		} else {
 			b.Field(8).(*array.Int8Builder).Append(*ro.Feedback)
+		}
+		if ro.Temperature == nil {
+			b.Field(9).AppendNull()
+		} else {
+			b.Field(9).(*array.Float32Builder).Append(float32(*ro.Temperature))
 		}
 	}
 	rec := b.NewRecordBatch()

@@ -49,6 +49,7 @@ type Writer struct {
 	segFeedback         *array.StringBuilder
 	reward              *array.Float32Builder
 	feedback            *array.Int8Builder
+	temperature         *array.Float32Builder
 
 	valid  []bool // scratch: validity of one rollout's log-probs
 	closed bool
@@ -94,14 +95,15 @@ func NewWriter(w io.Writer, opts WriteOptions) (*Writer, error) {
 	wr.segFeedback = wr.seg.FieldBuilder(5).(*array.StringBuilder)
 	wr.reward = f(7).(*array.Float32Builder)
 	wr.feedback = f(8).(*array.Int8Builder)
+	wr.temperature = f(9).(*array.Float32Builder)
 	return wr, nil
 }
 
 // Write appends one rollout, flushing a record batch every BatchRows rollouts.
 //
 // Zero values become nulls: an empty TaskID, Tokenizer, Tool or segment Feedback,
-// Status StatusNone, HasReward or HasFeedback false, nil LogProbs (a null list) and
-// the positions LogProbValid reports invalid. Tokens nil is written as a null list.
+// Status StatusNone, HasReward, HasFeedback or HasTemperature false, nil LogProbs (a
+// null list) and the positions LogProbValid reports invalid. Tokens nil is written as a null list.
 // A segment's kind is written as KindName when it is set, else Kind.String(), so an
 // invalid kind can be written on purpose.
 func (w *Writer) Write(r *Rollout) error {
@@ -170,6 +172,11 @@ func (w *Writer) Write(r *Rollout) error {
 		w.feedback.Append(r.Feedback)
 	} else {
 		w.feedback.AppendNull()
+	}
+	if r.HasTemperature {
+		w.temperature.Append(r.Temperature)
+	} else {
+		w.temperature.AppendNull()
 	}
 
 	w.rows++

@@ -139,3 +139,30 @@ func watchInterval(req *hindsightv1.WatchStatusRequest) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// ABDecider is a Controller that can also decide the gateway's A/B test by hand
+// (the daemon); ControlService.DecideAB is UNIMPLEMENTED on one that cannot.
+type ABDecider interface {
+	DecideAB(action, by, reason string) (*hindsightv1.ABDecision, error)
+}
+
+// DecideAB promotes or rolls back the gateway's A/B candidate through the
+// daemon.
+func (h *controlService) DecideAB(_ context.Context, req *connect.Request[hindsightv1.DecideABRequest]) (*connect.Response[hindsightv1.DecideABResponse], error) {
+	c, ok := h.s.controller().(ABDecider)
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this server cannot decide an A/B test"))
+	}
+	m := req.Msg
+	if m.GetAction() != "promote" && m.GetAction() != "rollback" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("action %q: want promote or rollback", m.GetAction()))
+	}
+	if len(m.GetReason()) > maxPauseText || len(m.GetBy()) > maxPauseText {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reason and by are limited to %d bytes", maxPauseText))
+	}
+	d, err := c.DecideAB(m.GetAction(), requester(m.GetBy(), req.Peer()), m.GetReason())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	return connect.NewResponse(&hindsightv1.DecideABResponse{Decision: d}), nil
+}

@@ -51,7 +51,16 @@ type Env struct {
 	last              string
 	lastFailed        bool
 	lastCall          string
+	// temp is the sampling temperature of the policy's turns (SetTemperature);
+	// tempSet false: not recorded (a scripted agent, or a caller that did not say).
+	temp    float32
+	tempSet bool
 }
+
+// SetTemperature records the sampling temperature the policy's turns are drawn at
+// (0: greedy), for Rollout's temperature column (docs/rollouts.md): the trainer
+// scores the rollout at it.
+func (e *Env) SetTemperature(t float64) { e.temp, e.tempSet = float32(t), true }
 
 // New starts an episode of task for a policy with tokenizer tok. The context then
 // holds the system and user turns and the first assistant header (Prompt).
@@ -280,7 +289,8 @@ func (e *Env) append(ids []int32, lps []float32) {
 
 // Rollout returns the episode as a rollout with id: tokens, sampler log-probs (null
 // for everything the harness inserted), segments, the reward (set once the episode
-// is over) and the task id as the group. The caller sets PolicyVersion. The result
+// is over), the task id as the group and the sampling temperature when
+// SetTemperature gave one. The caller sets PolicyVersion. The result
 // owns its memory.
 func (e *Env) Rollout(id string) *rollout.Rollout {
 	r := &rollout.Rollout{
@@ -300,5 +310,6 @@ func (e *Env) Rollout(id string) *rollout.Rollout {
 		}
 	}
 	r.SetLogProbValidity(bits, 0)
+	r.Temperature, r.HasTemperature = e.temp, e.tempSet
 	return r
 }

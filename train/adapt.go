@@ -112,12 +112,13 @@ type entry struct {
 // ToTrainer converts a rollout and the hints to score with it to the trainer's input,
 // with the trainable mask of rule (Rule.Mask) and each hint's own empty-hint template
 // (teacher.Hint.Empty), built with its tokens, so a teacher reload between hinting and
-// scoring cannot mismatch them. The daemon's loop and the efficacy experiment both
-// use it.
+// scoring cannot mismatch them. The rollout is scored at its sampling temperature
+// (rollout.Rollout.ScoringTemperature: 1 without one, or greedy). The daemon's loop
+// and the efficacy experiment both use it.
 func ToTrainer(r *rollout.Rollout, hints []teacher.Hint, rule Rule) credit.Rollout {
 	T := len(r.Tokens)
 	xr := credit.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float64, T),
-		Trainable: rule.Mask(r), Reward: float64(r.Reward), HasReward: r.HasReward}
+		Trainable: rule.Mask(r), Reward: float64(r.Reward), HasReward: r.HasReward, Temperature: r.ScoringTemperature()}
 	for i := range T {
 		if lp, ok := r.LogProb(i); ok {
 			xr.Sampler[i] = float64(lp)
@@ -187,7 +188,7 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, dists []xla.Tea
 		OutcomeAdv: float32(res.AOut), LossMask: make([]bool, T), Student: make([]float32, T),
 		Teacher: make([]float32, T), Advantages: make([]float32, T),
 		Base: make([]float32, T), Delta: make([]float32, T), Rho: make([]float32, T), Sampler: make([]float32, T),
-		Tokenizer: r.Tokenizer}
+		Tokenizer: r.Tokenizer, Temperature: float32(in.Temp())}
 	// base_t = q_t(h) − Δ_t of the first span covering t (credit's rule for
 	// overlapping spans): the base (s_t or q_t(∅)) credit measured Δ against.
 	q, qN := make([]float64, T), make([]int, T)

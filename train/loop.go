@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/ledger"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -165,7 +167,9 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 	for i, e := range batch {
 		xb[i] = e.xr
 	}
+	compiledBefore := xla.CompileSnapshot()
 	met, err := lp.deviceStep(ctx, xb)
+	compiled := xla.CompileSnapshot()
 	if errors.Is(err, errAbandoned) {
 		return err
 	}
@@ -201,12 +205,14 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 		if met.Credit.DistillISMean > 0 { // modes topk and full: the divergence's importance weight
 			ev = ev.Float64("distill_is_mean", met.Credit.DistillISMean).Float64("distill_is_capped", met.Credit.DistillISCapped)
 		}
-		ev.Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).Dur("took", met.Took).Msg("step")
+		ev = ev.Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).Dur("took", met.Took)
+		ev = compileFields(ev, compiledBefore, compiled)
+		ev.Msg("step")
 	} else if met.Credit.Tokens == 0 {
-		log.Warn().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took).
+		compileFields(log.Warn().Int64("step", met.Step).Int("rollouts", met.Rollouts).Dur("took", met.Took), compiledBefore, compiled).
 			Msg("step without update, weights unchanged: no trainable token in the batch: " + lp.untrainable(batch))
 	} else {
-		log.Info().Int64("step", met.Step).Int("rollouts", met.Rollouts).Int("tokens", met.Credit.Tokens).Dur("took", met.Took).
+		compileFields(log.Info().Int64("step", met.Step).Int("rollouts", met.Rollouts).Int("tokens", met.Credit.Tokens).Dur("took", met.Took), compiledBefore, compiled).
 			Msg("step without update: no hint credit, outcome advantage or KL term in the batch; weights unchanged")
 	}
 	for _, e := range batch {
@@ -253,4 +259,18 @@ func (lp *Loop) untrainable(batch []*entry) string {
 		parts[k] = fmt.Sprintf("%d %s (%s%s): %s", len(ids[why]), noun, strings.Join(named, ", "), more, why)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// compileFields adds what the step spent compiling (and loading compiled programs
+// from the cache) to its log line, when it did: its took includes that time, a warm
+// step's does not. The counts are the process's, so a compile the gateway ran
+// meanwhile counts here too.
+func compileFields(ev *zerolog.Event, before, after xla.CompileStats) *zerolog.Event {
+	if n := after.Compiled - before.Compiled; n > 0 {
+		ev = ev.Int64("programs_compiled", n).Dur("compile_took", after.CompileTime-before.CompileTime)
+	}
+	if n := after.Loaded - before.Loaded; n > 0 {
+		ev = ev.Int64("programs_loaded", n).Dur("load_took", after.LoadTime-before.LoadTime)
+	}
+	return ev
 }

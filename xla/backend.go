@@ -153,6 +153,13 @@ func NewBackendWithOptions(spec string, clientOptions map[string]any) (b backend
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: %s", spec, oneLine(err))
 	}
+	if xb, ok := b.(*gomlxxla.Backend); ok {
+		path, _, _ := strings.Cut(config, ",")
+		if err := hookCompiles(xb, path); err != nil {
+			b.Finalize()
+			return nil, fmt.Errorf("backend %s: %w", spec, err)
+		}
+	}
 	if err := smokeTest(b); err != nil {
 		b.Finalize()
 		return nil, fmt.Errorf("backend %s: run a test graph: %s", spec, oneLine(err))

@@ -51,7 +51,8 @@ var peerTolerance = map[dtypes.DType]struct{ loss, grad float64 }{
 // the student's top k picked on the device (teacherTopK of the student's logits), the
 // teacher gathered there with its tail (teacherAt), the divergence (distillTopK with
 // the clamped tail; distillFull in mode full), both sides' logits divided by the
-// temperature, each position weighted as the SDPO authors' token mean with the
+// rollout's temperature as the scoring and training steps divide them (tempered,
+// with the temperature an input), each position weighted as the SDPO authors' token mean with the
 // importance weight (credit's DistillWeight under normalize separate), and the
 // gradient of the weighted sum in the student's logits. It compares the loss and
 // gradient with the authors' compute_self_distillation_loss, in float32 and in
@@ -112,7 +113,7 @@ func TestDistillPeerGoldens(t *testing.T) {
 				}
 				is := 1.0
 				if c.ISClip != nil {
-					s := credit.LogSoftmax(scaledBy(c.Student[bi][ti], c.Temp))[c.IDs[bi][ti]]
+					s := credit.LogSoftmax(credit.Tempered(c.Student[bi][ti], c.Temp))[c.IDs[bi][ti]]
 					is = math.Min(math.Exp(math.Max(-20, math.Min(20, s-c.Old[bi][ti]))), *c.ISClip)
 				}
 				zs, ts, ws = append(zs, c.Student[bi][ti]...), append(ts, c.Teacher[bi][ti]...), append(ws, is/N)
@@ -122,10 +123,10 @@ func TestDistillPeerGoldens(t *testing.T) {
 		n := len(ws)
 		for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
 			name := fmt.Sprintf("%s %s", c.Name, dt)
-			e, err := NewExec(backend, func(z, tz, w *Node) []*Node {
+			e, err := NewExec(backend, func(z, tz, w, temp *Node) []*Node {
 				zc := ConvertDType(ConvertDType(z, dt), dtypes.Float32) // logits as a dt head gives them
 				tc := ConvertDType(ConvertDType(tz, dt), dtypes.Float32)
-				zs, tsc := MulScalar(zc, 1/c.Temp), MulScalar(tc, 1/c.Temp)
+				zs, tsc := tempered(zc, temp), tempered(tc, temp) // the scoring and training steps' own division
 				var d *Node
 				if cfg.Mode == credit.DistillTopK {
 					ids, _, _ := teacherTopK(zs, cfg.TopK) // the student's own top k
@@ -139,7 +140,7 @@ func TestDistillPeerGoldens(t *testing.T) {
 			})
 			require.NoError(t, err)
 			out, err := e.Exec(tensors.FromFlatDataAndDimensions(toF32(zs), n, V), tensors.FromFlatDataAndDimensions(toF32(ts), n, V),
-				tensors.FromFlatDataAndDimensions(toF32(ws), n))
+				tensors.FromFlatDataAndDimensions(toF32(ws), n), tempArg(c.Temp))
 			require.NoError(t, err)
 			loss := float64(tensors.MustCopyFlatData[float32](out[0])[0])
 			grad := tensors.MustCopyFlatData[float32](out[1])
@@ -170,15 +171,6 @@ func TestDistillPeerGoldens(t *testing.T) {
 // largest vocabulary's top 20, the confident teacher and the temperatures.
 func shortPeerCase(name string) bool {
 	return strings.Contains(name, "V300") || strings.Contains(name, "confident teacher") || strings.Contains(name, "temperature")
-}
-
-// scaledBy returns x/T.
-func scaledBy(x []float64, T float64) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = v / T
-	}
-	return out
 }
 
 // toF32 returns x as float32.

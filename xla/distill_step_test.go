@@ -107,9 +107,9 @@ func testScoreHintedView(t *testing.T, bucket bool) {
 	for _, ids := range []credit.TopKIDs{credit.IDsStudent, credit.IDsUnion} {
 		for _, K := range []int{1, 8} {
 			view := TeacherView{Mode: credit.DistillTopK, K: K, IDs: ids}
-			own, err := s.StudentTopK(t.Context(), tokens, nil, segs, view)
+			own, err := s.StudentTopK(t.Context(), tokens, nil, segs, view, 1)
 			require.NoError(t, err)
-			qa, top, err := s.ScoreHintedAt(t.Context(), tokens, nil, segs, view, own)
+			qa, top, err := s.ScoreHintedAt(t.Context(), tokens, nil, segs, view, own, 1)
 			require.NoError(t, err)
 			for k := range segs {
 				require.Equal(t, q[k], qa[k], "segment %d: the log-probs do not depend on the view", k)
@@ -126,8 +126,59 @@ func testScoreHintedView(t *testing.T, bucket bool) {
 			}
 		}
 	}
-	_, _, err = s.ScoreHintedAt(t.Context(), tokens, nil, segs, TeacherView{Mode: credit.DistillTopK, K: 4, IDs: credit.IDsStudent}, nil)
+	_, _, err = s.ScoreHintedAt(t.Context(), tokens, nil, segs, TeacherView{Mode: credit.DistillTopK, K: 4, IDs: credit.IDsStudent}, nil, 1)
 	require.ErrorContains(t, err, "student rows")
+}
+
+// TestScoreTemperature: scoring at a sampling temperature T is the float64
+// reference's tempered policy. The student's log-probs (ScoreAt), the teacher's
+// (ScoreHintedAt) and the teacher's kept full rows at T equal
+// credit.LogSoftmax(credit.Tempered(row, T)) of the same rows at temperature 1
+// (log-softmax is shift-invariant, so the temperature-1 log-distribution stands
+// for the logits), and T = 1 is Score bit for bit.
+func TestScoreTemperature(t *testing.T) {
+	backend := newTestBackend(t)
+	m := testModel(t, smallFields(), 31)
+	s, err := NewScorer(backend, m, ScorerOptions{Chunk: 16})
+	require.NoError(t, err)
+	V := m.Config.VocabSize
+	tokens := testTokens(60, V, 34)
+	plain, c0, err := s.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	c0.Close()
+	plain1, c1, err := s.ScoreAt(t.Context(), tokens, 1)
+	require.NoError(t, err)
+	c1.Close()
+	require.Equal(t, plain[1:], plain1[1:], "temperature 1 leaves the log-probs bit for bit")
+	segs := []credit.HintSpan{
+		{Start: 1, End: 60}, // the student itself, every position
+		{Start: 10, End: 45, Hint: testTokens(7, V, 35)}, // a hinted teacher
+	}
+	full := TeacherView{Mode: credit.DistillFull}
+	_, rows1, err := s.ScoreHintedView(t.Context(), tokens, nil, segs, full)
+	require.NoError(t, err)
+	for _, temp := range []float64{0.7, 1.5} {
+		st, cache, err := s.ScoreAt(t.Context(), tokens, temp)
+		require.NoError(t, err)
+		cache.Close()
+		q, rows, err := s.ScoreHintedAt(t.Context(), tokens, nil, segs, full, nil, temp)
+		require.NoError(t, err)
+		for k, sg := range segs {
+			for r := range sg.End - sg.Start {
+				want := credit.LogSoftmax(credit.Tempered(f64s(rows1[k].LogProbs[r*V:(r+1)*V]), temp))
+				y := tokens[sg.Start+r]
+				require.InDelta(t, want[y], float64(q[k][r]), 2e-5, "T=%g segment %d row %d", temp, k, r)
+				for j := range V {
+					require.InDelta(t, want[j], float64(rows[k].LogProbs[r*V+j]), 2e-5, "T=%g segment %d row %d id %d", temp, k, r, j)
+				}
+				if k == 0 {
+					require.InDelta(t, want[y], float64(st[sg.Start+r]), 2e-5, "T=%g: ScoreAt at %d", temp, sg.Start+r)
+				}
+			}
+		}
+	}
+	_, _, err = s.ScoreAt(t.Context(), tokens, 0)
+	require.ErrorContains(t, err, "temperature 0")
 }
 
 // distillStepCase is one rollout with a hinted span, its credit and its teacher rows.
@@ -138,22 +189,24 @@ type distillStepCase struct {
 	res    []credit.Result
 	dists  []TeacherDist
 	budget int
+	temp   float64 // the rollout's sampling temperature
 }
 
 // newDistillStepCase scores a rollout (student and, through the hint, teacher with
 // view), and computes its credit under cfg with a reward, so both the outcome and
-// the distillation term are in the loss.
-func newDistillStepCase(t *testing.T, s *Scorer, cfg credit.Config, seed uint64) distillStepCase {
+// the distillation term are in the loss. Every pass runs at the rollout's sampling
+// temperature temp.
+func newDistillStepCase(t *testing.T, s *Scorer, cfg credit.Config, seed uint64, temp float64) distillStepCase {
 	t.Helper()
 	V := s.model.Config.VocabSize
 	T := 48
-	c := distillStepCase{cfg: cfg, tokens: testTokens(T, V, seed), budget: T}
-	student, cache, err := s.Score(t.Context(), c.tokens)
+	c := distillStepCase{cfg: cfg, tokens: testTokens(T, V, seed), budget: T, temp: temp}
+	student, cache, err := s.ScoreAt(t.Context(), c.tokens, temp)
 	require.NoError(t, err)
 	cache.Close()
 	rng := rand.New(rand.NewPCG(seed, 9))
 	r := credit.Rollout{ID: "r", TaskID: "t", Tokens: c.tokens, Student: f64s(student), Sampler: make([]float64, T),
-		Trainable: make([]bool, T), Reward: 1, HasReward: true,
+		Trainable: make([]bool, T), Reward: 1, HasReward: true, Temperature: temp,
 		Hints: []credit.HintSpan{{Start: 14, End: 40, Hint: testTokens(6, V, seed+1)}}}
 	for i := 1; i < T; i++ {
 		r.Trainable[i], r.Sampler[i] = true, math.Min(0, r.Student[i]+0.2*rng.NormFloat64())
@@ -161,10 +214,10 @@ func newDistillStepCase(t *testing.T, s *Scorer, cfg credit.Config, seed uint64)
 	view := viewOf(cfg.Distill)
 	var own []TeacherDist
 	if view.takesIDs() {
-		own, err = s.StudentTopK(t.Context(), c.tokens, nil, r.Hints, view)
+		own, err = s.StudentTopK(t.Context(), c.tokens, nil, r.Hints, view, temp)
 		require.NoError(t, err)
 	}
-	q, dists, err := s.ScoreHintedAt(t.Context(), c.tokens, nil, r.Hints, view, own)
+	q, dists, err := s.ScoreHintedAt(t.Context(), c.tokens, nil, r.Hints, view, own, temp)
 	require.NoError(t, err)
 	r.Hints[0].Teacher = f64s(q[0])
 	c.rs, c.dists = []credit.Rollout{r}, dists
@@ -177,7 +230,7 @@ func newDistillStepCase(t *testing.T, s *Scorer, cfg credit.Config, seed uint64)
 
 // terms are the case's device loss inputs.
 func (c distillStepCase) terms(t *testing.T, V int) chunkTerms {
-	ct := chunkTerms{Weight: make([]float32, len(c.tokens))}
+	ct := chunkTerms{Weight: make([]float32, len(c.tokens)), Temp: c.temp}
 	for i, w := range c.res[0].Weight {
 		ct.Weight[i] = float32(w)
 	}
@@ -195,10 +248,10 @@ func (c distillStepCase) terms(t *testing.T, V int) chunkTerms {
 func (c distillStepCase) refLoss(t *testing.T, s *Scorer) (out, distill float64) {
 	t.Helper()
 	T := len(c.tokens)
-	lp, cache, err := s.Score(t.Context(), c.tokens)
+	lp, cache, err := s.ScoreAt(t.Context(), c.tokens, c.temp)
 	require.NoError(t, err)
 	cache.Close()
-	_, rows, err := s.ScoreHintedView(t.Context(), c.tokens, nil, []credit.HintSpan{{Start: 1, End: T}}, TeacherView{Mode: credit.DistillFull})
+	_, rows, err := s.ScoreHintedAt(t.Context(), c.tokens, nil, []credit.HintSpan{{Start: 1, End: T}}, TeacherView{Mode: credit.DistillFull}, nil, c.temp)
 	require.NoError(t, err)
 	V := rows[0].K
 	h := c.rs[0].Hints[0]
@@ -217,8 +270,10 @@ func (c distillStepCase) refLoss(t *testing.T, s *Scorer) (out, distill float64)
 // TestDistillStepGradient checks the training pass's gradient of the combined loss
 // (outcome policy-gradient term + Σ DistillWeight·D) against central finite
 // differences of refLoss, a loss computed without the training graph, along random
-// directions in every weight, for modes topk and full and three divergences, through
-// one causal pass and through the chunked exact pass. The tolerance is a tenth of the
+// directions in every weight, for modes topk and full and three divergences, at
+// temperature 1 and at a rollout's sampling temperature (0.7, 1.5: every pass
+// divides the logits by it), through one causal pass and through the chunked exact
+// pass. The tolerance is a tenth of the
 // distillation term's own directional derivative, so a training pass that drops the
 // term or flips its sign fails.
 func TestDistillStepGradient(t *testing.T) {
@@ -227,13 +282,19 @@ func TestDistillStepGradient(t *testing.T) {
 	V := m.Config.VocabSize
 	s, err := NewScorer(backend, m, ScorerOptions{Chunk: 16})
 	require.NoError(t, err)
-	for ci, dc := range []credit.DistillConfig{
-		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivReverseKL, TopKIDs: credit.IDsTeacher, Tail: credit.TailExact},
-		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivJSD, JSDAlpha: 0.5, TopKIDs: credit.IDsTeacher},
-		{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivReverseKL, TopKIDs: credit.IDsStudent, ISCap: 2},
-		{Mode: credit.DistillTopK, TopK: 4, Divergence: credit.DivForwardKL, TopKIDs: credit.IDsUnion},
-		{Mode: credit.DistillFull, TopK: 1, Divergence: credit.DivForwardKL},
+	for ci, tc := range []struct {
+		dc   credit.DistillConfig
+		temp float64
+	}{
+		{credit.DistillConfig{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivReverseKL, TopKIDs: credit.IDsTeacher, Tail: credit.TailExact}, 1},
+		{credit.DistillConfig{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivJSD, JSDAlpha: 0.5, TopKIDs: credit.IDsTeacher}, 1},
+		{credit.DistillConfig{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivReverseKL, TopKIDs: credit.IDsStudent, ISCap: 2}, 1},
+		{credit.DistillConfig{Mode: credit.DistillTopK, TopK: 4, Divergence: credit.DivForwardKL, TopKIDs: credit.IDsUnion}, 1},
+		{credit.DistillConfig{Mode: credit.DistillFull, TopK: 1, Divergence: credit.DivForwardKL}, 1},
+		{credit.DistillConfig{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivReverseKL, TopKIDs: credit.IDsStudent, ISCap: 2}, 0.7},
+		{credit.DistillConfig{Mode: credit.DistillFull, TopK: 1, Divergence: credit.DivJSD, JSDAlpha: 0.5}, 1.5},
 	} {
+		dc := tc.dc
 		cfg := credit.DefaultConfig()
 		cfg.Normalize, cfg.LambdaDistill = credit.NormalizeSeparate, 1
 		dc.JSDAlpha, dc.ClipScope = max(dc.JSDAlpha, 0.5), credit.ClipEntry
@@ -241,9 +302,9 @@ func TestDistillStepGradient(t *testing.T) {
 		p, err := newGradPass(backend, m)
 		require.NoError(t, err)
 		require.NoError(t, p.withDistill(dc))
-		c := newDistillStepCase(t, s, cfg, uint64(50+ci))
+		c := newDistillStepCase(t, s, cfg, uint64(50+ci), tc.temp)
 		for _, mode := range []Backprop{BackpropFull, BackpropExact} {
-			name := fmt.Sprintf("%s %s %s %s", dc.Mode, dc.TopKIDs, dc.Divergence, mode)
+			name := fmt.Sprintf("%s %s %s T=%g %s", dc.Mode, dc.TopKIDs, dc.Divergence, tc.temp, mode)
 			acc := p.zeroGrads()
 			_, cache, err := s.Score(t.Context(), c.tokens)
 			require.NoError(t, err)

@@ -107,8 +107,8 @@ func (d *distillTerms) at(off, n int) []any {
 // gradient norm (TrainerOptions.TermGradNorms).
 func (ct chunkTerms) split(res *credit.Result) (out, distill chunkTerms) {
 	T := len(ct.Weight)
-	out = chunkTerms{Weight: make([]float32, T), KLCoef: ct.KLCoef, Ref: ct.Ref}
-	distill = chunkTerms{Weight: make([]float32, T), Distill: ct.Distill}
+	out = chunkTerms{Weight: make([]float32, T), KLCoef: ct.KLCoef, Ref: ct.Ref, Temp: ct.Temp}
+	distill = chunkTerms{Weight: make([]float32, T), Distill: ct.Distill, Temp: ct.Temp}
 	for t, w := range res.Weight {
 		wo := res.WeightOut[t]
 		out.Weight[t] = float32(wo)

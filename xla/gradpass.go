@@ -25,10 +25,21 @@ func (p *gradPass) zeroGrads() []*tensors.Tensor {
 // chunkTerms are the constant per-position inputs of a rollout's loss, indexed by
 // token position t (the prediction of y_t): Weight (credit's m·ρ·A/N), KLCoef
 // (β/N·m_t, nil without KL) and Ref (log π_ref(y_t | y_<t), nil without KL), and
-// Distill, the divergence term of modes topk and full (nil without it).
+// Distill, the divergence term of modes topk and full (nil without it); Temp is the
+// rollout's sampling temperature, which divides the chunk's logits (tempered; 0
+// means 1).
 type chunkTerms struct {
 	Weight, KLCoef, Ref []float32
 	Distill             *distillTerms
+	Temp                float64
+}
+
+// temp is ct's temperature, 1 when unset.
+func (ct chunkTerms) temp() float64 {
+	if ct.Temp == 0 {
+		return 1
+	}
+	return ct.Temp
 }
 
 // at returns the three inputs of chunk positions off…off+n-1, which predict
@@ -190,7 +201,7 @@ func (p *gradPass) runChunk(mode Backprop, tokens []int32, terms chunkTerms, off
 	T := len(tokens)
 	e := p.execs[mode]
 	w, c, r := terms.at(off, n)
-	args := append(chunkArgs(tokens, off, n, off),
+	args := append(chunkArgs(tokens, off, n, off), tempArg(terms.temp()),
 		tensors.FromFlatDataAndDimensions(w, 1, n),
 		tensors.FromFlatDataAndDimensions(c, 1, n),
 		tensors.FromFlatDataAndDimensions(r, 1, n),

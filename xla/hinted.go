@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -23,7 +24,7 @@ import (
 // start is computed first with this Scorer's own weights. Each segment then runs
 // only its hint and its own tokens, chunk by chunk, on a copy of the prefix.
 func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan) ([][]float32, error) {
-	q, _, err := s.ScoreHintedView(ctx, tokens, prefix, segs, TeacherView{})
+	q, _, err := s.ScoreHintedAt(ctx, tokens, prefix, segs, TeacherView{}, nil, 1)
 	return q, err
 }
 
@@ -35,7 +36,7 @@ func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCach
 // the device is [End−Start, k] (topk) or [End−Start, vocab] (full). A zero view
 // returns nil dists.
 func (s *Scorer) ScoreHintedView(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView) ([][]float32, []TeacherDist, error) {
-	return s.ScoreHintedAt(ctx, tokens, prefix, segs, view, nil)
+	return s.ScoreHintedAt(ctx, tokens, prefix, segs, view, nil, 1)
 }
 
 // ScoreHintedAt is ScoreHintedView for a view that takes the student's ids (topk_ids
@@ -43,9 +44,16 @@ func (s *Scorer) ScoreHintedView(ctx context.Context, tokens []int32, prefix *KV
 // student's top k (the IDs of a pass with view.own(), such as StudentTopK's), and the
 // kept rows are the teacher's log-probs at those ids (and, for union, at its own top
 // k), with the teacher's exact tail. Other views ignore student.
-func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView, student []TeacherDist) ([][]float32, []TeacherDist, error) {
+//
+// temp is the rollout's sampling temperature (ScoreAt): the teacher's log-probs and
+// kept distributions are those of its logits divided by temp (ScoreHinted and
+// ScoreHintedView: 1).
+func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView, student []TeacherDist, temp float64) ([][]float32, []TeacherDist, error) {
 	if len(segs) == 0 {
 		return nil, nil, nil
+	}
+	if !(temp > 0) || math.IsInf(temp, 0) {
+		return nil, nil, fmt.Errorf("score hinted: temperature %g: want a finite value > 0", temp)
 	}
 	if view.takesIDs() {
 		if len(student) != len(segs) {
@@ -131,7 +139,7 @@ func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCa
 			}
 		}
 		c := &KVCache{model: s.model, Len: pos, layout: prefix.layout.share()}
-		err := s.run(ctx, c, z, pos, func(j int, lp float32) {
+		err := s.run(ctx, c, z, pos, temp, func(j int, lp float32) {
 			if k := j + 1 - first; k >= 0 && k < len(q) {
 				q[k] = lp
 			}
@@ -149,12 +157,14 @@ func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCa
 // ids of topk_ids student and union): the segment's tokens re-scored after the
 // student's prefix with no hint (ScoreHintedView with view.own()), so row r holds the
 // student's prediction of y_{Start+r}. prefix is the student's KV cache (Score's).
-func (s *Scorer) StudentTopK(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView) ([]TeacherDist, error) {
+// temp is the rollout's sampling temperature (ScoreHintedAt; it does not change
+// which ids are the top k, only their kept log-probs).
+func (s *Scorer) StudentTopK(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView, temp float64) ([]TeacherDist, error) {
 	plain := make([]credit.HintSpan, len(segs))
 	for i, sg := range segs {
 		plain[i] = credit.HintSpan{Start: sg.Start, End: sg.End}
 	}
-	_, d, err := s.ScoreHintedView(ctx, tokens, prefix, plain, view.own())
+	_, d, err := s.ScoreHintedAt(ctx, tokens, prefix, plain, view.own(), nil, temp)
 	if err != nil {
 		return nil, fmt.Errorf("student top k: %w", err)
 	}

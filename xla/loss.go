@@ -105,7 +105,8 @@ func (p *gradPass) withDistill(cfg credit.DistillConfig) error {
 
 // newGradExec returns the executable of one chunk's loss and gradient under mode:
 //
-//	inputs:  chunkArgs, then w, c, r [1, seq] (chunkTerms.at);
+//	inputs:  chunkArgs, the temperature (tempArg), then w, c, r [1, seq]
+//	         (chunkTerms.at);
 //	         with a view that keeps: the distillation inputs (distillTerms.at);
 //	         the contiguous cache, cut to the chunk's span (truncated, exact);
 //	         the cotangents of the whole cache, a kvPair (exact);
@@ -113,6 +114,9 @@ func (p *gradPass) withDistill(cfg credit.DistillConfig) error {
 //	outputs: loss (scalar), token losses and log-probs [1, seq], with a view the
 //	         divergences D [1, seq]; the accumulators with the chunk's gradient
 //	         added; the cotangents passed on (exact)
+//
+// Every log-prob and distribution is the policy's at the rollout's temperature: the
+// logits are divided by it (tempered) before anything else reads them.
 //
 // With a view, each position's loss gains dw·D, D the divergence (p.distill) of the
 // student's distribution at the position from the teacher's kept one (distillTopK or
@@ -129,6 +133,7 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 	return newModelExec(p.backend, p.model, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
 		ch := takeChunk(l)
+		temp := l.next()
 		w, c, r := l.next(), l.next(), l.next()
 		var dn distillNodes
 		if view.keeps() {
@@ -149,8 +154,8 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 		}
 		acc := l.take(np)
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
-		logits := headLogits(ctx, cfg, hidden)     // [1, n, vocab]
-		logp := targetLogProbs(logits, ch.targets) // [1, n]
+		logits := tempered(headLogits(ctx, cfg, hidden), temp) // [1, n, vocab]
+		logp := targetLogProbs(logits, ch.targets)             // [1, n]
 		tokLoss := chunkLoss(logp, w, c, r)
 		var div *Node
 		if view.keeps() {

@@ -128,6 +128,18 @@ func vocabLogSumExp(logits *Node) *Node {
 	return Add(Log(ReduceSum(e, 2)), Squeeze(m, 2))
 }
 
+// tempered divides logits by the sampling temperature T, as the SDPO authors
+// (verl's logits.div_(temperature)) and TRL (logits / self.temperature) do before
+// every log-softmax of the rollout: the student's, the teacher's and the
+// reference's log-probs and distributions are then those of the tempered policy
+// the rollout was sampled from (docs/distillation.md "The sampling temperature").
+// T = 1 leaves the logits bit for bit.
+//
+//	logits: [batch, seq, vocab]; temp: scalar float32 → [batch, seq, vocab]
+func tempered(logits, temp *Node) *Node {
+	return Div(logits, ConvertDType(temp, logits.DType()))
+}
+
 // headLogits applies the output head (lm_head, or the embedding when tied).
 //
 //	hidden: [batch, seq, hidden] → [batch, seq, vocab]

@@ -131,6 +131,16 @@ var ErrTooLong = errors.New("sequence longer than the model's context")
 // which has no context, is NaN) and the KV cache of all of tokens, which the caller
 // must Close. tokens must be ids of the model's vocabulary.
 func (s *Scorer) Score(ctx context.Context, tokens []int32) ([]float32, *KVCache, error) {
+	return s.ScoreAt(ctx, tokens, 1)
+}
+
+// ScoreAt is Score for the policy at sampling temperature temp (> 0): the logits
+// are divided by it before the log-softmax (tempered), as the trainer scores a
+// rollout sampled at temp. The KV cache is the same at every temperature.
+func (s *Scorer) ScoreAt(ctx context.Context, tokens []int32, temp float64) ([]float32, *KVCache, error) {
+	if !(temp > 0) || math.IsInf(temp, 0) {
+		return nil, nil, fmt.Errorf("score: temperature %g: want a finite value > 0", temp)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkSeq(len(tokens)); err != nil {
@@ -145,7 +155,7 @@ func (s *Scorer) Score(ctx context.Context, tokens []int32) ([]float32, *KVCache
 	}
 	out := make([]float32, len(tokens))
 	out[0] = float32(math.NaN())
-	if err := s.run(ctx, cache, tokens, 0, func(i int, lp float32) {
+	if err := s.run(ctx, cache, tokens, 0, temp, func(i int, lp float32) {
 		if i+1 < len(out) {
 			out[i+1] = lp
 		}

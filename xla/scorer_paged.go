@@ -19,7 +19,7 @@ import (
 // activations and one block's scores, whatever the rollout's length.
 
 // runPaged is run for a paged cache.
-func (s *Scorer) runPaged(ctx context.Context, p *pagedCache, seq []int32, start int, emit func(i int, lp float32), sink *viewSink) error {
+func (s *Scorer) runPaged(ctx context.Context, p *pagedCache, seq []int32, start int, temp float64, emit func(i int, lp float32), sink *viewSink) error {
 	exec, label := s.paged, "paged"
 	if sink != nil {
 		exec, label = sink.paged, sink.label+" paged"
@@ -37,7 +37,7 @@ func (s *Scorer) runPaged(ctx context.Context, p *pagedCache, seq []int32, start
 		past := spanFor(pos, p.size)
 		n := s.chunkFor(len(seq)-off, max(past.Block, p.size))
 		t0 := time.Now()
-		args := append(append(chunkArgs(seq, off, n, pos), sink.inputs(off, n)...), p.stepArgs(pos, past, zero)...)
+		args := append(append(append(chunkArgs(seq, off, n, pos), tempArg(temp)), sink.inputs(off, n)...), p.stepArgs(pos, past, zero)...)
 		s.count(n, -1, n+past.Len())
 		s.stats.CopySeconds += time.Since(t0).Seconds()
 		out, err := s.timedExec(exec, fmt.Sprintf("%s %d span %d×%d", label, n, past.Blocks, past.Block), false, args)

@@ -36,8 +36,12 @@ func chunkArgs(seq []int32, off, n, pos int) []any {
 	}
 }
 
+// tempArg is the temperature input of a scoring or training step (tempered).
+func tempArg(t float64) *tensors.Tensor { return tensors.FromScalar(float32(t)) }
+
 // newScoreExec returns a scoring step over the cache layout take reads: inputs
-// chunkArgs, then the cache; outputs the chunk's log-probs [1, seq], then what view
+// chunkArgs, the temperature (tempArg: the logits are divided by it), then the
+// cache; outputs the chunk's log-probs [1, seq], then what view
 // keeps of the chunk's distributions (TeacherView.outputs: nothing for
 // sampled_token), then the cache's outputs. Where the view takes inputs
 // (TeacherView.nInputs: the student's ids), they follow chunkArgs, before the cache.
@@ -46,10 +50,11 @@ func newScoreExec(backend backends.Backend, m *Model, take func(*list[*Node]) gr
 	return newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
 		l := listOf(in)
 		ch := takeChunk(l)
+		temp := l.next()
 		vin := l.take(view.nInputs())
 		cache := take(l)
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
-		logits := headLogits(ctx, cfg, hidden) // [1, seq, vocab]
+		logits := tempered(headLogits(ctx, cfg, hidden), temp) // [1, seq, vocab]
 		out := []*Node{targetLogProbs(logits, ch.targets)}
 		out = append(out, view.outputs(Squeeze(logits, 0), vin)...)
 		return append(out, cache.outputs()...)
@@ -88,9 +93,10 @@ func (s *Scorer) ensure(c *contiguousCache, n int) error {
 
 // run feeds seq, at positions start…, through the model chunk by chunk, writing
 // K/V into c (growing it as needed) and calling emit(i, lp) with lp = log p(seq[i+1]
-// | …, seq[:i+1]) for i < len(seq)-1. With a sink, the chunks run sink's
+// | …, seq[:i+1]) for i < len(seq)-1, p the policy at temperature temp (the
+// logits divided by it; the K/V do not depend on it). With a sink, the chunks run sink's
 // executables and sink.take gets each chunk's extra outputs.
-func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, emit func(i int, lp float32), sink *viewSink) error {
+func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, temp float64, emit func(i int, lp float32), sink *viewSink) error {
 	if err := s.model.place(s.backend); err != nil {
 		return err
 	}
@@ -99,9 +105,9 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, em
 	var err error
 	switch l := c.layout.(type) {
 	case *pagedCache:
-		err = s.runPaged(ctx, l, seq, start, emit, sink)
+		err = s.runPaged(ctx, l, seq, start, temp, emit, sink)
 	case *contiguousCache:
-		err = s.runContiguous(ctx, l, seq, start, emit, sink)
+		err = s.runContiguous(ctx, l, seq, start, temp, emit, sink)
 	default:
 		err = errors.New("score: the KV cache is closed")
 	}
@@ -114,7 +120,7 @@ func (s *Scorer) run(ctx context.Context, c *KVCache, seq []int32, start int, em
 
 // runContiguous is run for a contiguous cache (BucketAttention): every chunk
 // attends over the cache's whole capacity bucket.
-func (s *Scorer) runContiguous(ctx context.Context, c *contiguousCache, seq []int32, start int, emit func(i int, lp float32), sink *viewSink) error {
+func (s *Scorer) runContiguous(ctx context.Context, c *contiguousCache, seq []int32, start int, temp float64, emit func(i int, lp float32), sink *viewSink) error {
 	exec, label := s.step, "step"
 	if sink != nil {
 		exec, label = sink.step, sink.label+" step"
@@ -132,7 +138,7 @@ func (s *Scorer) runContiguous(ctx context.Context, c *contiguousCache, seq []in
 		t0 := time.Now()
 		capacity := c.capacity()
 		s.count(n, capacity, capacity)
-		args := append(append(chunkArgs(seq, off, n, start+off), sink.inputs(off, n)...), c.args(s.backend)...)
+		args := append(append(append(chunkArgs(seq, off, n, start+off), tempArg(temp)), sink.inputs(off, n)...), c.args(s.backend)...)
 		s.stats.CopySeconds += time.Since(t0).Seconds()
 		out, err := s.timedExec(exec, fmt.Sprintf("%s %d@%d", label, n, capacity), false, args)
 		if err != nil {

@@ -245,7 +245,8 @@ func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, on replica1
 	if len(r.Sampler) != T || len(r.Trainable) != T {
 		return credit.Rollout{}, scored{}, fmt.Errorf("%d tokens, %d sampler log-probs, %d trainable flags", T, len(r.Sampler), len(r.Trainable))
 	}
-	s, cache, err := student.Score(ctx, r.Tokens)
+	temp := r.Temp()
+	s, cache, err := student.ScoreAt(ctx, r.Tokens, temp)
 	if err != nil {
 		return credit.Rollout{}, scored{}, err
 	}
@@ -272,11 +273,11 @@ func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, on replica1
 		if view.takesIDs() {
 			// topk_ids student or union: the student's own top k at the hinted
 			// positions first, at the weights the training pass runs with.
-			if ids, err = student.StudentTopK(ctx, r.Tokens, cache, cr.Hints, view); err != nil {
+			if ids, err = student.StudentTopK(ctx, r.Tokens, cache, cr.Hints, view, temp); err != nil {
 				return cr, sc, err
 			}
 		}
-		q, dists, err := tsc.ScoreHintedAt(ctx, r.Tokens, prefix, cr.Hints, view, ids)
+		q, dists, err := tsc.ScoreHintedAt(ctx, r.Tokens, prefix, cr.Hints, view, ids, temp)
 		if err != nil {
 			return cr, sc, fmt.Errorf("teacher pass: %w", err)
 		}
@@ -287,7 +288,7 @@ func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, on replica1
 			for k := range empty {
 				empty[k].Hint = empty[k].Empty
 			}
-			if e, err = tsc.ScoreHinted(ctx, r.Tokens, prefix, empty); err != nil {
+			if e, _, err = tsc.ScoreHintedAt(ctx, r.Tokens, prefix, empty, TeacherView{}, nil, temp); err != nil {
 				return cr, sc, fmt.Errorf("empty-hint pass: %w", err)
 			}
 		}
@@ -303,7 +304,7 @@ func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, on replica1
 		if on.ref != nil {
 			refScorer = on.ref
 		}
-		ref, rc, err := refScorer.Score(ctx, r.Tokens)
+		ref, rc, err := refScorer.ScoreAt(ctx, r.Tokens, temp)
 		if err != nil {
 			return cr, sc, fmt.Errorf("reference pass: %w", err)
 		}
@@ -322,7 +323,7 @@ func (tr *Trainer) terms(r *credit.Rollout, res *credit.Result, sc *scored, budg
 	}
 	ref := sc.ref
 	T := len(res.Weight)
-	ct := chunkTerms{Weight: make([]float32, T)}
+	ct := chunkTerms{Weight: make([]float32, T), Temp: r.Temp()}
 	any := false
 	for t, w := range res.Weight {
 		ct.Weight[t] = float32(w)

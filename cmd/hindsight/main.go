@@ -23,6 +23,8 @@ commands:
   status              print the status of a running hindsightd
   pause [-reason T]   stop a running hindsightd claiming files and stepping until resume
   resume              let a paused hindsightd go on
+  ab status|promote|rollback
+                      the gateway's A/B test: show it, or promote or roll back the candidate by hand
   tokenize            encode stdin to token ids (JSON), or decode ids with -decode
   init-model -out DIR write a randomly initialised model directory (config, safetensors, tokenizer)
   score -model DIR -in ROLLOUTS.arrow -out SCORES.arrow
@@ -67,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return pauseCmd(ctx, false, args[1:], stdout, stderr)
 	case "resume":
 		return pauseCmd(ctx, true, args[1:], stdout, stderr)
+	case "ab":
+		return abCmd(ctx, args[1:], stdout, stderr)
 	case "tokenize":
 		return tokenizeCmd(args[1:], os.Stdin, stdout, stderr)
 	case "init-model":

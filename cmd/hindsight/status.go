@@ -361,6 +361,14 @@ func printGateway(line func(key, format string, args ...any), st *hindsightv1.St
 		}
 		line("  late feedback", "%s joined, %s too late, %s pending", count(g.GetFeedbackJoined()), count(g.GetFeedbackLate()),
 			count(g.GetFeedbackPending()))
+		if ab := g.GetAb(); ab != nil {
+			line("  A/B", "round %d, %s", ab.GetRound(), ab.GetVerdict())
+			for _, a := range ab.GetArms() {
+				line("    "+a.GetRole(), "step %s: %s sessions, thumbs-up %.3f [%.3f, %.3f] of %s rated, %s outcomes",
+					count(a.GetStep()), count(a.GetSessions()), a.GetThumbsUpRate(), a.GetThumbsUpLow(), a.GetThumbsUpHigh(),
+					count(a.GetRated()), count(a.GetOutcomes()))
+			}
+		}
 	}
 	for _, h := range st.GetEngineHooks() {
 		last := "none yet"
@@ -435,6 +443,16 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 		}
 		if b.GetMemoryBytes() > 0 {
 			line("device memory", "%.1f MiB (%s)", float64(b.GetMemoryBytes())/(1<<20), b.GetMemoryKind())
+		}
+		if c := b.GetCompile(); c != nil {
+			cache := "compiled-program cache off"
+			if c.GetCacheDir() != "" {
+				cache = fmt.Sprintf("%d loaded from the cache in %s (%s; %d rejected, %d evicted)",
+					c.GetProgramsLoaded(), c.GetLoadTime().AsDuration().Round(time.Millisecond), c.GetCacheDir(),
+					c.GetCacheRejected(), c.GetCacheEvicted())
+			}
+			line("compile", "%d programs compiled in %s; %s", c.GetProgramsCompiled(),
+				c.GetCompileTime().AsDuration().Round(time.Millisecond), cache)
 		}
 	}
 }

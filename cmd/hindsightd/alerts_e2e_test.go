@@ -141,8 +141,8 @@ func scrape(t *testing.T, addr string) string {
 	return string(b)
 }
 
-// TestAlertRuleMetrics runs the real daemon with training and an eval suite whose
-// score falls with every checkpoint, scrapes its /metrics, and fails on any metric the
+// TestAlertRuleMetrics runs the real daemon with training, an eval suite whose
+// score falls with every checkpoint and the gateway's A/B test, scrapes its /metrics, and fails on any metric the
 // alerting rules read that the daemon does not export, so the rules cannot drift from
 // the code. Then the scraped series themselves, held for 40 minutes, go through
 // `promtool test rules`: the eval regression alert fires on the daemon's own labels
@@ -179,6 +179,7 @@ train:
   seed: 7
   optimizer: {lr: 0.001, warmup_steps: 1}
   checkpoint: {every_steps: 1, keep: 5}
+gateway: {enabled: true, listen: "127.0.0.1:0", ab: {enabled: true}}
 eval:
   budget: 0
   suites:
@@ -225,6 +226,8 @@ eval:
 	require.Equal(t, 1.0, values[`hindsight_eval_best_step{suite="falling"}`])
 	require.Equal(t, 0.0, values[`hindsight_paused{cause="operator"}`])
 	require.Equal(t, 0.0, values[`hindsight_paused{cause="disk_full"}`])
+	require.Equal(t, 0.0, values["hindsight_gateway_ab_candidate_losing"], "no A/B data yet: not losing")
+	require.Equal(t, 0.0, values[`hindsight_gateway_ab_decisions_total{action="rollback"}`])
 	progress := values["hindsight_train_progress_timestamp_seconds"]
 	require.GreaterOrEqual(t, progress, float64(st.GetTraining().GetLastStepAt().AsTime().Unix()))
 	require.LessOrEqual(t, progress, float64(time.Now().Unix()+1))

@@ -172,7 +172,8 @@ func kinds(ro *rollout.Rollout) []string {
 }
 
 // rescore checks that every non-null log-prob of ro equals the model's own score
-// of the token within 1e-5 (the client asked for temperature 1, top_p 1).
+// of the token at the rollout's temperature within 1e-5 (the client asked for top_p
+// 1): the log-prob the sampler recorded is the one the trainer scores.
 func rescore(t *testing.T, modelDir string, ro *rollout.Rollout) {
 	t.Helper()
 	m, err := xla.Open(modelDir, xla.OpenOptions{})
@@ -181,7 +182,7 @@ func rescore(t *testing.T, modelDir string, ro *rollout.Rollout) {
 	require.NoError(t, err)
 	sc, err := xla.NewScorer(backend, m, xla.ScorerOptions{})
 	require.NoError(t, err)
-	lp, cache, err := sc.Score(t.Context(), ro.Tokens)
+	lp, cache, err := sc.ScoreAt(t.Context(), ro.Tokens, ro.ScoringTemperature())
 	require.NoError(t, err)
 	cache.Close()
 	n := 0
@@ -196,9 +197,10 @@ func rescore(t *testing.T, modelDir string, ro *rollout.Rollout) {
 
 // TestGatewayOpenAIClient drives the gateway with the official openai Python
 // package: a three-turn tool-calling conversation matched by message prefix and a
-// two-turn streamed one under a session header. The rollouts the sessions become
-// pass the spool's validation, hold exactly the tokens and log-probs the client
-// was sent, and their log-probs equal the model's re-score.
+// two-turn streamed one under a session header at temperature 0.5. The rollouts the
+// sessions become pass the spool's validation, hold exactly the tokens and
+// log-probs the client was sent and the temperature it asked for (OpenAI's default
+// 1 when it named none), and their log-probs equal the model's re-score at it.
 func TestGatewayOpenAIClient(t *testing.T) {
 	python := pythonWith(t, "openai", "pyarrow")
 	dataDir := t.TempDir()
@@ -245,6 +247,9 @@ func TestGatewayOpenAIClient(t *testing.T) {
 		for i := range lps {
 			require.InDelta(t, wantLPs[i], lps[i], 1e-6)
 		}
+		wantT := map[string]float32{"tools": 1, "stream": 0.5}[s.Kind]
+		require.True(t, ro.HasTemperature, "session %s records its temperature", id)
+		require.Equal(t, wantT, ro.Temperature, "session %s", id)
 		switch s.Kind {
 		case "tools":
 			// The model answers in text; the client's own call (a message it adds) is

@@ -115,7 +115,7 @@ func TestCreditFileReadsV2(t *testing.T) {
 	require.Nil(t, rows[1].Base)
 }
 
-var update = flag.Bool("update", false, "rewrite testdata/credit_v3.arrow with today's writer")
+var update = flag.Bool("update", false, "rewrite testdata/credit_v4.arrow with today's writer")
 
 // goldenV3Rows are the rows of testdata/credit_v3.arrow: a topk hint with its
 // teacher's alternatives, a sampled_token context-only hint, and a row without hints.
@@ -146,14 +146,34 @@ func goldenV3Rows() []Row {
 	}
 }
 
-// TestCreditFileV3Golden reads testdata/credit_v3.arrow (written by the v3 writer;
-// -update rewrites it) and checks every field, the v3 hint fields included.
+// TestCreditFileV3Golden reads testdata/credit_v3.arrow (written by the v3 writer,
+// frozen since v4) and checks every field, the v3 hint fields included; its rows
+// read as scored at temperature 1.
 func TestCreditFileV3Golden(t *testing.T) {
-	path := filepath.Join("testdata", "credit_v3.arrow")
 	want := goldenV3Rows()
+	for i := range want {
+		want[i].Temperature = 1
+	}
+	checkGolden(t, filepath.Join("testdata", "credit_v3.arrow"), want)
+}
+
+// TestCreditFileV4Golden reads testdata/credit_v4.arrow (written by the v4 writer;
+// -update rewrites it): the v3 rows with the temperature each was scored at.
+func TestCreditFileV4Golden(t *testing.T) {
+	path := filepath.Join("testdata", "credit_v4.arrow")
+	want := goldenV3Rows()
+	for i, T := range []float32{0.7, 1, 1.5} {
+		want[i].Temperature = T
+	}
 	if *update {
 		require.NoError(t, Write(path, want, true))
 	}
+	checkGolden(t, path, want)
+}
+
+// checkGolden reads path and compares every row with want.
+func checkGolden(t *testing.T, path string, want []Row) {
+	t.Helper()
 	got, err := Read(path)
 	require.NoError(t, err)
 	require.Len(t, got, len(want))

@@ -11,9 +11,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// Read reads every row of a credit output file of schema version 1, 2 or 3.
+// Read reads every row of a credit output file of schema version 1, 2, 3 or 4.
 // Rows of a version 1 file have nil v2 fields; hints of a version 1 or 2 file have
-// zero v3 fields.
+// zero v3 fields; rows of a file before version 4 have Temperature 1 (the trainer
+// scored every rollout at 1 then).
 func Read(path string) ([]Row, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -41,7 +42,7 @@ func Read(path string) ([]Row, error) {
 }
 
 // creditFileVersion checks schema against the credit schema of the version its
-// metadata names and returns that version (1, 2 or 3).
+// metadata names and returns that version (1 … 4).
 func creditFileVersion(schema *arrow.Schema) (int, error) {
 	v := ""
 	if i := schema.Metadata().FindKey(creditVersionKey); i >= 0 {
@@ -54,10 +55,12 @@ func creditFileVersion(schema *arrow.Schema) (int, error) {
 		want, n = creditSchemaV1(), 1
 	case "2":
 		want, n = creditSchemaV2(), 2
+	case "3":
+		want, n = creditSchemaV3(), 3
 	case SchemaVersion:
-		want, n = Schema(), 3
+		want, n = Schema(), 4
 	default:
-		return 0, fmt.Errorf("credit schema version %q (metadata %s): this build reads 1, 2 and %s", v, creditVersionKey, SchemaVersion)
+		return 0, fmt.Errorf("credit schema version %q (metadata %s): this build reads 1, 2, 3 and %s", v, creditVersionKey, SchemaVersion)
 	}
 	if !schema.Equal(want) {
 		return 0, fmt.Errorf("schema %s is not the credit schema version %s", schema, v)
@@ -105,6 +108,10 @@ func creditRows(rec arrow.RecordBatch, version int) []Row {
 	var perToken [4]*array.LargeList
 	var segs *array.List
 	var tokz *array.String
+	var temp *array.Float32
+	if version >= 4 {
+		temp = c(19).(*array.Float32)
+	}
 	if v2 {
 		for k := range perToken {
 			perToken[k] = c(13 + k).(*array.LargeList)
@@ -119,6 +126,10 @@ func creditRows(rec arrow.RecordBatch, version int) []Row {
 			r.TaskID = task.Value(i)
 		}
 		r.Tokens = i32s(tok, i)
+		r.Temperature = 1
+		if temp != nil {
+			r.Temperature = temp.Value(i)
+		}
 		r.Step, r.PolicyVersion, r.TeacherVersion = step.Value(i), pol.Value(i), tv.Value(i)
 		if rew.IsValid(i) {
 			r.Reward, r.HasReward = rew.Value(i), true

@@ -44,6 +44,8 @@ const (
 	ColSegments  = "segments"         // the rollout's segments: start, end, kind, tool, status
 	ColTokenizer = "tokenizer"        // tokenizer fingerprint of the rollout ("bytes-v1", "sha256:…")
 	// Schema v3 adds fields to each hint of ColHints (HintFields).
+	// Schema v4 adds:
+	ColTemperature = "temperature" // the sampling temperature the rollout was scored at
 )
 
 // Fields of a hint struct (ColHints) that schema v3 adds: what the teacher saw, the
@@ -60,9 +62,9 @@ const (
 
 // SchemaVersion is the value of the schema metadata key
 // hindsight.credit_schema_version written today. Version 1 files (without the v2
-// columns) and version 2 files (without the v3 hint fields) stay readable: Read
-// accepts all three.
-const SchemaVersion = "3"
+// columns), version 2 files (without the v3 hint fields) and version 3 files
+// (without the v4 temperature column) stay readable: Read accepts all four.
+const SchemaVersion = "4"
 
 // creditVersionKey is the schema metadata key holding the schema version.
 const creditVersionKey = "hindsight.credit_schema_version"
@@ -107,9 +109,16 @@ var creditSegmentType = arrow.StructOf(
 )
 
 // Schema returns the schema of credit output files (version
-// SchemaVersion): the version 1 columns followed by the v2 ones; the hints column's
-// struct has the v3 fields.
-func Schema() *arrow.Schema { return creditSchema(SchemaVersion, creditHintType) }
+// SchemaVersion): the version 1 columns followed by the v2 ones and the v4
+// temperature; the hints column's struct has the v3 fields.
+func Schema() *arrow.Schema {
+	s := creditSchema(SchemaVersion, creditHintType)
+	md := s.Metadata()
+	return arrow.NewSchema(append(s.Fields(), arrow.Field{Name: ColTemperature, Type: arrow.PrimitiveTypes.Float32}), &md)
+}
+
+// creditSchemaV3 returns the schema of version 3 credit files.
+func creditSchemaV3() *arrow.Schema { return creditSchema("3", creditHintType) }
 
 // creditSchema returns the schema of version 2 or later with hints of type hint.
 func creditSchema(version string, hint arrow.DataType) *arrow.Schema {
@@ -213,6 +222,13 @@ type Row struct {
 	Sampler   []float32 // μ_t; NaN where the sampler gave none
 	Segments  []Segment
 	Tokenizer string // tokenizer fingerprint; empty: null
+
+	// Schema v4. Temperature is the sampling temperature the rollout was scored at:
+	// every log-prob of the row (and the teacher's alternatives) is the policy's
+	// with its logits divided by it (docs/distillation.md "The sampling
+	// temperature"); 1 for a rollout that recorded none or was sampled greedily, and
+	// in rows read from files before v4 (which always scored at 1).
+	Temperature float32
 }
 
 // Segment is one segment of a trained rollout (rollout.Segment as written).
@@ -247,6 +263,7 @@ func Encode(w io.Writer, rows []Row) error {
 		f(15).(*array.LargeListBuilder), f(16).(*array.LargeListBuilder)}
 	segs := f(17).(*array.ListBuilder)
 	tokz := f(18).(*array.StringBuilder)
+	temp := f(19).(*array.Float32Builder)
 	for i := range rows {
 		r := &rows[i]
 		T := len(r.Tokens)
@@ -261,6 +278,7 @@ func Encode(w io.Writer, rows []Row) error {
 			appendF32s(perToken[k], v)
 		}
 		appendSegments(segs, r.Segments)
+		temp.Append(r.Temperature)
 		if r.Tokenizer == "" {
 			tokz.AppendNull()
 		} else {

@@ -39,7 +39,7 @@ def turn_of(choice):
 
 
 # A tool-calling conversation, no session header: the gateway matches each follow-up
-# by its message prefix.
+# by its message prefix. No temperature: OpenAI's default 1, which the rollout records.
 messages = [
     {"role": "system", "content": "You can call get_weather."},
     {"role": "user", "content": "How warm is it in Oslo?"},
@@ -48,7 +48,7 @@ turns = []
 session = None
 for step in range(3):
     raw = client.chat.completions.with_raw_response.create(
-        model="hindsight", messages=messages, tools=TOOLS, temperature=1.0, top_p=1.0,
+        model="hindsight", messages=messages, tools=TOOLS, top_p=1.0,
         max_tokens=16, seed=7 + step, logprobs=True, metadata={"task_id": "weather-oslo"})
     sid = raw.headers["x-hindsight-session"]
     assert session in (None, sid), f"turn {step} went to session {sid}, not {session}"
@@ -73,12 +73,12 @@ for step in range(3):
         messages.append({"role": "user", "content": "Thanks. And tomorrow?"})
 record["sessions"][session] = {"turns": turns, "kind": "tools"}
 
-# A streamed conversation under an explicit session id.
+# A streamed conversation under an explicit session id, sampled at temperature 0.5.
 messages = [{"role": "user", "content": "Tell me a story."}]
 turns = []
 for step in range(2):
     stream = client.chat.completions.create(
-        model="hindsight", messages=messages, temperature=1.0, max_tokens=12, seed=100 + step,
+        model="hindsight", messages=messages, temperature=0.5, max_tokens=12, seed=100 + step,
         logprobs=True, stream=True, stream_options={"include_usage": True},
         extra_headers={"X-Hindsight-Session": "streamed-1"})
     content, ids, lps, finish, usage = "", [], [], None, None

@@ -1,6 +1,7 @@
-"""pyarrow reads the credit files (schema v3) that the real hindsightd writes: a run with
+"""pyarrow reads the credit files (schema v4) that the real hindsightd writes: a run with
 credit.distill.mode topk records, per hint, what the teacher saw, the loss it trained
-with, the teacher's log-prob of each sampled token and its top alternatives."""
+with, the teacher's log-prob of each sampled token and its top alternatives (v3), and
+per rollout the sampling temperature the collector wrote, which it was scored at (v4)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import pytest
 
 from test_daemon_e2e import Daemon, wait_files
 from test_go_roundtrip import agent_rollout
@@ -47,7 +49,9 @@ def test_daemon_writes_credit_v3(tmp_path: Path, go_bin: Path) -> None:
         rng = random.Random(11)
         with RolloutWriter(data / "spool", prefix="v3", tokenizer=BYTES_TOKENIZER, vocab_size=256) as w:
             for i in range(3):
-                w.write(agent_rollout(i, turns=2, rng=rng))
+                r = agent_rollout(i, turns=2, rng=rng)
+                r.temperature = [0.7, None, 0.0][i]  # the request's; unknown; greedy
+                w.write(r)
         wait_files(data / "spool" / "done", 1, d)  # its credit file is published first
     finally:
         code = d.stop()
@@ -56,7 +60,11 @@ def test_daemon_writes_credit_v3(tmp_path: Path, go_bin: Path) -> None:
     names = sorted(p.name for p in (data / "outputs").glob("*.credit.arrow"))
     assert len(names) == 1, names
     table = read_credit(data / "outputs" / names[0])
-    assert table.schema.metadata[b"hindsight.credit_schema_version"] == b"3"
+    assert table.schema.metadata[b"hindsight.credit_schema_version"] == b"4"
+    assert table.schema.field("temperature").type == pa.float32()
+    temps = dict(zip(table.column("rollout_id").to_pylist(), table.column("temperature").to_pylist()))
+    # Scored at the collector's temperature; at 1 without one, and for greedy (0).
+    assert temps == {"py-00000": pytest.approx(0.7), "py-00001": 1.0, "py-00002": 1.0}, temps
     hint_type = table.schema.field("hints").type.value_type
     for name, typ in HINT_V3_FIELDS.items():
         assert hint_type.field(name).type == typ, name

@@ -127,6 +127,6 @@ def test_file_level_problems_match_go(tmp_path: Path, go_bin: Path) -> None:
 def test_schema_matches_go_field_by_field() -> None:
     s = schema()
     assert s.names == ["rollout_id", "task_id", "policy_version", "tokenizer", "tokens", "logprobs", "segments",
-                       "reward", "feedback"]
+                       "reward", "feedback", "temperature"]
     assert str(s.field("segments").type) == (
         "list<item: struct<start: int32, end: int32, kind: string, tool: string, status: int8, feedback: string>>")

@@ -12,6 +12,7 @@ from hindsight_collect import (
     BYTES_TOKENIZER,
     Rollout,
     RolloutError,
+    RolloutBuilder,
     RolloutWriter,
     Segment,
     read_rollouts,
@@ -178,3 +179,37 @@ def test_caller_may_reuse_objects(tmp_path: Path) -> None:
         r.rollout_id = "changed"
     got = next(read_rollouts(w.published[0])).rollout
     assert got == rollout(0)
+
+
+def test_temperature(tmp_path: Path) -> None:
+    """The sampling temperature is written as the optional temperature column (float32,
+    null when unknown); a file without the column reads as None (scored at 1); a bad
+    value is refused with the daemon's code and reason."""
+    b = RolloutBuilder()
+    b.add("user", [1, 2, 3])
+    b.add("assistant", [4, 5, 6], [-0.1, -0.2, -0.3])
+    with RolloutWriter(tmp_path) as w:
+        w.write(b.build("t-07", tokenizer=BYTES_TOKENIZER, temperature=0.7))
+        w.write(b.build("t-greedy", tokenizer=BYTES_TOKENIZER, temperature=0))
+        w.write(b.build("t-none", tokenizer=BYTES_TOKENIZER))
+    t = pa.ipc.open_file(str(w.published[0])).read_all()
+    assert t.schema.field("temperature").type == pa.float32()
+    assert t.column("temperature").to_pylist() == [pytest.approx(0.7), 0.0, None]
+    rows = list(read_rollouts(w.published[0]))
+    assert [r.problems for r in rows] == [[], [], []]
+    assert [r.rollout.temperature for r in rows] == [pytest.approx(0.7), 0.0, None]
+
+    old = t.drop_columns(["temperature"])  # a file written before the column
+    path = tmp_path / "old.arrow"
+    with pa.ipc.new_file(str(path), old.schema) as f:
+        f.write_table(old)
+    rows = list(read_rollouts(path))
+    assert [r.problems for r in rows] == [[], [], []]
+    assert [r.rollout.temperature for r in rows] == [None, None, None]
+
+    with RolloutWriter(tmp_path / "bad") as w:
+        for bad, shown in [(-0.5, "-0.5"), (float("nan"), "NaN"), (float("inf"), "+Inf")]:
+            with pytest.raises(RolloutError) as e:
+                w.write(b.build("t-bad", tokenizer=BYTES_TOKENIZER, temperature=bad))
+            assert e.value.code == "E_TEMPERATURE" and e.value.column == "temperature"
+            assert e.value.reason == f"temperature is {shown}; want a finite value ≥ 0 (0: greedy)"

@@ -81,6 +81,113 @@ func (State) EnumDescriptor() ([]byte, []int) {
 	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{0}
 }
 
+// DecideABRequest says what to do with the A/B candidate, who asks and why.
+type DecideABRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "promote" or "rollback".
+	Action        string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	By            string `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideABRequest) Reset() {
+	*x = DecideABRequest{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideABRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideABRequest) ProtoMessage() {}
+
+func (x *DecideABRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideABRequest.ProtoReflect.Descriptor instead.
+func (*DecideABRequest) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DecideABRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *DecideABRequest) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *DecideABRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DecideABResponse is the decision recorded.
+type DecideABResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Decision      *ABDecision            `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideABResponse) Reset() {
+	*x = DecideABResponse{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideABResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideABResponse) ProtoMessage() {}
+
+func (x *DecideABResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideABResponse.ProtoReflect.Descriptor instead.
+func (*DecideABResponse) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DecideABResponse) GetDecision() *ABDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
 // PauseRequest says who pauses and why; both are shown in status.
 type PauseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -95,7 +202,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[0]
+	mi := &file_hindsight_v1_status_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -107,7 +214,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[0]
+	mi := &file_hindsight_v1_status_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -120,7 +227,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{0}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PauseRequest) GetReason() string {
@@ -147,7 +254,7 @@ type PauseResponse struct {
 
 func (x *PauseResponse) Reset() {
 	*x = PauseResponse{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[1]
+	mi := &file_hindsight_v1_status_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -159,7 +266,7 @@ func (x *PauseResponse) String() string {
 func (*PauseResponse) ProtoMessage() {}
 
 func (x *PauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[1]
+	mi := &file_hindsight_v1_status_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -172,7 +279,7 @@ func (x *PauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResponse.ProtoReflect.Descriptor instead.
 func (*PauseResponse) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{1}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PauseResponse) GetPause() *PauseState {
@@ -192,7 +299,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[2]
+	mi := &file_hindsight_v1_status_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +311,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[2]
+	mi := &file_hindsight_v1_status_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +324,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{2}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ResumeRequest) GetBy() string {
@@ -238,7 +345,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[3]
+	mi := &file_hindsight_v1_status_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +357,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[3]
+	mi := &file_hindsight_v1_status_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +370,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{3}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ResumeResponse) GetPause() *PauseState {
@@ -282,7 +389,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[4]
+	mi := &file_hindsight_v1_status_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +401,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[4]
+	mi := &file_hindsight_v1_status_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +414,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{4}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{6}
 }
 
 // GetStatusResponse carries one snapshot.
@@ -321,7 +428,7 @@ type GetStatusResponse struct {
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[5]
+	mi := &file_hindsight_v1_status_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +440,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[5]
+	mi := &file_hindsight_v1_status_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +453,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{5}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetStatusResponse) GetStatus() *Status {
@@ -368,7 +475,7 @@ type WatchStatusRequest struct {
 
 func (x *WatchStatusRequest) Reset() {
 	*x = WatchStatusRequest{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[6]
+	mi := &file_hindsight_v1_status_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +487,7 @@ func (x *WatchStatusRequest) String() string {
 func (*WatchStatusRequest) ProtoMessage() {}
 
 func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[6]
+	mi := &file_hindsight_v1_status_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +500,7 @@ func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusRequest.ProtoReflect.Descriptor instead.
 func (*WatchStatusRequest) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{6}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchStatusRequest) GetInterval() *durationpb.Duration {
@@ -414,7 +521,7 @@ type WatchStatusResponse struct {
 
 func (x *WatchStatusResponse) Reset() {
 	*x = WatchStatusResponse{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[7]
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +533,7 @@ func (x *WatchStatusResponse) String() string {
 func (*WatchStatusResponse) ProtoMessage() {}
 
 func (x *WatchStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[7]
+	mi := &file_hindsight_v1_status_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +546,7 @@ func (x *WatchStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusResponse.ProtoReflect.Descriptor instead.
 func (*WatchStatusResponse) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{7}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchStatusResponse) GetStatus() *Status {
@@ -518,7 +625,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[8]
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +637,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[8]
+	mi := &file_hindsight_v1_status_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +650,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{8}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Status) GetVersion() string {
@@ -762,13 +869,16 @@ type GatewayStats struct {
 	// Comments the feedback API accepted and answered as unusable (longer than the
 	// hint cap, or no room left in the rollout's selections).
 	CommentsUnusable int64 `protobuf:"varint,15,opt,name=comments_unusable,json=commentsUnusable,proto3" json:"comments_unusable,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The A/B test (gateway.ab, docs/gateway.md "Which checkpoint do people
+	// prefer"); unset when it is off.
+	Ab            *ABTest `protobuf:"bytes,16,opt,name=ab,proto3" json:"ab,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GatewayStats) Reset() {
 	*x = GatewayStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +890,7 @@ func (x *GatewayStats) String() string {
 func (*GatewayStats) ProtoMessage() {}
 
 func (x *GatewayStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[9]
+	mi := &file_hindsight_v1_status_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +903,7 @@ func (x *GatewayStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStats.ProtoReflect.Descriptor instead.
 func (*GatewayStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{9}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GatewayStats) GetListenAddr() string {
@@ -901,6 +1011,601 @@ func (x *GatewayStats) GetCommentsUnusable() int64 {
 	return 0
 }
 
+func (x *GatewayStats) GetAb() *ABTest {
+	if x != nil {
+		return x.Ab
+	}
+	return nil
+}
+
+// ABTest is the gateway's A/B test: the round's two checkpoints, their counts and
+// intervals, what the promotion rule says, and the decisions made.
+type ABTest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The round (a new one begins with each candidate and after each decision) and
+	// when it began.
+	Round int64                  `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// The configuration: the candidate's share of new sessions, the assignment's
+	// seed, the metric the rule compares (thumbs_up or reward), its margin and
+	// confidence, and whether the rule decides (auto) or only a person.
+	Share      float64 `protobuf:"fixed64,3,opt,name=share,proto3" json:"share,omitempty"`
+	Seed       uint64  `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
+	Metric     string  `protobuf:"bytes,5,opt,name=metric,proto3" json:"metric,omitempty"`
+	Margin     float64 `protobuf:"fixed64,6,opt,name=margin,proto3" json:"margin,omitempty"`
+	Confidence float64 `protobuf:"fixed64,7,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	Auto       bool    `protobuf:"varint,8,opt,name=auto,proto3" json:"auto,omitempty"`
+	// The default arm, then the candidate (when one is in test).
+	Arms []*ABArm `protobuf:"bytes,9,rep,name=arms,proto3" json:"arms,omitempty"`
+	// The candidate's metric minus the default's, with its interval at confidence
+	// (Newcombe's hybrid score interval for thumbs_up, a seeded bootstrap for
+	// reward); has_diff is false until both arms have data.
+	HasDiff  bool    `protobuf:"varint,10,opt,name=has_diff,json=hasDiff,proto3" json:"has_diff,omitempty"`
+	Diff     float64 `protobuf:"fixed64,11,opt,name=diff,proto3" json:"diff,omitempty"`
+	DiffLow  float64 `protobuf:"fixed64,12,opt,name=diff_low,json=diffLow,proto3" json:"diff_low,omitempty"`
+	DiffHigh float64 `protobuf:"fixed64,13,opt,name=diff_high,json=diffHigh,proto3" json:"diff_high,omitempty"`
+	// What the rule says now, in words ("collecting: …", "undecided: …", …).
+	Verdict string `protobuf:"bytes,14,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// True while the candidate is worse than the default by more than the margin
+	// at the confidence (the rule rolls it back once min_sessions allow, when auto).
+	Losing bool `protobuf:"varint,15,opt,name=losing,proto3" json:"losing,omitempty"`
+	// Promotions and rollbacks over the whole history (decisions.jsonl), and the
+	// newest decisions, oldest first (at most 20).
+	Promotions    int64         `protobuf:"varint,16,opt,name=promotions,proto3" json:"promotions,omitempty"`
+	Rollbacks     int64         `protobuf:"varint,17,opt,name=rollbacks,proto3" json:"rollbacks,omitempty"`
+	Decisions     []*ABDecision `protobuf:"bytes,18,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ABTest) Reset() {
+	*x = ABTest{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ABTest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ABTest) ProtoMessage() {}
+
+func (x *ABTest) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ABTest.ProtoReflect.Descriptor instead.
+func (*ABTest) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ABTest) GetRound() int64 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *ABTest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ABTest) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *ABTest) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *ABTest) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *ABTest) GetMargin() float64 {
+	if x != nil {
+		return x.Margin
+	}
+	return 0
+}
+
+func (x *ABTest) GetConfidence() float64 {
+	if x != nil {
+		return x.Confidence
+	}
+	return 0
+}
+
+func (x *ABTest) GetAuto() bool {
+	if x != nil {
+		return x.Auto
+	}
+	return false
+}
+
+func (x *ABTest) GetArms() []*ABArm {
+	if x != nil {
+		return x.Arms
+	}
+	return nil
+}
+
+func (x *ABTest) GetHasDiff() bool {
+	if x != nil {
+		return x.HasDiff
+	}
+	return false
+}
+
+func (x *ABTest) GetDiff() float64 {
+	if x != nil {
+		return x.Diff
+	}
+	return 0
+}
+
+func (x *ABTest) GetDiffLow() float64 {
+	if x != nil {
+		return x.DiffLow
+	}
+	return 0
+}
+
+func (x *ABTest) GetDiffHigh() float64 {
+	if x != nil {
+		return x.DiffHigh
+	}
+	return 0
+}
+
+func (x *ABTest) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *ABTest) GetLosing() bool {
+	if x != nil {
+		return x.Losing
+	}
+	return false
+}
+
+func (x *ABTest) GetPromotions() int64 {
+	if x != nil {
+		return x.Promotions
+	}
+	return 0
+}
+
+func (x *ABTest) GetRollbacks() int64 {
+	if x != nil {
+		return x.Rollbacks
+	}
+	return 0
+}
+
+func (x *ABTest) GetDecisions() []*ABDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+// ABArm is one checkpoint of the A/B test and what its sessions gave.
+type ABArm struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "default" or "candidate".
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// The checkpoint directory (or the initial model directory) and its step: the
+	// policy_version of the rollouts its sessions become.
+	Checkpoint string `protobuf:"bytes,2,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Step       int64  `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	// With gateway.upstream, the model id its requests name (a vLLM LoRA adapter).
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// Sessions assigned to it this round, their turns and the turns' mean latency
+	// (request to answer, seconds).
+	Sessions           int64   `protobuf:"varint,5,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Turns              int64   `protobuf:"varint,6,opt,name=turns,proto3" json:"turns,omitempty"`
+	LatencyMeanSeconds float64 `protobuf:"fixed64,7,opt,name=latency_mean_seconds,json=latencyMeanSeconds,proto3" json:"latency_mean_seconds,omitempty"`
+	// Rated sessions (a session's latest rating counts) by rating, and comments.
+	Rated      int64 `protobuf:"varint,8,opt,name=rated,proto3" json:"rated,omitempty"`
+	ThumbsUp   int64 `protobuf:"varint,9,opt,name=thumbs_up,json=thumbsUp,proto3" json:"thumbs_up,omitempty"`
+	ThumbsFlat int64 `protobuf:"varint,10,opt,name=thumbs_flat,json=thumbsFlat,proto3" json:"thumbs_flat,omitempty"`
+	ThumbsDown int64 `protobuf:"varint,11,opt,name=thumbs_down,json=thumbsDown,proto3" json:"thumbs_down,omitempty"`
+	Comments   int64 `protobuf:"varint,12,opt,name=comments,proto3" json:"comments,omitempty"`
+	// thumbs_up / rated with its Wilson score interval at the test's confidence.
+	ThumbsUpRate float64 `protobuf:"fixed64,13,opt,name=thumbs_up_rate,json=thumbsUpRate,proto3" json:"thumbs_up_rate,omitempty"`
+	ThumbsUpLow  float64 `protobuf:"fixed64,14,opt,name=thumbs_up_low,json=thumbsUpLow,proto3" json:"thumbs_up_low,omitempty"`
+	ThumbsUpHigh float64 `protobuf:"fixed64,15,opt,name=thumbs_up_high,json=thumbsUpHigh,proto3" json:"thumbs_up_high,omitempty"`
+	// Sessions closed with a reward (/v1/sessions/{id}/close), and their mean with
+	// its bootstrap interval (0 without outcomes).
+	Outcomes      int64   `protobuf:"varint,16,opt,name=outcomes,proto3" json:"outcomes,omitempty"`
+	RewardMean    float64 `protobuf:"fixed64,17,opt,name=reward_mean,json=rewardMean,proto3" json:"reward_mean,omitempty"`
+	RewardLow     float64 `protobuf:"fixed64,18,opt,name=reward_low,json=rewardLow,proto3" json:"reward_low,omitempty"`
+	RewardHigh    float64 `protobuf:"fixed64,19,opt,name=reward_high,json=rewardHigh,proto3" json:"reward_high,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ABArm) Reset() {
+	*x = ABArm{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ABArm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ABArm) ProtoMessage() {}
+
+func (x *ABArm) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ABArm.ProtoReflect.Descriptor instead.
+func (*ABArm) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ABArm) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ABArm) GetCheckpoint() string {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return ""
+}
+
+func (x *ABArm) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ABArm) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ABArm) GetSessions() int64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *ABArm) GetTurns() int64 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *ABArm) GetLatencyMeanSeconds() float64 {
+	if x != nil {
+		return x.LatencyMeanSeconds
+	}
+	return 0
+}
+
+func (x *ABArm) GetRated() int64 {
+	if x != nil {
+		return x.Rated
+	}
+	return 0
+}
+
+func (x *ABArm) GetThumbsUp() int64 {
+	if x != nil {
+		return x.ThumbsUp
+	}
+	return 0
+}
+
+func (x *ABArm) GetThumbsFlat() int64 {
+	if x != nil {
+		return x.ThumbsFlat
+	}
+	return 0
+}
+
+func (x *ABArm) GetThumbsDown() int64 {
+	if x != nil {
+		return x.ThumbsDown
+	}
+	return 0
+}
+
+func (x *ABArm) GetComments() int64 {
+	if x != nil {
+		return x.Comments
+	}
+	return 0
+}
+
+func (x *ABArm) GetThumbsUpRate() float64 {
+	if x != nil {
+		return x.ThumbsUpRate
+	}
+	return 0
+}
+
+func (x *ABArm) GetThumbsUpLow() float64 {
+	if x != nil {
+		return x.ThumbsUpLow
+	}
+	return 0
+}
+
+func (x *ABArm) GetThumbsUpHigh() float64 {
+	if x != nil {
+		return x.ThumbsUpHigh
+	}
+	return 0
+}
+
+func (x *ABArm) GetOutcomes() int64 {
+	if x != nil {
+		return x.Outcomes
+	}
+	return 0
+}
+
+func (x *ABArm) GetRewardMean() float64 {
+	if x != nil {
+		return x.RewardMean
+	}
+	return 0
+}
+
+func (x *ABArm) GetRewardLow() float64 {
+	if x != nil {
+		return x.RewardLow
+	}
+	return 0
+}
+
+func (x *ABArm) GetRewardHigh() float64 {
+	if x != nil {
+		return x.RewardHigh
+	}
+	return 0
+}
+
+// ABDecision is one promotion or rollback with the numbers it was made on.
+type ABDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Round int64                  `protobuf:"varint,2,opt,name=round,proto3" json:"round,omitempty"`
+	// "promote" or "rollback".
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// "rule", or who decided by hand.
+	By                  string  `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	Reason              string  `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	DefaultCheckpoint   string  `protobuf:"bytes,6,opt,name=default_checkpoint,json=defaultCheckpoint,proto3" json:"default_checkpoint,omitempty"`
+	DefaultStep         int64   `protobuf:"varint,7,opt,name=default_step,json=defaultStep,proto3" json:"default_step,omitempty"`
+	CandidateCheckpoint string  `protobuf:"bytes,8,opt,name=candidate_checkpoint,json=candidateCheckpoint,proto3" json:"candidate_checkpoint,omitempty"`
+	CandidateStep       int64   `protobuf:"varint,9,opt,name=candidate_step,json=candidateStep,proto3" json:"candidate_step,omitempty"`
+	Metric              string  `protobuf:"bytes,10,opt,name=metric,proto3" json:"metric,omitempty"`
+	Confidence          float64 `protobuf:"fixed64,11,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	Margin              float64 `protobuf:"fixed64,12,opt,name=margin,proto3" json:"margin,omitempty"`
+	// Sessions with the metric's data and the metric per arm, and the difference
+	// (candidate − default) with its interval.
+	DefaultN      int64   `protobuf:"varint,13,opt,name=default_n,json=defaultN,proto3" json:"default_n,omitempty"`
+	CandidateN    int64   `protobuf:"varint,14,opt,name=candidate_n,json=candidateN,proto3" json:"candidate_n,omitempty"`
+	DefaultEst    float64 `protobuf:"fixed64,15,opt,name=default_est,json=defaultEst,proto3" json:"default_est,omitempty"`
+	CandidateEst  float64 `protobuf:"fixed64,16,opt,name=candidate_est,json=candidateEst,proto3" json:"candidate_est,omitempty"`
+	Diff          float64 `protobuf:"fixed64,17,opt,name=diff,proto3" json:"diff,omitempty"`
+	DiffLow       float64 `protobuf:"fixed64,18,opt,name=diff_low,json=diffLow,proto3" json:"diff_low,omitempty"`
+	DiffHigh      float64 `protobuf:"fixed64,19,opt,name=diff_high,json=diffHigh,proto3" json:"diff_high,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ABDecision) Reset() {
+	*x = ABDecision{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ABDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ABDecision) ProtoMessage() {}
+
+func (x *ABDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ABDecision.ProtoReflect.Descriptor instead.
+func (*ABDecision) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ABDecision) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ABDecision) GetRound() int64 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *ABDecision) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ABDecision) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *ABDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ABDecision) GetDefaultCheckpoint() string {
+	if x != nil {
+		return x.DefaultCheckpoint
+	}
+	return ""
+}
+
+func (x *ABDecision) GetDefaultStep() int64 {
+	if x != nil {
+		return x.DefaultStep
+	}
+	return 0
+}
+
+func (x *ABDecision) GetCandidateCheckpoint() string {
+	if x != nil {
+		return x.CandidateCheckpoint
+	}
+	return ""
+}
+
+func (x *ABDecision) GetCandidateStep() int64 {
+	if x != nil {
+		return x.CandidateStep
+	}
+	return 0
+}
+
+func (x *ABDecision) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *ABDecision) GetConfidence() float64 {
+	if x != nil {
+		return x.Confidence
+	}
+	return 0
+}
+
+func (x *ABDecision) GetMargin() float64 {
+	if x != nil {
+		return x.Margin
+	}
+	return 0
+}
+
+func (x *ABDecision) GetDefaultN() int64 {
+	if x != nil {
+		return x.DefaultN
+	}
+	return 0
+}
+
+func (x *ABDecision) GetCandidateN() int64 {
+	if x != nil {
+		return x.CandidateN
+	}
+	return 0
+}
+
+func (x *ABDecision) GetDefaultEst() float64 {
+	if x != nil {
+		return x.DefaultEst
+	}
+	return 0
+}
+
+func (x *ABDecision) GetCandidateEst() float64 {
+	if x != nil {
+		return x.CandidateEst
+	}
+	return 0
+}
+
+func (x *ABDecision) GetDiff() float64 {
+	if x != nil {
+		return x.Diff
+	}
+	return 0
+}
+
+func (x *ABDecision) GetDiffLow() float64 {
+	if x != nil {
+		return x.DiffLow
+	}
+	return 0
+}
+
+func (x *ABDecision) GetDiffHigh() float64 {
+	if x != nil {
+		return x.DiffHigh
+	}
+	return 0
+}
+
 // EngineHookState is one engine hook's progress in telling its engine about new
 // checkpoints.
 type EngineHookState struct {
@@ -925,7 +1630,7 @@ type EngineHookState struct {
 
 func (x *EngineHookState) Reset() {
 	*x = EngineHookState{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1642,7 @@ func (x *EngineHookState) String() string {
 func (*EngineHookState) ProtoMessage() {}
 
 func (x *EngineHookState) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[10]
+	mi := &file_hindsight_v1_status_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1655,7 @@ func (x *EngineHookState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineHookState.ProtoReflect.Descriptor instead.
 func (*EngineHookState) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{10}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EngineHookState) GetKind() string {
@@ -1037,7 +1742,7 @@ type StorageInfo struct {
 
 func (x *StorageInfo) Reset() {
 	*x = StorageInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1754,7 @@ func (x *StorageInfo) String() string {
 func (*StorageInfo) ProtoMessage() {}
 
 func (x *StorageInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[11]
+	mi := &file_hindsight_v1_status_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1767,7 @@ func (x *StorageInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageInfo.ProtoReflect.Descriptor instead.
 func (*StorageInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{11}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StorageInfo) GetFsType() string {
@@ -1128,7 +1833,7 @@ type EvalResult struct {
 
 func (x *EvalResult) Reset() {
 	*x = EvalResult{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1845,7 @@ func (x *EvalResult) String() string {
 func (*EvalResult) ProtoMessage() {}
 
 func (x *EvalResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[12]
+	mi := &file_hindsight_v1_status_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1858,7 @@ func (x *EvalResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalResult.ProtoReflect.Descriptor instead.
 func (*EvalResult) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{12}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EvalResult) GetSuite() string {
@@ -1254,7 +1959,7 @@ type PauseState struct {
 
 func (x *PauseState) Reset() {
 	*x = PauseState{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1971,7 @@ func (x *PauseState) String() string {
 func (*PauseState) ProtoMessage() {}
 
 func (x *PauseState) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[13]
+	mi := &file_hindsight_v1_status_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1984,7 @@ func (x *PauseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseState.ProtoReflect.Descriptor instead.
 func (*PauseState) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{13}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PauseState) GetOperator() bool {
@@ -1410,7 +2115,7 @@ type TrainingStats struct {
 
 func (x *TrainingStats) Reset() {
 	*x = TrainingStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	mi := &file_hindsight_v1_status_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +2127,7 @@ func (x *TrainingStats) String() string {
 func (*TrainingStats) ProtoMessage() {}
 
 func (x *TrainingStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[14]
+	mi := &file_hindsight_v1_status_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +2140,7 @@ func (x *TrainingStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainingStats.ProtoReflect.Descriptor instead.
 func (*TrainingStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{14}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TrainingStats) GetStep() int64 {
@@ -1643,7 +2348,7 @@ type StepInProgress struct {
 
 func (x *StepInProgress) Reset() {
 	*x = StepInProgress{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +2360,7 @@ func (x *StepInProgress) String() string {
 func (*StepInProgress) ProtoMessage() {}
 
 func (x *StepInProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[15]
+	mi := &file_hindsight_v1_status_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +2373,7 @@ func (x *StepInProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepInProgress.ProtoReflect.Descriptor instead.
 func (*StepInProgress) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{15}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StepInProgress) GetStep() int64 {
@@ -1761,7 +2466,7 @@ type CheckpointInfo struct {
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +2478,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[16]
+	mi := &file_hindsight_v1_status_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +2491,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{16}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckpointInfo) GetStep() int64 {
@@ -1837,7 +2542,7 @@ type TeacherStats struct {
 
 func (x *TeacherStats) Reset() {
 	*x = TeacherStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +2554,7 @@ func (x *TeacherStats) String() string {
 func (*TeacherStats) ProtoMessage() {}
 
 func (x *TeacherStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[17]
+	mi := &file_hindsight_v1_status_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2567,7 @@ func (x *TeacherStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeacherStats.ProtoReflect.Descriptor instead.
 func (*TeacherStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{17}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TeacherStats) GetHintsBySource() map[string]int64 {
@@ -1950,7 +2655,7 @@ type CreditStats struct {
 
 func (x *CreditStats) Reset() {
 	*x = CreditStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[18]
+	mi := &file_hindsight_v1_status_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2667,7 @@ func (x *CreditStats) String() string {
 func (*CreditStats) ProtoMessage() {}
 
 func (x *CreditStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[18]
+	mi := &file_hindsight_v1_status_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2680,7 @@ func (x *CreditStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreditStats.ProtoReflect.Descriptor instead.
 func (*CreditStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{18}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreditStats) GetDeltaAbsMean() float64 {
@@ -2049,7 +2754,7 @@ type QueueDepths struct {
 
 func (x *QueueDepths) Reset() {
 	*x = QueueDepths{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[19]
+	mi := &file_hindsight_v1_status_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2766,7 @@ func (x *QueueDepths) String() string {
 func (*QueueDepths) ProtoMessage() {}
 
 func (x *QueueDepths) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[19]
+	mi := &file_hindsight_v1_status_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2779,7 @@ func (x *QueueDepths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepths.ProtoReflect.Descriptor instead.
 func (*QueueDepths) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{19}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueDepths) GetFiles() int64 {
@@ -2120,14 +2825,17 @@ type BackendInfo struct {
 	// $GOMLX_BACKEND, the default) and, for auto, what it found, e.g. "auto (the default):
 	// no GPU plugin ($HINDSIGHT_XLA_GPU_PLUGIN unset); XLA CPU plugin /…/pjrt_c_api_cpu_plugin.so
 	// (fetched by hindsight fetch-xla-cpu)".
-	Choice        string `protobuf:"bytes,7,opt,name=choice,proto3" json:"choice,omitempty"`
+	Choice string `protobuf:"bytes,7,opt,name=choice,proto3" json:"choice,omitempty"`
+	// What compiling the policy's programs cost this process, apart from the work
+	// they do (XLA backends; zero on pure Go, which compiles nothing).
+	Compile       *CompileStats `protobuf:"bytes,8,opt,name=compile,proto3" json:"compile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[20]
+	mi := &file_hindsight_v1_status_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2847,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[20]
+	mi := &file_hindsight_v1_status_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2860,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{20}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BackendInfo) GetName() string {
@@ -2204,6 +2912,116 @@ func (x *BackendInfo) GetChoice() string {
 	return ""
 }
 
+func (x *BackendInfo) GetCompile() *CompileStats {
+	if x != nil {
+		return x.Compile
+	}
+	return nil
+}
+
+// CompileStats counts the XLA programs this process compiled and those it loaded from
+// the compiled-program cache (compile_cache in the config; docs/performance.md "Cold
+// start"). Counters only grow.
+type CompileStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Programs XLA compiled.
+	ProgramsCompiled int64 `protobuf:"varint,1,opt,name=programs_compiled,json=programsCompiled,proto3" json:"programs_compiled,omitempty"`
+	// Time those compiles took, summed.
+	CompileTime *durationpb.Duration `protobuf:"bytes,2,opt,name=compile_time,json=compileTime,proto3" json:"compile_time,omitempty"`
+	// Programs loaded from the cache instead of compiled.
+	ProgramsLoaded int64 `protobuf:"varint,3,opt,name=programs_loaded,json=programsLoaded,proto3" json:"programs_loaded,omitempty"`
+	// Time reading, checking and loading them took, summed.
+	LoadTime *durationpb.Duration `protobuf:"bytes,4,opt,name=load_time,json=loadTime,proto3" json:"load_time,omitempty"`
+	// Cache entries found corrupt, made by another plugin build or refused by the
+	// plugin: removed and their program compiled.
+	CacheRejected int64 `protobuf:"varint,5,opt,name=cache_rejected,json=cacheRejected,proto3" json:"cache_rejected,omitempty"`
+	// Cache entries removed to keep the cache under compile_cache.max_bytes.
+	CacheEvicted int64 `protobuf:"varint,6,opt,name=cache_evicted,json=cacheEvicted,proto3" json:"cache_evicted,omitempty"`
+	// Where the cache is; empty when it is off.
+	CacheDir      string `protobuf:"bytes,7,opt,name=cache_dir,json=cacheDir,proto3" json:"cache_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompileStats) Reset() {
+	*x = CompileStats{}
+	mi := &file_hindsight_v1_status_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompileStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompileStats) ProtoMessage() {}
+
+func (x *CompileStats) ProtoReflect() protoreflect.Message {
+	mi := &file_hindsight_v1_status_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompileStats.ProtoReflect.Descriptor instead.
+func (*CompileStats) Descriptor() ([]byte, []int) {
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CompileStats) GetProgramsCompiled() int64 {
+	if x != nil {
+		return x.ProgramsCompiled
+	}
+	return 0
+}
+
+func (x *CompileStats) GetCompileTime() *durationpb.Duration {
+	if x != nil {
+		return x.CompileTime
+	}
+	return nil
+}
+
+func (x *CompileStats) GetProgramsLoaded() int64 {
+	if x != nil {
+		return x.ProgramsLoaded
+	}
+	return 0
+}
+
+func (x *CompileStats) GetLoadTime() *durationpb.Duration {
+	if x != nil {
+		return x.LoadTime
+	}
+	return nil
+}
+
+func (x *CompileStats) GetCacheRejected() int64 {
+	if x != nil {
+		return x.CacheRejected
+	}
+	return 0
+}
+
+func (x *CompileStats) GetCacheEvicted() int64 {
+	if x != nil {
+		return x.CacheEvicted
+	}
+	return 0
+}
+
+func (x *CompileStats) GetCacheDir() string {
+	if x != nil {
+		return x.CacheDir
+	}
+	return ""
+}
+
 // SpoolCounts is the number of files in each folder of <data>/spool.
 type SpoolCounts struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2221,7 +3039,7 @@ type SpoolCounts struct {
 
 func (x *SpoolCounts) Reset() {
 	*x = SpoolCounts{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[21]
+	mi := &file_hindsight_v1_status_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +3051,7 @@ func (x *SpoolCounts) String() string {
 func (*SpoolCounts) ProtoMessage() {}
 
 func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[21]
+	mi := &file_hindsight_v1_status_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +3064,7 @@ func (x *SpoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpoolCounts.ProtoReflect.Descriptor instead.
 func (*SpoolCounts) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{21}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SpoolCounts) GetIncoming() int64 {
@@ -2308,7 +3126,7 @@ type IngestStats struct {
 
 func (x *IngestStats) Reset() {
 	*x = IngestStats{}
-	mi := &file_hindsight_v1_status_proto_msgTypes[22]
+	mi := &file_hindsight_v1_status_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +3138,7 @@ func (x *IngestStats) String() string {
 func (*IngestStats) ProtoMessage() {}
 
 func (x *IngestStats) ProtoReflect() protoreflect.Message {
-	mi := &file_hindsight_v1_status_proto_msgTypes[22]
+	mi := &file_hindsight_v1_status_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +3151,7 @@ func (x *IngestStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestStats.ProtoReflect.Descriptor instead.
 func (*IngestStats) Descriptor() ([]byte, []int) {
-	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{22}
+	return file_hindsight_v1_status_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *IngestStats) GetFilesClaimed() int64 {
@@ -2410,7 +3228,13 @@ var File_hindsight_v1_status_proto protoreflect.FileDescriptor
 
 const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\n" +
-	"\x19hindsight/v1/status.proto\x12\fhindsight.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"6\n" +
+	"\x19hindsight/v1/status.proto\x12\fhindsight.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
+	"\x0fDecideABRequest\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"H\n" +
+	"\x10DecideABResponse\x124\n" +
+	"\bdecision\x18\x01 \x01(\v2\x18.hindsight.v1.ABDecisionR\bdecision\"6\n" +
 	"\fPauseRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\"?\n" +
@@ -2458,7 +3282,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x05pause\x18\x1e \x01(\v2\x18.hindsight.v1.PauseStateR\x05pause\x123\n" +
 	"\astorage\x18\x1f \x01(\v2\x19.hindsight.v1.StorageInfoR\astorage\x124\n" +
 	"\agateway\x18  \x01(\v2\x1a.hindsight.v1.GatewayStatsR\agateway\x12@\n" +
-	"\fengine_hooks\x18! \x03(\v2\x1d.hindsight.v1.EngineHookStateR\vengineHooks\"\x9a\x04\n" +
+	"\fengine_hooks\x18! \x03(\v2\x1d.hindsight.v1.EngineHookStateR\vengineHooks\"\xc0\x04\n" +
 	"\fGatewayStats\x12\x1f\n" +
 	"\vlisten_addr\x18\x01 \x01(\tR\n" +
 	"listenAddr\x12\x14\n" +
@@ -2478,7 +3302,86 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\n" +
 	"held_bytes\x18\r \x01(\x03R\theldBytes\x12,\n" +
 	"\x12held_written_early\x18\x0e \x01(\x03R\x10heldWrittenEarly\x12+\n" +
-	"\x11comments_unusable\x18\x0f \x01(\x03R\x10commentsUnusable\"\xd4\x02\n" +
+	"\x11comments_unusable\x18\x0f \x01(\x03R\x10commentsUnusable\x12$\n" +
+	"\x02ab\x18\x10 \x01(\v2\x14.hindsight.v1.ABTestR\x02ab\"\x96\x04\n" +
+	"\x06ABTest\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\x03R\x05round\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05share\x18\x03 \x01(\x01R\x05share\x12\x12\n" +
+	"\x04seed\x18\x04 \x01(\x04R\x04seed\x12\x16\n" +
+	"\x06metric\x18\x05 \x01(\tR\x06metric\x12\x16\n" +
+	"\x06margin\x18\x06 \x01(\x01R\x06margin\x12\x1e\n" +
+	"\n" +
+	"confidence\x18\a \x01(\x01R\n" +
+	"confidence\x12\x12\n" +
+	"\x04auto\x18\b \x01(\bR\x04auto\x12'\n" +
+	"\x04arms\x18\t \x03(\v2\x13.hindsight.v1.ABArmR\x04arms\x12\x19\n" +
+	"\bhas_diff\x18\n" +
+	" \x01(\bR\ahasDiff\x12\x12\n" +
+	"\x04diff\x18\v \x01(\x01R\x04diff\x12\x19\n" +
+	"\bdiff_low\x18\f \x01(\x01R\adiffLow\x12\x1b\n" +
+	"\tdiff_high\x18\r \x01(\x01R\bdiffHigh\x12\x18\n" +
+	"\averdict\x18\x0e \x01(\tR\averdict\x12\x16\n" +
+	"\x06losing\x18\x0f \x01(\bR\x06losing\x12\x1e\n" +
+	"\n" +
+	"promotions\x18\x10 \x01(\x03R\n" +
+	"promotions\x12\x1c\n" +
+	"\trollbacks\x18\x11 \x01(\x03R\trollbacks\x126\n" +
+	"\tdecisions\x18\x12 \x03(\v2\x18.hindsight.v1.ABDecisionR\tdecisions\"\xc7\x04\n" +
+	"\x05ABArm\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x02 \x01(\tR\n" +
+	"checkpoint\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x03R\x04step\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1a\n" +
+	"\bsessions\x18\x05 \x01(\x03R\bsessions\x12\x14\n" +
+	"\x05turns\x18\x06 \x01(\x03R\x05turns\x120\n" +
+	"\x14latency_mean_seconds\x18\a \x01(\x01R\x12latencyMeanSeconds\x12\x14\n" +
+	"\x05rated\x18\b \x01(\x03R\x05rated\x12\x1b\n" +
+	"\tthumbs_up\x18\t \x01(\x03R\bthumbsUp\x12\x1f\n" +
+	"\vthumbs_flat\x18\n" +
+	" \x01(\x03R\n" +
+	"thumbsFlat\x12\x1f\n" +
+	"\vthumbs_down\x18\v \x01(\x03R\n" +
+	"thumbsDown\x12\x1a\n" +
+	"\bcomments\x18\f \x01(\x03R\bcomments\x12$\n" +
+	"\x0ethumbs_up_rate\x18\r \x01(\x01R\fthumbsUpRate\x12\"\n" +
+	"\rthumbs_up_low\x18\x0e \x01(\x01R\vthumbsUpLow\x12$\n" +
+	"\x0ethumbs_up_high\x18\x0f \x01(\x01R\fthumbsUpHigh\x12\x1a\n" +
+	"\boutcomes\x18\x10 \x01(\x03R\boutcomes\x12\x1f\n" +
+	"\vreward_mean\x18\x11 \x01(\x01R\n" +
+	"rewardMean\x12\x1d\n" +
+	"\n" +
+	"reward_low\x18\x12 \x01(\x01R\trewardLow\x12\x1f\n" +
+	"\vreward_high\x18\x13 \x01(\x01R\n" +
+	"rewardHigh\"\xda\x04\n" +
+	"\n" +
+	"ABDecision\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
+	"\x05round\x18\x02 \x01(\x03R\x05round\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12-\n" +
+	"\x12default_checkpoint\x18\x06 \x01(\tR\x11defaultCheckpoint\x12!\n" +
+	"\fdefault_step\x18\a \x01(\x03R\vdefaultStep\x121\n" +
+	"\x14candidate_checkpoint\x18\b \x01(\tR\x13candidateCheckpoint\x12%\n" +
+	"\x0ecandidate_step\x18\t \x01(\x03R\rcandidateStep\x12\x16\n" +
+	"\x06metric\x18\n" +
+	" \x01(\tR\x06metric\x12\x1e\n" +
+	"\n" +
+	"confidence\x18\v \x01(\x01R\n" +
+	"confidence\x12\x16\n" +
+	"\x06margin\x18\f \x01(\x01R\x06margin\x12\x1b\n" +
+	"\tdefault_n\x18\r \x01(\x03R\bdefaultN\x12\x1f\n" +
+	"\vcandidate_n\x18\x0e \x01(\x03R\n" +
+	"candidateN\x12\x1f\n" +
+	"\vdefault_est\x18\x0f \x01(\x01R\n" +
+	"defaultEst\x12#\n" +
+	"\rcandidate_est\x18\x10 \x01(\x01R\fcandidateEst\x12\x12\n" +
+	"\x04diff\x18\x11 \x01(\x01R\x04diff\x12\x19\n" +
+	"\bdiff_low\x18\x12 \x01(\x01R\adiffLow\x12\x1b\n" +
+	"\tdiff_high\x18\x13 \x01(\x01R\bdiffHigh\"\xd4\x02\n" +
 	"\x0fEngineHookState\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12'\n" +
@@ -2614,7 +3517,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\vQueueDepths\x12\x14\n" +
 	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x1a\n" +
 	"\brollouts\x18\x02 \x01(\x03R\brollouts\x12:\n" +
-	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"\xd2\x01\n" +
+	"\x19files_awaiting_checkpoint\x18\x03 \x01(\x03R\x17filesAwaitingCheckpoint\"\x88\x02\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\tR\x06device\x12\x1e\n" +
@@ -2625,7 +3528,16 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\x12\x1f\n" +
 	"\vmemory_kind\x18\x06 \x01(\tR\n" +
 	"memoryKind\x12\x16\n" +
-	"\x06choice\x18\a \x01(\tR\x06choice\"u\n" +
+	"\x06choice\x18\a \x01(\tR\x06choice\x124\n" +
+	"\acompile\x18\b \x01(\v2\x1a.hindsight.v1.CompileStatsR\acompile\"\xc3\x02\n" +
+	"\fCompileStats\x12+\n" +
+	"\x11programs_compiled\x18\x01 \x01(\x03R\x10programsCompiled\x12<\n" +
+	"\fcompile_time\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vcompileTime\x12'\n" +
+	"\x0fprograms_loaded\x18\x03 \x01(\x03R\x0eprogramsLoaded\x126\n" +
+	"\tload_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bloadTime\x12%\n" +
+	"\x0ecache_rejected\x18\x05 \x01(\x03R\rcacheRejected\x12#\n" +
+	"\rcache_evicted\x18\x06 \x01(\x03R\fcacheEvicted\x12\x1b\n" +
+	"\tcache_dir\x18\a \x01(\tR\bcacheDir\"u\n" +
 	"\vSpoolCounts\x12\x1a\n" +
 	"\bincoming\x18\x01 \x01(\x03R\bincoming\x12\x1e\n" +
 	"\n" +
@@ -2654,10 +3566,11 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\x0eSTATE_DRAINING\x10\x032\xb8\x01\n" +
 	"\rStatusService\x12Q\n" +
 	"\tGetStatus\x12\x1e.hindsight.v1.GetStatusRequest\x1a\x1f.hindsight.v1.GetStatusResponse\"\x03\x90\x02\x01\x12T\n" +
-	"\vWatchStatus\x12 .hindsight.v1.WatchStatusRequest\x1a!.hindsight.v1.WatchStatusResponse0\x012\x97\x01\n" +
+	"\vWatchStatus\x12 .hindsight.v1.WatchStatusRequest\x1a!.hindsight.v1.WatchStatusResponse0\x012\xe2\x01\n" +
 	"\x0eControlService\x12@\n" +
 	"\x05Pause\x12\x1a.hindsight.v1.PauseRequest\x1a\x1b.hindsight.v1.PauseResponse\x12C\n" +
-	"\x06Resume\x12\x1b.hindsight.v1.ResumeRequest\x1a\x1c.hindsight.v1.ResumeResponseB@Z>github.com/hindsight-ai/hindsight/api/hindsight/v1;hindsightv1b\x06proto3"
+	"\x06Resume\x12\x1b.hindsight.v1.ResumeRequest\x1a\x1c.hindsight.v1.ResumeResponse\x12I\n" +
+	"\bDecideAB\x12\x1d.hindsight.v1.DecideABRequest\x1a\x1e.hindsight.v1.DecideABResponseB@Z>github.com/hindsight-ai/hindsight/api/hindsight/v1;hindsightv1b\x06proto3"
 
 var (
 	file_hindsight_v1_status_proto_rawDescOnce sync.Once
@@ -2672,95 +3585,112 @@ func file_hindsight_v1_status_proto_rawDescGZIP() []byte {
 }
 
 var file_hindsight_v1_status_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_hindsight_v1_status_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_hindsight_v1_status_proto_goTypes = []any{
 	(State)(0),                    // 0: hindsight.v1.State
-	(*PauseRequest)(nil),          // 1: hindsight.v1.PauseRequest
-	(*PauseResponse)(nil),         // 2: hindsight.v1.PauseResponse
-	(*ResumeRequest)(nil),         // 3: hindsight.v1.ResumeRequest
-	(*ResumeResponse)(nil),        // 4: hindsight.v1.ResumeResponse
-	(*GetStatusRequest)(nil),      // 5: hindsight.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),     // 6: hindsight.v1.GetStatusResponse
-	(*WatchStatusRequest)(nil),    // 7: hindsight.v1.WatchStatusRequest
-	(*WatchStatusResponse)(nil),   // 8: hindsight.v1.WatchStatusResponse
-	(*Status)(nil),                // 9: hindsight.v1.Status
-	(*GatewayStats)(nil),          // 10: hindsight.v1.GatewayStats
-	(*EngineHookState)(nil),       // 11: hindsight.v1.EngineHookState
-	(*StorageInfo)(nil),           // 12: hindsight.v1.StorageInfo
-	(*EvalResult)(nil),            // 13: hindsight.v1.EvalResult
-	(*PauseState)(nil),            // 14: hindsight.v1.PauseState
-	(*TrainingStats)(nil),         // 15: hindsight.v1.TrainingStats
-	(*StepInProgress)(nil),        // 16: hindsight.v1.StepInProgress
-	(*CheckpointInfo)(nil),        // 17: hindsight.v1.CheckpointInfo
-	(*TeacherStats)(nil),          // 18: hindsight.v1.TeacherStats
-	(*CreditStats)(nil),           // 19: hindsight.v1.CreditStats
-	(*QueueDepths)(nil),           // 20: hindsight.v1.QueueDepths
-	(*BackendInfo)(nil),           // 21: hindsight.v1.BackendInfo
-	(*SpoolCounts)(nil),           // 22: hindsight.v1.SpoolCounts
-	(*IngestStats)(nil),           // 23: hindsight.v1.IngestStats
-	nil,                           // 24: hindsight.v1.EvalResult.MetricsEntry
-	nil,                           // 25: hindsight.v1.TeacherStats.HintsBySourceEntry
-	nil,                           // 26: hindsight.v1.TeacherStats.FailuresByKindEntry
-	nil,                           // 27: hindsight.v1.TeacherStats.CommentsDroppedEntry
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*DecideABRequest)(nil),       // 1: hindsight.v1.DecideABRequest
+	(*DecideABResponse)(nil),      // 2: hindsight.v1.DecideABResponse
+	(*PauseRequest)(nil),          // 3: hindsight.v1.PauseRequest
+	(*PauseResponse)(nil),         // 4: hindsight.v1.PauseResponse
+	(*ResumeRequest)(nil),         // 5: hindsight.v1.ResumeRequest
+	(*ResumeResponse)(nil),        // 6: hindsight.v1.ResumeResponse
+	(*GetStatusRequest)(nil),      // 7: hindsight.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),     // 8: hindsight.v1.GetStatusResponse
+	(*WatchStatusRequest)(nil),    // 9: hindsight.v1.WatchStatusRequest
+	(*WatchStatusResponse)(nil),   // 10: hindsight.v1.WatchStatusResponse
+	(*Status)(nil),                // 11: hindsight.v1.Status
+	(*GatewayStats)(nil),          // 12: hindsight.v1.GatewayStats
+	(*ABTest)(nil),                // 13: hindsight.v1.ABTest
+	(*ABArm)(nil),                 // 14: hindsight.v1.ABArm
+	(*ABDecision)(nil),            // 15: hindsight.v1.ABDecision
+	(*EngineHookState)(nil),       // 16: hindsight.v1.EngineHookState
+	(*StorageInfo)(nil),           // 17: hindsight.v1.StorageInfo
+	(*EvalResult)(nil),            // 18: hindsight.v1.EvalResult
+	(*PauseState)(nil),            // 19: hindsight.v1.PauseState
+	(*TrainingStats)(nil),         // 20: hindsight.v1.TrainingStats
+	(*StepInProgress)(nil),        // 21: hindsight.v1.StepInProgress
+	(*CheckpointInfo)(nil),        // 22: hindsight.v1.CheckpointInfo
+	(*TeacherStats)(nil),          // 23: hindsight.v1.TeacherStats
+	(*CreditStats)(nil),           // 24: hindsight.v1.CreditStats
+	(*QueueDepths)(nil),           // 25: hindsight.v1.QueueDepths
+	(*BackendInfo)(nil),           // 26: hindsight.v1.BackendInfo
+	(*CompileStats)(nil),          // 27: hindsight.v1.CompileStats
+	(*SpoolCounts)(nil),           // 28: hindsight.v1.SpoolCounts
+	(*IngestStats)(nil),           // 29: hindsight.v1.IngestStats
+	nil,                           // 30: hindsight.v1.EvalResult.MetricsEntry
+	nil,                           // 31: hindsight.v1.TeacherStats.HintsBySourceEntry
+	nil,                           // 32: hindsight.v1.TeacherStats.FailuresByKindEntry
+	nil,                           // 33: hindsight.v1.TeacherStats.CommentsDroppedEntry
+	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
 }
 var file_hindsight_v1_status_proto_depIdxs = []int32{
-	14, // 0: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
-	14, // 1: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
-	9,  // 2: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
-	28, // 3: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
-	9,  // 4: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
-	0,  // 5: hindsight.v1.Status.state:type_name -> hindsight.v1.State
-	29, // 6: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	28, // 7: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
-	22, // 8: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
-	23, // 9: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
-	23, // 10: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
-	29, // 11: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
-	15, // 12: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
-	17, // 13: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
-	18, // 14: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
-	19, // 15: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
-	20, // 16: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
-	21, // 17: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
-	13, // 18: hindsight.v1.Status.evals:type_name -> hindsight.v1.EvalResult
-	13, // 19: hindsight.v1.Status.best_evals:type_name -> hindsight.v1.EvalResult
-	14, // 20: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
-	12, // 21: hindsight.v1.Status.storage:type_name -> hindsight.v1.StorageInfo
-	10, // 22: hindsight.v1.Status.gateway:type_name -> hindsight.v1.GatewayStats
-	11, // 23: hindsight.v1.Status.engine_hooks:type_name -> hindsight.v1.EngineHookState
-	29, // 24: hindsight.v1.EngineHookState.last_pushed_at:type_name -> google.protobuf.Timestamp
-	29, // 25: hindsight.v1.EngineHookState.last_error_at:type_name -> google.protobuf.Timestamp
-	29, // 26: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
-	24, // 27: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
-	29, // 28: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
-	29, // 29: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
-	29, // 30: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
-	29, // 31: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
-	28, // 32: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
-	16, // 33: hindsight.v1.TrainingStats.step_in_progress:type_name -> hindsight.v1.StepInProgress
-	29, // 34: hindsight.v1.StepInProgress.started_at:type_name -> google.protobuf.Timestamp
-	28, // 35: hindsight.v1.StepInProgress.elapsed:type_name -> google.protobuf.Duration
-	28, // 36: hindsight.v1.StepInProgress.eta:type_name -> google.protobuf.Duration
-	29, // 37: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
-	25, // 38: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
-	26, // 39: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
-	28, // 40: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
-	27, // 41: hindsight.v1.TeacherStats.comments_dropped:type_name -> hindsight.v1.TeacherStats.CommentsDroppedEntry
-	5,  // 42: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	7,  // 43: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	1,  // 44: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
-	3,  // 45: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
-	6,  // 46: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	8,  // 47: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	2,  // 48: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
-	4,  // 49: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
-	46, // [46:50] is the sub-list for method output_type
-	42, // [42:46] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	15, // 0: hindsight.v1.DecideABResponse.decision:type_name -> hindsight.v1.ABDecision
+	19, // 1: hindsight.v1.PauseResponse.pause:type_name -> hindsight.v1.PauseState
+	19, // 2: hindsight.v1.ResumeResponse.pause:type_name -> hindsight.v1.PauseState
+	11, // 3: hindsight.v1.GetStatusResponse.status:type_name -> hindsight.v1.Status
+	34, // 4: hindsight.v1.WatchStatusRequest.interval:type_name -> google.protobuf.Duration
+	11, // 5: hindsight.v1.WatchStatusResponse.status:type_name -> hindsight.v1.Status
+	0,  // 6: hindsight.v1.Status.state:type_name -> hindsight.v1.State
+	35, // 7: hindsight.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	34, // 8: hindsight.v1.Status.uptime:type_name -> google.protobuf.Duration
+	28, // 9: hindsight.v1.Status.spool:type_name -> hindsight.v1.SpoolCounts
+	29, // 10: hindsight.v1.Status.total:type_name -> hindsight.v1.IngestStats
+	29, // 11: hindsight.v1.Status.session:type_name -> hindsight.v1.IngestStats
+	35, // 12: hindsight.v1.Status.last_error_at:type_name -> google.protobuf.Timestamp
+	20, // 13: hindsight.v1.Status.training:type_name -> hindsight.v1.TrainingStats
+	22, // 14: hindsight.v1.Status.last_checkpoint:type_name -> hindsight.v1.CheckpointInfo
+	23, // 15: hindsight.v1.Status.teacher:type_name -> hindsight.v1.TeacherStats
+	24, // 16: hindsight.v1.Status.credit:type_name -> hindsight.v1.CreditStats
+	25, // 17: hindsight.v1.Status.queues:type_name -> hindsight.v1.QueueDepths
+	26, // 18: hindsight.v1.Status.backend:type_name -> hindsight.v1.BackendInfo
+	18, // 19: hindsight.v1.Status.evals:type_name -> hindsight.v1.EvalResult
+	18, // 20: hindsight.v1.Status.best_evals:type_name -> hindsight.v1.EvalResult
+	19, // 21: hindsight.v1.Status.pause:type_name -> hindsight.v1.PauseState
+	17, // 22: hindsight.v1.Status.storage:type_name -> hindsight.v1.StorageInfo
+	12, // 23: hindsight.v1.Status.gateway:type_name -> hindsight.v1.GatewayStats
+	16, // 24: hindsight.v1.Status.engine_hooks:type_name -> hindsight.v1.EngineHookState
+	13, // 25: hindsight.v1.GatewayStats.ab:type_name -> hindsight.v1.ABTest
+	35, // 26: hindsight.v1.ABTest.since:type_name -> google.protobuf.Timestamp
+	14, // 27: hindsight.v1.ABTest.arms:type_name -> hindsight.v1.ABArm
+	15, // 28: hindsight.v1.ABTest.decisions:type_name -> hindsight.v1.ABDecision
+	35, // 29: hindsight.v1.ABDecision.at:type_name -> google.protobuf.Timestamp
+	35, // 30: hindsight.v1.EngineHookState.last_pushed_at:type_name -> google.protobuf.Timestamp
+	35, // 31: hindsight.v1.EngineHookState.last_error_at:type_name -> google.protobuf.Timestamp
+	35, // 32: hindsight.v1.EvalResult.at:type_name -> google.protobuf.Timestamp
+	30, // 33: hindsight.v1.EvalResult.metrics:type_name -> hindsight.v1.EvalResult.MetricsEntry
+	35, // 34: hindsight.v1.PauseState.since:type_name -> google.protobuf.Timestamp
+	35, // 35: hindsight.v1.PauseState.disk_full_since:type_name -> google.protobuf.Timestamp
+	35, // 36: hindsight.v1.PauseState.next_retry_at:type_name -> google.protobuf.Timestamp
+	35, // 37: hindsight.v1.TrainingStats.last_step_at:type_name -> google.protobuf.Timestamp
+	34, // 38: hindsight.v1.TrainingStats.last_step_took:type_name -> google.protobuf.Duration
+	21, // 39: hindsight.v1.TrainingStats.step_in_progress:type_name -> hindsight.v1.StepInProgress
+	35, // 40: hindsight.v1.StepInProgress.started_at:type_name -> google.protobuf.Timestamp
+	34, // 41: hindsight.v1.StepInProgress.elapsed:type_name -> google.protobuf.Duration
+	34, // 42: hindsight.v1.StepInProgress.eta:type_name -> google.protobuf.Duration
+	35, // 43: hindsight.v1.CheckpointInfo.written_at:type_name -> google.protobuf.Timestamp
+	31, // 44: hindsight.v1.TeacherStats.hints_by_source:type_name -> hindsight.v1.TeacherStats.HintsBySourceEntry
+	32, // 45: hindsight.v1.TeacherStats.failures_by_kind:type_name -> hindsight.v1.TeacherStats.FailuresByKindEntry
+	34, // 46: hindsight.v1.TeacherStats.mean_latency:type_name -> google.protobuf.Duration
+	33, // 47: hindsight.v1.TeacherStats.comments_dropped:type_name -> hindsight.v1.TeacherStats.CommentsDroppedEntry
+	27, // 48: hindsight.v1.BackendInfo.compile:type_name -> hindsight.v1.CompileStats
+	34, // 49: hindsight.v1.CompileStats.compile_time:type_name -> google.protobuf.Duration
+	34, // 50: hindsight.v1.CompileStats.load_time:type_name -> google.protobuf.Duration
+	7,  // 51: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	9,  // 52: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	3,  // 53: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	5,  // 54: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	1,  // 55: hindsight.v1.ControlService.DecideAB:input_type -> hindsight.v1.DecideABRequest
+	8,  // 56: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	10, // 57: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	4,  // 58: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	6,  // 59: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	2,  // 60: hindsight.v1.ControlService.DecideAB:output_type -> hindsight.v1.DecideABResponse
+	56, // [56:61] is the sub-list for method output_type
+	51, // [51:56] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
@@ -2768,14 +3698,14 @@ func file_hindsight_v1_status_proto_init() {
 	if File_hindsight_v1_status_proto != nil {
 		return
 	}
-	file_hindsight_v1_status_proto_msgTypes[14].OneofWrappers = []any{}
+	file_hindsight_v1_status_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hindsight_v1_status_proto_rawDesc), len(file_hindsight_v1_status_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -66,11 +66,13 @@ class RolloutBuilder:
 
     def build(self, rollout_id: str, *, tokenizer: str | None, task_id: str | None = None,
               policy_version: int | None = None, reward: float | None = None,
-              feedback: int | None = None) -> Rollout:
-        """build returns the rollout (it copies the builder's lists)."""
+              feedback: int | None = None, temperature: float | None = None) -> Rollout:
+        """build returns the rollout (it copies the builder's lists). temperature is the
+        sampling temperature of the request that sampled it (0: greedy; None: unknown,
+        scored as 1)."""
         return Rollout(rollout_id=rollout_id, tokens=list(self.tokens), logprobs=list(self.logprobs),
                        segments=list(self.segments), task_id=task_id, policy_version=policy_version,
-                       tokenizer=tokenizer, reward=reward, feedback=feedback)
+                       tokenizer=tokenizer, reward=reward, feedback=feedback, temperature=temperature)
 
 
 class Boundary(NamedTuple):
@@ -87,10 +89,12 @@ class Boundary(NamedTuple):
 def from_role_boundaries(rollout_id: str, tokens: Sequence[int], logprobs: Sequence[float | None] | None,
                          boundaries: Sequence[Boundary | tuple[int, str]], *, tokenizer: str | None,
                          task_id: str | None = None, policy_version: int | None = None,
-                         reward: float | None = None, feedback: int | None = None) -> Rollout:
+                         reward: float | None = None, feedback: int | None = None,
+                         temperature: float | None = None) -> Rollout:
     """from_role_boundaries builds a rollout from the whole token sequence, its
     log-probs (None where not sampled) and where each role starts: boundaries are
-    (start, kind) pairs or Boundary values, in increasing start order."""
+    (start, kind) pairs or Boundary values, in increasing start order. temperature is
+    the sampling temperature (RolloutBuilder.build)."""
     bs = [b if isinstance(b, Boundary) else Boundary(*b) for b in boundaries]
     segs: list[Segment] = []
     for i, b in enumerate(bs):
@@ -106,7 +110,8 @@ def from_role_boundaries(rollout_id: str, tokens: Sequence[int], logprobs: Seque
         raise ConvertError(f"{len(tokens)} tokens but {len(logprobs)} log-probs")
     return Rollout(rollout_id=rollout_id, tokens=list(tokens),
                    logprobs=list(logprobs) if logprobs is not None else None, segments=segs, task_id=task_id,
-                   policy_version=policy_version, tokenizer=tokenizer, reward=reward, feedback=feedback)
+                   policy_version=policy_version, tokenizer=tokenizer, reward=reward, feedback=feedback,
+                   temperature=temperature)
 
 
 @dataclass
@@ -182,7 +187,7 @@ def from_messages(messages: Sequence[Mapping[str, Any]], turns: Sequence[Turn], 
                   tokenizer: str | None, message_start_ids: Collection[int] | None = None,
                   think_end_id: int | None = None, final_token_ids: Sequence[int] | None = None,
                   task_id: str | None = None, policy_version: int | None = None, reward: float | None = None,
-                  feedback: int | None = None) -> Rollout:
+                  feedback: int | None = None, temperature: float | None = None) -> Rollout:
     """from_messages builds one rollout from an OpenAI-style conversation and the token
     ids the server saw and sampled, never re-tokenising text.
 
@@ -333,4 +338,4 @@ def from_messages(messages: Sequence[Mapping[str, Any]], turns: Sequence[Turn], 
 
     return Rollout(rollout_id=rollout_id, tokens=acc.tokens, logprobs=acc.logprobs, segments=acc.segments,
                    task_id=task_id, policy_version=policy_version, tokenizer=tokenizer, reward=reward,
-                   feedback=feedback)
+                   feedback=feedback, temperature=temperature)

@@ -119,6 +119,7 @@ def _decode(batch: pa.RecordBatch) -> Iterator[tuple[Rollout, _Row]]:
     ids, tasks, policy, toks = col("rollout_id"), col("task_id"), col("policy_version"), col("tokenizer")
     tokens, logprobs, segs = col("tokens"), col("logprobs"), col("segments")
     reward, feedback = col("reward"), col("feedback")
+    temp = col("temperature") if "temperature" in batch.schema.names else None
     for i in range(batch.num_rows):
         t = tokens[i].values if tokens[i].is_valid else None
         lp = logprobs[i].values if logprobs[i].is_valid else None
@@ -129,11 +130,14 @@ def _decode(batch: pa.RecordBatch) -> Iterator[tuple[Rollout, _Row]]:
         pre: list[Problem] = []
         segments = None if seg_list is None else [_segment(s, k, pre) for k, s in enumerate(seg_list)]
         rw = reward[i].as_py()
+        tv = None if temp is None else temp[i].as_py()
         ro = Rollout(
             rollout_id=ids[i].as_py() or "", task_id=tasks[i].as_py(), policy_version=policy[i].as_py(),
             tokenizer=toks[i].as_py(), tokens=None if t is None else t.to_pylist(),
             logprobs=None if lp is None else lp.to_pylist(), segments=segments,
-            reward=None if rw is None else f32(rw), feedback=feedback[i].as_py())
+            reward=None if rw is None else f32(rw), feedback=feedback[i].as_py(),
+            temperature=None if tv is None else f32(tv))
         yield ro, _Row(rollout_id=ro.rollout_id, tokenizer=ro.tokenizer, tokens=t32, logprobs=lp,
-                       segments=segments, reward=ro.reward, feedback=ro.feedback, bad_tokens=bad,
+                       segments=segments, reward=ro.reward, feedback=ro.feedback,
+                       temperature=ro.temperature, bad_tokens=bad,
                        decode_problems=pre)

@@ -77,7 +77,9 @@ class Rollout:
     tokens are the whole token sequence exactly as sampled; logprobs hold the sampler
     log-prob (nats) of each token, None where the policy did not sample it (role
     headers, prompts, tool output). tokens and logprobs may be any sequence pyarrow
-    converts (lists, array.array, numpy arrays). None in an optional field is a null."""
+    converts (lists, array.array, numpy arrays). None in an optional field is a null.
+    temperature is the sampling temperature the policy's tokens were drawn at (0:
+    greedy; None: unknown, which the trainer scores as 1): pass the request's."""
 
     rollout_id: str
     tokens: Sequence[int] | None
@@ -88,6 +90,7 @@ class Rollout:
     tokenizer: str | None = None
     reward: float | None = None
     feedback: int | None = None
+    temperature: float | None = None
 
     def trainable(self, i: int) -> bool:
         """trainable reports whether token i is a training target: inside an assistant,
@@ -114,6 +117,7 @@ class Rollout:
                  "feedback": s.feedback} for s in self.segments],
             "reward": _json_float(self.reward),
             "feedback": self.feedback,
+            "temperature": _json_float(self.temperature),
         }
 
     @staticmethod
@@ -131,6 +135,7 @@ class Rollout:
             segments=None if segs is None else [_segment_from_dict(s) for s in segs],
             reward=_from_json_float(d.get("reward")),
             feedback=d.get("feedback"),
+            temperature=_from_json_float(d.get("temperature")),
         )
 
 

@@ -30,7 +30,10 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("segments", pa.list_(SEGMENT_TYPE)),
     pa.field("reward", pa.float32()),
     pa.field("feedback", pa.int8()),
+    pa.field("temperature", pa.float32()),
 ]
+_OPTIONAL: Final = frozenset({"temperature"})
+"""_OPTIONAL are the columns a file may leave out (temperature: then 1)."""
 
 
 def schema() -> pa.Schema:
@@ -105,6 +108,7 @@ _CLASSES: Final[dict[str, _Class]] = {
     "tokens": (_is_tokens, "list, large_list, list_view or large_list_view of int32 or int64"),
     "logprobs": (_is_logprobs, "list, large_list, list_view or large_list_view of float32 or float64"),
     "reward": (_is_float, "float32 or float64"), "feedback": _SIGNED,
+    "temperature": (_is_float, "float32 or float64"),
     "segments.start": _SIGNED, "segments.end": _SIGNED, "segments.status": _SIGNED,
     "segments.kind": _STRING, "segments.tool": _STRING, "segments.feedback": _STRING,
 }
@@ -122,6 +126,7 @@ def _type_problem(name: str, want: pa.DataType, got: pa.DataType) -> Problem:
 def check_schema(s: pa.Schema) -> Problem | None:
     """check_schema returns the first file-level problem of a file's schema, as the Go
     reader's CheckSchema finds it (columns by name, any order, extra columns ignored,
+    the optional temperature column may be absent,
     the equivalent types of docs/rollouts.md accepted, a missing schema version read as
     "1"), or None."""
     md = s.metadata or {}
@@ -131,6 +136,8 @@ def check_schema(s: pa.Schema) -> Problem | None:
                        f"this reader reads \"{SCHEMA_VERSION}\"")
     for want in _FIELDS:
         idx = s.get_field_index(want.name)
+        if idx < 0 and want.name in _OPTIONAL:
+            continue
         if idx < 0:
             return Problem(E_MISSING_COLUMN, want.name,
                            f"column {want.name} ({_type_string(want.type)}) is missing")

@@ -32,6 +32,7 @@ from .problem import (
     E_SEG_OVERLAP,
     E_SEG_RANGE,
     E_SEG_STATUS,
+    E_TEMPERATURE,
     E_TOKEN_RANGE,
     E_TOKENIZER,
     Problem,
@@ -55,6 +56,7 @@ class _Row:
     segments: list[Segment] | None
     reward: float | None
     feedback: int | None
+    temperature: float | None = None
     bad_tokens: list[tuple[int, int]] | None = None  # (position, id) of ids outside int32
     decode_problems: list[Problem] | None = None  # what reading the Arrow data found (segment bounds beyond int32)
 
@@ -106,7 +108,8 @@ def _row(r: Rollout) -> _Row:
     toks, bad = _tokens_array(r.tokens)
     return _Row(rollout_id=r.rollout_id or "", tokenizer=r.tokenizer, tokens=toks,
                 logprobs=_logprobs_array(r.logprobs), segments=r.segments,
-                reward=None if r.reward is None else f32(r.reward), feedback=r.feedback, bad_tokens=bad)
+                reward=None if r.reward is None else f32(r.reward), feedback=r.feedback,
+                temperature=None if r.temperature is None else f32(r.temperature), bad_tokens=bad)
 
 
 def validate(rollout: Rollout, *, vocab_size: int = 0, tokenizer: str | None = None) -> list[Problem]:
@@ -200,6 +203,9 @@ def _check(r: _Row, vocab_size: int, tokenizer: str) -> list[Problem]:
         v.add(E_FEEDBACK_RANGE, "feedback", f"feedback is {r.feedback}; want -1, 0 or +1")
     if r.reward is not None and (math.isnan(r.reward) or math.isinf(r.reward)):
         v.add(E_REWARD_NAN, "reward", f"reward is {go_float32(r.reward)}")
+    t = r.temperature
+    if t is not None and (math.isnan(t) or math.isinf(t) or t < 0):
+        v.add(E_TEMPERATURE, "temperature", f"temperature is {go_float32(t)}; want a finite value ≥ 0 (0: greedy)")
     out = pre + v.problems
     for p in out:
         p.rollout_id = r.rollout_id

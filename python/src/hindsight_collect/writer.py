@@ -64,6 +64,7 @@ def _batch(rows: Sequence[_Row], rollouts: Sequence[Rollout]) -> pa.RecordBatch:
         pa.array(segs, pa.list_(SEGMENT_TYPE)),
         pa.array([r.reward for r in rollouts], pa.float32()),
         pa.array([r.feedback for r in rollouts], pa.int8()),
+        pa.array([r.temperature for r in rollouts], pa.float32()),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=schema())
 

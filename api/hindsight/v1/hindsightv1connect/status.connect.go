@@ -44,6 +44,8 @@ const (
 	ControlServicePauseProcedure = "/hindsight.v1.ControlService/Pause"
 	// ControlServiceResumeProcedure is the fully-qualified name of the ControlService's Resume RPC.
 	ControlServiceResumeProcedure = "/hindsight.v1.ControlService/Resume"
+	// ControlServiceDecideABProcedure is the fully-qualified name of the ControlService's DecideAB RPC.
+	ControlServiceDecideABProcedure = "/hindsight.v1.ControlService/DecideAB"
 )
 
 // StatusServiceClient is a client for the hindsight.v1.StatusService service.
@@ -162,6 +164,11 @@ type ControlServiceClient interface {
 	// Resume ends an operator's pause. A full disk keeps the daemon paused until a
 	// retried write succeeds. Resuming a daemon that is not paused does nothing.
 	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
+	// DecideAB promotes the gateway's A/B candidate to default or rolls it back, by
+	// hand (hindsight ab promote|rollback); the decision is recorded with the
+	// rule's numbers at that moment. FAILED_PRECONDITION without a candidate in
+	// test or with A/B off.
+	DecideAB(context.Context, *connect.Request[v1.DecideABRequest]) (*connect.Response[v1.DecideABResponse], error)
 }
 
 // NewControlServiceClient constructs a client for the hindsight.v1.ControlService service. By
@@ -187,13 +194,20 @@ func NewControlServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(controlServiceMethods.ByName("Resume")),
 			connect.WithClientOptions(opts...),
 		),
+		decideAB: connect.NewClient[v1.DecideABRequest, v1.DecideABResponse](
+			httpClient,
+			baseURL+ControlServiceDecideABProcedure,
+			connect.WithSchema(controlServiceMethods.ByName("DecideAB")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // controlServiceClient implements ControlServiceClient.
 type controlServiceClient struct {
-	pause  *connect.Client[v1.PauseRequest, v1.PauseResponse]
-	resume *connect.Client[v1.ResumeRequest, v1.ResumeResponse]
+	pause    *connect.Client[v1.PauseRequest, v1.PauseResponse]
+	resume   *connect.Client[v1.ResumeRequest, v1.ResumeResponse]
+	decideAB *connect.Client[v1.DecideABRequest, v1.DecideABResponse]
 }
 
 // Pause calls hindsight.v1.ControlService.Pause.
@@ -206,6 +220,11 @@ func (c *controlServiceClient) Resume(ctx context.Context, req *connect.Request[
 	return c.resume.CallUnary(ctx, req)
 }
 
+// DecideAB calls hindsight.v1.ControlService.DecideAB.
+func (c *controlServiceClient) DecideAB(ctx context.Context, req *connect.Request[v1.DecideABRequest]) (*connect.Response[v1.DecideABResponse], error) {
+	return c.decideAB.CallUnary(ctx, req)
+}
+
 // ControlServiceHandler is an implementation of the hindsight.v1.ControlService service.
 type ControlServiceHandler interface {
 	// Pause stops claiming new files from incoming/ and starting optimizer steps; the
@@ -216,6 +235,11 @@ type ControlServiceHandler interface {
 	// Resume ends an operator's pause. A full disk keeps the daemon paused until a
 	// retried write succeeds. Resuming a daemon that is not paused does nothing.
 	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
+	// DecideAB promotes the gateway's A/B candidate to default or rolls it back, by
+	// hand (hindsight ab promote|rollback); the decision is recorded with the
+	// rule's numbers at that moment. FAILED_PRECONDITION without a candidate in
+	// test or with A/B off.
+	DecideAB(context.Context, *connect.Request[v1.DecideABRequest]) (*connect.Response[v1.DecideABResponse], error)
 }
 
 // NewControlServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -237,12 +261,20 @@ func NewControlServiceHandler(svc ControlServiceHandler, opts ...connect.Handler
 		connect.WithSchema(controlServiceMethods.ByName("Resume")),
 		connect.WithHandlerOptions(opts...),
 	)
+	controlServiceDecideABHandler := connect.NewUnaryHandler(
+		ControlServiceDecideABProcedure,
+		svc.DecideAB,
+		connect.WithSchema(controlServiceMethods.ByName("DecideAB")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/hindsight.v1.ControlService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ControlServicePauseProcedure:
 			controlServicePauseHandler.ServeHTTP(w, r)
 		case ControlServiceResumeProcedure:
 			controlServiceResumeHandler.ServeHTTP(w, r)
+		case ControlServiceDecideABProcedure:
+			controlServiceDecideABHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -258,4 +290,8 @@ func (UnimplementedControlServiceHandler) Pause(context.Context, *connect.Reques
 
 func (UnimplementedControlServiceHandler) Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("hindsight.v1.ControlService.Resume is not implemented"))
+}
+
+func (UnimplementedControlServiceHandler) DecideAB(context.Context, *connect.Request[v1.DecideABRequest]) (*connect.Response[v1.DecideABResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("hindsight.v1.ControlService.DecideAB is not implemented"))
 }

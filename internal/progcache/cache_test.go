@@ -1,0 +1,199 @@
+package progcache_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	xlapjrt "github.com/gomlx/go-xla/pkg/pjrt"
+	"github.com/gomlx/gomlx/backends"
+	gomlxxla "github.com/gomlx/gomlx/backends/xla"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/internal/pjrt"
+	"github.com/hindsight-ai/hindsight/internal/progcache"
+)
+
+// plugin is the XLA CPU plugin the tests hook: $HINDSIGHT_XLA_CPU_PLUGIN or the
+// fetched one; the tests skip without it.
+var plugin = sync.OnceValues(func() (backends.Backend, error) {
+	path := os.Getenv("HINDSIGHT_XLA_CPU_PLUGIN")
+	if path == "" {
+		p, err := pjrt.CPU.CachedPath()
+		if err != nil {
+			return nil, err
+		}
+		path = p
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, err
+	}
+	os.Setenv(gomlxxla.NoAutoInstallEnv, "1")
+	if _, err := xlapjrt.GetPlugin(path); err != nil {
+		return nil, err
+	}
+	if err := progcache.Install(path, progcache.Options{}); err != nil {
+		return nil, err
+	}
+	return backends.NewWithConfig("xla:" + path)
+})
+
+func backend(t *testing.T) backends.Backend {
+	b, err := plugin()
+	if err != nil {
+		t.Skipf("XLA CPU plugin: %v (run `hindsight fetch-xla-cpu`)", err)
+	}
+	return b
+}
+
+// run compiles a fresh program computing x·k+1 (k picks the program) and checks its
+// answer, as a restarted process would: a new graph, so a new compile request.
+func run(t *testing.T, b backends.Backend, k float32) {
+	t.Helper()
+	out, err := graph.ExecOnce(b, func(x *graph.Node) *graph.Node {
+		return graph.AddScalar(graph.MulScalar(x, float64(k)), 1)
+	}, []float32{0, 1, 2})
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, k + 1, 2*k + 1}, out.Value())
+}
+
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logLines) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), `"message":"`+msg+`"`)
+}
+
+func configure(t *testing.T, dir, identity string, maxBytes int64) *logLines {
+	t.Helper()
+	logs := &logLines{}
+	require.NoError(t, progcache.Configure(progcache.Options{Dir: dir, MaxBytes: maxBytes, Identity: identity, Log: zerolog.New(logs)}))
+	t.Cleanup(func() { require.NoError(t, progcache.Configure(progcache.Options{})) })
+	return logs
+}
+
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*"+progcache.Suffix))
+	require.NoError(t, err)
+	return m
+}
+
+func TestCacheHitAfterRecompileRequest(t *testing.T) {
+	b := backend(t)
+	dir := t.TempDir()
+	logs := configure(t, dir, "test-plugin v1", 0)
+	before := progcache.Snapshot()
+	run(t, b, 3)
+	require.Equal(t, 1, logs.count("compiled program"))
+	require.Len(t, entries(t, dir), 1)
+	run(t, b, 3)
+	require.Equal(t, 1, logs.count("compiled program loaded from cache"), logs.b.String())
+	after := progcache.Snapshot()
+	require.Equal(t, before.Compiled+1, after.Compiled)
+	require.Equal(t, before.Loaded+1, after.Loaded)
+}
+
+func TestCacheCorruptEntryRecompiled(t *testing.T) {
+	b := backend(t)
+	dir := t.TempDir()
+	logs := configure(t, dir, "test-plugin v1", 0)
+	run(t, b, 5)
+	files := entries(t, dir)
+	require.Len(t, files, 1)
+	for _, corrupt := range []func([]byte) []byte{
+		func(raw []byte) []byte { raw[len(raw)-10] ^= 0xff; return raw }, // a flipped byte in the payload
+		func(raw []byte) []byte { return raw[:len(raw)/2] },              // truncated
+		func([]byte) []byte { return []byte("garbage") },                 // not an entry at all
+	} {
+		raw, err := os.ReadFile(files[0])
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(files[0], corrupt(raw), 0o644))
+		before := progcache.Snapshot()
+		run(t, b, 5)
+		after := progcache.Snapshot()
+		require.Equal(t, before.Rejected+1, after.Rejected)
+		require.Equal(t, before.Compiled+1, after.Compiled, "a corrupt entry is recompiled")
+		require.Equal(t, before.Loaded, after.Loaded)
+		require.Len(t, entries(t, dir), 1, "the recompiled program replaces the entry")
+	}
+	require.Equal(t, 3, logs.count("compiled-program cache entry rejected; compiling"))
+	run(t, b, 5)
+	require.Equal(t, 1, logs.count("compiled program loaded from cache"))
+}
+
+func TestCacheOtherPluginVersionIgnored(t *testing.T) {
+	b := backend(t)
+	dir := t.TempDir()
+	configure(t, dir, "test-plugin v1", 0)
+	run(t, b, 7)
+	require.Len(t, entries(t, dir), 1)
+	v1 := entries(t, dir)[0]
+
+	// Another plugin build never looks the entry up: its key differs.
+	logs := configure(t, dir, "test-plugin v2", 0)
+	before := progcache.Snapshot()
+	run(t, b, 7)
+	after := progcache.Snapshot()
+	require.Equal(t, before.Compiled+1, after.Compiled)
+	require.Equal(t, before.Loaded, after.Loaded)
+	require.Equal(t, 0, logs.count("compiled program loaded from cache"))
+	require.Len(t, entries(t, dir), 2)
+
+	// An entry whose header names another plugin under the right key (renamed into
+	// place) is rejected, not loaded.
+	logs = configure(t, dir, "test-plugin v1", 0)
+	run(t, b, 7) // a hit: v1's own entry
+	require.Equal(t, 1, logs.count("compiled program loaded from cache"))
+	logs = configure(t, dir, "test-plugin v2", 0)
+	for _, f := range entries(t, dir) {
+		if f != v1 {
+			require.NoError(t, os.Rename(v1, f)) // v1's entry under v2's key
+		}
+	}
+	before = progcache.Snapshot()
+	run(t, b, 7)
+	after = progcache.Snapshot()
+	require.Equal(t, before.Rejected+1, after.Rejected)
+	require.Equal(t, before.Compiled+1, after.Compiled)
+	require.Equal(t, 0, logs.count("compiled program loaded from cache"))
+}
+
+func TestCacheEvictsLeastRecentlyUsedBySize(t *testing.T) {
+	b := backend(t)
+	dir := t.TempDir()
+	configure(t, dir, "test-plugin v1", 0)
+	run(t, b, 11)
+	files := entries(t, dir)
+	require.Len(t, files, 1)
+	info, err := os.Stat(files[0])
+	require.NoError(t, err)
+	// Room for two entries of this size (they all are alike), not three.
+	logs := configure(t, dir, "test-plugin v1", info.Size()*5/2)
+	run(t, b, 12)
+	run(t, b, 11) // used again: now the most recent
+	require.Equal(t, 1, logs.count("compiled program loaded from cache"))
+	before := progcache.Snapshot()
+	run(t, b, 13) // the third entry evicts 12, the least recently used
+	require.Equal(t, before.Evicted+1, progcache.Snapshot().Evicted)
+	require.Len(t, entries(t, dir), 2)
+	run(t, b, 11)
+	require.Equal(t, 2, logs.count("compiled program loaded from cache"), "11 was kept")
+	before = progcache.Snapshot()
+	run(t, b, 12)
+	require.Equal(t, before.Compiled+1, progcache.Snapshot().Compiled, "12 was evicted")
+}
