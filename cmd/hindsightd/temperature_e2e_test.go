@@ -90,7 +90,7 @@ func TestTemperatureCreditFiles(t *testing.T) {
 		if step > 0 {
 			path = filepath.Join(data, "checkpoints", checkpoint.StepDirName(step))
 		}
-		m, _, _, err := xla.OpenPolicyAs(path, xla.PrecisionF32)
+		m, err := xla.Open(path, xla.OpenOptions{Precision: xla.PrecisionF32})
 		require.NoError(t, err, "the weights of step %d", step)
 		s, err := xla.NewScorer(backend, m, xla.ScorerOptions{})
 		require.NoError(t, err)
