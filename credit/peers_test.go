@@ -102,13 +102,13 @@ func TestPeerGoldens(t *testing.T) {
 		if c.Mode == string(DistillSampledToken) {
 			ccfg.Distill.Mode = DistillFull // the IS weight and DistillWeight; the value is mapped below
 		}
-		rs := make([]Rollout, B)
+		rs := make([]Sequence, B)
 		D := make([][]float64, B)
 		G := make([][][]float64, B)
 		var authorsLoss, trlLoss float64
 		for b := range B {
 			n := 0
-			rs[b] = Rollout{ID: c.Name, Student: make([]float64, T), Sampler: make([]float64, T), Trainable: make([]bool, T), Temperature: c.Temp}
+			rs[b] = Sequence{ID: c.Name, Student: make([]float64, T), Sampler: make([]float64, T), Trainable: make([]bool, T), Temperature: c.Temp}
 			D[b], G[b] = make([]float64, T), make([][]float64, T)
 			for t0 := range T {
 				z := Tempered(c.Student[b][t0], c.Temp)
@@ -135,7 +135,7 @@ func TestPeerGoldens(t *testing.T) {
 				D[b][t0], G[b][t0] = d, Tempered(g, c.Temp) // ∂/∂logits = ∂/∂z / T
 				require.InDelta(t, c.PerToken[b][t0], d, 1e-10*max(1, math.Abs(d)), "%s: per-token loss [%d, %d]", c.Name, b, t0)
 			}
-			rs[b].Hints = []HintSpan{{Start: 0, End: n, Teacher: make([]float64, n)}}
+			rs[b].Hints = []Hint{{InsertAt: 0, End: n, Teacher: make([]float64, n)}}
 			for t0 := range n {
 				rs[b].Hints[0].Teacher[t0] = -1
 			}

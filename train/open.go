@@ -102,7 +102,7 @@ func Open(o Options) (*Loop, error) {
 	plog := &progressLog{log: o.Log}
 	lp.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
 		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: o.Credit, Optimizer: tc.Optimizer,
-		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms, Devices: devices,
+		TeacherModel: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms, Devices: devices,
 		ShardOptimizer: tc.ShardOptimizer, OnProgress: plog.observe})
 	if err != nil {
 		return nil, err

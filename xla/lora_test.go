@@ -137,12 +137,12 @@ func TestLoRATrainFreezesBase(t *testing.T) {
 
 	plain, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
-	_, err = NewTrainer(backend, plain, TrainerOptions{Teacher: TeacherConfig{Mode: TeacherBase}})
+	_, err = NewTrainer(backend, plain, TrainerOptions{TeacherModel: TeacherModelConfig{Mode: TeacherBase}})
 	require.ErrorContains(t, err, "mode base is the base model with the LoRA adapters off, and there are none")
 
 	opts := loraOptions(nil)
 	opts.Credit.KLBeta = 0
-	opts.Teacher = TeacherConfig{Mode: TeacherBase}
+	opts.TeacherModel = TeacherModelConfig{Mode: TeacherBase}
 	m2, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	tr2, err := NewTrainer(backend, m2, opts)
@@ -229,7 +229,7 @@ func TestLoRAFrozenTeacher(t *testing.T) {
 	require.NoError(t, err)
 	opts := loraOptions(nil)
 	opts.Credit.KLBeta = 0
-	opts.Teacher = TeacherConfig{Mode: TeacherFrozen, RefreshEvery: 2}
+	opts.TeacherModel = TeacherModelConfig{Mode: TeacherFrozen, RefreshEvery: 2}
 	tr, err := NewTrainer(backend, m, opts)
 	require.NoError(t, err)
 	tv := trainables(tr.teacher.model)

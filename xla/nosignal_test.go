@@ -26,11 +26,11 @@ func TestStepWithoutSignal(t *testing.T) {
 		return tr
 	}
 	pool := rolloutPool(4, 21)
-	silent := []credit.Rollout{pool[0], pool[1]}
+	silent := []credit.Sequence{pool[0], pool[1]}
 	for i := range silent {
 		silent[i].ID, silent[i].Hints, silent[i].HasReward = "silent"+silent[i].ID, nil, false
 	}
-	signal := []credit.Rollout{pool[2], pool[3]}
+	signal := []credit.Sequence{pool[2], pool[3]}
 
 	tr := newTrainer(dir)
 	w0, m0, t0 := weightsOf(tr.model), momentsOf(tr), weightsOf(tr.teacher.model)

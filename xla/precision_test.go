@@ -89,7 +89,7 @@ func scoreWith(t *testing.T, backend backends.Backend, m *Model, tokens []int32,
 // teacher (an EMA copy of a full bf16 policy is refused), KL against a reference.
 func bf16Options(ref *Model) TrainerOptions {
 	opts := resumeOptions(ref)
-	opts.Teacher = TeacherConfig{Mode: TeacherFrozen, RefreshEvery: 3}
+	opts.TeacherModel = TeacherModelConfig{Mode: TeacherFrozen, RefreshEvery: 3}
 	opts.Optimizer.TotalSteps = 0
 	opts.Optimizer.LR, opts.Optimizer.MinLR = 1e-3, 0
 	return opts
@@ -136,7 +136,7 @@ func TestBF16TrainingTracksF32(t *testing.T) {
 		before := logps(tr.Scorer())
 		var losses []float64
 		for range 50 {
-			batch := []credit.Rollout{pool[tr.Rand().IntN(len(pool))], pool[tr.Rand().IntN(len(pool))]}
+			batch := []credit.Sequence{pool[tr.Rand().IntN(len(pool))], pool[tr.Rand().IntN(len(pool))]}
 			met, err := tr.Step(t.Context(), batch)
 			require.NoError(t, err)
 			losses = append(losses, met.Loss)

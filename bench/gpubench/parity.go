@@ -63,7 +63,7 @@ func (b *bench) parity(ctx context.Context, preset string) error {
 	// the plain Score of y_<a · h · y_a…y_<e.
 	a, e := T/2, T/2+T/4
 	hint := benchutil.Tokens(16, mc.VocabSize, 5, 6)
-	q, err := s.ScoreHinted(ctx, tokens, cache, []credit.HintSpan{{Start: a, End: e, Hint: hint}})
+	q, err := s.ScoreHinted(ctx, tokens, cache, []credit.Hint{{InsertAt: a, End: e, Tokens: hint}})
 	if err != nil {
 		return fmt.Errorf("hinted: %w", err)
 	}

@@ -117,7 +117,7 @@ func TestTemperatureCreditFiles(t *testing.T) {
 			}
 			for k, h := range r.Hints {
 				hints++
-				span := []credit.HintSpan{{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens}}
+				span := []credit.Hint{{InsertAt: int(h.InsertAt), End: int(h.End), Tokens: h.Tokens}}
 				q, _, err := s.ScoreHintedAt(t.Context(), r.Tokens, cache, span, xla.TeacherView{}, nil, T)
 				require.NoError(t, err)
 				for i, v := range q[0] {

@@ -52,13 +52,13 @@ type DemoCounts struct {
 // Demos3 plays one demonstration of each of train tasks 0..n-1 (seeded by seed) and
 // returns the successful ones as trainer rollouts (SFT: advantage 1 on the policy
 // tokens that are not slips).
-func Demos3(tok tokenizer.Tokenizer, n int, cfg Demo3Config, maxTokens, maxCalls int, seed uint64) ([]credit.Rollout, DemoCounts, error) {
+func Demos3(tok tokenizer.Tokenizer, n int, cfg Demo3Config, maxTokens, maxCalls int, seed uint64) ([]credit.Sequence, DemoCounts, error) {
 	rule := train.NewRule(SFTCredit(), tok) // policy turns past their role header are the targets (no sampler log-probs)
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, n)
 	if err != nil {
 		return nil, DemoCounts{}, err
 	}
-	var out []credit.Rollout
+	var out []credit.Sequence
 	var cnt DemoCounts
 	for i, t := range tasks {
 		r, slips, err := playDemo3(tok, t, cfg, maxTokens, maxCalls, rand.New(rand.NewPCG(seed, uint64(i))), &cnt)
