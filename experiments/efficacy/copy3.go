@@ -112,15 +112,7 @@ func playCopy3(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTok
 	}
 	slipAt := at[rng.IntN(len(at))]
 	exp := t.Solution[slipAt]
-	var slip string
-	if rng.Float64() < cfg.Own {
-		slip = OwnSlip(exp, t, rng.IntN)
-	} else if rng.IntN(2) == 0 {
-		slip = SilentSlip(exp, t, rng.IntN)
-	}
-	if slip == "" || SameCall(slip, exp) {
-		slip = toolworld.Mistake(exp, rng)
-	}
+	slip, _ := drawSlip(exp, t, cfg.Own, rng)
 	if slip == "" || SameCall(slip, exp) {
 		return nil, false, nil
 	}

@@ -89,6 +89,22 @@ func Demos3(tok tokenizer.Tokenizer, n int, cfg Demo3Config, maxTokens, maxCalls
 	return out, cnt, nil
 }
 
+// drawSlip draws the call an agent makes instead of exp at a slip: OwnSlip with
+// probability own, else SilentSlip half of the time, and toolworld.Mistake's failing
+// call where those give none other than exp. silent reports a slip that is not
+// Mistake's. Demos3 and CopyDemos3 draw their slips alike.
+func drawSlip(exp string, t toolworld.Task, own float64, rng *rand.Rand) (slip string, silent bool) {
+	if rng.Float64() < own {
+		slip = OwnSlip(exp, t, rng.IntN)
+	} else if rng.IntN(2) == 0 {
+		slip = SilentSlip(exp, t, rng.IntN)
+	}
+	if slip == "" || SameCall(slip, exp) {
+		return toolworld.Mistake(exp, rng), false
+	}
+	return slip, true
+}
+
 // playDemo3 plays one demonstration; nil when it did not end in success. slips marks
 // the tool calls (in order) that were slips.
 func playDemo3(tok tokenizer.Tokenizer, t toolworld.Task, cfg Demo3Config, maxTokens, maxCalls int, rng *rand.Rand, cnt *DemoCounts) (*rollout.Rollout, map[int]bool, error) {
@@ -127,14 +143,8 @@ func playDemo3(tok tokenizer.Tokenizer, t toolworld.Task, cfg Demo3Config, maxTo
 		case explored:
 			line, explored = exp, false
 		case toolworld.ParseCall(exp).Name != toolworld.AnswerCommand && rng.Float64() < cfg.Slip:
-			if rng.Float64() < cfg.Own {
-				line = OwnSlip(exp, t, rng.IntN)
-			} else if rng.IntN(2) == 0 {
-				line = SilentSlip(exp, t, rng.IntN)
-			}
-			if line == "" || SameCall(line, exp) {
-				line = toolworld.Mistake(exp, rng)
-			} else {
+			var silent bool
+			if line, silent = drawSlip(exp, t, cfg.Own, rng); silent {
 				cnt.SilentSlips++ // or an own slip
 			}
 			if line == "" {
