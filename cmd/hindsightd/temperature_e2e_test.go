@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,8 +65,7 @@ func TestTemperatureCreditFiles(t *testing.T) {
 	p := startDaemon(t, "-config", cfg)
 	addr := p.waitReady(t)
 	waitTrained(t, p, addr, int64(len(want)))
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 
 	var reasons []byte
 	for _, n := range listDir(t, filepath.Join(data, "spool", "failed")) {
