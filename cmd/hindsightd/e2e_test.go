@@ -138,7 +138,8 @@ func startConfigured(t *testing.T, dataDir, body string, args ...string) (*proc,
 // guard).
 func (p *proc) stop(t *testing.T, limit time.Duration) {
 	t.Helper()
-	p.stop(t, limit)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, limit), p.log())
 }
 
 var listenRe = regexp.MustCompile(`"listen":"([^"]+)".*"message":"ready"`)
