@@ -258,6 +258,13 @@ func (c *Config) Validate() error {
 	if err := checkpoint.ValidateHooks(c.EngineHooks); err != nil {
 		return err
 	}
+	if c.abOnEngine() {
+		for i, h := range c.EngineHooks {
+			if h.Kind != checkpoint.HookVLLMLoRA {
+				return fmt.Errorf("engine_hooks[%d].kind %s: gateway.ab with gateway.upstream serves two checkpoints by name; only %s hooks load them so", i, h.Kind, checkpoint.HookVLLMLoRA)
+			}
+		}
+	}
 	return c.Eval.Validate("eval.")
 }
 
@@ -324,4 +331,11 @@ func (c *Config) YAML() ([]byte, error) {
 		return nil, fmt.Errorf("encode config: %w", err)
 	}
 	return b.Bytes(), nil
+}
+
+// abOnEngine reports whether the gateway's A/B test runs on an upstream engine:
+// then the engine hooks load each candidate under its own model id (the
+// gateway's LoadModel) instead of pushing every checkpoint under lora_name.
+func (c *Config) abOnEngine() bool {
+	return c.Gateway.Enabled && c.Gateway.AB.Enabled && c.Gateway.Upstream != ""
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"math"
 	"path/filepath"
@@ -41,7 +42,8 @@ func (d *daemon) openGateway() error {
 			}
 			return nil, false
 		},
-		Log: d.opts.Log,
+		LoadModel: d.loadModel,
+		Log:       d.opts.Log,
 	})
 	if err != nil {
 		return err
@@ -139,4 +141,24 @@ func (d *daemon) DecideAB(action, by, reason string) (*hindsightv1.ABDecision, e
 	}
 	d.stats.publish()
 	return decisionProto(dec), nil
+}
+
+// loadModel has every engine hook's engine load the checkpoint at dir under the
+// model id model: the gateway's A/B test on an upstream engine (each vllm_lora
+// hook loads it as the adapter named model).
+func (d *daemon) loadModel(ctx context.Context, dir, model string) error {
+	if !d.cfg.abOnEngine() || len(d.cfg.EngineHooks) == 0 {
+		return nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	var errs []error
+	for _, h := range d.cfg.EngineHooks {
+		if err := h.Push(ctx, nil, abs, model, d.log); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

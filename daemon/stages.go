@@ -116,7 +116,7 @@ func (d *daemon) serve(ctx context.Context) error {
 	if err := d.openGateway(); err != nil {
 		return err
 	}
-	if len(d.cfg.EngineHooks) > 0 && d.training() {
+	if len(d.cfg.EngineHooks) > 0 && d.training() && !d.cfg.abOnEngine() {
 		d.hooks = &checkpoint.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
 	}
 	d.stats.setGateway(d.gatewayStats)

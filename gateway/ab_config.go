@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -51,10 +50,11 @@ type ABConfig struct {
 	// Resamples is the bootstrap's resample count (metric reward and the outcome
 	// intervals in status).
 	Resamples int `yaml:"resamples"`
-	// CandidateModel is, with gateway.upstream, the model id requests of the
-	// candidate's sessions name (a vLLM LoRA adapter the vllm_lora hooks load);
-	// empty: upstream_model + "-candidate".
-	CandidateModel string `yaml:"candidate_model"`
+	// CandidatePrefix is, with gateway.upstream, how candidates are named on the
+	// engine: a candidate of step N is the model (a vLLM LoRA adapter the
+	// vllm_lora engine hooks load) <candidate_prefix>-step-<N>; empty:
+	// upstream_model.
+	CandidatePrefix string `yaml:"candidate_prefix"`
 }
 
 // DefaultABConfig returns gateway.ab's defaults (off).
@@ -89,14 +89,12 @@ func (c ABConfig) Validate() error {
 	return nil
 }
 
-// validateUpstream checks gateway.ab against the upstream settings: the candidate
-// needs a model id of its own.
-func (c ABConfig) candidateModel(upstreamModel string) (string, error) {
-	if c.CandidateModel != "" {
-		if c.CandidateModel == upstreamModel {
-			return "", errors.New("gateway.ab.candidate_model: the same as gateway.upstream_model (the arms need two model ids)")
-		}
-		return c.CandidateModel, nil
+// candidateModel is the engine's model id of a candidate of step (upstream:
+// the default model id the engine began with).
+func (c ABConfig) candidateModel(upstream string, step int64) string {
+	prefix := c.CandidatePrefix
+	if prefix == "" {
+		prefix = upstream
 	}
-	return upstreamModel + "-candidate", nil
+	return fmt.Sprintf("%s-step-%d", prefix, step)
 }

@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // armKey names a loaded policy: a checkpoint and, with gateway.upstream, the
@@ -12,9 +14,10 @@ type armKey struct {
 	dir, model string
 }
 
-// get returns the policy of checkpoint ck served under upstream model id model
-// ("" for the embedded sampler), loading it the first time.
-func (p *policies) get(ck Checkpoint, model string) (*policy, error) {
+// get returns the policy of checkpoint ck (served under upstream model id
+// ck.Model; "" for the embedded sampler), loading it the first time.
+func (p *policies) get(ck Checkpoint) (*policy, error) {
+	model := ck.Model
 	key := armKey{ck.Dir, model}
 	p.mu.Lock()
 	np := p.loaded[key]
@@ -58,17 +61,18 @@ func (p *policies) keep(use map[armKey]bool) {
 	}
 }
 
-// armModel is the upstream model id an arm's requests name ("" for the embedded
-// sampler).
-func (g *Gateway) armModel(arm string) string {
-	if g.cfg.Upstream == "" {
-		return ""
+// checkpointFor is a servable checkpoint as the A/B test names it: with
+// gateway.upstream, the default the test begins with is upstream_model, and a
+// candidate is <candidate_prefix>-step-<N>.
+func (g *Gateway) checkpointFor(dir string, step int64, candidate bool) Checkpoint {
+	ck := Checkpoint{Dir: dir, Step: step}
+	if g.cfg.Upstream != "" {
+		ck.Model = g.cfg.UpstreamModel
+		if candidate {
+			ck.Model = g.cfg.AB.candidateModel(g.cfg.UpstreamModel, step)
+		}
 	}
-	if arm == ArmCandidate {
-		m, _ := g.cfg.AB.candidateModel(g.cfg.UpstreamModel)
-		return m
-	}
-	return g.cfg.UpstreamModel
+	return ck
 }
 
 // policyFor returns the policy a recorded session samples from: without A/B the
@@ -79,10 +83,14 @@ func (g *Gateway) policyFor(s *session) (*policy, *apiError) {
 		return g.pol.cur.Load(), nil
 	}
 	if s.arm == "" {
-		s.round, s.arm, s.ck = g.ab.choose(s.id)
-		s.model = g.armModel(s.arm)
+		round, arm, ck := g.ab.choose(s.id)
+		g.mu.Lock() // unloadUnused reads the arms of the sessions under g.mu
+		s.round, s.arm, s.ck, s.model = round, arm, ck, ck.Model
+		g.mu.Unlock()
 	}
-	p, err := g.pol.get(s.ck, s.model)
+	ck := s.ck
+	ck.Model = s.model
+	p, err := g.pol.get(ck)
 	if err != nil {
 		g.log.Error().Err(err).Str("session", s.id).Str("checkpoint", s.ck.Dir).Msg("A/B: load the session's checkpoint")
 		return nil, &apiError{status: http.StatusServiceUnavailable, Type: "server_error",
@@ -97,17 +105,39 @@ func (g *Gateway) policyFor(s *session) (*policy, *apiError) {
 // candidate when none is in test; the rule decides (gateway.ab.auto); the
 // policies nobody uses are unloaded.
 func (g *Gateway) abRefresh() error {
+	g.abMu.Lock()
+	defer g.abMu.Unlock()
+	return g.abRefreshLocked()
+}
+
+// abRefreshLocked is abRefresh with g.abMu held.
+func (g *Gateway) abRefreshLocked() error {
 	if _, def, _ := g.ab.arms(); def == nil {
 		dir, step, ok := g.pol.newest()
 		if !ok {
 			return errors.New("A/B: no checkpoint to serve")
 		}
-		if err := g.ab.start(Checkpoint{Dir: dir, Step: step}); err != nil {
+		if err := g.ab.start(g.checkpointFor(dir, step, false)); err != nil {
 			return err
 		}
 	}
 	_, def, cand := g.ab.arms()
-	p, err := g.pol.get(*def, g.armModel(ArmDefault))
+	p, err := g.pol.get(*def)
+	if err != nil && g.pol.cur.Load() == nil {
+		// At start-up: the default is gone (pruned by train.checkpoint.keep, or
+		// moved). The newest checkpoint serves instead, recorded as a reset.
+		dir, step, ok := g.pol.newest()
+		if !ok || dir == def.Dir {
+			return fmt.Errorf("A/B: load the default checkpoint: %w", err)
+		}
+		why := fmt.Sprintf("the default checkpoint %s cannot be loaded (%v); the newest checkpoint serves instead", def.Dir, err)
+		g.log.Error().Str("checkpoint", def.Dir).Str("instead", dir).Err(err).Msg("A/B: the default checkpoint cannot be loaded; reset to the newest")
+		if err := g.ab.reset(g.checkpointFor(dir, step, false), why); err != nil {
+			return err
+		}
+		_, def, cand = g.ab.arms()
+		p, err = g.pol.get(*def)
+	}
 	if err != nil {
 		return fmt.Errorf("A/B: load the default checkpoint: %w", err)
 	}
@@ -116,14 +146,17 @@ func (g *Gateway) abRefresh() error {
 		g.log.Info().Str("model", def.Dir).Int64("policy_version", def.Step).Str("chat_template", p.template.source).Msg("serving policy (A/B default)")
 	}
 	if cand != nil { // after a restart: loaded before its first session asks
-		if _, err := g.pol.get(*cand, g.armModel(ArmCandidate)); err != nil {
+		if _, err := g.pol.get(*cand); err != nil {
 			g.log.Warn().Err(err).Str("checkpoint", cand.Dir).Msg("A/B: load the candidate")
 		}
 	} else {
-		if dir, step, ok := g.pol.newest(); ok && dir != def.Dir {
-			ck := Checkpoint{Dir: dir, Step: step}
-			if _, err := g.pol.get(ck, g.armModel(ArmCandidate)); err != nil {
+		if dir, step, ok := g.pol.newest(); ok && dir != def.Dir && g.ab.newer(step) && g.loadWait(dir) {
+			ck := g.checkpointFor(dir, step, true)
+			if _, err := g.pol.get(ck); err != nil {
 				g.log.Warn().Err(err).Str("checkpoint", dir).Msg("A/B: load the new checkpoint; not a candidate yet")
+			} else if err := g.loadOnEngine(ck); err != nil {
+				g.loadFailed = map[string]time.Time{dir: time.Now()}
+				g.log.Warn().Err(err).Str("checkpoint", dir).Str("upstream_model", ck.Model).Msg("A/B: the engine did not load the new checkpoint; not a candidate yet, retried in 30s")
 			} else if ok, err := g.ab.propose(ck); err != nil {
 				return err
 			} else if ok {
@@ -170,6 +203,8 @@ func (g *Gateway) DecideAB(action, by, why string) (Decision, error) {
 	if action != "promote" && action != "rollback" {
 		return Decision{}, fmt.Errorf("action %q: want promote or rollback", action)
 	}
+	g.abMu.Lock()
+	defer g.abMu.Unlock()
 	_, _, d := g.ab.rule(g.ab.stats(), g.opts.Evals)
 	if d.Candidate.Dir == "" {
 		return Decision{}, ErrNoCandidate
@@ -181,7 +216,7 @@ func (g *Gateway) DecideAB(action, by, why string) (Decision, error) {
 	if err != nil {
 		return d, err
 	}
-	if err := g.abRefresh(); err != nil {
+	if err := g.abRefreshLocked(); err != nil {
 		g.log.Warn().Err(err).Msg("A/B: reload after the decision")
 	}
 	return d, nil
@@ -191,9 +226,9 @@ func (g *Gateway) DecideAB(action, by, why string) (Decision, error) {
 // unfinished session uses.
 func (g *Gateway) unloadUnused() {
 	_, def, cand := g.ab.arms()
-	use := map[armKey]bool{{def.Dir, g.armModel(ArmDefault)}: true}
+	use := map[armKey]bool{{def.Dir, def.Model}: true}
 	if cand != nil {
-		use[armKey{cand.Dir, g.armModel(ArmCandidate)}] = true
+		use[armKey{cand.Dir, cand.Model}] = true
 	}
 	g.mu.Lock()
 	for _, m := range []map[string]*session{g.sessions, g.held, g.ending} {
@@ -215,7 +250,7 @@ func (g *Gateway) ABStats() (ABStats, bool) {
 	}
 	st := g.ab.stats()
 	for i := range st.Arms {
-		st.Arms[i].Model = g.armModel(st.Arms[i].Role)
+		st.Arms[i].Model = st.Arms[i].Checkpoint.Model
 	}
 	_, why, _ := g.ab.rule(st, g.opts.Evals)
 	st.Verdict = why
@@ -267,4 +302,27 @@ func (g *Gateway) abOutcome(id string, reward *float32) {
 	if err := g.ab.outcome(id, *reward); err != nil {
 		g.log.Warn().Err(err).Str("session", id).Msg("A/B: record the outcome; not counted")
 	}
+}
+
+// loadWait reports whether a checkpoint whose engine load failed may be tried
+// again (30 s after the failure).
+func (g *Gateway) loadWait(dir string) bool {
+	at, failed := g.loadFailed[dir]
+	return !failed || time.Since(at) >= 30*time.Second
+}
+
+// loadOnEngine has the engine load a candidate under its model id before any
+// session names it (Options.LoadModel, the daemon's vllm_lora engine hooks);
+// nothing without an engine or a loader.
+func (g *Gateway) loadOnEngine(ck Checkpoint) error {
+	if g.cfg.Upstream == "" || g.opts.LoadModel == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := g.opts.LoadModel(ctx, ck.Dir, ck.Model); err != nil {
+		return err
+	}
+	g.log.Info().Str("checkpoint", ck.Dir).Int64("step", ck.Step).Str("upstream_model", ck.Model).Msg("A/B: the engine loaded the candidate")
+	return nil
 }

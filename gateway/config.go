@@ -147,10 +147,5 @@ func (c Config) Validate() error {
 	if err := c.AB.Validate(); err != nil {
 		return err
 	}
-	if c.AB.Enabled && c.Upstream != "" {
-		if _, err := c.AB.candidateModel(c.UpstreamModel); err != nil {
-			return err
-		}
-	}
 	return nil
 }

@@ -51,7 +51,11 @@ type Options struct {
 	// Evals, when set, gives the eval suites' primary metrics of a checkpoint's
 	// step, for the A/B rule's "no eval regression" (the daemon's evals.jsonl).
 	Evals EvalScores
-	Log   zerolog.Logger
+	// LoadModel, with gateway.ab and gateway.upstream, has the engine load the
+	// checkpoint at dir under model id model (the daemon's vllm_lora engine
+	// hooks); each candidate is loaded before it serves a session.
+	LoadModel func(ctx context.Context, dir, model string) error
+	Log       zerolog.Logger
 }
 
 // Gateway serves chat completions and records the conversations.
@@ -64,6 +68,12 @@ type Gateway struct {
 
 	late *LateFeedback
 	ab   *abTest // gateway.ab: the A/B test (nil: off)
+	// abMu orders the A/B refreshes and decisions (the Run goroutine's reload,
+	// ControlService.DecideAB).
+	abMu sync.Mutex
+	// loadFailed holds the checkpoint whose engine load failed last, and when
+	// (the Run goroutine's; abRefresh).
+	loadFailed map[string]time.Time
 
 	mu       sync.Mutex
 	sessions map[string]*session

@@ -294,6 +294,9 @@ func TestDistillStepGradient(t *testing.T) {
 		{credit.DistillConfig{Mode: credit.DistillTopK, TopK: 8, Divergence: credit.DivReverseKL, TopKIDs: credit.IDsStudent, ISCap: 2}, 0.7},
 		{credit.DistillConfig{Mode: credit.DistillFull, TopK: 1, Divergence: credit.DivJSD, JSDAlpha: 0.5}, 1.5},
 	} {
+		if testing.Short() && tc.temp == 1.5 {
+			continue // CI's XLA CPU pass (-short): one temperature case is enough there
+		}
 		dc := tc.dc
 		cfg := credit.DefaultConfig()
 		cfg.Normalize, cfg.LambdaDistill = credit.NormalizeSeparate, 1

@@ -309,3 +309,85 @@ func TestGatewayAB(t *testing.T) {
 	require.Contains(t, stderr, "no candidate")
 	require.True(t, strings.Contains(p.log(), `"by":"rule"`))
 }
+
+// TestGatewayABUpstream runs the A/B test on an engine (gateway/testdata/fake_vllm.py,
+// which answers in vLLM's shapes and loads LoRA adapters by name): the vllm_lora
+// engine hook loads the candidate as the adapter served-policy-step-5 before it
+// serves a session; the requests of the candidate's sessions name it and the
+// default's name served-policy; after a promotion new sessions name the promoted
+// adapter, and a session of the old default keeps its name and its checkpoint.
+func TestGatewayABUpstream(t *testing.T) {
+	engine, engineLog := startFakeVLLM(t)
+	dataDir := t.TempDir()
+	top := fmt.Sprintf("train: {enabled: false}\nengine_hooks: [{kind: vllm_lora, url: %s, lora_name: served-policy, attempts: 2}]\n",
+		strings.TrimSuffix(engine, "/v1"))
+	p, base := startGatewayWith(t, dataDir, top, ", upstream: "+engine+", upstream_model: served-policy"+abGatewayConfig)
+	addr := p.waitReady(t)
+	abArms(t, p, addr, 0, -1)
+	ck := writeABCheckpoint(t, dataDir, 3, 5)
+	ab := abArms(t, p, addr, 0, 5)
+	require.Equal(t, "served-policy", ab.GetArms()[0].GetModel())
+	require.Equal(t, "served-policy-step-5", ab.GetArms()[1].GetModel())
+
+	type logged struct {
+		Model     string `json:"model"`
+		LoRAName  string `json:"lora_name"`
+		LoRAPath  string `json:"lora_path"`
+		MaxTokens int    `json:"max_tokens"`
+	}
+	readLog := func() []logged {
+		b, err := os.ReadFile(engineLog)
+		require.NoError(t, err)
+		var out []logged
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var l logged
+			require.NoError(t, json.Unmarshal([]byte(line), &l))
+			out = append(out, l)
+		}
+		return out
+	}
+	abs, err := filepath.Abs(ck)
+	require.NoError(t, err)
+	require.Equal(t, []logged{{LoRAName: "served-policy-step-5", LoRAPath: abs}}, readLog(), "the candidate is loaded on the engine before any request")
+
+	turn := func(id string, msgs []map[string]any) (string, map[string]any) {
+		body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs, "max_tokens": 16})
+		status, v := post(t, base+"/chat/completions", gatewayKey, id, string(body))
+		require.Equal(t, 200, status, v)
+		return v["system_fingerprint"].(string), v["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+	}
+	cand, def := abIDs("up", 2, true), abIDs("up", 2, false)
+	want := []string{}
+	first := []map[string]any{{"role": "user", "content": "hello"}}
+	var oldDefault map[string]any
+	for i, id := range []string{cand[0], def[0], cand[1], def[1]} {
+		fp, msg := turn(id, first)
+		if i%2 == 0 {
+			require.Equal(t, stepFP(5), fp, "session %s", id)
+			want = append(want, "served-policy-step-5")
+		} else {
+			require.Equal(t, stepFP(0), fp, "session %s", id)
+			want = append(want, "served-policy")
+			oldDefault = msg
+		}
+	}
+	var got []string
+	for _, l := range readLog()[1:] {
+		got = append(got, l.Model)
+	}
+	require.Equal(t, want, got, "each request names its session's arm")
+
+	_, stderr, code := runCLI(t, "ab", "promote", "-addr", addr)
+	require.Equal(t, 0, code, stderr)
+	ab = abArms(t, p, addr, 5, -1)
+	require.Equal(t, "served-policy-step-5", ab.GetArms()[0].GetModel(), "the promoted checkpoint keeps its name")
+	fp, _ := turn("after-promote", first)
+	require.Equal(t, stepFP(5), fp)
+	fp, _ = turn(def[1], append(append(first[:1:1], oldDefault), map[string]any{"role": "user", "content": "more"}))
+	require.Equal(t, stepFP(0), fp, "a session of the old default keeps its checkpoint")
+	reqs := readLog()
+	require.Len(t, reqs, 7, "no adapter reloaded for the promotion")
+	require.Equal(t, "served-policy-step-5", reqs[5].Model)
+	require.Equal(t, "served-policy", reqs[6].Model)
+	require.NotContains(t, p.log(), `"level":"error"`)
+}

@@ -225,3 +225,19 @@ func callHook(ctx context.Context, client *http.Client, h HookConfig, dir string
 	}
 	return last
 }
+
+// Push tells hook h's engine to load the checkpoint at dir now, as Run does for a
+// new checkpoint, with the same attempts and backoff; for a vllm_lora hook the
+// adapter is loaded under loraName ("" keeps h.LoRAName). The gateway's A/B test
+// loads each candidate under a name of its own this way, so the checkpoint a
+// session is pinned to keeps its name (docs/gateway.md "Which checkpoint do people
+// prefer").
+func (h HookConfig) Push(ctx context.Context, client *http.Client, dir, loraName string, log zerolog.Logger) error {
+	if loraName != "" {
+		h.LoRAName = loraName
+	}
+	if client == nil {
+		client = &http.Client{Timeout: 5 * time.Minute}
+	}
+	return callHook(ctx, client, h, dir, log, func(error) {})
+}

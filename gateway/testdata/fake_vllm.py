@@ -9,7 +9,9 @@ id), with made-up log-probs, so the test knows what the engine sampled. Every
 request body is appended to LOG as one JSON line. With "stream": true it answers
 with server-sent events, a chunk per token, as vLLM's completion_stream_generator
 does. With --old it leaves token_ids out (vLLM before 0.10.2): the ids are only in
-logprobs.tokens.
+logprobs.tokens. POST /v1/load_lora_adapter {"lora_name", "lora_path"} (vLLM's
+runtime LoRA loading) adds a model id that completions then accept beside
+served-policy, as vLLM serves an adapter by its name.
 
 usage: fake_vllm.py PORT_FILE LOG [--old]
 """
@@ -22,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 port_file, log_path = sys.argv[1], sys.argv[2]
 old = "--old" in sys.argv[3:]
+adapters = {}  # lora_name -> lora_path, loaded by POST /v1/load_lora_adapter
 
 
 class Engine(BaseHTTPRequestHandler):
@@ -71,10 +74,17 @@ class Engine(BaseHTTPRequestHandler):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with open(log_path, "a") as f:
             f.write(json.dumps(req) + "\n")
+        if self.path == "/v1/load_lora_adapter":
+            if not req.get("lora_name") or not os.path.isdir(req.get("lora_path", "")):
+                self.answer(400, {"error": {"message": "lora_name and an existing lora_path wanted", "type": "BadRequestError", "code": 400}})
+                return
+            adapters[req["lora_name"]] = req["lora_path"]
+            self.answer(200, {"message": f"Success: LoRA adapter '{req['lora_name']}' added successfully."})
+            return
         if self.path != "/v1/completions":
             self.answer(404, {"error": {"message": "not found", "type": "NotFoundError", "code": 404}})
             return
-        if req.get("model") != "served-policy":
+        if req.get("model") != "served-policy" and req.get("model") not in adapters:
             self.answer(404, {"error": {"message": f"The model `{req.get('model')}` does not exist.",
                                         "type": "NotFoundError", "param": None, "code": 404}})
             return
