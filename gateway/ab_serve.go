@@ -153,7 +153,8 @@ func (g *Gateway) abRefreshLocked() error {
 		if dir, step, ok := g.pol.newest(); ok && dir != def.Dir && g.ab.newer(step) && g.loadWait(dir) {
 			ck := g.checkpointFor(dir, step, true)
 			if _, err := g.pol.get(ck); err != nil {
-				g.log.Warn().Err(err).Str("checkpoint", dir).Msg("A/B: load the new checkpoint; not a candidate yet")
+				g.loadFailed = map[string]time.Time{dir: time.Now()}
+				g.log.Warn().Err(err).Str("checkpoint", dir).Msg("A/B: load the new checkpoint; not a candidate yet, retried in 30s")
 			} else if err := g.loadOnEngine(ck); err != nil {
 				g.loadFailed = map[string]time.Time{dir: time.Now()}
 				g.log.Warn().Err(err).Str("checkpoint", dir).Str("upstream_model", ck.Model).Msg("A/B: the engine did not load the new checkpoint; not a candidate yet, retried in 30s")
@@ -172,6 +173,7 @@ func (g *Gateway) abRefreshLocked() error {
 			if _, err := g.decide(action, "rule", why, d); err != nil {
 				return err
 			}
+			return g.abRefreshLocked() // the new default serves now (one more round: no candidate has sessions yet)
 		}
 	}
 	g.unloadUnused()
@@ -320,7 +322,7 @@ func (g *Gateway) loadOnEngine(ck Checkpoint) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := g.opts.LoadModel(ctx, ck.Dir, ck.Model); err != nil {
+	if err := g.opts.LoadModel(ctx, ck.Dir, ck.Step, ck.Model); err != nil {
 		return err
 	}
 	g.log.Info().Str("checkpoint", ck.Dir).Int64("step", ck.Step).Str("upstream_model", ck.Model).Msg("A/B: the engine loaded the candidate")
