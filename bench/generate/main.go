@@ -71,7 +71,7 @@ func run(preset string, promptLen, newTokens int, batchList, backendSpec, python
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}

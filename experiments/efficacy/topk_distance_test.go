@@ -34,7 +34,7 @@ func TestTopKDistanceFromFull(t *testing.T) {
 	}
 	backend, err := xla.NewBackend(xla.ResolveBackend(testBackendSpec(), ""))
 	require.NoError(t, err)
-	m, err := xla.OpenModel("../../bench/efficacy/protocol3/warmstart/model")
+	m, err := xla.Open("../../bench/efficacy/protocol3/warmstart/model", xla.OpenOptions{})
 	require.NoError(t, err)
 	sc, err := xla.NewScorer(backend, m, xla.ScorerOptions{})
 	require.NoError(t, err)
@@ -67,9 +67,9 @@ func TestTopKDistanceFromFull(t *testing.T) {
 			require.NoError(t, err)
 			for _, h := range xr.Hints {
 				full := xla.TeacherView{Mode: credit.DistillFull}
-				_, s, err := sc.ScoreHintedView(t.Context(), xr.Tokens, cache, []credit.HintSpan{{Start: h.Start, End: h.End}}, full)
+				_, s, err := sc.ScoreHintedView(t.Context(), xr.Tokens, cache, []credit.Hint{{InsertAt: h.InsertAt, End: h.End}}, full)
 				require.NoError(t, err)
-				_, q, err := sc.ScoreHintedView(t.Context(), xr.Tokens, cache, []credit.HintSpan{h}, full)
+				_, q, err := sc.ScoreHintedView(t.Context(), xr.Tokens, cache, []credit.Hint{h}, full)
 				require.NoError(t, err)
 				V := s[0].K
 				for row := range s[0].Rows() {
