@@ -235,10 +235,11 @@ func (p *policy) refresh() (bool, error) {
 	if dir == "" {
 		return false, errors.New("collect: no model directory and no checkpoint to sample from")
 	}
-	m, tok, _, err := xla.OpenPolicy(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return false, fmt.Errorf("collect: open policy %s: %w", dir, err)
 	}
+	tok := m.Tokenizer()
 	s, err := xla.NewSampler(p.backend, m, 0)
 	if err != nil {
 		return false, fmt.Errorf("collect: %w", err)

@@ -72,7 +72,7 @@ func TestCollectorWritesSpoolFilesAndFollowsLatest(t *testing.T) {
 	// policy version; the tasks go on where the first run stopped.
 	b, err := xla.NewBackend(xla.DefaultBackend)
 	require.NoError(t, err)
-	m, err := xla.OpenModel(modelDir)
+	m, err := xla.Open(modelDir, xla.OpenOptions{})
 	require.NoError(t, err)
 	tr, err := xla.NewTrainer(b, m, xla.TrainerOptions{Budget: 64})
 	require.NoError(t, err)

@@ -25,7 +25,7 @@ func tinyPolicy(t *testing.T) (string, *xla.Sampler, *xla.Scorer, tokenizer.Toke
 	require.NoError(t, err)
 	tok := md.Tokenizer
 	md.Close()
-	m, err := xla.OpenModelWith(dir, tok)
+	m, err := xla.Open(dir, xla.OpenOptions{Tokenizer: tok})
 	require.NoError(t, err)
 	b, err := xla.NewBackend(xla.DefaultBackend)
 	require.NoError(t, err)

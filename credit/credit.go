@@ -5,25 +5,26 @@ import (
 	"math"
 )
 
-// HintSpan is one hinted segment of a rollout: the hint's tokens h (already wrapped
-// in the model's hint template) inserted before position Start (insert_at, the start
-// of the policy turn), and the rollout's tokens [Start, End) re-scored after them. The
-// trainer reads Hint and Empty and fills Teacher and EmptyHint (the teacher pass);
+// Hint is one hinted segment of a rollout, under the names teacher.Hint and
+// creditfile.Hint give the same values: the hint's Tokens h (already wrapped in the
+// model's hint template) inserted before position InsertAt (the start of the policy
+// turn), and the rollout's tokens [InsertAt, End) re-scored after them. The trainer
+// reads Tokens and Empty and fills Teacher and EmptyTeacher (the teacher passes);
 // credit reads the last two.
-type HintSpan struct {
-	Start, End int       // half-open token range [a, b) of the rollout; Start is insert_at
-	Hint       []int32   // h; may be empty (then q_t is the plain s_t recomputed)
-	Empty      []int32   // the same template with an empty hint, scored for base empty_hint
-	Teacher    []float64 // q_t(h) for t in [Start, End), nats
-	EmptyHint  []float64 // q_t(∅) for the same positions; required when Base is empty_hint
+type Hint struct {
+	InsertAt, End int       // half-open token range of the rollout re-scored after the hint
+	Tokens        []int32   // h; may be empty (then q_t is the plain s_t recomputed)
+	Empty         []int32   // the same template with an empty hint, scored for base empty_hint
+	Teacher       []float64 // q_t(h) for t in [InsertAt, End), nats
+	EmptyTeacher  []float64 // q_t(∅) for the same positions; required when Base is empty_hint
 }
 
-// Rollout is one rollout at the token level: the one shape the trainer (xla) and the
-// credit math share. The adapter (train.ToTrainer) fills the rollout's own fields;
+// Sequence is one rollout at the token level (rollout.Rollout is the file's row):
+// the one shape the trainer (xla) and the credit math share. The adapter (train.ToTrainer) fills the rollout's own fields;
 // the trainer's scoring passes fill Student, Ref and each hint's Teacher and
-// EmptyHint on its own copy. Slices indexed by token position have the rollout's
+// EmptyTeacher on its own copy. Slices indexed by token position have the rollout's
 // length T; credit reads only trainable positions.
-type Rollout struct {
+type Sequence struct {
 	ID        string
 	TaskID    string    // outcome baseline group; empty means a group of its own
 	Tokens    []int32   // y, what the trainer scores (credit does not read them)
@@ -33,10 +34,10 @@ type Rollout struct {
 	Reward    float64   // outcome reward; used when HasReward
 	HasReward bool
 	Ref       []float64 // log π_ref(y_t | y_<t) for the KL penalty; nil when KLBeta is 0
-	Hints     []HintSpan
+	Hints     []Hint
 	// Temperature is the sampling temperature the rollout is scored at (Temp; 0
 	// means 1): every log-prob above (Student, Ref, each hint's Teacher and
-	// EmptyHint) and the distributions of modes topk and full are the policy's with
+	// EmptyTeacher) and the distributions of modes topk and full are the policy's with
 	// its logits divided by it, as the SDPO authors and TRL compute them
 	// (docs/distillation.md "The sampling temperature"). The math here reads only
 	// those log-probs; the reference entry points that take logits (DistillPosition,
@@ -45,7 +46,7 @@ type Rollout struct {
 }
 
 // Temp returns the temperature r is scored at: Temperature, or 1 when it is 0.
-func (r *Rollout) Temp() float64 {
+func (r *Sequence) Temp() float64 {
 	if r.Temperature == 0 {
 		return 1
 	}
@@ -88,7 +89,7 @@ type Result struct {
 // leave-one-out within each task group of the step; a rollout alone in its group is
 // compared with the running mean in b (per task, else global), and b is then updated
 // with the step's rewards, in rollout order.
-func Step(cfg Config, rs []Rollout, b *Baselines, budget int) ([]Result, Stats, error) {
+func Step(cfg Config, rs []Sequence, b *Baselines, budget int) ([]Result, Stats, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, Stats{}, fmt.Errorf("credit config: %w", err)
 	}
@@ -130,7 +131,7 @@ type norms struct {
 // stepNorms counts the step's outcome and distillation tokens: trainable tokens of
 // rollouts that train (not skipped for missing sampler log-probs), with a reward, and
 // inside at least one teacher span.
-func stepNorms(cfg Config, rs []Rollout, budget int) norms {
+func stepNorms(cfg Config, rs []Sequence, budget int) norms {
 	nm := norms{out: float64(budget), distill: float64(budget), lambdaH: cfg.LambdaHint}
 	for i := range rs {
 		r := &rs[i]
@@ -139,7 +140,7 @@ func stepNorms(cfg Config, rs []Rollout, budget int) norms {
 		}
 		covered := make([]bool, len(r.Trainable))
 		for _, h := range r.Hints {
-			for t := h.Start; t < h.End; t++ {
+			for t := h.InsertAt; t < h.End; t++ {
 				covered[t] = true
 			}
 		}
@@ -162,7 +163,7 @@ func stepNorms(cfg Config, rs []Rollout, budget int) norms {
 }
 
 // rolloutCredit computes one rollout's per-token credit.
-func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
+func rolloutCredit(cfg Config, r *Sequence, aout float64, nm norms) Result {
 	T := len(r.Student)
 	res := Result{AOut: aout, Delta: make([]float64, T), AHint: make([]float64, T), Adv: make([]float64, T),
 		Rho: make([]float64, T), Weight: make([]float64, T), WeightOut: make([]float64, T), DistillWeight: make([]float64, T),
@@ -175,15 +176,15 @@ func rolloutCredit(cfg Config, r *Rollout, aout float64, nm norms) Result {
 		res.Delta[t] = math.NaN()
 	}
 	for _, h := range r.Hints {
-		for t := h.Start; t < h.End; t++ {
+		for t := h.InsertAt; t < h.End; t++ {
 			if !r.Trainable[t] || cover[t] > 0 {
 				continue
 			}
 			base := r.Student[t]
 			if cfg.Base == BaseEmptyHint {
-				base = h.EmptyHint[t-h.Start]
+				base = h.EmptyTeacher[t-h.InsertAt]
 			}
-			d := h.Teacher[t-h.Start] - base
+			d := h.Teacher[t-h.InsertAt] - base
 			cover[t]++
 			res.Delta[t] = d
 			res.AHint[t] = gate(cfg, d)
@@ -263,7 +264,7 @@ func anyFinite(xs []float64, mask []bool) bool {
 // where k3 is the non-negative, unbiased per-token estimator of KL(π_θ‖π_ref) on
 // tokens sampled from π_θ (l = logp_t, r = Ref_t). The divergence term of modes topk
 // and full needs the divergences: LossTerms.
-func Loss(cfg Config, rs []Rollout, res []Result, logp [][]float64, budget int) float64 {
+func Loss(cfg Config, rs []Sequence, res []Result, logp [][]float64, budget int) float64 {
 	var loss float64
 	for i := range res {
 		for t, w := range res[i].Weight {
@@ -276,7 +277,7 @@ func Loss(cfg Config, rs []Rollout, res []Result, logp [][]float64, budget int) 
 }
 
 // klTerm is (β/N)·Σ_i Σ_t m_t·k3_t over the rollouts that train.
-func klTerm(cfg Config, rs []Rollout, res []Result, logp [][]float64, budget int) float64 {
+func klTerm(cfg Config, rs []Sequence, res []Result, logp [][]float64, budget int) float64 {
 	var kl float64
 	if cfg.KLBeta == 0 {
 		return 0
@@ -311,7 +312,7 @@ func (t Terms) Total() float64 { return t.Out + t.Distill + t.KL }
 
 // LossTerms is Loss split into its terms. div[i][t] is D_t of rollout i (the divergence
 // of DistillPosition at the positions DistillWeight covers); nil in mode sampled_token.
-func LossTerms(cfg Config, rs []Rollout, res []Result, logp, div [][]float64, budget int) Terms {
+func LossTerms(cfg Config, rs []Sequence, res []Result, logp, div [][]float64, budget int) Terms {
 	var tm Terms
 	for i := range res {
 		for t, w := range res[i].Weight {
@@ -332,7 +333,7 @@ func LossTerms(cfg Config, rs []Rollout, res []Result, logp, div [][]float64, bu
 }
 
 // check validates one rollout's inputs and names the rollout, field and position.
-func check(cfg Config, r *Rollout) error {
+func check(cfg Config, r *Sequence) error {
 	T := len(r.Student)
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("credit rollout %q: %s", r.ID, fmt.Sprintf(format, a...))
@@ -364,24 +365,24 @@ func check(cfg Config, r *Rollout) error {
 		}
 	}
 	for k, h := range r.Hints {
-		if h.Start < 0 || h.End > T || h.Start >= h.End {
-			return bad("hint %d: span [%d, %d) outside [0, %d) or empty", k, h.Start, h.End, T)
+		if h.InsertAt < 0 || h.End > T || h.InsertAt >= h.End {
+			return bad("hint %d: span [%d, %d) outside [0, %d) or empty", k, h.InsertAt, h.End, T)
 		}
-		if len(h.Teacher) != h.End-h.Start {
-			return bad("hint %d: %d teacher log-probs for span [%d, %d)", k, len(h.Teacher), h.Start, h.End)
+		if len(h.Teacher) != h.End-h.InsertAt {
+			return bad("hint %d: %d teacher log-probs for span [%d, %d)", k, len(h.Teacher), h.InsertAt, h.End)
 		}
-		if cfg.Base == BaseEmptyHint && len(h.EmptyHint) != h.End-h.Start {
-			return bad("hint %d: base empty_hint needs %d empty-hint log-probs, got %d", k, h.End-h.Start, len(h.EmptyHint))
+		if cfg.Base == BaseEmptyHint && len(h.EmptyTeacher) != h.End-h.InsertAt {
+			return bad("hint %d: base empty_hint needs %d empty-hint log-probs, got %d", k, h.End-h.InsertAt, len(h.EmptyTeacher))
 		}
-		for t := h.Start; t < h.End; t++ {
+		for t := h.InsertAt; t < h.End; t++ {
 			if !r.Trainable[t] {
 				continue
 			}
-			if !finiteLogProb(h.Teacher[t-h.Start]) {
-				return bad("hint %d: teacher[%d] = %v is not a log-prob", k, t, h.Teacher[t-h.Start])
+			if !finiteLogProb(h.Teacher[t-h.InsertAt]) {
+				return bad("hint %d: teacher[%d] = %v is not a log-prob", k, t, h.Teacher[t-h.InsertAt])
 			}
-			if cfg.Base == BaseEmptyHint && !finiteLogProb(h.EmptyHint[t-h.Start]) {
-				return bad("hint %d: empty_hint[%d] = %v is not a log-prob", k, t, h.EmptyHint[t-h.Start])
+			if cfg.Base == BaseEmptyHint && !finiteLogProb(h.EmptyTeacher[t-h.InsertAt]) {
+				return bad("hint %d: empty_hint[%d] = %v is not a log-prob", k, t, h.EmptyTeacher[t-h.InsertAt])
 			}
 		}
 	}

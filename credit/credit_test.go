@@ -10,13 +10,13 @@ import (
 var nan = math.NaN()
 
 // handRollout is a 4-token rollout whose credit is worked out by hand in the tests.
-func handRollout() Rollout {
-	return Rollout{
+func handRollout() Sequence {
+	return Sequence{
 		ID: "r", TaskID: "t",
 		Student:   []float64{-1, -2, -0.5, -1},
 		Sampler:   []float64{nan, -2, -1, nan},
 		Trainable: []bool{false, true, true, true},
-		Hints:     []HintSpan{{Start: 1, End: 4, Teacher: []float64{-0.5, -3, -1}, EmptyHint: []float64{-1, -3, -2}}},
+		Hints:     []Hint{{InsertAt: 1, End: 4, Teacher: []float64{-0.5, -3, -1}, EmptyTeacher: []float64{-1, -3, -2}}},
 	}
 }
 
@@ -49,7 +49,7 @@ func TestStepByHand(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			tt.mod(&cfg)
-			res, st, err := Step(cfg, []Rollout{handRollout()}, NewBaselines(), 4)
+			res, st, err := Step(cfg, []Sequence{handRollout()}, NewBaselines(), 4)
 			require.NoError(t, err)
 			r := res[0]
 			require.Zero(t, r.AOut, "no reward, no outcome term")
@@ -69,12 +69,12 @@ func TestStepByHand(t *testing.T) {
 }
 
 func TestOutcomeAdvantage(t *testing.T) {
-	mk := func(id, task string, reward float64, has bool) Rollout {
+	mk := func(id, task string, reward float64, has bool) Sequence {
 		r := handRollout()
 		r.ID, r.TaskID, r.Reward, r.HasReward, r.Hints = id, task, reward, has, nil
 		return r
 	}
-	rs := []Rollout{
+	rs := []Sequence{
 		mk("a1", "A", 1, true), mk("a2", "A", 0, true), mk("a3", "A", 0.5, true), // leave-one-out
 		mk("a4", "A", 0, false),  // null reward: 0, and not part of A's mean
 		mk("b1", "B", 1, true),   // alone: running mean of task B
@@ -105,7 +105,7 @@ func TestOutcomeAdvantage(t *testing.T) {
 	require.InDelta(t, g, b.Global, 1e-12)
 
 	// With nothing seen yet, a lone rollout has no outcome advantage.
-	res, _, err = Step(cfg, []Rollout{mk("x", "X", 1, true)}, NewBaselines(), 10)
+	res, _, err = Step(cfg, []Sequence{mk("x", "X", 1, true)}, NewBaselines(), 10)
 	require.NoError(t, err)
 	require.Zero(t, res[0].AOut)
 }
@@ -114,7 +114,7 @@ func TestNoSamplerLogProbs(t *testing.T) {
 	r := handRollout()
 	r.Sampler = []float64{nan, nan, nan, nan}
 	cfg := DefaultConfig()
-	res, st, err := Step(cfg, []Rollout{r}, NewBaselines(), 4)
+	res, st, err := Step(cfg, []Sequence{r}, NewBaselines(), 4)
 	require.NoError(t, err)
 	require.True(t, res[0].Skipped)
 	require.Equal(t, []float64{0, 0, 0, 0}, res[0].Weight)
@@ -122,7 +122,7 @@ func TestNoSamplerLogProbs(t *testing.T) {
 	require.Equal(t, 1, st.Skipped)
 
 	cfg.AllowNoSampler = true
-	res, st, err = Step(cfg, []Rollout{r}, NewBaselines(), 4)
+	res, st, err = Step(cfg, []Sequence{r}, NewBaselines(), 4)
 	require.NoError(t, err)
 	require.False(t, res[0].Skipped)
 	require.Equal(t, []float64{0, 1, 1, 1}, res[0].Rho, "importance weight 1 without μ")
@@ -135,15 +135,15 @@ func TestNoSamplerLogProbs(t *testing.T) {
 // teacher row (xla's distillTerms) and the credit viewer.
 func TestOverlappingSpansFirstWins(t *testing.T) {
 	r := handRollout()
-	r.Hints = append(r.Hints, HintSpan{Start: 2, End: 3, Teacher: []float64{-0.1}})
-	res, _, err := Step(DefaultConfig(), []Rollout{r}, NewBaselines(), 4)
+	r.Hints = append(r.Hints, Hint{InsertAt: 2, End: 3, Teacher: []float64{-0.1}})
+	res, _, err := Step(DefaultConfig(), []Sequence{r}, NewBaselines(), 4)
 	require.NoError(t, err)
 	// t=2: the first span's Δ = −3 − (−0.5) = −2.5 (clipped −2); the second's 0.4 is not used.
 	require.InDelta(t, -2.5, res[0].Delta[2], 1e-12)
 	require.InDelta(t, -2, res[0].AHint[2], 1e-12)
 	// Swapped, the other span's teacher wins.
 	r.Hints[0], r.Hints[1] = r.Hints[1], r.Hints[0]
-	res, _, err = Step(DefaultConfig(), []Rollout{r}, NewBaselines(), 4)
+	res, _, err = Step(DefaultConfig(), []Sequence{r}, NewBaselines(), 4)
 	require.NoError(t, err)
 	require.InDelta(t, 0.4, res[0].Delta[2], 1e-12)
 }
@@ -153,7 +153,7 @@ func TestLossReference(t *testing.T) {
 	cfg.KLBeta = 0.1
 	r := handRollout()
 	r.Ref = []float64{-1, -1.5, -0.7, -1.2}
-	res, _, err := Step(cfg, []Rollout{r}, NewBaselines(), 4)
+	res, _, err := Step(cfg, []Sequence{r}, NewBaselines(), 4)
 	require.NoError(t, err)
 	logp := []float64{-1.1, -1.9, -0.6, -0.9}
 	var want float64
@@ -164,19 +164,19 @@ func TestLossReference(t *testing.T) {
 			want += 0.1 / 4 * (math.Exp(x) - x - 1)
 		}
 	}
-	require.InDelta(t, want, Loss(cfg, []Rollout{r}, res, [][]float64{logp}, 4), 1e-15)
+	require.InDelta(t, want, Loss(cfg, []Sequence{r}, res, [][]float64{logp}, 4), 1e-15)
 	// k3 is zero when the policy equals the reference.
 	cfg.LambdaHint, cfg.LambdaOut = 0, 0
-	res, _, err = Step(cfg, []Rollout{r}, NewBaselines(), 4)
+	res, _, err = Step(cfg, []Sequence{r}, NewBaselines(), 4)
 	require.NoError(t, err)
-	require.Zero(t, Loss(cfg, []Rollout{r}, res, [][]float64{r.Ref}, 4))
+	require.Zero(t, Loss(cfg, []Sequence{r}, res, [][]float64{r.Ref}, 4))
 }
 
 func TestStats(t *testing.T) {
 	// 200 hint tokens: Δ = 0.01 everywhere but two pivot tokens of Δ = 3.
 	T := 201
-	r := Rollout{ID: "p", Student: make([]float64, T), Sampler: make([]float64, T), Trainable: make([]bool, T)}
-	h := HintSpan{Start: 1, End: T, Teacher: make([]float64, T-1)}
+	r := Sequence{ID: "p", Student: make([]float64, T), Sampler: make([]float64, T), Trainable: make([]bool, T)}
+	h := Hint{InsertAt: 1, End: T, Teacher: make([]float64, T-1)}
 	for t := 0; t < T; t++ {
 		r.Student[t], r.Sampler[t], r.Trainable[t] = -5, -5, t > 0
 	}
@@ -184,8 +184,8 @@ func TestStats(t *testing.T) {
 		h.Teacher[i] = -5 + 0.01
 	}
 	h.Teacher[10], h.Teacher[20] = -2, -2
-	r.Hints = []HintSpan{h}
-	_, st, err := Step(DefaultConfig(), []Rollout{r}, NewBaselines(), 1000)
+	r.Hints = []Hint{h}
+	_, st, err := Step(DefaultConfig(), []Sequence{r}, NewBaselines(), 1000)
 	require.NoError(t, err)
 	require.Equal(t, 200, st.HintTokens)
 	require.InDelta(t, 3, st.DeltaAbsMax, 1e-9)
@@ -197,20 +197,20 @@ func TestStats(t *testing.T) {
 }
 
 func TestInputErrors(t *testing.T) {
-	tests := map[string]func(r *Rollout){
-		"length mismatch":   func(r *Rollout) { r.Sampler = r.Sampler[:2] },
-		"span out of range": func(r *Rollout) { r.Hints[0].End = 9 },
-		"teacher length":    func(r *Rollout) { r.Hints[0].Teacher = r.Hints[0].Teacher[:1] },
-		"NaN student":       func(r *Rollout) { r.Student[2] = nan },
-		"positive teacher":  func(r *Rollout) { r.Hints[0].Teacher[0] = 0.5 },
-		"infinite reward":   func(r *Rollout) { r.Reward, r.HasReward = math.Inf(1), true },
-		"positive sampler":  func(r *Rollout) { r.Sampler[1] = 2 },
+	tests := map[string]func(r *Sequence){
+		"length mismatch":   func(r *Sequence) { r.Sampler = r.Sampler[:2] },
+		"span out of range": func(r *Sequence) { r.Hints[0].End = 9 },
+		"teacher length":    func(r *Sequence) { r.Hints[0].Teacher = r.Hints[0].Teacher[:1] },
+		"NaN student":       func(r *Sequence) { r.Student[2] = nan },
+		"positive teacher":  func(r *Sequence) { r.Hints[0].Teacher[0] = 0.5 },
+		"infinite reward":   func(r *Sequence) { r.Reward, r.HasReward = math.Inf(1), true },
+		"positive sampler":  func(r *Sequence) { r.Sampler[1] = 2 },
 	}
 	for name, mod := range tests {
 		t.Run(name, func(t *testing.T) {
 			r := handRollout()
 			mod(&r)
-			_, _, err := Step(DefaultConfig(), []Rollout{r}, NewBaselines(), 4)
+			_, _, err := Step(DefaultConfig(), []Sequence{r}, NewBaselines(), 4)
 			require.ErrorContains(t, err, `credit rollout "r"`)
 		})
 	}
@@ -254,7 +254,7 @@ func FuzzStep(f *testing.F) {
 			same.Hints[0].Teacher[i] = same.Student[i+1]
 		}
 		r.Reward, r.HasReward = reward, seed%2 == 0
-		res, st, err := Step(cfg, []Rollout{r, same}, NewBaselines(), 3)
+		res, st, err := Step(cfg, []Sequence{r, same}, NewBaselines(), 3)
 		require.NoError(t, err)
 		for _, c := range res {
 			for tt := range c.Weight {
@@ -278,18 +278,18 @@ func TestBaselineNoneIsSFT(t *testing.T) {
 	// Two demonstrations of one task, no sampler log-probs: with the group baseline
 	// their advantages cancel; with none, each policy token gets advantage R = 1 and
 	// weight 1/N (ρ = 1 without a sampler).
-	demo := func(id string) Rollout {
-		return Rollout{ID: id, TaskID: "t", Student: []float64{-1, -2, -3}, Sampler: []float64{nan, nan, nan},
+	demo := func(id string) Sequence {
+		return Sequence{ID: id, TaskID: "t", Student: []float64{-1, -2, -3}, Sampler: []float64{nan, nan, nan},
 			Trainable: []bool{false, true, true}, Reward: 1, HasReward: true}
 	}
 	cfg := DefaultConfig()
 	cfg.LambdaHint, cfg.AllowNoSampler = 0, true
-	res, _, err := Step(cfg, []Rollout{demo("a"), demo("b")}, &Baselines{}, 4)
+	res, _, err := Step(cfg, []Sequence{demo("a"), demo("b")}, &Baselines{}, 4)
 	require.NoError(t, err)
 	require.Equal(t, []float64{0, 0, 0}, res[0].Weight, "group baseline: equal rewards cancel")
 
 	cfg.Baseline = BaselineNone
-	res, _, err = Step(cfg, []Rollout{demo("a"), demo("b")}, &Baselines{}, 4)
+	res, _, err = Step(cfg, []Sequence{demo("a"), demo("b")}, &Baselines{}, 4)
 	require.NoError(t, err)
 	for _, r := range res {
 		require.Equal(t, 1.0, r.AOut)

@@ -9,14 +9,14 @@ import (
 
 // twoRollouts: r1 succeeded (reward 1, 3 trainable tokens, no hint), r2 failed (reward
 // 0, 4 trainable tokens, a hint span over 2 of them). Sampler = student, so ρ = 1.
-func twoRollouts() []Rollout {
+func twoRollouts() []Sequence {
 	lp := []float64{-1, -1, -1, -1, -1}
-	return []Rollout{
+	return []Sequence{
 		{ID: "ok", TaskID: "t", Student: lp, Sampler: lp, Trainable: []bool{false, true, true, true, false},
 			Reward: 1, HasReward: true},
 		{ID: "bad", TaskID: "t", Student: lp, Sampler: lp, Trainable: []bool{false, true, true, true, true},
 			Reward: 0, HasReward: true,
-			Hints: []HintSpan{{Start: 3, End: 5, Teacher: []float64{-0.5, -3}}}},
+			Hints: []Hint{{InsertAt: 3, End: 5, Teacher: []float64{-0.5, -3}}}},
 	}
 }
 

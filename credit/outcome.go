@@ -18,7 +18,7 @@ func NewBaselines() *Baselines { return &Baselines{Task: map[string]float64{}} }
 // rollouts of the same task in this step (leave-one-out); a rollout alone in its group
 // uses the running mean of its task, else the global one, else its own reward (0); a
 // null reward gives 0.
-func outcomeAdvantages(rs []Rollout, b *Baselines) []float64 {
+func outcomeAdvantages(rs []Sequence, b *Baselines) []float64 {
 	type group struct {
 		sum float64
 		n   int
@@ -57,7 +57,7 @@ func outcomeAdvantages(rs []Rollout, b *Baselines) []float64 {
 
 // update moves the running means toward this step's rewards, in rollout order: a task
 // seen for the first time starts at its reward.
-func (b *Baselines) update(rate float64, rs []Rollout) {
+func (b *Baselines) update(rate float64, rs []Sequence) {
 	if b.Task == nil {
 		b.Task = map[string]float64{}
 	}

@@ -1,60 +1,17 @@
 package credit
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hindsight-ai/hindsight/credit/credittest"
 )
-
-// peerCase is one case of testdata/distill/peers.json (scripts/distill_goldens.py):
-// the inputs, the peers' per-token loss and each peer's loss and gradient with
-// respect to the student's logits.
-type peerCase struct {
-	Name       string        `json:"name"`
-	Vocab      int           `json:"vocab"`
-	Mode       string        `json:"mode"`
-	Divergence string        `json:"divergence"`
-	Alpha      float64       `json:"alpha"`
-	K          int           `json:"k"`
-	Temp       float64       `json:"temperature"`
-	ISClip     *float64      `json:"is_clip"`
-	Student    [][][]float64 `json:"student_logits"`
-	Teacher    [][][]float64 `json:"teacher_logits"`
-	Mask       [][]float64   `json:"mask"`
-	IDs        [][]int       `json:"ids"`
-	Old        [][]float64   `json:"old_log_probs"`
-	PerToken   [][]float64   `json:"per_token_loss"`
-	TRL        peerResult    `json:"trl"`
-	Authors    peerResult    `json:"authors"`
-}
-
-type peerResult struct {
-	Loss float64       `json:"loss"`
-	Grad [][][]float64 `json:"grad"`
-}
-
-func readPeerGoldens(t *testing.T) []peerCase {
-	t.Helper()
-	b, err := os.ReadFile("../testdata/distill/peers.json")
-	require.NoError(t, err)
-	var f struct {
-		Meta struct {
-			Transcription bool `json:"transcription"`
-		} `json:"meta"`
-		Cases []peerCase `json:"cases"`
-	}
-	require.NoError(t, json.Unmarshal(b, &f))
-	require.False(t, f.Meta.Transcription, "the goldens come from the peers' own functions")
-	require.NotEmpty(t, f.Cases)
-	return f.Cases
-}
 
 // peerConfig is the DistillConfig that is the peers' convention for c: the student's
 // ids, the clamped tail, the importance weight capped at is_clip.
-func peerConfig(c peerCase) DistillConfig {
+func peerConfig(c credittest.PeerCase) DistillConfig {
 	cfg := DefaultDistillConfig()
 	cfg.Mode, cfg.TopK, cfg.TopKIDs, cfg.Tail = DistillMode(c.Mode), max(c.K, 1), IDsStudent, TailClamped
 	switch c.Alpha {
@@ -91,7 +48,7 @@ func peerConfig(c peerCase) DistillConfig {
 //     as the device's scoring and training steps do), and the importance weight is
 //     taken at the scaled student's log-prob.
 func TestPeerGoldens(t *testing.T) {
-	for _, c := range readPeerGoldens(t) {
+	for _, c := range credittest.PeerCases(t) {
 		cfg := peerConfig(c)
 		B, T := len(c.Mask), len(c.Mask[0])
 		// Hindsight's credit for the batch: one rollout per sequence, the masked
@@ -102,13 +59,13 @@ func TestPeerGoldens(t *testing.T) {
 		if c.Mode == string(DistillSampledToken) {
 			ccfg.Distill.Mode = DistillFull // the IS weight and DistillWeight; the value is mapped below
 		}
-		rs := make([]Rollout, B)
+		rs := make([]Sequence, B)
 		D := make([][]float64, B)
 		G := make([][][]float64, B)
 		var authorsLoss, trlLoss float64
 		for b := range B {
 			n := 0
-			rs[b] = Rollout{ID: c.Name, Student: make([]float64, T), Sampler: make([]float64, T), Trainable: make([]bool, T), Temperature: c.Temp}
+			rs[b] = Sequence{ID: c.Name, Student: make([]float64, T), Sampler: make([]float64, T), Trainable: make([]bool, T), Temperature: c.Temp}
 			D[b], G[b] = make([]float64, T), make([][]float64, T)
 			for t0 := range T {
 				z := Tempered(c.Student[b][t0], c.Temp)
@@ -135,7 +92,7 @@ func TestPeerGoldens(t *testing.T) {
 				D[b][t0], G[b][t0] = d, Tempered(g, c.Temp) // ∂/∂logits = ∂/∂z / T
 				require.InDelta(t, c.PerToken[b][t0], d, 1e-10*max(1, math.Abs(d)), "%s: per-token loss [%d, %d]", c.Name, b, t0)
 			}
-			rs[b].Hints = []HintSpan{{Start: 0, End: n, Teacher: make([]float64, n)}}
+			rs[b].Hints = []Hint{{InsertAt: 0, End: n, Teacher: make([]float64, n)}}
 			for t0 := range n {
 				rs[b].Hints[0].Teacher[t0] = -1
 			}

@@ -45,7 +45,7 @@ type Stats struct {
 	DistillISMean, DistillISCapped float64
 }
 
-func summarize(cfg Config, rs []Rollout, res []Result, nm norms) Stats {
+func summarize(cfg Config, rs []Sequence, res []Result, nm norms) Stats {
 	s := Stats{Rollouts: len(rs), OutTokens: nm.nOut, DistillTokens: nm.nDistill}
 	for i := range res {
 		for t, w := range res[i].Weight {

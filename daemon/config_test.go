@@ -70,6 +70,10 @@ func TestParseConfig(t *testing.T) {
 		{name: "negative batch rollouts", yaml: "train:\n  max_batch_rollouts: -1\n", err: "train.max_batch_rollouts: -1"},
 		{name: "status tls half", yaml: "status_tls_cert_file: /c.pem\n", err: "status_tls_cert_file and status_tls_key_file: give both or neither"},
 		{name: "gateway upstream without model", yaml: "gateway:\n  enabled: true\n  upstream: http://127.0.0.1:8000/v1\n", err: "gateway.upstream_model: empty"},
+		{name: "gateway ab share", yaml: "gateway:\n  enabled: true\n  ab: {enabled: true, share: 2}\n", err: "gateway.ab.share 2: want 0 < share < 1"},
+		{name: "gateway ab unknown key", yaml: "gateway:\n  enabled: true\n  ab: {enabled: true, shares: 0.2}\n", err: "gateway.ab.shares: unknown key"},
+		{name: "gateway ab on an engine with an sglang hook", yaml: "gateway:\n  enabled: true\n  upstream: http://127.0.0.1:8000/v1\n  upstream_model: m\n  ab: {enabled: true}\nengine_hooks: [{kind: sglang, url: http://127.0.0.1:30000}]\n",
+			err: "engine_hooks[0].kind sglang: gateway.ab with gateway.upstream"},
 		{name: "gateway upstream not a URL", yaml: "gateway:\n  enabled: true\n  upstream: 127.0.0.1:8000\n  upstream_model: m\n", err: "gateway.upstream \"127.0.0.1:8000\""},
 		{name: "negative batch tokens", yaml: "train:\n  max_batch_tokens: -5\n", err: "train.max_batch_tokens: -5"},
 	}

@@ -143,22 +143,13 @@ func (d *daemon) DecideAB(action, by, reason string) (*hindsightv1.ABDecision, e
 	return decisionProto(dec), nil
 }
 
-// loadModel has every engine hook's engine load the checkpoint at dir under the
-// model id model: the gateway's A/B test on an upstream engine (each vllm_lora
-// hook loads it as the adapter named model).
-func (d *daemon) loadModel(ctx context.Context, dir, model string) error {
-	if !d.cfg.abOnEngine() || len(d.cfg.EngineHooks) == 0 {
+// loadModel has every engine hook's engine load the checkpoint at dir (of step)
+// under the model id model: the gateway's A/B test on an upstream engine (each
+// vllm_lora hook loads it as the adapter named model; the hooks' states in
+// status show it).
+func (d *daemon) loadModel(ctx context.Context, dir string, step int64, model string) error {
+	if !d.cfg.abOnEngine() || d.hooks == nil {
 		return nil
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		abs = dir
-	}
-	var errs []error
-	for _, h := range d.cfg.EngineHooks {
-		if err := h.Push(ctx, nil, abs, model, d.log); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return d.hooks.Push(ctx, dir, step, model)
 }

@@ -35,7 +35,7 @@ func (d *daemon) stages(work context.Context) []stage {
 	if d.gateway != nil {
 		s = append(s, stage{"gateway", d.gateway.Run})
 	}
-	if d.hooks != nil {
+	if d.hooks != nil && !d.cfg.abOnEngine() { // with the A/B test on an engine the gateway pushes (Hooks.Push)
 		s = append(s, stage{"engine_hooks", d.hooks.Run})
 	}
 	if !d.training() {
@@ -113,11 +113,11 @@ func (d *daemon) serve(ctx context.Context) error {
 		return err
 	}
 	d.stats.listenAddr = srv.Addr()
+	if len(d.cfg.EngineHooks) > 0 && (d.training() || d.cfg.abOnEngine()) { // before the gateway, whose A/B test may push at once
+		d.hooks = &checkpoint.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
+	}
 	if err := d.openGateway(); err != nil {
 		return err
-	}
-	if len(d.cfg.EngineHooks) > 0 && d.training() && !d.cfg.abOnEngine() {
-		d.hooks = &checkpoint.Hooks{Hooks: d.cfg.EngineHooks, Root: d.cfg.CheckpointDir(), Interval: d.cfg.Gateway.ReloadInterval, Log: d.opts.Log}
 	}
 	d.stats.setGateway(d.gatewayStats)
 	defer func() {

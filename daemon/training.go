@@ -90,9 +90,7 @@ func (d *daemon) newHinter(cfg teacher.Config) (*teacher.Hinter, error) {
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = d.cfg.TeacherCacheDir()
 	}
-	if t := &cfg.Template; t.Preset == "chatml" && t.Prefix == "" && t.Suffix == "" && d.tokenizer.Fingerprint() == rollout.BytesTokenizer {
-		t.Preset = "bytes" // the default preset, on the byte tokenizer, which has no ChatML markers
-	}
+	cfg.Template = cfg.Template.For(d.tokenizer) // the default preset follows the policy's chat format
 	var st *teacher.Stats
 	if old := d.hinter.Load(); old != nil {
 		st = old.Stats() // counters carry over a reload

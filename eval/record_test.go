@@ -36,6 +36,9 @@ func TestRecorderLatestBestAndReopen(t *testing.T) {
 		require.Equal(t, int64(2), best[0].Step, "best heldout: step 2's success 0.5")
 		require.Equal(t, int64(1), best[1].Step, "best likelihood: the higher log-prob")
 		require.Equal(t, 5, rec.Count())
+		require.Equal(t, map[string]float64{"heldout": 0.2, "ll": -3}, rec.Scores(1), "step 1's primary metrics (the gateway's A/B rule)")
+		require.Equal(t, map[string]float64{"ll": -3.5}, rec.Scores(3), "a failed eval has no score")
+		require.Empty(t, rec.Scores(9))
 	}
 	check(rec)
 	require.NoError(t, rec.Close())

@@ -25,7 +25,7 @@ func tinyScorer(t *testing.T) (*xla.Scorer, string) {
 	require.NoError(t, err)
 	b, err := xla.NewBackend(xla.DefaultBackend)
 	require.NoError(t, err)
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	require.NoError(t, err)
 	sc, err := xla.NewScorer(b, m, xla.ScorerOptions{Chunk: 128})
 	require.NoError(t, err)

@@ -121,8 +121,21 @@ type abTest struct {
 	cache     struct {
 		version int64
 		st      ABStats
+		stale   bool // its bootstrap intervals lag the outcomes (bootEvery)
+	}
+	// boot holds the bootstrap intervals (the rewards' resamples cost about 0.5 s
+	// per 10,000 outcomes an arm: BenchmarkBootstrapDiff), recomputed when the
+	// outcomes changed and at most every bootEvery.
+	boot struct {
+		at                time.Time
+		round, nDef, nCan int64
+		def, cand, diff   abstat.Interval
 	}
 }
+
+// bootEvery is how often the bootstrap intervals are recomputed at most while
+// outcomes keep coming.
+const bootEvery = 10 * time.Second
 
 // openAB opens (or creates) dir's ab.jsonl and decisions.jsonl and replays them.
 func openAB(dir string, cfg ABConfig) (*abTest, error) {

@@ -79,7 +79,8 @@ func (s *ArmStats) est(metric string) float64 {
 func (a *abTest) stats() ABStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cache.version == a.version && a.cache.st.Round == a.round && a.version > 0 {
+	if a.cache.version == a.version && a.cache.st.Round == a.round && a.version > 0 &&
+		(!a.cache.stale || time.Since(a.boot.at) < bootEvery) {
 		return a.cache.st
 	}
 	c := a.cfg
@@ -132,18 +133,30 @@ func (a *abTest) stats() ABStats {
 			rewards[s.arm] = append(rewards[s.arm], *s.reward)
 		}
 	}
+	nDef, nCan := int64(len(rewards[ArmDefault])), int64(len(rewards[ArmCandidate]))
+	b := &a.boot
+	if b.at.IsZero() || b.round != a.round || (b.nDef != nDef || b.nCan != nCan) && time.Since(b.at) >= bootEvery {
+		b.at, b.round, b.nDef, b.nCan = time.Now(), a.round, nDef, nCan
+		b.def = abstat.BootstrapMean(rewards[ArmDefault], c.Confidence, c.Resamples, c.Seed)
+		b.cand = abstat.BootstrapMean(rewards[ArmCandidate], c.Confidence, c.Resamples, c.Seed)
+		b.diff = abstat.BootstrapDiff(rewards[ArmCandidate], rewards[ArmDefault], c.Confidence, c.Resamples, c.Seed)
+	}
 	for i := range st.Arms {
 		m := &st.Arms[i]
 		if m.Turns > 0 {
 			m.LatencyMean = latency[m.Role] / float64(m.Turns)
 		}
 		m.ThumbsUp = abstat.Wilson(m.Up, m.Rated, c.Confidence)
-		m.Reward = abstat.BootstrapMean(rewards[m.Role], c.Confidence, c.Resamples, c.Seed)
+		m.Reward = b.def
+		if m.Role == ArmCandidate {
+			m.Reward = b.cand
+		}
+		m.Outcomes = min(m.Outcomes, map[string]int64{ArmDefault: b.nDef, ArmCandidate: b.nCan}[m.Role])
 	}
 	if len(st.Arms) == 2 {
 		d, k := &st.Arms[0], &st.Arms[1]
 		if c.Metric == MetricReward {
-			st.Diff = abstat.BootstrapDiff(rewards[ArmCandidate], rewards[ArmDefault], c.Confidence, c.Resamples, c.Seed)
+			st.Diff = b.diff
 		} else {
 			st.Diff = abstat.Newcombe(k.Up, k.Rated, d.Up, d.Rated, c.Confidence)
 		}
@@ -159,7 +172,7 @@ func (a *abTest) stats() ABStats {
 		}
 	}
 	st.Decisions = slices.Clone(a.decisions[max(0, len(a.decisions)-20):])
-	a.cache.version, a.cache.st = a.version, st
+	a.cache.version, a.cache.st, a.cache.stale = a.version, st, b.nDef != nDef || b.nCan != nCan
 	return st
 }
 
@@ -242,6 +255,26 @@ func (a *abTest) decide(action, by, why string, d Decision) (Decision, error) {
 		return d, err
 	}
 	return d, nil
+}
+
+// reset begins a round with def as the default and no candidate, recording a
+// "reset" decision (by start-up, with why): the default could not be loaded.
+func (a *abTest) reset(def Checkpoint, why string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d := Decision{At: time.Now().UTC(), Round: a.round, Action: "reset", By: "start-up", Reason: why, Default: def, Metric: a.cfg.Metric,
+		Confidence: a.cfg.Confidence, Margin: a.cfg.Margin}
+	if a.def != nil {
+		d.Default = *a.def
+	}
+	if a.cand != nil {
+		d.Candidate = *a.cand
+	}
+	if err := a.hist.AppendJSON(d); err != nil {
+		return fmt.Errorf("record A/B reset: %w", err)
+	}
+	a.decisions = append(a.decisions, d)
+	return a.begin(&def, nil, max(a.floor, def.Step))
 }
 
 // propose starts a round with cand as the candidate when none is in test and it is

@@ -83,8 +83,10 @@ func (g *Gateway) policyFor(s *session) (*policy, *apiError) {
 		return g.pol.cur.Load(), nil
 	}
 	if s.arm == "" {
-		s.round, s.arm, s.ck = g.ab.choose(s.id)
-		s.model = s.ck.Model
+		round, arm, ck := g.ab.choose(s.id)
+		g.mu.Lock() // unloadUnused reads the arms of the sessions under g.mu
+		s.round, s.arm, s.ck, s.model = round, arm, ck, ck.Model
+		g.mu.Unlock()
 	}
 	ck := s.ck
 	ck.Model = s.model
@@ -121,6 +123,21 @@ func (g *Gateway) abRefreshLocked() error {
 	}
 	_, def, cand := g.ab.arms()
 	p, err := g.pol.get(*def)
+	if err != nil && g.pol.cur.Load() == nil {
+		// At start-up: the default is gone (pruned by train.checkpoint.keep, or
+		// moved). The newest checkpoint serves instead, recorded as a reset.
+		dir, step, ok := g.pol.newest()
+		if !ok || dir == def.Dir {
+			return fmt.Errorf("A/B: load the default checkpoint: %w", err)
+		}
+		why := fmt.Sprintf("the default checkpoint %s cannot be loaded (%v); the newest checkpoint serves instead", def.Dir, err)
+		g.log.Error().Str("checkpoint", def.Dir).Str("instead", dir).Err(err).Msg("A/B: the default checkpoint cannot be loaded; reset to the newest")
+		if err := g.ab.reset(g.checkpointFor(dir, step, false), why); err != nil {
+			return err
+		}
+		_, def, cand = g.ab.arms()
+		p, err = g.pol.get(*def)
+	}
 	if err != nil {
 		return fmt.Errorf("A/B: load the default checkpoint: %w", err)
 	}
@@ -136,7 +153,8 @@ func (g *Gateway) abRefreshLocked() error {
 		if dir, step, ok := g.pol.newest(); ok && dir != def.Dir && g.ab.newer(step) && g.loadWait(dir) {
 			ck := g.checkpointFor(dir, step, true)
 			if _, err := g.pol.get(ck); err != nil {
-				g.log.Warn().Err(err).Str("checkpoint", dir).Msg("A/B: load the new checkpoint; not a candidate yet")
+				g.loadFailed = map[string]time.Time{dir: time.Now()}
+				g.log.Warn().Err(err).Str("checkpoint", dir).Msg("A/B: load the new checkpoint; not a candidate yet, retried in 30s")
 			} else if err := g.loadOnEngine(ck); err != nil {
 				g.loadFailed = map[string]time.Time{dir: time.Now()}
 				g.log.Warn().Err(err).Str("checkpoint", dir).Str("upstream_model", ck.Model).Msg("A/B: the engine did not load the new checkpoint; not a candidate yet, retried in 30s")
@@ -155,6 +173,7 @@ func (g *Gateway) abRefreshLocked() error {
 			if _, err := g.decide(action, "rule", why, d); err != nil {
 				return err
 			}
+			return g.abRefreshLocked() // the new default serves now (one more round: no candidate has sessions yet)
 		}
 	}
 	g.unloadUnused()
@@ -303,7 +322,7 @@ func (g *Gateway) loadOnEngine(ck Checkpoint) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := g.opts.LoadModel(ctx, ck.Dir, ck.Model); err != nil {
+	if err := g.opts.LoadModel(ctx, ck.Dir, ck.Step, ck.Model); err != nil {
 		return err
 	}
 	g.log.Info().Str("checkpoint", ck.Dir).Int64("step", ck.Step).Str("upstream_model", ck.Model).Msg("A/B: the engine loaded the candidate")

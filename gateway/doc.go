@@ -5,8 +5,11 @@
 //
 // Where it sits in the data flow (docs/design.md "Data flow"): agents and people →
 // gateway → spool/incoming/*.arrow → the daemon's stages. It reads checkpoints (the
-// `latest` link, polled) and writes only two things: its per-session journals under
-// <data_dir>/state/gateway/ and finished rollout files.
+// `latest` link, polled) and writes its per-session journals under
+// <data_dir>/state/gateway/, finished rollout files, and with gateway.ab the A/B
+// test's state and decision history under <data_dir>/state/ab/ (ab*.go: a candidate
+// checkpoint beside the default for a seeded share of new sessions, sticky per
+// session, promoted or rolled back by rule; the statistics are gateway/abstat).
 //
 // Recording without drift: a session keeps the token ids the model sampled; a
 // follow-up request that extends the session's messages appends only the new

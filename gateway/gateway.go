@@ -54,7 +54,7 @@ type Options struct {
 	// LoadModel, with gateway.ab and gateway.upstream, has the engine load the
 	// checkpoint at dir under model id model (the daemon's vllm_lora engine
 	// hooks); each candidate is loaded before it serves a session.
-	LoadModel func(ctx context.Context, dir, model string) error
+	LoadModel func(ctx context.Context, dir string, step int64, model string) error
 	Log       zerolog.Logger
 }
 

@@ -110,10 +110,11 @@ func (p *policies) open(dir string, step int64) (*policy, error) {
 	if p.up != nil {
 		return p.openUpstream(dir, step, p.up)
 	}
-	m, tok, _, err := xla.OpenPolicyAs(dir, p.precision)
+	m, err := xla.Open(dir, xla.OpenOptions{Precision: p.precision})
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", dir, err)
 	}
+	tok := m.Tokenizer()
 	tmpl, err := loadTemplate(dir, tok)
 	if err != nil {
 		return nil, err

@@ -178,8 +178,8 @@ func (s *session) apply(rec *turnRecord) {
 		s.version = rec.PolicyVersion
 	}
 	s.tok = rec.Tokenizer
-	if rec.Arm != "" {
-		s.round, s.arm, s.ck, s.model = rec.ABRound, rec.Arm, Checkpoint{Dir: rec.Checkpoint, Step: rec.PolicyVersion}, rec.Model
+	if rec.Arm != "" && s.arm == "" { // replayed: a live session's arm is set before its first turn
+		s.round, s.arm, s.ck, s.model = rec.ABRound, rec.Arm, Checkpoint{Dir: rec.Checkpoint, Step: rec.PolicyVersion, Model: rec.Model}, rec.Model
 	}
 	s.latency += rec.Latency
 }

@@ -78,6 +78,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 	require.Contains(t, dom, "smoke")
 	require.Contains(t, dom, "<td>127.0.0.1:7078</td><td>hindsight</td><td>3</td><td>41</td><td>2</td><td>39</td><td>5</td><td>11</td><td>6</td><td>1</td><td>0</td>",
 		"the gateway's counters")
+	require.Contains(t, dom, "<td>default</td><td>3</td><td></td><td>30</td><td>60</td><td>0.25</td><td>20</td><td>16</td><td>2</td><td>2</td>"+
+		"<td>0.8 [0.58, 0.92]</td><td>4</td><td>10</td><td>0.5 [0.25, 0.75]</td>", "the A/B test's default arm")
+	require.Contains(t, dom, "<td>candidate</td><td>9</td><td></td><td>10</td><td>12</td><td>0.5</td><td>10</td><td>6</td><td>0</td><td>4</td>"+
+		"<td>0.6 [0.31, 0.83]</td><td>0</td><td>0</td><td>–</td>", "the A/B test's candidate arm")
+	require.Contains(t, dom, "candidate − default -0.2 [-0.4, -0.1]; the candidate is worse by more than the margin — the candidate is LOSING; 1 promoted, 2 rolled back")
+	require.Regexp(t, `<td>promote</td><td>rule</td><td>1</td><td>3</td><td>0.1 \[-0.02, 0.2\]</td><td>not worse</td>`, dom)
 	require.Regexp(t, `<td>sglang</td><td>http://127.0.0.1:30000</td><td>step 3 at [^<]+</td><td>2</td><td></td><td></td>`, dom)
 	require.Contains(t, dom, "<td>vllm_lora</td><td>http://127.0.0.1:8000</td><td>none yet</td><td>4</td><td></td><td>503 Service Unavailable</td>")
 }

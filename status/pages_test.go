@@ -50,7 +50,16 @@ func startPagesServer(t *testing.T, dir string) string {
 	st.Credit = &hindsightv1.CreditStats{ClipFraction: 0.25, PivotShare: 0.5}
 	st.Teacher = &hindsightv1.TeacherStats{MeanLatency: durationpb.New(40 * time.Millisecond), FailuresByKind: map[string]int64{"timeout": 2, "http": 1}}
 	st.Gateway = &hindsightv1.GatewayStats{ListenAddr: "127.0.0.1:7078", Model: "hindsight", PolicyStep: 3, Requests: 41, Errors: 2,
-		Turns: 39, OpenSessions: 5, RolloutsRecorded: 11, FeedbackJoined: 6, FeedbackLate: 1}
+		Turns: 39, OpenSessions: 5, RolloutsRecorded: 11, FeedbackJoined: 6, FeedbackLate: 1,
+		Ab: &hindsightv1.ABTest{Round: 4, Share: 0.25, Metric: "thumbs_up", Margin: 0.05, Confidence: 0.95, HasDiff: true, Diff: -0.2,
+			DiffLow: -0.4, DiffHigh: -0.1, Verdict: "the candidate is worse by more than the margin", Losing: true, Promotions: 1, Rollbacks: 2,
+			Arms: []*hindsightv1.ABArm{
+				{Role: "default", Step: 3, Sessions: 30, Turns: 60, LatencyMeanSeconds: 0.25, Rated: 20, ThumbsUp: 16, ThumbsFlat: 2, ThumbsDown: 2,
+					ThumbsUpRate: 0.8, ThumbsUpLow: 0.58, ThumbsUpHigh: 0.92, Comments: 4, Outcomes: 10, RewardMean: 0.5, RewardLow: 0.25, RewardHigh: 0.75},
+				{Role: "candidate", Step: 9, Sessions: 10, Turns: 12, LatencyMeanSeconds: 0.5, Rated: 10, ThumbsUp: 6, ThumbsDown: 4,
+					ThumbsUpRate: 0.6, ThumbsUpLow: 0.31, ThumbsUpHigh: 0.83}},
+			Decisions: []*hindsightv1.ABDecision{{At: timestamppb.Now(), Action: "promote", By: "rule", DefaultStep: 1, CandidateStep: 3,
+				Diff: 0.1, DiffLow: -0.02, DiffHigh: 0.2, Reason: "not worse"}}}}
 	st.EngineHooks = []*hindsightv1.EngineHookState{{Kind: "sglang", Url: "http://127.0.0.1:30000", Attempts: 2, LastStep: 3,
 		LastCheckpoint: "/ck/step-000003", LastPushedAt: timestamppb.Now(), LastError: ""},
 		{Kind: "vllm_lora", Url: "http://127.0.0.1:8000", Attempts: 4, LastError: "503 Service Unavailable"}}

@@ -3,11 +3,10 @@ package teacher
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"regexp"
-	"slices"
 	"strings"
 
+	"github.com/hindsight-ai/hindsight/data/chatformat"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
@@ -18,8 +17,9 @@ import (
 // ids. Label and the hint text are encoded injection-safe (tokenizer.Tokenizer.EncodeText):
 // added-token strings in them, special or not, stay plain text.
 type Template struct {
-	// Preset fills Prefix and Suffix where they are empty: chatml (Qwen and other
-	// ChatML models), llama3, deepseek_v3, mistral ([INST]…[/INST]), bytes (the byte
+	// Preset fills Prefix and Suffix where they are empty with the user turn of the
+	// chat format of that name (chatformat.Formats: chatml for Qwen and other ChatML
+	// models, llama3, deepseek_v3, mistral ([INST]…[/INST]), bytes for the byte
 	// tokenizer's own specials).
 	Preset string `yaml:"preset"`
 	Prefix string `yaml:"prefix"`
@@ -27,27 +27,33 @@ type Template struct {
 	Suffix string `yaml:"suffix"`
 }
 
-// templatePresets are the user-turn wrappers of common chat formats.
-var templatePresets = map[string][2]string{
-	"chatml":      {"<|im_start|>user\n", "<|im_end|>\n"},
-	"llama3":      {"<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>"},
-	"deepseek_v3": {"<｜User｜>", ""},      // DeepSeek's user turn ends where <｜Assistant｜> begins
-	"mistral":     {"[INST]", "[/INST]"}, // Mistral's instruction turn (v3/Tekken: no spaces)
-	"bytes":       {"<|user|>", "<|end|>"},
-}
-
 // DefaultTemplate returns the ChatML user turn "Hint: …".
 func DefaultTemplate() Template { return Template{Preset: "chatml", Label: "Hint: "} }
 
-// resolved returns t with the preset's Prefix and Suffix filled in.
+// resolved returns t with the preset's Prefix and Suffix (its format's User and
+// UserEnd) filled in.
 func (t Template) resolved() Template {
-	if p, ok := templatePresets[t.Preset]; ok {
+	if f, ok := chatformat.Named(t.Preset); ok {
 		if t.Prefix == "" {
-			t.Prefix = p[0]
+			t.Prefix = f.User
 		}
 		if t.Suffix == "" {
-			t.Suffix = p[1]
+			t.Suffix = f.UserEnd
 		}
+	}
+	return t
+}
+
+// For returns t for the policy's tokenizer tok: the default template (preset chatml,
+// no prefix or suffix of its own) takes the preset of tok's own chat format
+// (chatformat.Detect), so the byte tokenizer or a Llama 3 policy needs no template
+// in its config; any other template is returned as it is.
+func (t Template) For(tok tokenizer.Tokenizer) Template {
+	if t.Preset != chatformat.ChatML.Name || t.Prefix != "" || t.Suffix != "" {
+		return t
+	}
+	if f, ok := chatformat.Detect(tok); ok {
+		t.Preset = f.Name
 	}
 	return t
 }
@@ -55,9 +61,9 @@ func (t Template) resolved() Template {
 // Validate reports the first bad field, named by its YAML path under prefix.
 func (t Template) Validate(prefix string) error {
 	if t.Preset != "" {
-		if _, ok := templatePresets[t.Preset]; !ok {
+		if _, ok := chatformat.Named(t.Preset); !ok {
 			return fmt.Errorf("%spreset: unknown preset %q (want one of %s)", prefix, t.Preset,
-				strings.Join(slices.Sorted(maps.Keys(templatePresets)), ", "))
+				strings.Join(chatformat.Names(), ", "))
 		}
 	}
 	if r := t.resolved(); r.Prefix == "" && r.Suffix == "" {

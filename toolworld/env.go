@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/hindsight-ai/hindsight/data/chatformat"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
@@ -17,7 +18,7 @@ const SystemPrompt = "Tools: ls, cat, grep, calc, get, set. Finish: answer X"
 // Options configure an Env; the zero value is the default.
 type Options struct {
 	// Format is the chat format; nil: FormatFor(tok).
-	Format *Format
+	Format *chatformat.Format
 	// MaxTokens caps the rollout (default 256): a turn that would not leave room for
 	// another call ends the episode with reward 0.
 	MaxTokens int

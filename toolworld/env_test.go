@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hindsight-ai/hindsight/data/chatformat"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -161,17 +162,17 @@ func TestFormatFor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "chatml", f.Name)
 
-	_, err = New(Task{ID: "x"}, tokenizer.NewBytes(), Options{Format: &ChatMLFormat})
+	_, err = New(Task{ID: "x"}, tokenizer.NewBytes(), Options{Format: &chatformat.ChatML})
 	require.ErrorContains(t, err, `"<|im_start|>" is not a special token of tokenizer bytes-v1`)
-	bad := BytesFormat
+	bad := chatformat.Bytes
 	bad.End = "<|end|><|end|>"
 	_, err = New(Task{ID: "x"}, tokenizer.NewBytes(), Options{Format: &bad})
 	require.ErrorContains(t, err, "is 2 tokens; it must be one (the stop token)")
-	bad = BytesFormat
+	bad = chatformat.Bytes
 	bad.Tool = ""
 	_, err = New(Task{ID: "x"}, tokenizer.NewBytes(), Options{Format: &bad})
 	require.ErrorContains(t, err, "chat format bytes: tool header is empty")
-	_, err = New(Task{ID: "x"}, qwen3(t), Options{Format: &BytesFormat})
+	_, err = New(Task{ID: "x"}, qwen3(t), Options{Format: &chatformat.Bytes})
 	require.ErrorContains(t, err, `"<|system|>" is not a special token`)
 }
 

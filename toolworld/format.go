@@ -4,56 +4,18 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/hindsight-ai/hindsight/data/chatformat"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
-// Format is a chat format: the harness text that opens each role's turn, the token
-// that closes every turn (the policy's stop token) and the harness text after it.
-// Header and separator text is the harness's: its special-token strings become
-// special ids. Turn contents (the task, tool output, the policy's own tokens) never do.
-//
-// Sep belongs to the turn it follows, as in Hugging Face ChatML templates
-// ("<|im_end|>\n"), so a turn starts at its header: the teacher's hint template
-// (teacher.Template, a whole user turn with its own trailing separator) inserted at a
-// turn's start renders exactly as Env.Hint does.
-type Format struct {
-	Name                          string
-	System, User, Assistant, Tool string // turn headers
-	End                           string // closes a turn; must be one special token
-	Sep                           string // after a turn's End: harness context
-}
-
-// BytesFormat is the byte tokenizer's chat format, the one tokenizer.BytesChatTemplate
-// writes:
-//
-//	<|system|>…<|end|><|user|>…<|end|><|assistant|>ls notes<|end|><|tool|>owl.txt<|end|>…
-var BytesFormat = Format{
-	Name: "bytes", System: "<|system|>", User: "<|user|>", Assistant: "<|assistant|>", Tool: "<|tool|>",
-	End: "<|end|>",
-}
-
-// ChatMLFormat is ChatML (Qwen and other <|im_start|> models), with tool results in a
-// turn of role tool:
-//
-//	<|im_start|>user\n…<|im_end|>\n<|im_start|>assistant\nls notes<|im_end|>\n<|im_start|>tool\n…
-var ChatMLFormat = Format{
-	Name: "chatml", System: "<|im_start|>system\n", User: "<|im_start|>user\n",
-	Assistant: "<|im_start|>assistant\n", Tool: "<|im_start|>tool\n",
-	End: "<|im_end|>", Sep: "\n",
-}
-
-// FormatFor returns the chat format of tok: BytesFormat for the byte tokenizer,
-// ChatMLFormat for a tokenizer with <|im_start|> and <|im_end|>.
-func FormatFor(tok tokenizer.Tokenizer) (Format, error) {
-	if tok.Fingerprint() == tokenizer.BytesFingerprint {
-		return BytesFormat, nil
+// FormatFor returns the chat format of tok (chatformat.Detect), when it has the four
+// turns an episode renders (system, user, assistant, tool): the byte tokenizer's and
+// ChatML today.
+func FormatFor(tok tokenizer.Tokenizer) (chatformat.Format, error) {
+	if f, ok := chatformat.Detect(tok); ok && f.System != "" && f.User != "" && f.Assistant != "" && f.Tool != "" {
+		return f, nil
 	}
-	_, start := tok.SpecialID("<|im_start|>")
-	_, end := tok.SpecialID("<|im_end|>")
-	if start && end {
-		return ChatMLFormat, nil
-	}
-	return Format{}, fmt.Errorf("chat format of tokenizer %s: neither the byte tokenizer nor ChatML (<|im_start|>, <|im_end|>); pass Options.Format", tok.Fingerprint())
+	return chatformat.Format{}, fmt.Errorf("chat format of tokenizer %s: neither the byte tokenizer nor ChatML (<|im_start|>, <|im_end|>); pass Options.Format", tok.Fingerprint())
 }
 
 var markerRE = regexp.MustCompile(`<\|[^|<>\s]+\|>`)
@@ -75,7 +37,7 @@ const (
 	RoleTool      = "tool"
 )
 
-func newRenderer(f Format, tok tokenizer.Tokenizer) (*renderer, error) {
+func newRenderer(f chatformat.Format, tok tokenizer.Tokenizer) (*renderer, error) {
 	r := &renderer{tok: tok, header: map[string][]int32{}}
 	parts := []struct{ name, text string }{{RoleSystem, f.System}, {RoleUser, f.User},
 		{RoleAssistant, f.Assistant}, {RoleTool, f.Tool}, {"end", f.End}, {"sep", f.Sep}}

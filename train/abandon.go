@@ -23,7 +23,7 @@ var errAbandoned = errors.New("step abandoned at the shutdown timeout")
 // trained twice: the step's rollouts become trained only with a durable checkpoint
 // that lists them, so they are trained again after restart (docs/running.md
 // "Stopping").
-func (lp *Loop) deviceStep(ctx context.Context, batch []credit.Rollout) (xla.Metrics, error) {
+func (lp *Loop) deviceStep(ctx context.Context, batch []credit.Sequence) (xla.Metrics, error) {
 	next := lp.tr.StepCount() + 1 // read here: the trainer is the step's from now on
 	type result struct {
 		met xla.Metrics

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/data/chatformat"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
@@ -38,24 +39,12 @@ func NewRule(cfg credit.Config, tok tokenizer.Tokenizer) Rule {
 	return Rule{AllowNoSampler: cfg.AllowNoSampler, Header: HeaderFor(tok)}
 }
 
-// roleHeaders are the assistant-turn headers of the chat formats hindsight knows,
-// each found by a special token that only tokenizers of that format have, in the
-// order they are tried.
-var roleHeaders = []struct{ special, header string }{
-	{"<|im_start|>", "<|im_start|>assistant\n"},                                  // ChatML: Qwen, SmolLM2, …
-	{"<|start_header_id|>", "<|start_header_id|>assistant<|end_header_id|>\n\n"}, // Llama 3
-	{"<｜Assistant｜>", "<｜Assistant｜>"},                                           // DeepSeek V3
-	{"<|assistant|>", "<|assistant|>"},                                           // the byte tokenizer
-}
-
 // HeaderFor returns the ids of the header that opens an assistant turn in tok's chat
-// format (ChatML, Llama 3, DeepSeek V3 or the byte tokenizer's), or nil when tok has
-// none of their special tokens (Mistral's assistant turn has no header).
+// format (chatformat.Detect: ChatML, Llama 3, DeepSeek V3 or the byte tokenizer's),
+// or nil when tok has none or its format has no such header (Mistral).
 func HeaderFor(tok tokenizer.Tokenizer) []int32 {
-	for _, h := range roleHeaders {
-		if _, ok := tok.SpecialID(h.special); ok {
-			return tok.Encode(h.header)
-		}
+	if f, ok := chatformat.Detect(tok); ok && f.Assistant != "" {
+		return tok.Encode(f.Assistant)
 	}
 	return nil
 }
@@ -114,7 +103,7 @@ func (ru Rule) Why(r *rollout.Rollout) string {
 // reports.
 type entry struct {
 	item      *Item
-	xr        credit.Rollout
+	xr        credit.Sequence
 	hints     []teacher.Hint
 	trainable int // tokens of Rule.Mask
 	all       int // every token a step runs for it: the rollout, each hint and its re-scored span
@@ -126,9 +115,9 @@ type entry struct {
 // scoring cannot mismatch them. The rollout is scored at its sampling temperature
 // (rollout.Rollout.ScoringTemperature: 1 without one, or greedy). The daemon's loop
 // and the efficacy experiment both use it.
-func ToTrainer(r *rollout.Rollout, hints []teacher.Hint, rule Rule) credit.Rollout {
+func ToTrainer(r *rollout.Rollout, hints []teacher.Hint, rule Rule) credit.Sequence {
 	T := len(r.Tokens)
-	xr := credit.Rollout{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float64, T),
+	xr := credit.Sequence{ID: r.ID, TaskID: r.TaskID, Tokens: r.Tokens, Sampler: make([]float64, T),
 		Trainable: rule.Mask(r), Reward: float64(r.Reward), HasReward: r.HasReward, Temperature: r.ScoringTemperature()}
 	for i := range T {
 		if lp, ok := r.LogProb(i); ok {
@@ -138,7 +127,7 @@ func ToTrainer(r *rollout.Rollout, hints []teacher.Hint, rule Rule) credit.Rollo
 		}
 	}
 	for _, h := range hints {
-		xr.Hints = append(xr.Hints, credit.HintSpan{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens, Empty: h.Empty})
+		xr.Hints = append(xr.Hints, credit.Hint{InsertAt: int(h.InsertAt), End: int(h.End), Tokens: h.Tokens, Empty: h.Empty})
 	}
 	return xr
 }
@@ -167,7 +156,7 @@ func (e *entry) fits(maxPos int) error {
 		return fmt.Errorf("rollout %q: %d tokens, max_position_embeddings is %d: %w", e.xr.ID, n, maxPos, xla.ErrTooLong)
 	}
 	for k, h := range e.xr.Hints {
-		if n := h.End + len(h.Hint); n > maxPos {
+		if n := h.End + len(h.Tokens); n > maxPos {
 			return fmt.Errorf("rollout %q: hinted segment %d: %d positions with the hint, max_position_embeddings is %d: %w",
 				e.xr.ID, e.hints[k].Segment, n, maxPos, xla.ErrTooLong)
 		}
@@ -188,7 +177,7 @@ type record struct {
 // teacher distributions kept per hint span in modes topk and full, else nil). Its
 // hints are the ones scored, with the positions and tokens the teacher pass used,
 // and say what the teacher saw and which loss they trained with (rec).
-func creditRow(e *entry, in *credit.Rollout, res *credit.Result, dists []xla.TeacherDist, rec record, step int64) (creditfile.Row, error) {
+func creditRow(e *entry, in *credit.Sequence, res *credit.Result, dists []xla.TeacherDist, rec record, step int64) (creditfile.Row, error) {
 	r := e.item.Rollout
 	T := len(r.Tokens)
 	if len(in.Hints) != len(e.xr.Hints) {
@@ -204,9 +193,9 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, dists []xla.Tea
 	// overlapping spans): the base (s_t or q_t(∅)) credit measured Δ against.
 	q, qN := make([]float64, T), make([]int, T)
 	for _, span := range in.Hints {
-		for t := span.Start; t < span.End; t++ {
+		for t := span.InsertAt; t < span.End; t++ {
 			if qN[t] == 0 {
-				q[t] = span.Teacher[t-span.Start]
+				q[t] = span.Teacher[t-span.InsertAt]
 			}
 			qN[t]++
 		}
@@ -239,15 +228,15 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, dists []xla.Tea
 		row.Segments[k] = cs
 	}
 	for k, span := range in.Hints {
-		for t := span.Start; t < span.End; t++ {
+		for t := span.InsertAt; t < span.End; t++ {
 			if math.IsNaN(float64(row.Teacher[t])) { // the first span covering t
-				row.Teacher[t] = float32(span.Teacher[t-span.Start])
+				row.Teacher[t] = float32(span.Teacher[t-span.InsertAt])
 			}
 		}
 		h, sent := e.hints[k], e.xr.Hints[k]
-		ch := creditfile.Hint{Segment: int32(h.Segment), InsertAt: int32(span.Start),
+		ch := creditfile.Hint{Segment: int32(h.Segment), InsertAt: int32(span.InsertAt),
 			End: int32(span.End), Source: h.Source, Reason: string(h.Reason), Text: h.Text,
-			Tokens: append([]int32(nil), sent.Hint...), Context: contextKind(h), LossMode: string(rec.distill.Mode),
+			Tokens: append([]int32(nil), sent.Tokens...), Context: contextKind(h), LossMode: string(rec.distill.Mode),
 			TeacherLogProbs: make([]float32, len(span.Teacher))}
 		if rec.distill.Mode == credit.DistillTopK || rec.distill.Mode == credit.DistillFull {
 			ch.Divergence = string(rec.distill.Divergence)
@@ -260,7 +249,7 @@ func creditRow(e *entry, in *credit.Rollout, res *credit.Result, dists []xla.Tea
 		}
 		if k < len(dists) && rec.top > 0 {
 			d := dists[k]
-			if n := span.End - span.Start; d.Rows() != n {
+			if n := span.End - span.InsertAt; d.Rows() != n {
 				return creditfile.Row{}, fmt.Errorf("credit row of %q: hint %d: %d teacher distributions for %d positions", r.ID, k, d.Rows(), n)
 			}
 			ch.TopIDs, ch.TopLogProbs = teacherTop(d, rec.top)

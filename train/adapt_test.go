@@ -54,10 +54,10 @@ func TestAdaptKeepsEachHintsEmptyTemplate(t *testing.T) {
 	require.Len(t, e.xr.Hints, len(it.hints.Hints))
 	for k, h := range e.xr.Hints {
 		require.Equal(t, old.Inserter().Empty(), h.Empty, "hint %d", k)
-		require.Equal(t, it.hints.Hints[k].Tokens, h.Hint, "hint %d", k)
+		require.Equal(t, it.hints.Hints[k].Tokens, h.Tokens, "hint %d", k)
 		wrapped, err := old.Inserter().Wrap(it.hints.Hints[k].Text)
 		require.NoError(t, err)
-		require.Equal(t, wrapped, h.Hint, "hint %d is its own template's turn", k)
+		require.Equal(t, wrapped, h.Tokens, "hint %d is its own template's turn", k)
 	}
 }
 
@@ -70,13 +70,13 @@ func TestCreditRowCarriesTheScoredHints(t *testing.T) {
 	e := adapt(it, Rule{})
 	sent := append([]teacher.Hint(nil), it.hints.Hints...)
 	T := len(it.Rollout.Tokens)
-	in := credit.Rollout{ID: it.Rollout.ID, Student: make([]float64, T), Trainable: e.xr.Trainable}
+	in := credit.Sequence{ID: it.Rollout.ID, Student: make([]float64, T), Trainable: e.xr.Trainable}
 	for _, h := range e.xr.Hints {
-		q := make([]float64, h.End-h.Start)
+		q := make([]float64, h.End-h.InsertAt)
 		for i := range q {
 			q[i] = -0.5
 		}
-		in.Hints = append(in.Hints, credit.HintSpan{Start: h.Start, End: h.End, Teacher: q})
+		in.Hints = append(in.Hints, credit.Hint{InsertAt: h.InsertAt, End: h.End, Teacher: q})
 	}
 	res := credit.Result{Adv: make([]float64, T)}
 
@@ -90,8 +90,8 @@ func TestCreditRowCarriesTheScoredHints(t *testing.T) {
 	for k, h := range row.Hints {
 		require.Equal(t, sent[k].Text, h.Text)
 		require.Equal(t, sent[k].Source, h.Source)
-		require.Equal(t, e.xr.Hints[k].Hint, h.Tokens)
-		require.EqualValues(t, in.Hints[k].Start, h.InsertAt)
+		require.Equal(t, e.xr.Hints[k].Tokens, h.Tokens)
+		require.EqualValues(t, in.Hints[k].InsertAt, h.InsertAt)
 		require.EqualValues(t, in.Hints[k].End, h.End)
 		require.EqualValues(t, -0.5, row.Teacher[h.InsertAt])
 	}
@@ -114,11 +114,11 @@ func TestCreditRowCarriesTheScoredHints(t *testing.T) {
 		res.Delta[i], res.Rho[i], in.Sampler[i] = math.NaN(), 0.5, -2
 	}
 	h0 := in.Hints[0]
-	res.Delta[h0.Start] = 0.25
+	res.Delta[h0.InsertAt] = 0.25
 	row, err = creditRow(e, &in, &res, nil, record{distill: credit.DefaultDistillConfig()}, 7)
 	require.NoError(t, err)
-	require.InDelta(t, -0.75, row.Base[h0.Start], 1e-6)
-	require.EqualValues(t, 0.25, row.Delta[h0.Start])
+	require.InDelta(t, -0.75, row.Base[h0.InsertAt], 1e-6)
+	require.EqualValues(t, 0.25, row.Delta[h0.InsertAt])
 	require.True(t, math.IsNaN(float64(row.Delta[0])) && math.IsNaN(float64(row.Base[0])))
 	require.EqualValues(t, 0.5, row.Rho[1])
 	require.EqualValues(t, -2, row.Sampler[1])
@@ -137,10 +137,10 @@ func TestCreditRowRecordsTheTeachersView(t *testing.T) {
 	it.hints.Hints[1].Context = teacher.Context{Sibling: "a solution", Feedback: "E404", Hint: it.hints.Hints[1].Text}
 	e := adapt(it, Rule{})
 	T := len(it.Rollout.Tokens)
-	in := credit.Rollout{ID: it.Rollout.ID, Student: make([]float64, T), Trainable: e.xr.Trainable}
+	in := credit.Sequence{ID: it.Rollout.ID, Student: make([]float64, T), Trainable: e.xr.Trainable}
 	var dists []xla.TeacherDist
 	for k, h := range e.xr.Hints {
-		n := h.End - h.Start
+		n := h.End - h.InsertAt
 		q := make([]float64, n)
 		// topk rows of width 3: ids r, r+1, r+2 at log-probs −0.1·(k+1), −1, −2.
 		d := xla.TeacherDist{Mode: credit.DistillTopK, K: 3, IDs: make([]int32, 3*n), LogProbs: make([]float32, 3*n), Tail: make([]float32, n)}
@@ -151,7 +151,7 @@ func TestCreditRowRecordsTheTeachersView(t *testing.T) {
 			}
 			d.LogProbs[3*r], d.LogProbs[3*r+1], d.LogProbs[3*r+2] = -0.1*float32(k+1), -1, -2
 		}
-		in.Hints = append(in.Hints, credit.HintSpan{Start: h.Start, End: h.End, Teacher: q})
+		in.Hints = append(in.Hints, credit.Hint{InsertAt: h.InsertAt, End: h.End, Teacher: q})
 		dists = append(dists, d)
 	}
 	res := credit.Result{Adv: make([]float64, T)}
@@ -261,7 +261,7 @@ func TestWithSiblings(t *testing.T) {
 	require.NotEmpty(t, out[0].hints)
 	for k, hint := range out[0].hints {
 		require.Equal(t, batch[1].item.Rollout.ID, hint.Sibling)
-		require.Equal(t, hint.Tokens, out[0].xr.Hints[k].Hint, "what is scored is the sibling context")
+		require.Equal(t, hint.Tokens, out[0].xr.Hints[k].Tokens, "what is scored is the sibling context")
 		require.Greater(t, len(hint.Tokens), 0)
 	}
 	require.Greater(t, out[0].all, batch[0].all)

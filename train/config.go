@@ -38,7 +38,7 @@ type Config struct {
 	Optimizer xla.AdamWConfig `yaml:"optimizer"`
 	// TeacherModel chooses the hinted pass's weights: live, frozen, ema, or base (with
 	// LoRA: the base model, adapters off).
-	TeacherModel xla.TeacherConfig `yaml:"teacher_model"`
+	TeacherModel xla.TeacherModelConfig `yaml:"teacher_model"`
 	// LoRA trains rank-r adapters on a frozen base instead of every weight (rank 0,
 	// the default: off); checkpoints then also hold the adapter as PEFT saves it
 	// (docs/training.md "LoRA").
@@ -110,7 +110,7 @@ func DefaultConfig() Config {
 		ScoreChunk:         xla.DefaultChunk,
 		Backprop:           xla.BackpropTruncated,
 		Optimizer:          xla.DefaultAdamW(),
-		TeacherModel:       xla.DefaultTeacher(),
+		TeacherModel:       xla.DefaultTeacherModel(),
 		LoRA:               xla.LoRAConfig{Targets: xla.DefaultLoRATargets()},
 		TeacherConcurrency: 4,
 		IdleFlush:          5 * time.Second,

@@ -14,7 +14,7 @@
 // ledger's rule; the loop reports finished files to the Observer (FileDone).
 //
 // adapt.go is the one adapter between the stages' types: rollout.Rollout plus
-// teacher hints → credit.Rollout, and the trainer's credit → creditfile.Row, with the
+// teacher hints → credit.Sequence, and the trainer's credit → creditfile.Row, with the
 // one trainable-token rule (Rule: a sampler log-prob, or credit.allow_no_sampler and
 // the role header).
 package train

@@ -163,7 +163,7 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 			lp.o.Log.Warn().Int("rollouts", tooLong).Msg("sibling context left out: the hinted sequence would pass max_position_embeddings")
 		}
 	}
-	xb := make([]credit.Rollout, len(batch))
+	xb := make([]credit.Sequence, len(batch))
 	for i, e := range batch {
 		xb[i] = e.xr
 	}

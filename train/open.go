@@ -81,7 +81,7 @@ func Open(o Options) (*Loop, error) {
 	if err := o.Precision.CheckBackend(b); err != nil {
 		return nil, fmt.Errorf("model.%w", err)
 	}
-	m, err := xla.OpenModelAs(src, o.Tokenizer, o.Precision)
+	m, err := xla.Open(src, xla.OpenOptions{Tokenizer: o.Tokenizer, Precision: o.Precision})
 	if err != nil {
 		return nil, fmt.Errorf("open policy %s: %w", src, err)
 	}
@@ -102,7 +102,7 @@ func Open(o Options) (*Loop, error) {
 	plog := &progressLog{log: o.Log}
 	lp.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
 		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: o.Credit, Optimizer: tc.Optimizer,
-		Teacher: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms, Devices: devices,
+		TeacherModel: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms, Devices: devices,
 		ShardOptimizer: tc.ShardOptimizer, OnProgress: plog.observe})
 	if err != nil {
 		return nil, err

@@ -99,7 +99,7 @@ func TestTrainCausalCuts(t *testing.T) {
 	dir := tinyModelDir(t)
 	pool := rolloutPool(2, 41)
 	step := func(mode Backprop, bucket bool) ([][]float32, AttentionStats) {
-		m, err := OpenModel(dir)
+		m, err := Open(dir, OpenOptions{})
 		require.NoError(t, err)
 		opts := resumeOptions(nil)
 		opts.Credit.KLBeta = 0

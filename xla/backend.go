@@ -128,6 +128,7 @@ func NewBackendWithOptions(spec string, clientOptions map[string]any) (b backend
 	name, config, _ := strings.Cut(spec, ":")
 	switch name {
 	case simplego.BackendName:
+		spec = unboundedGo(spec, config)
 	case gomlxxla.BackendName:
 		if err := checkPlugin(config); err != nil {
 			return nil, err
@@ -336,3 +337,21 @@ func newQuietly(name, spec string) (backends.Backend, error) {
 }
 
 var quietMu sync.Mutex
+
+// unboundedGo gives a pure-Go spec without a parallelism option GoMLX's unlimited
+// parallelism, as DefaultBackend has. GoMLX v0.26.0's bounded worker pool (its default,
+// 2 × the CPU count) deadlocks when every slot holds a DotGeneral node waiting for a slot
+// of its own: the daemon's step hung with no CPU use on a 2-core machine
+// (cmd/hindsightd TestTemperatureCreditFiles, backend: go). An explicit parallelism
+// option is passed as written.
+func unboundedGo(spec, config string) string {
+	for _, opt := range strings.Split(config, ",") {
+		if k, _, _ := strings.Cut(strings.TrimSpace(opt), "="); k == "parallelism" {
+			return spec
+		}
+	}
+	if strings.TrimSpace(config) == "" {
+		return simplego.BackendName + ":parallelism=-1"
+	}
+	return spec + ",parallelism=-1"
+}

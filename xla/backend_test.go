@@ -325,3 +325,18 @@ func TestChooseBackendAuto(t *testing.T) {
 	name, _ := BackendInfo(b)
 	require.Equal(t, "xla", name)
 }
+
+// TestUnboundedGo: a pure-Go spec without a parallelism option gets GoMLX's unlimited
+// pool (its bounded one deadlocks in v0.26.0); one that names a parallelism keeps it.
+func TestUnboundedGo(t *testing.T) {
+	for _, c := range []struct{ spec, want string }{
+		{"go", "go:parallelism=-1"},
+		{"go:", "go:parallelism=-1"},
+		{"go:ops_sequential", "go:ops_sequential,parallelism=-1"},
+		{"go:parallelism=2", "go:parallelism=2"},
+		{"go:dotgeneral_small,parallelism=0", "go:dotgeneral_small,parallelism=0"},
+	} {
+		_, config, _ := strings.Cut(c.spec, ":")
+		require.Equal(t, c.want, unboundedGo(c.spec, config), c.spec)
+	}
+}

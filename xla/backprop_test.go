@@ -15,7 +15,7 @@ func TestTrainerBackpropModes(t *testing.T) {
 	dir := tinyModelDir(t)
 	pool := rolloutPool(2, 31)
 	step := func(mode Backprop) [][]float32 {
-		m, err := OpenModel(dir)
+		m, err := Open(dir, OpenOptions{})
 		require.NoError(t, err)
 		opts := resumeOptions(nil)
 		opts.Credit.KLBeta = 0
@@ -42,7 +42,7 @@ func TestTrainerBackpropModes(t *testing.T) {
 	worst, _ = diff(truncated, full)
 	require.Greater(t, worst, 1e-2*scale, "truncation differs, or the test shows nothing")
 
-	m, err := OpenModel(dir)
+	m, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	_, err = NewTrainer(backend, m, TrainerOptions{Backprop: "sideways"})
 	require.ErrorContains(t, err, `backprop: "sideways", want truncated, exact or full`)

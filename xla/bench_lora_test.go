@@ -43,13 +43,13 @@ func BenchmarkLoRAStep(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				m, err := LoadModel(mc, newMemWeights(ws))
+				m, err := Load(mc, newMemWeights(ws), PrecisionF32)
 				if err != nil {
 					b.Fatal(err)
 				}
 				ws = nil
 				opts := TrainerOptions{Chunk: 128, Scorer: ScorerOptions{Chunk: 128}, Credit: credit.DefaultConfig(),
-					Optimizer: DefaultAdamW(), Teacher: DefaultTeacher()}
+					Optimizer: DefaultAdamW(), TeacherModel: DefaultTeacherModel()}
 				if mode == "lora" {
 					opts.LoRA = LoRAConfig{Rank: 16, Alpha: 32, Targets: DefaultLoRATargets()}
 				}
@@ -57,9 +57,9 @@ func BenchmarkLoRAStep(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				r := credit.Rollout{ID: "r", TaskID: "t", Tokens: testTokens(T, mc.VocabSize, 52), Sampler: make([]float64, T),
+				r := credit.Sequence{ID: "r", TaskID: "t", Tokens: testTokens(T, mc.VocabSize, 52), Sampler: make([]float64, T),
 					Trainable: make([]bool, T), Reward: 1, HasReward: true,
-					Hints: []credit.HintSpan{{Start: T / 2, End: T/2 + T/4, Hint: testTokens(16, mc.VocabSize, 53)}}}
+					Hints: []credit.Hint{{InsertAt: T / 2, End: T/2 + T/4, Tokens: testTokens(16, mc.VocabSize, 53)}}}
 				trainable := 0
 				for t := range T {
 					r.Sampler[t] = math.NaN()
@@ -68,7 +68,7 @@ func BenchmarkLoRAStep(b *testing.B) {
 						trainable++
 					}
 				}
-				met, err := tr.Step(b.Context(), []credit.Rollout{r}) // compiles
+				met, err := tr.Step(b.Context(), []credit.Sequence{r}) // compiles
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -77,7 +77,7 @@ func BenchmarkLoRAStep(b *testing.B) {
 				}
 				b.ResetTimer()
 				for b.Loop() {
-					if _, err := tr.Step(b.Context(), []credit.Rollout{r}); err != nil {
+					if _, err := tr.Step(b.Context(), []credit.Sequence{r}); err != nil {
 						b.Fatal(err)
 					}
 				}

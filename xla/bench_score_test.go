@@ -89,9 +89,9 @@ func BenchmarkTrainShortRollouts(b *testing.B) {
 		"num_key_value_heads": 4, "head_dim": 32, "intermediate_size": 704}), 43)
 	backend := newTestBackend(b)
 	const batch, T = 8, 256
-	var rs []credit.Rollout
+	var rs []credit.Sequence
 	for i := range batch {
-		r := credit.Rollout{ID: fmt.Sprint(i), Tokens: testTokens(T, m.Config.VocabSize, uint64(44+i)), Sampler: make([]float64, T),
+		r := credit.Sequence{ID: fmt.Sprint(i), Tokens: testTokens(T, m.Config.VocabSize, uint64(44+i)), Sampler: make([]float64, T),
 			Trainable: make([]bool, T), Reward: float64(i%2) - 0.5, HasReward: true}
 		for t := range T {
 			r.Trainable[t], r.Sampler[t] = t > 0, -2

@@ -32,7 +32,7 @@ func BenchmarkTrainBackprop(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r := credit.Rollout{ID: "r", Tokens: testTokens(T, m.Config.VocabSize, 72), Sampler: make([]float64, T),
+			r := credit.Sequence{ID: "r", Tokens: testTokens(T, m.Config.VocabSize, 72), Sampler: make([]float64, T),
 				Trainable: make([]bool, T), Reward: 1, HasReward: true}
 			for t := range T {
 				r.Trainable[t], r.Sampler[t] = t > 0, -2
@@ -44,13 +44,13 @@ func BenchmarkTrainBackprop(b *testing.B) {
 }
 
 // benchSteps runs one step on r to compile, then times b.N steps on it.
-func benchSteps(b *testing.B, tr *Trainer, r credit.Rollout) {
-	if _, err := tr.Step(b.Context(), []credit.Rollout{r}); err != nil {
+func benchSteps(b *testing.B, tr *Trainer, r credit.Sequence) {
+	if _, err := tr.Step(b.Context(), []credit.Sequence{r}); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := tr.Step(b.Context(), []credit.Rollout{r}); err != nil {
+		if _, err := tr.Step(b.Context(), []credit.Sequence{r}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -68,13 +68,13 @@ func BenchmarkTrainStep(b *testing.B) {
 		b.Run(fmt.Sprintf("T=%d/chunk=%d", T, chunk), func(b *testing.B) {
 			m := testModel(b, tinyFields(nil), 51)
 			tr, err := NewTrainer(backend, m, TrainerOptions{Chunk: chunk, Scorer: ScorerOptions{Chunk: chunk},
-				Credit: credit.DefaultConfig(), Optimizer: DefaultAdamW(), Teacher: DefaultTeacher()})
+				Credit: credit.DefaultConfig(), Optimizer: DefaultAdamW(), TeacherModel: DefaultTeacherModel()})
 			if err != nil {
 				b.Fatal(err)
 			}
-			r := credit.Rollout{ID: "r", TaskID: "t", Tokens: testTokens(T, m.Config.VocabSize, 52), Sampler: make([]float64, T),
+			r := credit.Sequence{ID: "r", TaskID: "t", Tokens: testTokens(T, m.Config.VocabSize, 52), Sampler: make([]float64, T),
 				Trainable: make([]bool, T), Reward: 1, HasReward: true,
-				Hints: []credit.HintSpan{{Start: 128, End: 192, Hint: testTokens(16, m.Config.VocabSize, 53)}}}
+				Hints: []credit.Hint{{InsertAt: 128, End: 192, Tokens: testTokens(16, m.Config.VocabSize, 53)}}}
 			trainable := 0
 			for t := range T {
 				r.Sampler[t] = math.NaN()
@@ -107,9 +107,9 @@ func BenchmarkTrainLongRollout(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r := credit.Rollout{ID: "long", Tokens: testTokens(T, m.Config.VocabSize, 62), Sampler: make([]float64, T),
+			r := credit.Sequence{ID: "long", Tokens: testTokens(T, m.Config.VocabSize, 62), Sampler: make([]float64, T),
 				Trainable: make([]bool, T), Reward: 1, HasReward: true,
-				Hints: []credit.HintSpan{{Start: T - 512, End: T - 256, Hint: testTokens(16, m.Config.VocabSize, 63)}}}
+				Hints: []credit.Hint{{InsertAt: T - 512, End: T - 256, Tokens: testTokens(16, m.Config.VocabSize, 63)}}}
 			for t := range T {
 				r.Trainable[t], r.Sampler[t] = t > 0, -2
 			}
@@ -117,7 +117,7 @@ func BenchmarkTrainLongRollout(b *testing.B) {
 			heap := benchutil.StartHeapSampler(20 * time.Millisecond)
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := tr.Step(b.Context(), []credit.Rollout{r}); err != nil {
+				if _, err := tr.Step(b.Context(), []credit.Sequence{r}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -142,7 +142,7 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state checkpoint.TrainerS
 		extra[k] = v
 	}
 	extra["optimizer"], _ = json.Marshal(optimizerState{Step: tr.opt.step})
-	extra["teacher"], _ = json.Marshal(teacherState{Mode: tr.opts.Teacher.Mode})
+	extra["teacher"], _ = json.Marshal(teacherState{Mode: tr.opts.TeacherModel.Mode})
 	if tr.model.lora != nil {
 		if err := tr.loraCheckpoint(ck, dtype, extra); err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)

@@ -21,7 +21,7 @@ import (
 // otherwise the weights the model was opened with must be the checkpoint's),
 // optimizer moments and step, teacher, baselines and RNG (the trained rollout_ids
 // in the returned state are the ledger's to restore). The Trainer should be new,
-// over the model opened from dir (OpenModel(dir)); a LoRA Trainer over the base
+// over the model opened from dir (Open(dir, …)); a LoRA Trainer over the base
 // model directory, its adapters read from dir's adapter/.
 func (tr *Trainer) Restore(dir string) (*checkpoint.TrainerState, error) {
 	st, err := checkpoint.Verify(dir)

@@ -142,10 +142,10 @@ func (tr *Trainer) Devices() int {
 }
 
 // rolloutTokens is what a rollout costs a device: its tokens and its hinted passes'.
-func rolloutTokens(r *credit.Rollout) int {
+func rolloutTokens(r *credit.Sequence) int {
 	n := len(r.Tokens)
 	for _, h := range r.Hints {
-		n += len(h.Hint) + h.End - h.Start
+		n += len(h.Tokens) + h.End - h.InsertAt
 	}
 	return n
 }
@@ -153,7 +153,7 @@ func rolloutTokens(r *credit.Rollout) int {
 // splitByTokens assigns the rollouts to n devices, longest first to the device
 // with the fewest tokens so far (the lowest-numbered on a tie), and returns each
 // device's rollout indices in batch order. It is deterministic.
-func splitByTokens(batch []credit.Rollout, n int) [][]int {
+func splitByTokens(batch []credit.Sequence, n int) [][]int {
 	order := make([]int, len(batch))
 	for i := range order {
 		order[i] = i
@@ -205,7 +205,7 @@ func (dp *dataParallel) onDevices(parts [][]int, fn func(r replica1, idx []int) 
 // scoreParallel runs the student pass (and the live teacher's hinted passes) of
 // each device's share of batch on that device, filling rs and sc, and returns the
 // shares (splitByTokens).
-func (tr *Trainer) scoreParallel(ctx context.Context, batch, rs []credit.Rollout, sc []scored) ([][]int, error) {
+func (tr *Trainer) scoreParallel(ctx context.Context, batch, rs []credit.Sequence, sc []scored) ([][]int, error) {
 	parts := splitByTokens(batch, len(tr.dp.replicas))
 	err := tr.dp.onDevices(parts, func(r replica1, idx []int) error {
 		for _, i := range idx {
@@ -261,7 +261,7 @@ type deviceSums struct {
 
 // accumulateParallel is accumulate with each device running its rollouts' passes
 // into its own sums, then the all-reduce of the sums onto device 0.
-func (tr *Trainer) accumulateParallel(ctx context.Context, parts [][]int, batch, rs []credit.Rollout, res []credit.Result, sc []scored, budget int, met *Metrics) ([]*tensors.Tensor, bool, error) {
+func (tr *Trainer) accumulateParallel(ctx context.Context, parts [][]int, batch, rs []credit.Sequence, res []credit.Result, sc []scored, budget int, met *Metrics) ([]*tensors.Tensor, bool, error) {
 	dp := tr.dp
 	split := tr.opts.TermGradNorms
 	sums := make([]deviceSums, len(dp.replicas))

@@ -141,8 +141,8 @@ func TestDevicesConfig(t *testing.T) {
 }
 
 func TestSplitByTokens(t *testing.T) {
-	batch := []credit.Rollout{{Tokens: make([]int32, 10)}, {Tokens: make([]int32, 50)}, {Tokens: make([]int32, 30)},
-		{Tokens: make([]int32, 20), Hints: []credit.HintSpan{{Start: 2, End: 7, Hint: make([]int32, 5)}}}, {Tokens: make([]int32, 5)}}
+	batch := []credit.Sequence{{Tokens: make([]int32, 10)}, {Tokens: make([]int32, 50)}, {Tokens: make([]int32, 30)},
+		{Tokens: make([]int32, 20), Hints: []credit.Hint{{InsertAt: 2, End: 7, Tokens: make([]int32, 5)}}}, {Tokens: make([]int32, 5)}}
 	// Costs 10, 50, 30, 30, 5, longest first to the lighter device: 50 → d0, 30 → d1,
 	// 30 → d1 (30 < 50), 10 → d0 (50 < 60), 5 → d0 (60, a tie: the lower device).
 	require.Equal(t, [][]int{{0, 1, 4}, {2, 3}}, splitByTokens(batch, 2))
@@ -154,14 +154,14 @@ func TestSplitByTokens(t *testing.T) {
 // dpPool is rolloutPool's rollouts cut to T tokens (hints inside), so that every
 // rollout runs the same few programs: XLA compiles each shape, and compiling is
 // most of these tests' time.
-func dpPool(n, T int, seed uint64) []credit.Rollout {
+func dpPool(n, T int, seed uint64) []credit.Sequence {
 	pool := rolloutPool(n, seed)
 	for i := range pool {
 		r := &pool[i]
 		r.Tokens, r.Sampler, r.Trainable = r.Tokens[:T], r.Sampler[:T], r.Trainable[:T]
 		h := &r.Hints[0]
-		h.Start = 12 + i%(T-24)
-		h.End = h.Start + 1 + i%8
+		h.InsertAt = 12 + i%(T-24)
+		h.End = h.InsertAt + 1 + i%8
 	}
 	return pool
 }
@@ -200,7 +200,7 @@ func TestDataParallelStepMatchesOneDevice(t *testing.T) {
 			TermGradNorms: true, Devices: devices}
 	}
 	open := func() *Model {
-		m, err := OpenModel(dir)
+		m, err := Open(dir, OpenOptions{})
 		require.NoError(t, err)
 		return m
 	}
@@ -236,7 +236,7 @@ func TestDataParallelBackpropModes(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			var ws [][][]float32
 			for _, devices := range []int{1, 2} {
-				m, err := OpenModel(dir)
+				m, err := Open(dir, OpenOptions{})
 				require.NoError(t, err)
 				tr, err := NewTrainer(b, m, TrainerOptions{Budget: 64, Chunk: 32, Scorer: ScorerOptions{Chunk: 64}, Backprop: mode, Seed: 7,
 					Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1, WarmupSteps: 1}, Devices: devices})
@@ -264,7 +264,7 @@ func TestDataParallelZeRO1(t *testing.T) {
 	opts := TrainerOptions{Budget: 64, Chunk: 64, Scorer: ScorerOptions{Chunk: 64}, Seed: 7,
 		Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1, WarmupSteps: 2}}
 	open := func(d string, devices int, shard bool) *Trainer {
-		m, err := OpenModel(d)
+		m, err := Open(d, OpenOptions{})
 		require.NoError(t, err)
 		o := opts
 		o.Devices, o.ShardOptimizer = devices, shard
@@ -282,7 +282,7 @@ func TestDataParallelZeRO1(t *testing.T) {
 	require.Positive(t, perDevice[0])
 	require.Positive(t, perDevice[1])
 	step := func(tr *Trainer, idx ...int) Metrics {
-		var batch []credit.Rollout
+		var batch []credit.Sequence
 		for _, i := range idx {
 			batch = append(batch, pool[i])
 		}
@@ -335,7 +335,7 @@ func TestDataParallelResume(t *testing.T) {
 	dir := tinyModelDir(t)
 	pool := dpPool(6, 40, 11)
 	open := func(d string) *Model {
-		m, err := OpenModel(d)
+		m, err := Open(d, OpenOptions{})
 		require.NoError(t, err)
 		return m
 	}
@@ -422,11 +422,11 @@ func BenchmarkDataParallelStep(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var batch []credit.Rollout
+			var batch []credit.Sequence
 			for i := range rollouts {
-				r := credit.Rollout{ID: fmt.Sprint(i), TaskID: "t", Tokens: testTokens(T, m.Config.VocabSize, 52+uint64(i)), Sampler: make([]float64, T),
+				r := credit.Sequence{ID: fmt.Sprint(i), TaskID: "t", Tokens: testTokens(T, m.Config.VocabSize, 52+uint64(i)), Sampler: make([]float64, T),
 					Trainable: make([]bool, T), Reward: float64(i % 2), HasReward: true,
-					Hints: []credit.HintSpan{{Start: 128, End: 192, Hint: testTokens(16, m.Config.VocabSize, 53)}}}
+					Hints: []credit.Hint{{InsertAt: 128, End: 192, Tokens: testTokens(16, m.Config.VocabSize, 53)}}}
 				for t := range T {
 					r.Trainable[t], r.Sampler[t] = t > 0, -2
 				}
@@ -472,7 +472,7 @@ func TestDataParallelBF16(t *testing.T) {
 			Devices:   devices}
 	}
 	open := func() *Model {
-		m, err := OpenModelAs(dir, nil, PrecisionBF16)
+		m, err := Open(dir, OpenOptions{Precision: PrecisionBF16})
 		require.NoError(t, err)
 		require.Equal(t, PrecisionBF16, m.Precision())
 		return m
@@ -514,7 +514,7 @@ func TestDataParallelEMATeacherAndReference(t *testing.T) {
 	b := newTwoDevices(t)
 	dir := tinyModelDir(t)
 	pool := dpPool(6, 40, 17)
-	ref, err := OpenModel(dir)
+	ref, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	opts := func(devices int) TrainerOptions {
 		cfg := credit.DefaultConfig()
@@ -525,11 +525,11 @@ func TestDataParallelEMATeacherAndReference(t *testing.T) {
 		// test is about the teacher's and reference's passes.
 		cfg.Distill.ISCap = 0
 		return TrainerOptions{Budget: 64, Chunk: 64, Scorer: ScorerOptions{Chunk: 64}, Credit: cfg, Seed: 7, Ref: ref,
-			Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1, WarmupSteps: 2},
-			Teacher:   TeacherConfig{Mode: TeacherEMA, EMARate: 0.5}, Devices: devices}
+			Optimizer:    AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1, WarmupSteps: 2},
+			TeacherModel: TeacherModelConfig{Mode: TeacherEMA, EMARate: 0.5}, Devices: devices}
 	}
 	open := func() *Model {
-		m, err := OpenModel(dir)
+		m, err := Open(dir, OpenOptions{})
 		require.NoError(t, err)
 		return m
 	}
@@ -554,9 +554,9 @@ func TestDataParallelEMATeacherAndReference(t *testing.T) {
 // stepBoth takes one step of the rollouts pool[idx] with the one-device trainer one
 // and the two-device trainer two, and checks that both updated with the same loss
 // (within 1e-5 relative).
-func stepBoth(t *testing.T, one, two *Trainer, pool []credit.Rollout, idx []int, step int) (Metrics, Metrics) {
+func stepBoth(t *testing.T, one, two *Trainer, pool []credit.Sequence, idx []int, step int) (Metrics, Metrics) {
 	t.Helper()
-	var batch []credit.Rollout
+	var batch []credit.Sequence
 	for _, i := range idx {
 		batch = append(batch, pool[i])
 	}

@@ -136,7 +136,7 @@ func BenchmarkDistillStep(b *testing.B) {
 	if n := envInt(b, "HINDSIGHT_BENCH_DISTILL_LAYERS", 0); n > 0 && n < mc.NumHiddenLayers {
 		mc.NumHiddenLayers = n
 	}
-	m, err := LoadModel(mc, newMemWeights(testWeights(mc, 81)))
+	m, err := Load(mc, newMemWeights(testWeights(mc, 81)), PrecisionF32)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -165,9 +165,9 @@ func BenchmarkDistillStep(b *testing.B) {
 	if lora.Rank == 0 {
 		lora = LoRAConfig{}
 	}
-	r := credit.Rollout{ID: "r", TaskID: "t", Tokens: testTokens(T, mc.VocabSize, 82), Sampler: make([]float64, T),
+	r := credit.Sequence{ID: "r", TaskID: "t", Tokens: testTokens(T, mc.VocabSize, 82), Sampler: make([]float64, T),
 		Trainable: make([]bool, T), Reward: 1, HasReward: true,
-		Hints: []credit.HintSpan{{Start: T / 2, End: T, Hint: testTokens(16, mc.VocabSize, 83)}}}
+		Hints: []credit.Hint{{InsertAt: T / 2, End: T, Tokens: testTokens(16, mc.VocabSize, 83)}}}
 	for t := range T {
 		r.Trainable[t], r.Sampler[t] = t > 0, -2
 	}
@@ -177,7 +177,7 @@ func BenchmarkDistillStep(b *testing.B) {
 		// term), so both terms are in the loss.
 		md.tr.Baselines().Task["t"] = 0.5
 		t0, c0 := time.Now(), cpuTime()
-		met, err := md.tr.Step(b.Context(), []credit.Rollout{r})
+		met, err := md.tr.Step(b.Context(), []credit.Sequence{r})
 		if err != nil {
 			b.Fatalf("%s: %v", md.name, err)
 		}

@@ -1,10 +1,8 @@
 package xla
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"testing"
 
@@ -14,28 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/credit/credittest"
 )
-
-// peerGolden is a case of testdata/distill/peers.json (scripts/distill_goldens.py;
-// credit/peers_test.go documents the file and the mapping).
-type peerGolden struct {
-	Name    string        `json:"name"`
-	Vocab   int           `json:"vocab"`
-	Mode    string        `json:"mode"`
-	Alpha   float64       `json:"alpha"`
-	K       int           `json:"k"`
-	Temp    float64       `json:"temperature"`
-	ISClip  *float64      `json:"is_clip"`
-	Student [][][]float64 `json:"student_logits"`
-	Teacher [][][]float64 `json:"teacher_logits"`
-	Mask    [][]float64   `json:"mask"`
-	IDs     [][]int       `json:"ids"`
-	Old     [][]float64   `json:"old_log_probs"`
-	Authors struct {
-		Loss float64       `json:"loss"`
-		Grad [][][]float64 `json:"grad"`
-	} `json:"authors"`
-}
 
 // peerTolerance is how far the device may be from the peers' float64 numbers, by
 // dtype: relative on the loss (at least 1 nat scale), absolute on each gradient entry.
@@ -62,16 +40,10 @@ var peerTolerance = map[dtypes.DType]struct{ loss, grad float64 }{
 // of shortPeerCase only). Mode sampled_token is the policy-gradient term on
 // the device and is held to the goldens by credit's TestPeerGoldens.
 func TestDistillPeerGoldens(t *testing.T) {
-	b, err := os.ReadFile("../testdata/distill/peers.json")
-	require.NoError(t, err)
-	var f struct {
-		Cases []peerGolden `json:"cases"`
-	}
-	require.NoError(t, json.Unmarshal(b, &f))
 	backend := newTestBackend(t)
 	ran := 0
 	worstLoss, worstGrad := map[dtypes.DType]float64{}, map[dtypes.DType]float64{}
-	for _, c := range f.Cases {
+	for _, c := range credittest.PeerCases(t) {
 		if c.Mode == string(credit.DistillSampledToken) {
 			continue
 		}

@@ -57,9 +57,9 @@ func testScoreHintedView(t *testing.T, bucket bool) {
 	require.NoError(t, err)
 	V := m.Config.VocabSize
 	tokens := testTokens(60, V, 32)
-	segs := []credit.HintSpan{
-		{Start: 10, End: 45, Hint: testTokens(7, V, 33)},
-		{Start: 30, End: 52}, // no hint: the plain student, y_{a−1} rerun
+	segs := []credit.Hint{
+		{InsertAt: 10, End: 45, Tokens: testTokens(7, V, 33)},
+		{InsertAt: 30, End: 52}, // no hint: the plain student, y_{a−1} rerun
 	}
 	q, err := s.ScoreHinted(t.Context(), tokens, nil, segs)
 	require.NoError(t, err)
@@ -67,7 +67,7 @@ func testScoreHintedView(t *testing.T, bucket bool) {
 	require.NoError(t, err)
 	for k, sg := range segs {
 		require.Equal(t, q[k], qf[k], "segment %d: the log-probs do not depend on the view", k)
-		require.Equal(t, sg.End-sg.Start, full[k].Rows())
+		require.Equal(t, sg.End-sg.InsertAt, full[k].Rows())
 		for r := range full[k].Rows() {
 			row := f64s(full[k].LogProbs[r*V : (r+1)*V])
 			var mass float64
@@ -75,7 +75,7 @@ func testScoreHintedView(t *testing.T, bucket bool) {
 				mass += math.Exp(x)
 			}
 			require.InDelta(t, 1, mass, 1e-5, "segment %d row %d", k, r)
-			require.InDelta(t, float64(q[k][r]), row[tokens[sg.Start+r]], 1e-5, "segment %d row %d", k, r)
+			require.InDelta(t, float64(q[k][r]), row[tokens[sg.InsertAt+r]], 1e-5, "segment %d row %d", k, r)
 		}
 	}
 	for _, K := range []int{1, 8, V + 3} {
@@ -101,7 +101,7 @@ func testScoreHintedView(t *testing.T, bucket bool) {
 	// topk_ids student and union: the student's own top k (its plain re-pass over each
 	// segment), the teacher gathered at them, are credit.SelectTopK of the student's
 	// and the teacher's full rows.
-	plain := []credit.HintSpan{{Start: 10, End: 45}, {Start: 30, End: 52}}
+	plain := []credit.Hint{{InsertAt: 10, End: 45}, {InsertAt: 30, End: 52}}
 	_, sfull, err := s.ScoreHintedView(t.Context(), tokens, nil, plain, TeacherView{Mode: credit.DistillFull})
 	require.NoError(t, err)
 	for _, ids := range []credit.TopKIDs{credit.IDsStudent, credit.IDsUnion} {
@@ -150,9 +150,9 @@ func TestScoreTemperature(t *testing.T) {
 	require.NoError(t, err)
 	c1.Close()
 	require.Equal(t, plain[1:], plain1[1:], "temperature 1 leaves the log-probs bit for bit")
-	segs := []credit.HintSpan{
-		{Start: 1, End: 60}, // the student itself, every position
-		{Start: 10, End: 45, Hint: testTokens(7, V, 35)}, // a hinted teacher
+	segs := []credit.Hint{
+		{InsertAt: 1, End: 60},                                // the student itself, every position
+		{InsertAt: 10, End: 45, Tokens: testTokens(7, V, 35)}, // a hinted teacher
 	}
 	full := TeacherView{Mode: credit.DistillFull}
 	_, rows1, err := s.ScoreHintedView(t.Context(), tokens, nil, segs, full)
@@ -164,15 +164,15 @@ func TestScoreTemperature(t *testing.T) {
 		q, rows, err := s.ScoreHintedAt(t.Context(), tokens, nil, segs, full, nil, temp)
 		require.NoError(t, err)
 		for k, sg := range segs {
-			for r := range sg.End - sg.Start {
+			for r := range sg.End - sg.InsertAt {
 				want := credit.LogSoftmax(credit.Tempered(f64s(rows1[k].LogProbs[r*V:(r+1)*V]), temp))
-				y := tokens[sg.Start+r]
+				y := tokens[sg.InsertAt+r]
 				require.InDelta(t, want[y], float64(q[k][r]), 2e-5, "T=%g segment %d row %d", temp, k, r)
 				for j := range V {
 					require.InDelta(t, want[j], float64(rows[k].LogProbs[r*V+j]), 2e-5, "T=%g segment %d row %d id %d", temp, k, r, j)
 				}
 				if k == 0 {
-					require.InDelta(t, want[y], float64(st[sg.Start+r]), 2e-5, "T=%g: ScoreAt at %d", temp, sg.Start+r)
+					require.InDelta(t, want[y], float64(st[sg.InsertAt+r]), 2e-5, "T=%g: ScoreAt at %d", temp, sg.InsertAt+r)
 				}
 			}
 		}
@@ -185,7 +185,7 @@ func TestScoreTemperature(t *testing.T) {
 type distillStepCase struct {
 	cfg    credit.Config
 	tokens []int32
-	rs     []credit.Rollout
+	rs     []credit.Sequence
 	res    []credit.Result
 	dists  []TeacherDist
 	budget int
@@ -205,9 +205,9 @@ func newDistillStepCase(t *testing.T, s *Scorer, cfg credit.Config, seed uint64,
 	require.NoError(t, err)
 	cache.Close()
 	rng := rand.New(rand.NewPCG(seed, 9))
-	r := credit.Rollout{ID: "r", TaskID: "t", Tokens: c.tokens, Student: f64s(student), Sampler: make([]float64, T),
+	r := credit.Sequence{ID: "r", TaskID: "t", Tokens: c.tokens, Student: f64s(student), Sampler: make([]float64, T),
 		Trainable: make([]bool, T), Reward: 1, HasReward: true, Temperature: temp,
-		Hints: []credit.HintSpan{{Start: 14, End: 40, Hint: testTokens(6, V, seed+1)}}}
+		Hints: []credit.Hint{{InsertAt: 14, End: 40, Tokens: testTokens(6, V, seed+1)}}}
 	for i := 1; i < T; i++ {
 		r.Trainable[i], r.Sampler[i] = true, math.Min(0, r.Student[i]+0.2*rng.NormFloat64())
 	}
@@ -220,7 +220,7 @@ func newDistillStepCase(t *testing.T, s *Scorer, cfg credit.Config, seed uint64,
 	q, dists, err := s.ScoreHintedAt(t.Context(), c.tokens, nil, r.Hints, view, own, temp)
 	require.NoError(t, err)
 	r.Hints[0].Teacher = f64s(q[0])
-	c.rs, c.dists = []credit.Rollout{r}, dists
+	c.rs, c.dists = []credit.Sequence{r}, dists
 	b := credit.NewBaselines()
 	b.Global, b.Seen = 0.25, true // a lone rollout's advantage: 1 − 0.25
 	c.res, _, err = credit.Step(cfg, c.rs, b, c.budget)
@@ -251,17 +251,17 @@ func (c distillStepCase) refLoss(t *testing.T, s *Scorer) (out, distill float64)
 	lp, cache, err := s.ScoreAt(t.Context(), c.tokens, c.temp)
 	require.NoError(t, err)
 	cache.Close()
-	_, rows, err := s.ScoreHintedAt(t.Context(), c.tokens, nil, []credit.HintSpan{{Start: 1, End: T}}, TeacherView{Mode: credit.DistillFull}, nil, c.temp)
+	_, rows, err := s.ScoreHintedAt(t.Context(), c.tokens, nil, []credit.Hint{{InsertAt: 1, End: T}}, TeacherView{Mode: credit.DistillFull}, nil, c.temp)
 	require.NoError(t, err)
 	V := rows[0].K
 	h := c.rs[0].Hints[0]
 	div := make([]float64, T)
-	for i := h.Start; i < h.End; i++ {
+	for i := h.InsertAt; i < h.End; i++ {
 		if c.res[0].DistillWeight[i] == 0 {
 			continue
 		}
 		z := f64s(rows[0].LogProbs[(i-1)*V : i*V])
-		div[i], _ = credit.DistillPosition(c.cfg.Distill, z, teacherRowAsTopK(c.dists[0], i-h.Start))
+		div[i], _ = credit.DistillPosition(c.cfg.Distill, z, teacherRowAsTopK(c.dists[0], i-h.InsertAt))
 	}
 	tm := credit.LossTerms(c.cfg, c.rs, c.res, [][]float64{f64s(lp)}, [][]float64{div}, c.budget)
 	return tm.Out + tm.KL, tm.Distill
@@ -385,14 +385,14 @@ func TestTrainerDistillStep(t *testing.T) {
 			tr, err := NewTrainer(backend, m, TrainerOptions{Chunk: 16, Scorer: ScorerOptions{Chunk: 16}, Credit: cfg, TermGradNorms: split})
 			require.NoError(t, err)
 			V, T := m.Config.VocabSize, 64
-			r := credit.Rollout{ID: "r", TaskID: "t", Tokens: testTokens(T, V, 62), Sampler: make([]float64, T),
+			r := credit.Sequence{ID: "r", TaskID: "t", Tokens: testTokens(T, V, 62), Sampler: make([]float64, T),
 				Trainable: make([]bool, T), Reward: 1, HasReward: true,
-				Hints: []credit.HintSpan{{Start: 20, End: 50, Hint: testTokens(5, V, 63)}}}
+				Hints: []credit.Hint{{InsertAt: 20, End: 50, Tokens: testTokens(5, V, 63)}}}
 			for j := range T {
 				r.Trainable[j], r.Sampler[j] = j > 0, -5
 			}
 			tr.Baselines().Global, tr.Baselines().Seen = 0.5, true
-			mets[i], err = tr.Step(t.Context(), []credit.Rollout{r})
+			mets[i], err = tr.Step(t.Context(), []credit.Sequence{r})
 			require.NoError(t, err)
 			weights[i] = weightsOf(m)
 		}

@@ -32,7 +32,7 @@ type distillTerms struct {
 // weights dw (credit.Result.DistillWeight) and hint spans hs whose teacher rows are
 // dists (ScoreHintedView's, aligned with hs). It fails when a weighted position has
 // no teacher row.
-func newDistillTerms(view TeacherView, vocab int, dw []float64, hs []credit.HintSpan, dists []TeacherDist) (*distillTerms, error) {
+func newDistillTerms(view TeacherView, vocab int, dw []float64, hs []credit.Hint, dists []TeacherDist) (*distillTerms, error) {
 	T := len(dw)
 	d := &distillTerms{view: view, vocab: vocab, Weight: make([]float32, T), dists: dists, span: make([]int, T), row: make([]int, T)}
 	for t := range d.span {
@@ -42,12 +42,12 @@ func newDistillTerms(view TeacherView, vocab int, dw []float64, hs []credit.Hint
 		return nil, fmt.Errorf("distill terms: %d teacher distributions for %d hint spans", len(dists), len(hs))
 	}
 	for k, h := range hs {
-		if dists[k].Rows() != h.End-h.Start {
-			return nil, fmt.Errorf("distill terms: span %d [%d, %d) has %d teacher rows", k, h.Start, h.End, dists[k].Rows())
+		if dists[k].Rows() != h.End-h.InsertAt {
+			return nil, fmt.Errorf("distill terms: span %d [%d, %d) has %d teacher rows", k, h.InsertAt, h.End, dists[k].Rows())
 		}
-		for t := h.Start; t < h.End; t++ {
+		for t := h.InsertAt; t < h.End; t++ {
 			if d.span[t] < 0 {
-				d.span[t], d.row[t] = k, t-h.Start
+				d.span[t], d.row[t] = k, t-h.InsertAt
 			}
 		}
 	}

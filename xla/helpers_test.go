@@ -128,7 +128,7 @@ func newMemWeights(ts []safetensors.NamedTensor) memWeights {
 func testModel(t testing.TB, fields map[string]any, seed uint64) *Model {
 	t.Helper()
 	mc := testConfig(t, fields)
-	m, err := LoadModel(mc, newMemWeights(testWeights(mc, seed)))
+	m, err := Load(mc, newMemWeights(testWeights(mc, seed)), PrecisionF32)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 // frozen or EMA teacher has separate weights), the prefix up to the last segment's
 // start is computed first with this Scorer's own weights. Each segment then runs
 // only its hint and its own tokens, chunk by chunk, on a copy of the prefix.
-func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan) ([][]float32, error) {
+func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.Hint) ([][]float32, error) {
 	q, _, err := s.ScoreHintedAt(ctx, tokens, prefix, segs, TeacherView{}, nil, 1)
 	return q, err
 }
@@ -35,7 +35,7 @@ func (s *Scorer) ScoreHinted(ctx context.Context, tokens []int32, prefix *KVCach
 // logits: the largest tensor is one chunk's [chunk, vocab] logits, and what leaves
 // the device is [End−Start, k] (topk) or [End−Start, vocab] (full). A zero view
 // returns nil dists.
-func (s *Scorer) ScoreHintedView(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView) ([][]float32, []TeacherDist, error) {
+func (s *Scorer) ScoreHintedView(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.Hint, view TeacherView) ([][]float32, []TeacherDist, error) {
 	return s.ScoreHintedAt(ctx, tokens, prefix, segs, view, nil, 1)
 }
 
@@ -48,7 +48,7 @@ func (s *Scorer) ScoreHintedView(ctx context.Context, tokens []int32, prefix *KV
 // temp is the rollout's sampling temperature (ScoreAt): the teacher's log-probs and
 // kept distributions are those of its logits divided by temp (ScoreHinted and
 // ScoreHintedView: 1).
-func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView, student []TeacherDist, temp float64) ([][]float32, []TeacherDist, error) {
+func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.Hint, view TeacherView, student []TeacherDist, temp float64) ([][]float32, []TeacherDist, error) {
 	if len(segs) == 0 {
 		return nil, nil, nil
 	}
@@ -61,8 +61,8 @@ func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCa
 		}
 		k := min(view.K, s.model.Config.VocabSize)
 		for i, d := range student {
-			if d.K != k || d.Rows() != segs[i].End-segs[i].Start {
-				return nil, nil, fmt.Errorf("score hinted: segment %d: student ids are %d×%d, want %d×%d", i, d.Rows(), d.K, segs[i].End-segs[i].Start, k)
+			if d.K != k || d.Rows() != segs[i].End-segs[i].InsertAt {
+				return nil, nil, fmt.Errorf("score hinted: segment %d: student ids are %d×%d, want %d×%d", i, d.Rows(), d.K, segs[i].End-segs[i].InsertAt, k)
 			}
 		}
 	}
@@ -74,19 +74,19 @@ func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCa
 	}
 	need := 0 // prefix positions needed
 	for i, sg := range segs {
-		if sg.Start < 0 || sg.End <= sg.Start || sg.End > len(tokens) {
-			return nil, nil, fmt.Errorf("score hinted: segment %d: [%d, %d) is not a non-empty range of %d tokens", i, sg.Start, sg.End, len(tokens))
+		if sg.InsertAt < 0 || sg.End <= sg.InsertAt || sg.End > len(tokens) {
+			return nil, nil, fmt.Errorf("score hinted: segment %d: [%d, %d) is not a non-empty range of %d tokens", i, sg.InsertAt, sg.End, len(tokens))
 		}
-		if len(sg.Hint) == 0 && sg.Start == 0 {
+		if len(sg.Tokens) == 0 && sg.InsertAt == 0 {
 			return nil, nil, fmt.Errorf("score hinted: segment %d: no hint and no context before position 0", i)
 		}
-		if err := s.checkTokens(sg.Hint); err != nil {
+		if err := s.checkTokens(sg.Tokens); err != nil {
 			return nil, nil, fmt.Errorf("score hinted: segment %d: hint: %w", i, err)
 		}
-		if err := s.checkSeq(sg.End + len(sg.Hint)); err != nil {
+		if err := s.checkSeq(sg.End + len(sg.Tokens)); err != nil {
 			return nil, nil, fmt.Errorf("score hinted: segment %d: %w", i, err)
 		}
-		need = max(need, sg.Start)
+		need = max(need, sg.InsertAt)
 	}
 	if prefix == nil || prefix.model != s.model {
 		if need == 0 { // every segment starts at 0 with a hint: no prefix
@@ -122,15 +122,15 @@ func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCa
 		// previous position. With no hint, y_{a-1} is rerun at its own position.
 		var z []int32
 		var pos int
-		if len(sg.Hint) > 0 {
-			z = append(slices.Clone(sg.Hint), tokens[sg.Start:sg.End]...)
-			pos = sg.Start
+		if len(sg.Tokens) > 0 {
+			z = append(slices.Clone(sg.Tokens), tokens[sg.InsertAt:sg.End]...)
+			pos = sg.InsertAt
 		} else {
-			z = slices.Clone(tokens[sg.Start-1 : sg.End])
-			pos = sg.Start - 1
+			z = slices.Clone(tokens[sg.InsertAt-1 : sg.End])
+			pos = sg.InsertAt - 1
 		}
-		first := len(z) - (sg.End - sg.Start) // index in z of y_a
-		q := make([]float32, sg.End-sg.Start)
+		first := len(z) - (sg.End - sg.InsertAt) // index in z of y_a
+		q := make([]float32, sg.End-sg.InsertAt)
 		if sink != nil {
 			dists[i] = newTeacherDist(view, s.model.Config.VocabSize, len(q))
 			sink.take = keepRows(&dists[i], first)
@@ -159,10 +159,10 @@ func (s *Scorer) ScoreHintedAt(ctx context.Context, tokens []int32, prefix *KVCa
 // student's prediction of y_{Start+r}. prefix is the student's KV cache (Score's).
 // temp is the rollout's sampling temperature (ScoreHintedAt; it does not change
 // which ids are the top k, only their kept log-probs).
-func (s *Scorer) StudentTopK(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.HintSpan, view TeacherView, temp float64) ([]TeacherDist, error) {
-	plain := make([]credit.HintSpan, len(segs))
+func (s *Scorer) StudentTopK(ctx context.Context, tokens []int32, prefix *KVCache, segs []credit.Hint, view TeacherView, temp float64) ([]TeacherDist, error) {
+	plain := make([]credit.Hint, len(segs))
 	for i, sg := range segs {
-		plain[i] = credit.HintSpan{Start: sg.Start, End: sg.End}
+		plain[i] = credit.Hint{InsertAt: sg.InsertAt, End: sg.End}
 	}
 	_, d, err := s.ScoreHintedAt(ctx, tokens, prefix, plain, view.own(), nil, temp)
 	if err != nil {

@@ -247,7 +247,7 @@ func cloneLoRA(m *Model) *Model {
 }
 
 // setupLoRA gives m fresh adapters of cfg when cfg is on and m has none; a model
-// that has adapters already (LoadAdapter) must have cfg's rank, alpha and targets.
+// that has adapters already (loadAdapter) must have cfg's rank, alpha and targets.
 func setupLoRA(m *Model, cfg LoRAConfig, seed uint64) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("lora: %w", err)

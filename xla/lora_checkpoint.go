@@ -155,10 +155,10 @@ func adapterTensors(m *Model) ([]safetensors.NamedTensor, error) {
 	return out, nil
 }
 
-// LoadAdapter sets m's adapters (added by AddLoRA with the adapter's config) to
+// loadAdapter sets m's adapters (added by AddLoRA with the adapter's config) to
 // the tensors of PEFT adapter directory dir. A missing, mis-shaped or unexpected
 // tensor is an error naming it (every problem, not just the first).
-func LoadAdapter(m *Model, dir string) error {
+func loadAdapter(m *Model, dir string) error {
 	if m.lora == nil {
 		return errors.New("load adapter: the model has no adapters")
 	}
@@ -291,5 +291,5 @@ func (tr *Trainer) loraRestore(dir string, st *checkpoint.TrainerState) error {
 		return fmt.Errorf("train.lora: rank %d, alpha %g, targets %v, but the checkpoint's adapters have rank %d, alpha %g, targets %v",
 			cfg.Rank, cfg.Alpha, cfg.Targets, ls.Rank, ls.Alpha, ls.Targets)
 	}
-	return LoadAdapter(tr.model, filepath.Join(dir, checkpoint.AdapterDirName))
+	return loadAdapter(tr.model, filepath.Join(dir, checkpoint.AdapterDirName))
 }

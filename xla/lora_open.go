@@ -11,7 +11,6 @@ import (
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
-	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
@@ -43,52 +42,35 @@ func AdapterBase(dir, base string) (string, error) {
 	return filepath.Join(dir, cfg.BaseModel), nil
 }
 
-// OpenAdapter loads base model directory base (AdapterBase's when "") with the
-// adapters of PEFT adapter directory dir on top, unmerged: the policy a LoRA run
-// trained, at the base's cost plus 2·r·(in + out) flops per adapted projection and
-// token.
-func OpenAdapter(dir, base string) (*Model, *data.ModelDir, error) {
-	return openAdapterAs(dir, base, PrecisionF32)
-}
-
-// openAdapterAs is OpenAdapter with the base in precision p.
-func openAdapterAs(dir, base string, p Precision) (*Model, *data.ModelDir, error) {
+// openAdapter is Open of PEFT adapter directory dir: base model directory o.Base
+// (AdapterBase's when "") in o.Precision with the adapters on top.
+func openAdapter(dir string, o OpenOptions) (*Model, error) {
 	cfg, err := ReadAdapterConfig(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if base, err = AdapterBase(dir, base); err != nil {
-		return nil, nil, err
-	}
-	md, err := data.OpenModelDir(base)
+	base, err := AdapterBase(dir, o.Base)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open adapter %s: base: %w", dir, err)
+		return nil, err
 	}
-	m, err := LoadModelAs(md.Config, md.Weights, p)
+	md, err := data.OpenModelDirWith(base, o.Tokenizer)
 	if err != nil {
-		md.Close()
-		return nil, nil, fmt.Errorf("open adapter %s: base %s: %w", dir, base, err)
-	}
-	cfg.Dropout = 0 // a training-time option; the adapter computes the same without it
-	if err := m.AddLoRA(cfg, 0); err != nil {
-		md.Close()
-		return nil, nil, fmt.Errorf("open adapter %s: %w", dir, err)
-	}
-	if err := LoadAdapter(m, dir); err != nil {
-		md.Close()
-		return nil, nil, fmt.Errorf("open adapter %s: %w", dir, err)
-	}
-	return m, md, nil
-}
-
-// openAdapterPolicy is OpenPolicy of an adapter directory.
-func openAdapterPolicy(dir string, p Precision) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
-	m, md, err := openAdapterAs(dir, "", p)
-	if err != nil {
-		return nil, nil, nil, err
+		return nil, fmt.Errorf("open adapter %s: base: %w", dir, err)
 	}
 	defer md.Close()
-	return m, md.Tokenizer, md.Config, nil
+	m, err := Load(md.Config, md.Weights, o.Precision)
+	if err != nil {
+		return nil, fmt.Errorf("open adapter %s: base %s: %w", dir, base, err)
+	}
+	m.tok = md.Tokenizer
+	cfg.Dropout = 0 // a training-time option; the adapter computes the same without it
+	if err := m.AddLoRA(cfg, 0); err != nil {
+		return nil, fmt.Errorf("open adapter %s: %w", dir, err)
+	}
+	if err := loadAdapter(m, dir); err != nil {
+		return nil, fmt.Errorf("open adapter %s: %w", dir, err)
+	}
+	return m, nil
 }
 
 // WriteMerged writes the model directory of base + adapter directory dir merged,
@@ -107,12 +89,11 @@ func WriteMerged(backend backends.Backend, dir, base, out string) error {
 	if _, err := os.Stat(out); err == nil {
 		return fmt.Errorf("merge: %s exists", out)
 	}
-	m, md, err := OpenAdapter(dir, base)
+	m, err := openAdapter(dir, OpenOptions{Base: base})
 	if err != nil {
 		return fmt.Errorf("merge: %w", err)
 	}
-	mc := md.Config
-	md.Close()
+	mc := m.HFConfig()
 	dtype := safetensors.DtypeF32
 	switch mc.TorchDtype {
 	case "bfloat16":

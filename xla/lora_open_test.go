@@ -14,12 +14,12 @@ import (
 
 // TestLoRAMergeAndOpenAdapter: WriteMerged of a LoRA checkpoint writes the root's
 // merged policy again (bit for bit, from base + adapter), durable and refusing to
-// overwrite; OpenPolicy of the adapter directory (base + unmerged adapters) scores
+// overwrite; Open of the adapter directory (base + unmerged adapters) scores
 // as the merged model does.
 func TestLoRAMergeAndOpenAdapter(t *testing.T) {
 	backend := newTestBackend(t)
 	dir := tinyModelDir(t)
-	m, err := OpenModel(dir)
+	m, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	opts := loraOptions(nil)
 	opts.Credit.KLBeta = 0
@@ -48,13 +48,13 @@ func TestLoRAMergeAndOpenAdapter(t *testing.T) {
 	require.ErrorContains(t, WriteMerged(backend, dir, "", filepath.Join(t.TempDir(), "x")), "neither a PEFT adapter directory nor a checkpoint")
 
 	tokens := testTokens(50, 265, 3)
-	adapted, _, _, err := OpenPolicy(filepath.Join(ck, checkpoint.AdapterDirName))
+	adapted, err := Open(filepath.Join(ck, checkpoint.AdapterDirName), OpenOptions{})
 	require.NoError(t, err)
 	require.NotNil(t, adapted.LoRA())
-	merged, _, _, err := OpenPolicy(out)
+	merged, err := Open(out, OpenOptions{})
 	require.NoError(t, err)
 	require.Nil(t, merged.LoRA())
-	base, _, _, err := OpenPolicy(dir)
+	base, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	got, want := fullLogProbs(t, adapted, tokens), fullLogProbs(t, merged, tokens)
 	require.NotEqual(t, fullLogProbs(t, base, tokens), want)

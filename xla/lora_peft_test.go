@@ -48,7 +48,7 @@ type peftGoldens struct {
 
 // TestPEFTGoldens: the committed adapter (hindsight's own checkpoint writer made it:
 // adapter/ of a LoRA checkpoint of the committed transformers checkpoint) opened as
-// a policy (OpenPolicy of the adapter directory) gives the per-token log-probs that
+// a policy (Open of the adapter directory) gives the per-token log-probs that
 // peft 0.13.2 + transformers 4.46.3 give for PeftModel.from_pretrained(base, adapter),
 // and its merged weights are merge_and_unload()'s.
 func TestPEFTGoldens(t *testing.T) {
@@ -60,7 +60,7 @@ func TestPEFTGoldens(t *testing.T) {
 	var g peftGoldens
 	require.NoError(t, json.Unmarshal(raw, &g))
 	require.Equal(t, "0.13.2", g.PEFT)
-	m, _, _, err := OpenPolicy(peftAdapterDir)
+	m, err := Open(peftAdapterDir, OpenOptions{})
 	require.NoError(t, err)
 	require.NotNil(t, m.LoRA())
 	require.Equal(t, len(trainables(m)), g.Loaded, "PEFT loaded every adapter tensor of the file")
@@ -113,7 +113,7 @@ func TestPEFTGoldens(t *testing.T) {
 // peftAdapterDir with base_model_name_or_path relative to it.
 func writePEFTAdapter(t *testing.T) {
 	base := filepath.Join(peftAdapterDir, peftBase)
-	m, err := OpenModel(base)
+	m, err := Open(base, OpenOptions{})
 	require.NoError(t, err)
 	opts := loraOptions(nil)
 	opts.Credit.KLBeta = 0

@@ -34,7 +34,7 @@ func TestLoRAExactResume(t *testing.T) {
 			require.NoError(t, err)
 			pool := rolloutPool(6, 13)
 			open := func() *Model {
-				m, err := OpenModelAs(dir, nil, prec)
+				m, err := Open(dir, OpenOptions{Precision: prec})
 				require.NoError(t, err)
 				return m
 			}
@@ -142,7 +142,7 @@ func abs32(x float32) float32 {
 func TestLoRACheckpointFollowsPEFT(t *testing.T) {
 	backend := newTestBackend(t)
 	dir := tinyModelDir(t)
-	m, err := OpenModel(dir)
+	m, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	opts := loraOptions(nil)
 	opts.Credit.KLBeta = 0

@@ -89,7 +89,7 @@ func TestLoRAForwardAndMerge(t *testing.T) {
 	require.Equal(t, tensors.MustCopyFlatData[float32](m.ctx.GetVariableByScopeAndName("/model/layers/0/self_attn/k_proj", "weight").MustValue()),
 		byName["model.layers.0.self_attn.k_proj.weight"].Values)
 
-	plain, err := LoadModel(testConfig(t, fields), newMemWeights(merged))
+	plain, err := Load(testConfig(t, fields), newMemWeights(merged), PrecisionF32)
 	require.NoError(t, err)
 	got, want := fullLogProbs(t, m, tokens), fullLogProbs(t, plain, tokens)
 	require.NotEqual(t, fullLogProbs(t, base, tokens), got, "the adapters change the model")
@@ -111,14 +111,14 @@ func loraOptions(ref *Model) TrainerOptions {
 func TestLoRATrainFreezesBase(t *testing.T) {
 	backend := newTestBackend(t)
 	dir := tinyModelDir(t)
-	m, err := OpenModel(dir)
+	m, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	base0 := [][]float32{}
 	for _, v := range baseVariables(m) {
 		base0 = append(base0, f32s(v.MustValue()))
 	}
 	nBase := m.NumParameters()
-	ref, err := OpenModel(dir)
+	ref, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	tr, err := NewTrainer(backend, m, loraOptions(ref))
 	require.NoError(t, err)
@@ -135,15 +135,15 @@ func TestLoRATrainFreezesBase(t *testing.T) {
 	require.NotEqual(t, a0, weightsOfVars(ad), "the adapters train")
 	require.Len(t, trainables(tr.teacher.model), len(ad), "the EMA teacher averages the adapters only")
 
-	plain, err := OpenModel(dir)
+	plain, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
-	_, err = NewTrainer(backend, plain, TrainerOptions{Teacher: TeacherConfig{Mode: TeacherBase}})
+	_, err = NewTrainer(backend, plain, TrainerOptions{TeacherModel: TeacherModelConfig{Mode: TeacherBase}})
 	require.ErrorContains(t, err, "mode base is the base model with the LoRA adapters off, and there are none")
 
 	opts := loraOptions(nil)
 	opts.Credit.KLBeta = 0
-	opts.Teacher = TeacherConfig{Mode: TeacherBase}
-	m2, err := OpenModel(dir)
+	opts.TeacherModel = TeacherModelConfig{Mode: TeacherBase}
+	m2, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	tr2, err := NewTrainer(backend, m2, opts)
 	require.NoError(t, err)
@@ -193,7 +193,7 @@ func loraGrads(t *testing.T, tr *Trainer, tokens []int32, w []float32, mode Back
 // one and the truncated one differs from it, as for full training.
 func TestLoRABackpropModes(t *testing.T) {
 	backend := newTestBackend(t)
-	m, err := OpenModel(tinyModelDir(t))
+	m, err := Open(tinyModelDir(t), OpenOptions{})
 	require.NoError(t, err)
 	opts := loraOptions(nil)
 	opts.Credit.KLBeta = 0
@@ -225,11 +225,11 @@ func TestLoRABackpropModes(t *testing.T) {
 // the base, which it shares) and refreshes them every refresh_every updates.
 func TestLoRAFrozenTeacher(t *testing.T) {
 	backend := newTestBackend(t)
-	m, err := OpenModel(tinyModelDir(t))
+	m, err := Open(tinyModelDir(t), OpenOptions{})
 	require.NoError(t, err)
 	opts := loraOptions(nil)
 	opts.Credit.KLBeta = 0
-	opts.Teacher = TeacherConfig{Mode: TeacherFrozen, RefreshEvery: 2}
+	opts.TeacherModel = TeacherModelConfig{Mode: TeacherFrozen, RefreshEvery: 2}
 	tr, err := NewTrainer(backend, m, opts)
 	require.NoError(t, err)
 	tv := trainables(tr.teacher.model)

@@ -22,9 +22,9 @@ func smallFields() map[string]any {
 // randomCreditRollout draws one rollout's credit inputs around the device's own
 // student log-probs: random trainable runs, sampler log-probs near the student's
 // (some null), a reward, a few hint spans with teacher log-probs s ± noise.
-func randomCreditRollout(rng *rand.Rand, id, task string, student []float32, kl bool) credit.Rollout {
+func randomCreditRollout(rng *rand.Rand, id, task string, student []float32, kl bool) credit.Sequence {
 	T := len(student)
-	r := credit.Rollout{ID: id, TaskID: task, Student: f64s(student), Sampler: make([]float64, T), Trainable: make([]bool, T)}
+	r := credit.Sequence{ID: id, TaskID: task, Student: f64s(student), Sampler: make([]float64, T), Trainable: make([]bool, T)}
 	for t := 1; t < T; t++ {
 		r.Trainable[t] = rng.IntN(3) > 0
 		r.Sampler[t] = math.NaN()
@@ -38,7 +38,7 @@ func randomCreditRollout(rng *rand.Rand, id, task string, student []float32, kl 
 	for range 1 + rng.IntN(3) {
 		a := 1 + rng.IntN(T-2)
 		b := a + 1 + rng.IntN(min(20, T-a))
-		h := credit.HintSpan{Start: a, End: b, Teacher: make([]float64, b-a)}
+		h := credit.Hint{InsertAt: a, End: b, Teacher: make([]float64, b-a)}
 		for t := a; t < b; t++ {
 			h.Teacher[t-a] = math.Min(0, r.Student[t]+3*rng.NormFloat64())
 		}
@@ -74,7 +74,7 @@ func TestDeviceLossMatchesCredit(t *testing.T) {
 		if c >= 4 {
 			cfg.Gate = credit.GateTanh
 		}
-		var rs []credit.Rollout
+		var rs []credit.Sequence
 		var toks [][]int32
 		var caches []*KVCache
 		for i := range 3 {

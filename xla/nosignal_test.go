@@ -19,18 +19,18 @@ func TestStepWithoutSignal(t *testing.T) {
 	opts := resumeOptions(nil)
 	opts.Credit.KLBeta = 0
 	newTrainer := func(src string) *Trainer {
-		m, err := OpenModel(src)
+		m, err := Open(src, OpenOptions{})
 		require.NoError(t, err)
 		tr, err := NewTrainer(backend, m, opts)
 		require.NoError(t, err)
 		return tr
 	}
 	pool := rolloutPool(4, 21)
-	silent := []credit.Rollout{pool[0], pool[1]}
+	silent := []credit.Sequence{pool[0], pool[1]}
 	for i := range silent {
 		silent[i].ID, silent[i].Hints, silent[i].HasReward = "silent"+silent[i].ID, nil, false
 	}
-	signal := []credit.Rollout{pool[2], pool[3]}
+	signal := []credit.Sequence{pool[2], pool[3]}
 
 	tr := newTrainer(dir)
 	w0, m0, t0 := weightsOf(tr.model), momentsOf(tr), weightsOf(tr.teacher.model)

@@ -90,7 +90,7 @@ func TestParityWithPyTorch(t *testing.T) {
 			sd, err := safetensors.OpenDir(dir)
 			require.NoError(t, err)
 			defer sd.Close()
-			m, err := LoadModel(mc, sd)
+			m, err := Load(mc, sd, PrecisionF32)
 			require.NoError(t, err)
 
 			full := fullLogProbs(t, m, fx.Tokens)

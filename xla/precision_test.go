@@ -23,7 +23,7 @@ import (
 func testModelAs(t testing.TB, fields map[string]any, seed uint64, p Precision) *Model {
 	t.Helper()
 	mc := testConfig(t, fields)
-	m, err := LoadModelAs(mc, newMemWeights(testWeights(mc, seed)), p)
+	m, err := Load(mc, newMemWeights(testWeights(mc, seed)), p)
 	require.NoError(t, err)
 	return m
 }
@@ -89,7 +89,7 @@ func scoreWith(t *testing.T, backend backends.Backend, m *Model, tokens []int32,
 // teacher (an EMA copy of a full bf16 policy is refused), KL against a reference.
 func bf16Options(ref *Model) TrainerOptions {
 	opts := resumeOptions(ref)
-	opts.Teacher = TeacherConfig{Mode: TeacherFrozen, RefreshEvery: 3}
+	opts.TeacherModel = TeacherModelConfig{Mode: TeacherFrozen, RefreshEvery: 3}
 	opts.Optimizer.TotalSteps = 0
 	opts.Optimizer.LR, opts.Optimizer.MinLR = 1e-3, 0
 	return opts
@@ -127,7 +127,7 @@ func TestBF16TrainingTracksF32(t *testing.T) {
 	moved := map[Precision][]float64{}
 	run := func(p Precision) []float64 {
 		open := func() *Model {
-			m, err := OpenModelAs(dir, nil, p)
+			m, err := Open(dir, OpenOptions{Precision: p})
 			require.NoError(t, err)
 			return m
 		}
@@ -136,7 +136,7 @@ func TestBF16TrainingTracksF32(t *testing.T) {
 		before := logps(tr.Scorer())
 		var losses []float64
 		for range 50 {
-			batch := []credit.Rollout{pool[tr.Rand().IntN(len(pool))], pool[tr.Rand().IntN(len(pool))]}
+			batch := []credit.Sequence{pool[tr.Rand().IntN(len(pool))], pool[tr.Rand().IntN(len(pool))]}
 			met, err := tr.Step(t.Context(), batch)
 			require.NoError(t, err)
 			losses = append(losses, met.Loss)
@@ -195,7 +195,7 @@ func TestBF16ExactResume(t *testing.T) {
 			require.NoError(t, err)
 			pool := rolloutPool(6, 11)
 			open := func(d string) *Model {
-				m, err := OpenModelAs(d, nil, PrecisionBF16)
+				m, err := Open(d, OpenOptions{Precision: PrecisionBF16})
 				require.NoError(t, err)
 				return m
 			}
@@ -373,7 +373,7 @@ func TestBF16DirectoryKeptAsIs(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "model")
 	_, err := dataInitModel(dir, "bfloat16")
 	require.NoError(t, err)
-	m, err := OpenModelAs(dir, nil, PrecisionBF16)
+	m, err := Open(dir, OpenOptions{Precision: PrecisionBF16})
 	require.NoError(t, err)
 	md, err := data.OpenModelDir(dir)
 	require.NoError(t, err)

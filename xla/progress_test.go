@@ -59,7 +59,7 @@ func TestStepProgress(t *testing.T) {
 		if devices > 1 {
 			b = newTwoDevices(t)
 		}
-		m, err := OpenModel(tinyModelDir(t))
+		m, err := Open(tinyModelDir(t), OpenOptions{})
 		require.NoError(t, err)
 		var mu sync.Mutex
 		var got []StepProgress

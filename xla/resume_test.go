@@ -21,12 +21,12 @@ import (
 
 // rolloutPool is a few random rollouts over the byte vocabulary: trainable runs,
 // sampler log-probs, rewards in two task groups and a lone task, and hints.
-func rolloutPool(n int, seed uint64) []credit.Rollout {
+func rolloutPool(n int, seed uint64) []credit.Sequence {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	var pool []credit.Rollout
+	var pool []credit.Sequence
 	for i := range n {
 		T := 40 + rng.IntN(50)
-		r := credit.Rollout{ID: fmt.Sprintf("r%d", i), TaskID: []string{"a", "b", "lone"}[i%3], Tokens: testTokens(T, 265, seed+uint64(i)),
+		r := credit.Sequence{ID: fmt.Sprintf("r%d", i), TaskID: []string{"a", "b", "lone"}[i%3], Tokens: testTokens(T, 265, seed+uint64(i)),
 			Sampler: make([]float64, T), Trainable: make([]bool, T), Reward: float64(rng.IntN(2)), HasReward: i%4 != 3}
 		for t := range T {
 			r.Sampler[t] = math.NaN()
@@ -35,7 +35,7 @@ func rolloutPool(n int, seed uint64) []credit.Rollout {
 			}
 		}
 		a := 12 + rng.IntN(T-20)
-		r.Hints = []credit.HintSpan{{Start: a, End: a + 1 + rng.IntN(min(10, T-a-1)), Hint: testTokens(3+rng.IntN(4), 265, seed+100+uint64(i))}}
+		r.Hints = []credit.Hint{{InsertAt: a, End: a + 1 + rng.IntN(min(10, T-a-1)), Tokens: testTokens(3+rng.IntN(4), 265, seed+100+uint64(i))}}
 		pool = append(pool, r)
 	}
 	return pool
@@ -47,15 +47,15 @@ func resumeOptions(ref *Model) TrainerOptions {
 	return TrainerOptions{Budget: 64, Chunk: 16, Scorer: ScorerOptions{Chunk: 32}, Credit: cfg, Ref: ref, Seed: 7,
 		Optimizer: AdamWConfig{LR: 1e-2, MinLR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01,
 			ClipNorm: 1, WarmupSteps: 2, TotalSteps: 6},
-		Teacher: TeacherConfig{Mode: TeacherEMA, EMARate: 0.3}}
+		TeacherModel: TeacherModelConfig{Mode: TeacherEMA, EMARate: 0.3}}
 }
 
 // trainSteps runs n steps, each on two rollouts of pool drawn with the trainer's
 // own random stream (so a resume must restore it).
-func trainSteps(t *testing.T, tr *Trainer, pool []credit.Rollout, n int) {
+func trainSteps(t *testing.T, tr *Trainer, pool []credit.Sequence, n int) {
 	t.Helper()
 	for range n {
-		batch := []credit.Rollout{pool[tr.Rand().IntN(len(pool))], pool[tr.Rand().IntN(len(pool))]}
+		batch := []credit.Sequence{pool[tr.Rand().IntN(len(pool))], pool[tr.Rand().IntN(len(pool))]}
 		_, err := tr.Step(t.Context(), batch)
 		require.NoError(t, err)
 	}
@@ -85,7 +85,7 @@ func TestExactResume(t *testing.T) {
 			require.NoError(t, err)
 			pool := rolloutPool(6, 11)
 			open := func(d string) *Model {
-				m, err := OpenModel(d)
+				m, err := Open(d, OpenOptions{})
 				require.NoError(t, err)
 				return m
 			}
@@ -156,7 +156,7 @@ func TestCheckpointCorruptFallsBack(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "model")
 	_, err := dataInitModel(dir, "float32")
 	require.NoError(t, err)
-	m, err := OpenModel(dir)
+	m, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	opts := resumeOptions(nil)
 	opts.Credit.KLBeta = 0
@@ -184,7 +184,7 @@ func TestCheckpointCorruptFallsBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, dirs[0], latest)
 	require.EqualValues(t, 1, st.Step)
-	m2, err := OpenModel(latest)
+	m2, err := Open(latest, OpenOptions{})
 	require.NoError(t, err)
 	tr2, err := NewTrainer(backend, m2, opts)
 	require.NoError(t, err)

@@ -140,7 +140,7 @@ func TestScoreTooLong(t *testing.T) {
 	_, c, err := s.Score(t.Context(), testTokens(64, m.Config.VocabSize, 1))
 	require.NoError(t, err)
 	defer c.Close()
-	_, err = s.ScoreHinted(t.Context(), testTokens(64, m.Config.VocabSize, 1), c, []credit.HintSpan{{Start: 60, End: 64, Hint: []int32{1}}})
+	_, err = s.ScoreHinted(t.Context(), testTokens(64, m.Config.VocabSize, 1), c, []credit.Hint{{InsertAt: 60, End: 64, Tokens: []int32{1}}})
 	require.ErrorIs(t, err, ErrTooLong)
 	_, _, err = s.Score(t.Context(), []int32{1, 265})
 	require.ErrorContains(t, err, "token 265 at position 1 is outside the vocabulary [0, 265)")
@@ -159,25 +159,25 @@ func TestScoreHintedEqualsSplicedPass(t *testing.T) {
 	require.NoError(t, err)
 	defer student.Close()
 	pages, bytes := student.layout.tensors(), student.Bytes()
-	segs := []credit.HintSpan{
-		{Start: 10, End: 30, Hint: testTokens(5, v, 23)},
-		{Start: 31, End: 90, Hint: testTokens(40, v, 24)},    // hint + segment cross chunks
-		{Start: 120, End: 200, Hint: testTokens(100, v, 25)}, // needs a larger cache bucket
-		{Start: 150, End: 160},                               // empty hint: q = s
-		{Start: 0, End: 8, Hint: testTokens(3, v, 26)},       // no prefix
+	segs := []credit.Hint{
+		{InsertAt: 10, End: 30, Tokens: testTokens(5, v, 23)},
+		{InsertAt: 31, End: 90, Tokens: testTokens(40, v, 24)},    // hint + segment cross chunks
+		{InsertAt: 120, End: 200, Tokens: testTokens(100, v, 25)}, // needs a larger cache bucket
+		{InsertAt: 150, End: 160},                                 // empty hint: q = s
+		{InsertAt: 0, End: 8, Tokens: testTokens(3, v, 26)},       // no prefix
 	}
 	q, err := s.ScoreHinted(t.Context(), tokens, student, segs)
 	require.NoError(t, err)
 	require.Len(t, q, len(segs))
 	for k, sg := range segs {
-		spliced := slices.Concat(tokens[:sg.Start], sg.Hint, tokens[sg.Start:sg.End])
+		spliced := slices.Concat(tokens[:sg.InsertAt], sg.Tokens, tokens[sg.InsertAt:sg.End])
 		ref, c, err := s.Score(t.Context(), spliced)
 		require.NoError(t, err)
 		c.Close()
-		off := sg.Start + len(sg.Hint)
-		require.Len(t, q[k], sg.End-sg.Start)
+		off := sg.InsertAt + len(sg.Tokens)
+		require.Len(t, q[k], sg.End-sg.InsertAt)
 		for i := range q[k] {
-			require.InDelta(t, ref[off+i], q[k][i], 1e-5, "segment %d, t=%d", k, sg.Start+i)
+			require.InDelta(t, ref[off+i], q[k][i], 1e-5, "segment %d, t=%d", k, sg.InsertAt+i)
 		}
 	}
 	// The student's cache is untouched (its pages are shared with the segments'
@@ -203,38 +203,38 @@ func TestScoreHintedSeparateTeacher(t *testing.T) {
 	_, sc, err := ss.Score(t.Context(), tokens)
 	require.NoError(t, err)
 	defer sc.Close()
-	seg := credit.HintSpan{Start: 40, End: 70, Hint: testTokens(12, v, 34)}
-	q, err := ts.ScoreHinted(t.Context(), tokens, sc, []credit.HintSpan{seg}) // student cache: ignored
+	seg := credit.Hint{InsertAt: 40, End: 70, Tokens: testTokens(12, v, 34)}
+	q, err := ts.ScoreHinted(t.Context(), tokens, sc, []credit.Hint{seg}) // student cache: ignored
 	require.NoError(t, err)
-	ref, c, err := ts.Score(t.Context(), slices.Concat(tokens[:seg.Start], seg.Hint, tokens[seg.Start:seg.End]))
+	ref, c, err := ts.Score(t.Context(), slices.Concat(tokens[:seg.InsertAt], seg.Tokens, tokens[seg.InsertAt:seg.End]))
 	require.NoError(t, err)
 	c.Close()
 	for i := range q[0] {
-		require.InDelta(t, ref[seg.Start+len(seg.Hint)+i], q[0][i], 1e-5)
+		require.InDelta(t, ref[seg.InsertAt+len(seg.Tokens)+i], q[0][i], 1e-5)
 	}
 }
 
 func TestLoadModelStrict(t *testing.T) {
 	mc := testConfig(t, tinyFields(map[string]any{"tie_word_embeddings": false}))
 	good := newMemWeights(testWeights(mc, 1))
-	_, err := LoadModel(mc, good)
+	_, err := Load(mc, good, PrecisionF32)
 	require.NoError(t, err)
 
 	missing := newMemWeights(testWeights(mc, 1))
 	delete(missing, "model.layers.1.mlp.up_proj.weight")
-	_, err = LoadModel(mc, missing)
+	_, err = Load(mc, missing, PrecisionF32)
 	require.ErrorContains(t, err, "tensor model.layers.1.mlp.up_proj.weight: missing (want shape [128 64])")
 
 	extra := newMemWeights(testWeights(mc, 1))
 	extra["model.layers.2.mlp.up_proj.weight"] = extra["model.layers.1.mlp.up_proj.weight"]
-	_, err = LoadModel(mc, extra)
+	_, err = Load(mc, extra, PrecisionF32)
 	require.ErrorContains(t, err, "tensor model.layers.2.mlp.up_proj.weight: unexpected for llama with 2 layers")
 
 	shaped := newMemWeights(testWeights(mc, 1))
 	w := shaped["model.layers.0.self_attn.k_proj.weight"]
 	w.Shape = []int{64, 32}
 	shaped[w.Name] = w
-	_, err = LoadModel(mc, shaped)
+	_, err = Load(mc, shaped, PrecisionF32)
 	require.ErrorContains(t, err, "tensor model.layers.0.self_attn.k_proj.weight: shape [64 32], want [32 64]")
 
 	scope, name := HFScope("model.layers.3.self_attn.q_proj.weight")
@@ -247,7 +247,7 @@ func TestOpenModelInitModel(t *testing.T) {
 	dir := t.TempDir() + "/m"
 	_, err := dataInitModel(dir, "bfloat16")
 	require.NoError(t, err)
-	m, err := OpenModel(dir)
+	m, err := Open(dir, OpenOptions{})
 	require.NoError(t, err)
 	s, err := NewScorer(newTestBackend(t), m, ScorerOptions{Chunk: 16})
 	require.NoError(t, err)
@@ -257,6 +257,6 @@ func TestOpenModelInitModel(t *testing.T) {
 	for _, x := range lp[1:] {
 		require.InDelta(t, -math.Log(265), x, 0.5) // init std 0.02: near uniform
 	}
-	_, err = OpenModel(t.TempDir())
+	_, err = Open(t.TempDir(), OpenOptions{})
 	require.True(t, errors.Is(err, os.ErrNotExist) || err != nil)
 }

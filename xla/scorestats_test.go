@@ -54,7 +54,7 @@ func TestPlaceMovesWeightsToDevice(t *testing.T) {
 	fields := tinyFields(nil)
 	mc := testConfig(t, fields)
 	ws := testWeights(mc, 23)
-	m, err := LoadModel(mc, newMemWeights(ws))
+	m, err := Load(mc, newMemWeights(ws), PrecisionF32)
 	require.NoError(t, err)
 	for v := range m.ctx.IterVariables() {
 		require.True(t, v.MustValue().HasLocal(), "%s before", v.ScopeAndName())

@@ -28,8 +28,9 @@ const (
 	TeacherBase TeacherMode = "base"
 )
 
-// TeacherConfig configures the teacher. Defaults: DefaultTeacher.
-type TeacherConfig struct {
+// TeacherModelConfig says which weights score the teacher passes (train.teacher_model;
+// teacher.Config is the hint writer). Defaults: DefaultTeacherModel.
+type TeacherModelConfig struct {
 	Mode TeacherMode `yaml:"mode"`
 	// RefreshEvery is the frozen teacher's refresh period in optimizer steps (0: never).
 	RefreshEvery int `yaml:"refresh_every"`
@@ -37,14 +38,14 @@ type TeacherConfig struct {
 	EMARate float64 `yaml:"ema_rate"`
 }
 
-// DefaultTeacher returns the live teacher (refresh 100 and rate 0.05 for the others;
+// DefaultTeacherModel returns the live teacher (refresh 100 and rate 0.05 for the others;
 // 0.05 is SDPO's EMA rate, docs/distillation.md "The teacher's weights").
-func DefaultTeacher() TeacherConfig {
-	return TeacherConfig{Mode: TeacherLive, RefreshEvery: 100, EMARate: 0.05}
+func DefaultTeacherModel() TeacherModelConfig {
+	return TeacherModelConfig{Mode: TeacherLive, RefreshEvery: 100, EMARate: 0.05}
 }
 
 // Validate names the first bad field.
-func (c TeacherConfig) Validate() error {
+func (c TeacherModelConfig) Validate() error {
 	switch c.Mode {
 	case TeacherLive, TeacherFrozen, TeacherEMA, TeacherBase:
 	default:
@@ -61,14 +62,14 @@ func (c TeacherConfig) Validate() error {
 
 // teacher is the frozen or EMA copy of the policy and its Scorer; nil for live.
 type teacher struct {
-	cfg     TeacherConfig
+	cfg     TeacherModelConfig
 	backend backends.Backend
 	model   *Model
 	scorer  *Scorer
 	ema     *Exec
 }
 
-func newTeacher(backend backends.Backend, cfg TeacherConfig, student *Model, opts ScorerOptions) (*teacher, error) {
+func newTeacher(backend backends.Backend, cfg TeacherModelConfig, student *Model, opts ScorerOptions) (*teacher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("teacher: %w", err)
 	}

@@ -30,10 +30,10 @@ type TrainerOptions struct {
 	// truncated (the default), exact or full.
 	Backprop Backprop
 	// Scorer configures the student and teacher scoring passes.
-	Scorer    ScorerOptions
-	Credit    credit.Config
-	Optimizer AdamWConfig
-	Teacher   TeacherConfig
+	Scorer       ScorerOptions
+	Credit       credit.Config
+	Optimizer    AdamWConfig
+	TeacherModel TeacherModelConfig
 	// LoRA trains rank-r adapters on a frozen base instead of every weight (rank 0:
 	// off). NewTrainer adds fresh adapters to a model without any (lora.go).
 	LoRA LoRAConfig
@@ -105,7 +105,7 @@ type Metrics struct {
 	// Inputs and Results are the step's per-rollout credit, in batch order: the
 	// log-probs the scoring passes gave (student, teacher) and what credit.Step made
 	// of them, at the weights before the update. For audit files; read-only.
-	Inputs  []credit.Rollout
+	Inputs  []credit.Sequence
 	Results []credit.Result
 	// Dists are the teacher distributions the teacher pass kept, per rollout and per
 	// hint span of Inputs (modes topk and full; nil otherwise). For audit files (the
@@ -140,8 +140,8 @@ type Trainer struct {
 }
 
 // NewTrainer returns a Trainer that updates m in place.
-// A zero Credit, Optimizer or Teacher takes credit.DefaultConfig, DefaultAdamW or
-// DefaultTeacher.
+// A zero Credit, Optimizer or TeacherModel takes credit.DefaultConfig, DefaultAdamW
+// or DefaultTeacherModel.
 func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Trainer, error) {
 	if opts.Credit == (credit.Config{}) {
 		opts.Credit = credit.DefaultConfig()
@@ -149,8 +149,8 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	if opts.Optimizer == (AdamWConfig{}) {
 		opts.Optimizer = DefaultAdamW()
 	}
-	if opts.Teacher == (TeacherConfig{}) {
-		opts.Teacher = DefaultTeacher()
+	if opts.TeacherModel == (TeacherModelConfig{}) {
+		opts.TeacherModel = DefaultTeacherModel()
 	}
 	if err := opts.Credit.Validate(); err != nil {
 		return nil, fmt.Errorf("new trainer: credit: %w", err)
@@ -207,7 +207,7 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	if tr.opt, err = newAdamW(backend, opts.Optimizer, tr.updated(), paramGroups(tr.grad.params), tr.masters != nil); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
-	if tr.teacher, err = newTeacher(backend, opts.Teacher, m, opts.Scorer); err != nil {
+	if tr.teacher, err = newTeacher(backend, opts.TeacherModel, m, opts.Scorer); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
 	if opts.Ref != nil && opts.Credit.KLBeta > 0 {

@@ -32,7 +32,7 @@ type scored struct {
 // step without an update (Metrics.Updated false): AdamW with a zero gradient would
 // still move the weights through momentum and weight decay, so it does not run. The
 // rollouts count as trained and the step is counted (StepCount), not the update.
-func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (met Metrics, err error) {
+func (tr *Trainer) Step(ctx context.Context, batch []credit.Sequence) (met Metrics, err error) {
 	t0 := time.Now()
 	if len(batch) == 0 {
 		return Metrics{}, errors.New("train step: empty batch")
@@ -43,7 +43,7 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (met Metric
 	}
 	tr.progress.begin(tr.steps+1, len(batch), batchTokens)
 	defer func() { tr.progress.end(err == nil) }()
-	rs := make([]credit.Rollout, len(batch))
+	rs := make([]credit.Sequence, len(batch))
 	sc := make([]scored, len(batch))
 	defer func() {
 		for _, s := range sc {
@@ -131,7 +131,7 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Rollout) (met Metric
 // signal; it fills met's Loss, Tokens, Terms and, with TermGradNorms, the two
 // terms' gradient norms (the outcome and distillation parts then run as two passes
 // into two sums, added at the end).
-func (tr *Trainer) accumulate(ctx context.Context, batch []credit.Rollout, rs []credit.Rollout, res []credit.Result, sc []scored, budget int, met *Metrics) ([]*tensors.Tensor, bool, error) {
+func (tr *Trainer) accumulate(ctx context.Context, batch []credit.Sequence, rs []credit.Sequence, res []credit.Result, sc []scored, budget int, met *Metrics) ([]*tensors.Tensor, bool, error) {
 	split := tr.opts.TermGradNorms
 	acc := tr.grad.zeroGrads()
 	var accD []*tensors.Tensor
@@ -175,7 +175,7 @@ func (tr *Trainer) accumulate(ctx context.Context, batch []credit.Rollout, rs []
 // into acc and its distillation part into accD, and fills logp[i] and div[i] with
 // the passes' log-probs and divergences (zeros without a signal). It reports whether
 // the rollout had a signal and the passes' loss.
-func (tr *Trainer) accumulateRollout(ctx context.Context, on replica1, i int, batch, rs []credit.Rollout, res []credit.Result, sc []scored, budget int,
+func (tr *Trainer) accumulateRollout(ctx context.Context, on replica1, i int, batch, rs []credit.Sequence, res []credit.Result, sc []scored, budget int,
 	acc, accD []*tensors.Tensor, logp, div [][]float64) (bool, float64, error) {
 	T := len(batch[i].Tokens)
 	logp[i], div[i] = make([]float64, T), make([]float64, T)
@@ -240,9 +240,9 @@ func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
 }
 
 // score runs the student, teacher and reference passes of r and returns a copy of it
-// with their log-probs filled in (Student, Ref, each hint's Teacher and EmptyHint),
+// with their log-probs filled in (Student, Ref, each hint's Teacher and EmptyTeacher),
 // and its KV cache. r itself is not modified.
-func (tr *Trainer) score(ctx context.Context, r *credit.Rollout) (credit.Rollout, scored, error) {
+func (tr *Trainer) score(ctx context.Context, r *credit.Sequence) (credit.Sequence, scored, error) {
 	return tr.scoreWith(ctx, r, replica1{scorer: tr.scorer})
 }
 
@@ -250,16 +250,16 @@ func (tr *Trainer) score(ctx context.Context, r *credit.Rollout) (credit.Rollout
 // the rollout was given to): the student's, which also runs the hinted passes when
 // the teacher is the live policy, and the frozen, EMA or base teacher's and the KL
 // reference's where on has them (else the trainer's own, on device 0).
-func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, on replica1) (credit.Rollout, scored, error) {
+func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Sequence, on replica1) (credit.Sequence, scored, error) {
 	student := on.scorer
 	T := len(r.Tokens)
 	if len(r.Sampler) != T || len(r.Trainable) != T {
-		return credit.Rollout{}, scored{}, fmt.Errorf("%d tokens, %d sampler log-probs, %d trainable flags", T, len(r.Sampler), len(r.Trainable))
+		return credit.Sequence{}, scored{}, fmt.Errorf("%d tokens, %d sampler log-probs, %d trainable flags", T, len(r.Sampler), len(r.Trainable))
 	}
 	temp := r.Temp()
 	s, cache, err := student.ScoreAt(ctx, r.Tokens, temp)
 	if err != nil {
-		return credit.Rollout{}, scored{}, err
+		return credit.Sequence{}, scored{}, err
 	}
 	sc := scored{cache: cache}
 	cr := *r
@@ -297,16 +297,16 @@ func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, on replica1
 		if tr.opts.Credit.Base == credit.BaseEmptyHint {
 			empty := slices.Clone(cr.Hints)
 			for k := range empty {
-				empty[k].Hint = empty[k].Empty
+				empty[k].Tokens = empty[k].Empty
 			}
 			if e, _, err = tsc.ScoreHintedAt(ctx, r.Tokens, prefix, empty, TeacherView{}, nil, temp); err != nil {
 				return cr, sc, fmt.Errorf("empty-hint pass: %w", err)
 			}
 		}
 		for k := range cr.Hints {
-			cr.Hints[k].Teacher, cr.Hints[k].EmptyHint = f64s(q[k]), nil
+			cr.Hints[k].Teacher, cr.Hints[k].EmptyTeacher = f64s(q[k]), nil
 			if e != nil {
-				cr.Hints[k].EmptyHint = f64s(e[k])
+				cr.Hints[k].EmptyTeacher = f64s(e[k])
 			}
 		}
 	}
@@ -328,7 +328,7 @@ func (tr *Trainer) scoreWith(ctx context.Context, r *credit.Rollout, on replica1
 
 // terms turns one rollout's credit into the loss inputs; ok is false when the
 // rollout contributes nothing (skipped, or every weight 0 without KL).
-func (tr *Trainer) terms(r *credit.Rollout, res *credit.Result, sc *scored, budget int) (chunkTerms, bool, error) {
+func (tr *Trainer) terms(r *credit.Sequence, res *credit.Result, sc *scored, budget int) (chunkTerms, bool, error) {
 	if res.Skipped {
 		return chunkTerms{}, false, nil
 	}

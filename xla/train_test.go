@@ -207,7 +207,7 @@ func TestHintRaisesOrLowersSegment(t *testing.T) {
 		s, c, err := ps.Score(t.Context(), tokens)
 		require.NoError(t, err)
 		defer c.Close()
-		q, err := ps.ScoreHinted(t.Context(), tokens, c, []credit.HintSpan{{Start: a, End: b, Hint: hint}})
+		q, err := ps.ScoreHinted(t.Context(), tokens, c, []credit.Hint{{InsertAt: a, End: b, Tokens: hint}})
 		require.NoError(t, err)
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for i := a; i < b; i++ {
@@ -245,11 +245,11 @@ func TestHintRaisesOrLowersSegment(t *testing.T) {
 			cfg := credit.DefaultConfig()
 			cfg.LambdaOut, cfg.LambdaHint = 0, 1
 			tr, err := NewTrainer(backend, m, TrainerOptions{Chunk: 16, Scorer: ScorerOptions{Chunk: 64}, Credit: cfg,
-				Optimizer: AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1},
-				Teacher:   TeacherConfig{Mode: TeacherFrozen}})
+				Optimizer:    AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1},
+				TeacherModel: TeacherModelConfig{Mode: TeacherFrozen}})
 			require.NoError(t, err)
-			r := credit.Rollout{ID: "r", Tokens: tokens, Sampler: make([]float64, T), Trainable: make([]bool, T),
-				Hints: []credit.HintSpan{{Start: a, End: b, Hint: tc.hint}}}
+			r := credit.Sequence{ID: "r", Tokens: tokens, Sampler: make([]float64, T), Trainable: make([]bool, T),
+				Hints: []credit.Hint{{InsertAt: a, End: b, Tokens: tc.hint}}}
 			for i := range T {
 				r.Sampler[i] = math.NaN()
 				if i >= a && i < b {
@@ -258,7 +258,7 @@ func TestHintRaisesOrLowersSegment(t *testing.T) {
 			}
 			before := segmentLogProb(t, tr.Scorer(), tokens, a, b)
 			for range 5 {
-				met, err := tr.Step(t.Context(), []credit.Rollout{r})
+				met, err := tr.Step(t.Context(), []credit.Sequence{r})
 				require.NoError(t, err)
 				require.Equal(t, b-a, met.Credit.HintTokens)
 			}
@@ -279,7 +279,7 @@ func weightsOf(m *Model) [][]float32 {
 }
 
 // stepMoves takes one step of tr on pool and returns how far it moved each weight of m.
-func stepMoves(t *testing.T, tr *Trainer, m *Model, pool []credit.Rollout) [][]float32 {
+func stepMoves(t *testing.T, tr *Trainer, m *Model, pool []credit.Sequence) [][]float32 {
 	t.Helper()
 	moved := weightsOf(m)
 	_, err := tr.Step(t.Context(), pool)
@@ -297,30 +297,30 @@ func stepMoves(t *testing.T, tr *Trainer, m *Model, pool []credit.Rollout) [][]f
 func TestTeacherModes(t *testing.T) {
 	backend := newTestBackend(t)
 	tokens := testTokens(40, 265, 41)
-	r := credit.Rollout{ID: "r", Tokens: tokens, Sampler: make([]float64, 40), Trainable: make([]bool, 40),
+	r := credit.Sequence{ID: "r", Tokens: tokens, Sampler: make([]float64, 40), Trainable: make([]bool, 40),
 		Reward: 1, HasReward: true, TaskID: "t",
-		Hints: []credit.HintSpan{{Start: 20, End: 30, Hint: testTokens(3, 265, 42)}}}
+		Hints: []credit.Hint{{InsertAt: 20, End: 30, Tokens: testTokens(3, 265, 42)}}}
 	for i := range 40 {
 		r.Sampler[i] = -5
 		r.Trainable[i] = i >= 16
 	}
-	newTr := func(tc TeacherConfig) *Trainer {
+	newTr := func(tc TeacherModelConfig) *Trainer {
 		m := testModel(t, smallFields(), 43)
 		tr, err := NewTrainer(backend, m, TrainerOptions{Chunk: 16, Scorer: ScorerOptions{Chunk: 32},
-			Credit: credit.DefaultConfig(), Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Teacher: tc})
+			Credit: credit.DefaultConfig(), Optimizer: AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, TeacherModel: tc})
 		require.NoError(t, err)
 		return tr
 	}
 	step := func(tr *Trainer) {
-		_, err := tr.Step(t.Context(), []credit.Rollout{r})
+		_, err := tr.Step(t.Context(), []credit.Sequence{r})
 		require.NoError(t, err)
 	}
 
-	live := newTr(TeacherConfig{Mode: TeacherLive})
+	live := newTr(TeacherModelConfig{Mode: TeacherLive})
 	require.Nil(t, live.teacher)
 	step(live)
 
-	frozen := newTr(TeacherConfig{Mode: TeacherFrozen, RefreshEvery: 2})
+	frozen := newTr(TeacherModelConfig{Mode: TeacherFrozen, RefreshEvery: 2})
 	w0 := weightsOf(frozen.model)
 	step(frozen)
 	require.Equal(t, w0, weightsOf(frozen.teacher.model), "refreshed before step 2")
@@ -328,7 +328,7 @@ func TestTeacherModes(t *testing.T) {
 	step(frozen)
 	require.Equal(t, weightsOf(frozen.model), weightsOf(frozen.teacher.model), "not refreshed at step 2")
 
-	ema := newTr(TeacherConfig{Mode: TeacherEMA, EMARate: 0.25})
+	ema := newTr(TeacherModelConfig{Mode: TeacherEMA, EMARate: 0.25})
 	prev := weightsOf(ema.teacher.model)
 	for range 2 {
 		step(ema)
@@ -342,8 +342,8 @@ func TestTeacherModes(t *testing.T) {
 		prev = got
 	}
 
-	require.Error(t, TeacherConfig{Mode: "warm"}.Validate())
-	require.Error(t, TeacherConfig{Mode: TeacherEMA, EMARate: 0}.Validate())
+	require.Error(t, TeacherModelConfig{Mode: "warm"}.Validate())
+	require.Error(t, TeacherModelConfig{Mode: TeacherEMA, EMARate: 0}.Validate())
 }
 
 // TestParamGroups: a layer's variables are one update group, every other variable

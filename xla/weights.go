@@ -16,7 +16,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 )
 
-// Weights is where LoadModel reads tensors from, by Hugging Face name.
+// Weights is where Load reads tensors from, by Hugging Face name.
 // *safetensors.Dir (a model directory's weights) is one.
 type Weights interface {
 	Names() []string
@@ -27,73 +27,67 @@ type Weights interface {
 // variables of a GoMLX context whose scopes are the checkpoint's tensor names
 // (HFScope), in its Precision's dtype: float32 by default (BF16 and F16
 // checkpoints widened at load, so the variables are the float32 weights training
-// updates), or bfloat16 (LoadModelAs; a BF16 checkpoint kept as it is).
+// updates), or bfloat16 (OpenOptions.Precision; a BF16 checkpoint kept as it is).
 type Model struct {
 	Config    Config
 	precision Precision // "": f32
 	ctx       *context.Context
-	lora      *LoRAConfig // adapters in ctx (lora.go); nil: every weight trains
-	placeMu   sync.Mutex  // serialises place
+	lora      *LoRAConfig         // adapters in ctx (lora.go); nil: every weight trains
+	tok       tokenizer.Tokenizer // the tokenizer Open read (Tokenizer); nil after Load
+	hf        *data.ModelConfig   // the config.json the model was built from (HFConfig)
+	placeMu   sync.Mutex          // serialises place
 	// replicas are the weights' copies on devices other than 0 (devices.go).
 	replicas replicas
 }
 
-// OpenModel loads the model directory dir (config.json, safetensors, tokenizer)
-// through data.OpenModelDir and LoadModel.
-func OpenModel(dir string) (*Model, error) { return OpenModelWith(dir, nil) }
-
-// OpenModelWith is OpenModel with tok, already loaded, for the tokenizer: dir's
-// tokenizer.json is checked against tok's fingerprint, not parsed again
-// (data.OpenModelDirWith). A nil tok parses it.
-func OpenModelWith(dir string, tok tokenizer.Tokenizer) (*Model, error) {
-	return OpenModelAs(dir, tok, PrecisionF32)
+// OpenOptions say how Open reads a model: every field may be left zero.
+type OpenOptions struct {
+	// Precision is the weights' dtype in memory ("": f32); an adapter directory's
+	// base is loaded in it, its adapters in float32.
+	Precision Precision
+	// Tokenizer, already loaded, stands for the directory's: its tokenizer.json is
+	// checked against the fingerprint, not parsed again (data.OpenModelDirWith).
+	// nil: parsed.
+	Tokenizer tokenizer.Tokenizer
+	// Base is a PEFT adapter directory's base model directory; "": the adapter's
+	// base_model_name_or_path (AdapterBase).
+	Base string
 }
 
-// OpenModelAs is OpenModelWith with the weights in precision p.
-func OpenModelAs(dir string, tok tokenizer.Tokenizer, p Precision) (*Model, error) {
-	md, err := data.OpenModelDirWith(dir, tok)
+// Open loads the model directory dir (config.json, safetensors, tokenizer) through
+// data.OpenModelDirWith and Load; dir may also be a PEFT adapter directory
+// (IsAdapterDir): its base with the adapters on top, unmerged (the policy a LoRA run
+// trained, at the base's cost plus 2·r·(in + out) flops per adapted projection and
+// token). The model keeps the tokenizer and config.json it was opened with
+// (Tokenizer, HFConfig; an adapter's are its base's).
+func Open(dir string, o OpenOptions) (*Model, error) {
+	if IsAdapterDir(dir) {
+		return openAdapter(dir, o)
+	}
+	md, err := data.OpenModelDirWith(dir, o.Tokenizer)
 	if err != nil {
 		return nil, err
 	}
 	defer md.Close()
-	return LoadModelAs(md.Config, md.Weights, p)
-}
-
-// OpenPolicy loads the model directory dir once and returns its model, tokenizer
-// and config (for callers that sample or tokenize as well as score). dir may also be
-// a PEFT adapter directory (IsAdapterDir): its base with the adapters on top.
-func OpenPolicy(dir string) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
-	return OpenPolicyAs(dir, PrecisionF32)
-}
-
-// OpenPolicyAs is OpenPolicy with the weights in precision p (an adapter's base
-// in p, its adapters float32).
-func OpenPolicyAs(dir string, p Precision) (*Model, tokenizer.Tokenizer, *data.ModelConfig, error) {
-	if IsAdapterDir(dir) {
-		return openAdapterPolicy(dir, p)
-	}
-	md, err := data.OpenModelDir(dir)
+	m, err := Load(md.Config, md.Weights, o.Precision)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	defer md.Close()
-	m, err := LoadModelAs(md.Config, md.Weights, p)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return m, md.Tokenizer, md.Config, nil
+	m.tok = md.Tokenizer
+	return m, nil
 }
 
-// LoadModel builds the model of mc and copies its weights from w. The name table is
-// mc.Tensors(): a missing, mis-shaped, non-float or unexpected tensor is an error
-// naming it (every problem, not just the first). The weights are copied, so w may
-// be closed afterwards.
-func LoadModel(mc *data.ModelConfig, w Weights) (*Model, error) {
-	return LoadModelAs(mc, w, PrecisionF32)
-}
+// Tokenizer is the tokenizer the model was opened with (Open); nil after Load.
+func (m *Model) Tokenizer() tokenizer.Tokenizer { return m.tok }
 
-// LoadModelAs is LoadModel with the weights in precision p (Precision).
-func LoadModelAs(mc *data.ModelConfig, w Weights, p Precision) (*Model, error) {
+// HFConfig is the config.json the model was built from (Open, Load).
+func (m *Model) HFConfig() *data.ModelConfig { return m.hf }
+
+// Load builds the model of mc and copies its weights from w, in precision p ("":
+// f32; Precision). The name table is mc.Tensors(): a missing, mis-shaped,
+// non-float or unexpected tensor is an error naming it (every problem, not just
+// the first). The weights are copied, so w may be closed afterwards.
+func Load(mc *data.ModelConfig, w Weights, p Precision) (*Model, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("load model: precision: %w", err)
 	}
@@ -136,7 +130,7 @@ func LoadModelAs(mc *data.ModelConfig, w Weights, p Precision) (*Model, error) {
 	if err := errors.Join(problems...); err != nil {
 		return nil, fmt.Errorf("load model: %w", err)
 	}
-	return &Model{Config: cfg, precision: p, ctx: ctx}, nil
+	return &Model{Config: cfg, precision: p, ctx: ctx, hf: mc}, nil
 }
 
 // HFScope maps a Hugging Face tensor name to the context scope and variable name
@@ -155,7 +149,7 @@ func (m *Model) NumParameters() int { return m.ctx.NumParameters() }
 
 // place moves every weight onto backend's device 0 (a shared buffer where the
 // backend has them, e.g. XLA CPU's, as the first execution would) and drops the
-// host copy LoadModel made, then returns the freed memory to the OS. Without it
+// host copy Load made, then returns the freed memory to the OS. Without it
 // the host copy stays next to the device copy on a backend without shared buffers
 // (a GPU: 2.4 GB of f32 host RAM per 0.6B model, for nothing), and on one with them
 // it lingers as Go garbage through the first passes. A weight whose host copy is

@@ -116,7 +116,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -358,7 +358,7 @@ type trainResult struct {
 }
 
 func trainRun(ctx context.Context, backend backends.Backend, dir string, tokens []int32, bucket bool, cost flops, warm bool) (*trainResult, error) {
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +371,7 @@ func trainRun(ctx context.Context, backend backends.Backend, dir string, tokens 
 		return nil, err
 	}
 	T := len(tokens)
-	r := credit.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float64, T), Trainable: make([]bool, T), Reward: 1, HasReward: true}
+	r := credit.Sequence{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float64, T), Trainable: make([]bool, T), Reward: 1, HasReward: true}
 	for t := 1; t < T; t++ {
 		r.Sampler[t], r.Trainable[t] = -math.Log(float64(m.Config.VocabSize)), true
 	}
@@ -385,7 +385,7 @@ func trainRun(ctx context.Context, backend backends.Backend, dir string, tokens 
 		resetPeak()
 		gs0, ss0 := tr.GradientStats(), tr.Scorer().Stats().Attention
 		t0 := time.Now()
-		met, err := tr.Step(ctx, []credit.Rollout{r})
+		met, err := tr.Step(ctx, []credit.Sequence{r})
 		took := time.Since(t0)
 		if err != nil {
 			return nil, err

@@ -271,7 +271,7 @@ func run(o options) error {
 func runGo(ctx context.Context, o options, be backendRun, dir string, tokens []int32, torchLP []float64) (*Result, int, error) {
 	T := len(tokens)
 	res := &Result{Backend: be.name, Spec: be.spec}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -299,7 +299,7 @@ func runGo(ctx context.Context, o options, be backendRun, dir string, tokens []i
 		res.MaxAbsLogProbDiff = math.Max(res.MaxAbsLogProbDiff, math.Abs(float64(lp[i+1])-want))
 	}
 
-	tm, err := xla.OpenModel(dir)
+	tm, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -309,7 +309,7 @@ func runGo(ctx context.Context, o options, be backendRun, dir string, tokens []i
 	}
 	r := trainRollout(tokens, tm.Config.VocabSize)
 	res.Train, err = measure(T, o, func(first bool) error {
-		met, err := tr.Step(ctx, []credit.Rollout{r})
+		met, err := tr.Step(ctx, []credit.Sequence{r})
 		if first {
 			res.TrainLoss = met.Loss
 		}
@@ -323,11 +323,11 @@ func runGo(ctx context.Context, o options, be backendRun, dir string, tokens []i
 
 // trainRollout is the training rollout: tokens, the first 16 untrainable, sampler
 // log-prob −2 elsewhere, reward 1, one hinted segment [T/2, T/2+64) with a 16-token hint.
-func trainRollout(tokens []int32, vocab int) credit.Rollout {
+func trainRollout(tokens []int32, vocab int) credit.Sequence {
 	T := len(tokens)
-	r := credit.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float64, T),
+	r := credit.Sequence{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float64, T),
 		Trainable: make([]bool, T), Reward: 1, HasReward: true,
-		Hints: []credit.HintSpan{{Start: T / 2, End: T/2 + 64, Hint: benchutil.Tokens(16, vocab, 99, 2)}}}
+		Hints: []credit.Hint{{InsertAt: T / 2, End: T/2 + 64, Tokens: benchutil.Tokens(16, vocab, 99, 2)}}}
 	for t := range T {
 		r.Sampler[t] = math.NaN()
 		if t >= 16 {

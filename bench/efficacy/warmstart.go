@@ -54,7 +54,7 @@ func initModel(dir, preset string, seed uint64) error {
 	if err := safetensors.Write(filepath.Join(dir, safetensors.FileName), w, map[string]string{"format": "pt"}); err != nil {
 		return err
 	}
-	_, err = xla.OpenModel(dir)
+	_, err = xla.Open(dir, xla.OpenOptions{})
 	return err
 }
 

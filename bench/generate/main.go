@@ -97,7 +97,7 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 	} else if mc, err = data.InitModel(dir, data.InitOptions{Preset: preset, Tokenizer: "bytes", Seed: 1}); err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}

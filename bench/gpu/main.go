@@ -23,6 +23,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/bench/gpubench"
 	"github.com/hindsight-ai/hindsight/internal/cliflag"
+	"github.com/hindsight-ai/hindsight/xla"
 )
 
 // The program's name in messages: its own, or the command's that launched it
@@ -67,6 +68,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	pprofOut := fs.Bool("pprof", false, "the profile stage writes OUT/profile-cpu.pprof and OUT/profile-heap.pprof")
 	precisions := fs.String("precisions", "", "comma-separated model.precision values the parity and speed stages run (default: f32,bf16)")
 	reps := fs.Int("reps", 0, "timed repetitions after the first (compiling) pass (0: the mode's default)")
+	compileCache := fs.String("compile-cache", "", "keep compiled programs in this `directory` and load them from it (docs/performance.md \"Cold start\"): a second run's first pass loads instead of compiling; empty: off")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: %s -out DIR [-cpu] [-backend SPEC] [-python PY] [-stages LIST]\n\n", name)
 		fmt.Fprintf(stderr, "Measures hindsight on this device stage by stage (peak, parity, profile, speed, generate, long, memory),\n"+
@@ -134,6 +136,13 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	defer logFile.Close()
 	log := zerolog.New(zerolog.MultiLevelWriter(logFile, zerolog.ConsoleWriter{Out: stderr, NoColor: true, TimeFormat: "15:04:05"})).
 		With().Timestamp().Logger()
+	if *compileCache != "" {
+		err := xla.ConfigureProgramCache(xla.ProgramCache{Dir: *compileCache, Log: log.With().Str("component", "compile").Logger()})
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: -compile-cache: %v\n", name, err)
+			return 1
+		}
+	}
 	res, err := gpubench.Run(ctx, opts, copts, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)

@@ -25,12 +25,12 @@ func (b *bench) stageDataParallel(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}
 	T := b.opts.DataParallelT
-	batch := make([]credit.Rollout, 2*n)
+	batch := make([]credit.Sequence, 2*n)
 	for i := range batch {
 		batch[i] = trainRollout(benchutil.Tokens(T, mc.VocabSize, uint64(20+i), 8))
 		batch[i].ID = fmt.Sprintf("dp-%d", i)

@@ -16,7 +16,7 @@ func (b *bench) stageGenerate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}

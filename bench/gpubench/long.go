@@ -33,7 +33,7 @@ func (b *bench) stageLong(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func (b *bench) stageLong(ctx context.Context) error {
 			}
 			var met xla.Metrics
 			step := func() error {
-				met, err = tr.Step(ctx, []credit.Rollout{trainRollout(tokens)})
+				met, err = tr.Step(ctx, []credit.Sequence{trainRollout(tokens)})
 				return err
 			}
 			if b.opts.CPU {

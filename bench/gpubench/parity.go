@@ -43,7 +43,7 @@ func (b *bench) parity(ctx context.Context, preset string) error {
 	if err != nil {
 		return err
 	}
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func (b *bench) parity(ctx context.Context, preset string) error {
 	// the plain Score of y_<a · h · y_a…y_<e.
 	a, e := T/2, T/2+T/4
 	hint := benchutil.Tokens(16, mc.VocabSize, 5, 6)
-	q, err := s.ScoreHinted(ctx, tokens, cache, []credit.HintSpan{{Start: a, End: e, Hint: hint}})
+	q, err := s.ScoreHinted(ctx, tokens, cache, []credit.Hint{{InsertAt: a, End: e, Tokens: hint}})
 	if err != nil {
 		return fmt.Errorf("hinted: %w", err)
 	}
@@ -132,7 +132,7 @@ func (b *bench) scoreAs(ctx context.Context, dir string, p xla.Precision, tokens
 	if err := p.CheckBackend(b.backend); err != nil {
 		return nil, err
 	}
-	m, err := xla.OpenModelAs(dir, nil, p)
+	m, err := xla.Open(dir, xla.OpenOptions{Precision: p})
 	if err != nil {
 		return nil, err
 	}

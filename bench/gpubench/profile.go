@@ -40,7 +40,7 @@ func (b *bench) stageProfile(ctx context.Context) error {
 	}
 	b.mem.reset()
 	t0, c0 := time.Now(), cpuSeconds()
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}

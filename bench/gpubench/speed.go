@@ -115,7 +115,7 @@ func (b *bench) speedAs(ctx context.Context, preset, dir string, mc *data.ModelC
 		return 0, 0, err
 	}
 	T := len(tokens)
-	m, err := xla.OpenModelAs(dir, nil, p)
+	m, err := xla.Open(dir, xla.OpenOptions{Precision: p})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -158,7 +158,7 @@ func (b *bench) speedAs(ctx context.Context, preset, dir string, mc *data.ModelC
 	b.mem.reset()
 	var met xla.Metrics
 	sec, first, err = bestOf(ctx, b.opts.Reps, func() error {
-		met, err = tr.Step(ctx, []credit.Rollout{r})
+		met, err = tr.Step(ctx, []credit.Sequence{r})
 		return err
 	})
 	if err != nil {
@@ -204,9 +204,9 @@ func trainerOptions(chunk int, mode xla.Backprop) xla.TrainerOptions {
 
 // trainRollout is a rollout of tokens with every position after the first
 // trainable, sampled at log-prob −2, reward 1.
-func trainRollout(tokens []int32) credit.Rollout {
+func trainRollout(tokens []int32) credit.Sequence {
 	T := len(tokens)
-	r := credit.Rollout{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float64, T), Trainable: make([]bool, T),
+	r := credit.Sequence{ID: "bench", TaskID: "bench", Tokens: tokens, Sampler: make([]float64, T), Trainable: make([]bool, T),
 		Reward: 1, HasReward: true}
 	for t := range T {
 		r.Trainable[t], r.Sampler[t] = t > 0, -2

@@ -141,7 +141,7 @@ func child(p xla.Precision, dir, backendSpec string, tokens, trainTokens, chunk,
 	if err := p.CheckBackend(backend); err != nil {
 		return err
 	}
-	m, err := xla.OpenModelAs(dir, nil, p)
+	m, err := xla.Open(dir, xla.OpenOptions{Precision: p})
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func child(p xla.Precision, dir, backendSpec string, tokens, trainTokens, chunk,
 			return err
 		}
 		r := rollout(trainTokens, m.Config.VocabSize)
-		met, err := tr.Step(ctx, []credit.Rollout{r}) // compiles
+		met, err := tr.Step(ctx, []credit.Sequence{r}) // compiles
 		if err != nil {
 			return err
 		}
@@ -189,7 +189,7 @@ func child(p xla.Precision, dir, backendSpec string, tokens, trainTokens, chunk,
 		res.TrainSeconds = math.Inf(1)
 		for range runs {
 			t0 := time.Now()
-			if _, err := tr.Step(ctx, []credit.Rollout{r}); err != nil {
+			if _, err := tr.Step(ctx, []credit.Sequence{r}); err != nil {
 				return err
 			}
 			res.TrainSeconds = min(res.TrainSeconds, time.Since(t0).Seconds())
@@ -202,10 +202,10 @@ func child(p xla.Precision, dir, backendSpec string, tokens, trainTokens, chunk,
 // rollout is a T-token rollout whose every token after the first is trainable,
 // with a reward and sampler log-probs, and one hint over its second quarter (so a
 // step runs the student, teacher and gradient passes).
-func rollout(T, vocab int) credit.Rollout {
-	r := credit.Rollout{ID: "r", TaskID: "t", Tokens: benchutil.Tokens(T, vocab, 3, 4), Sampler: make([]float64, T),
+func rollout(T, vocab int) credit.Sequence {
+	r := credit.Sequence{ID: "r", TaskID: "t", Tokens: benchutil.Tokens(T, vocab, 3, 4), Sampler: make([]float64, T),
 		Trainable: make([]bool, T), Reward: 1, HasReward: true,
-		Hints: []credit.HintSpan{{Start: T / 4, End: T / 2, Hint: benchutil.Tokens(16, vocab, 5, 6)}}}
+		Hints: []credit.Hint{{InsertAt: T / 4, End: T / 2, Tokens: benchutil.Tokens(16, vocab, 5, 6)}}}
 	for t := range T {
 		r.Trainable[t], r.Sampler[t] = t > 0, -2
 	}

@@ -65,7 +65,7 @@ func run(preset string, n, chunk int, backendSpec, python string, threads int, m
 		return err
 	}
 	tokens := benchutil.Tokens(n, mc.VocabSize, 1, 2)
-	m, err := xla.OpenModel(dir)
+	m, err := xla.Open(dir, xla.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func memoryRun(ctx context.Context, backendSpec string, chunk int, lengths strin
 	if err != nil {
 		return err
 	}
-	m, err := xla.LoadModel(mc, sd)
+	m, err := xla.Load(mc, sd, xla.PrecisionF32)
 	sd.Close()
 	if err != nil {
 		return err

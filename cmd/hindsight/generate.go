@@ -76,21 +76,11 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "hindsight generate: %v\n", err)
 		return 1
 	}
-	backend, err := xla.NewBackend(xla.ResolveBackend(*backendSpec, ""))
+	backend, model, err := openModel(*backendSpec, *precision, *modelDir)
 	if err != nil {
 		return fail(err)
 	}
-	prec := xla.Precision(*precision)
-	if err := prec.Validate(); err != nil {
-		return fail(fmt.Errorf("-precision: %w", err))
-	}
-	if err := prec.CheckBackend(backend); err != nil {
-		return fail(err)
-	}
-	model, tok, mc, err := xla.OpenPolicyAs(*modelDir, prec)
-	if err != nil {
-		return fail(err)
-	}
+	tok, mc := model.Tokenizer(), model.HFConfig()
 	var prefix []int32
 	if *bos {
 		for _, id := range mc.BOSTokenID {

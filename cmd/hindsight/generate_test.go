@@ -36,7 +36,7 @@ func TestGenerateCmd(t *testing.T) {
 	require.Len(t, got, 2)
 
 	// Reference: the same prompt (BOS + "hi") and options through the package.
-	m, err := xla.OpenModel(modelDir)
+	m, err := xla.Open(modelDir, xla.OpenOptions{})
 	require.NoError(t, err)
 	b, err := xla.NewBackend(xla.DefaultBackend)
 	require.NoError(t, err)

@@ -56,22 +56,11 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "hindsight score: %v\n", err)
 		return 1
 	}
-	backend, err := xla.NewBackend(xla.ResolveBackend(*backendSpec, ""))
+	backend, model, err := openModel(*backendSpec, *precision, *modelDir)
 	if err != nil {
 		return fail(err)
 	}
-	prec := xla.Precision(*precision)
-	if err := prec.Validate(); err != nil {
-		return fail(fmt.Errorf("-precision: %w", err))
-	}
-	if err := prec.CheckBackend(backend); err != nil {
-		return fail(err)
-	}
-	model, tok, _, err := xla.OpenPolicyAs(*modelDir, prec)
-	if err != nil {
-		return fail(err)
-	}
-	fingerprint := tok.Fingerprint()
+	fingerprint := model.Tokenizer().Fingerprint()
 	scorer, err := xla.NewScorer(backend, model, xla.ScorerOptions{Chunk: *chunk})
 	if err != nil {
 		return fail(err)

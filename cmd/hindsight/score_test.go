@@ -43,7 +43,7 @@ func TestScoreCmd(t *testing.T) {
 	require.Contains(t, stderr.String(), "tokens/s")
 
 	// Reference: the same model through the package.
-	m, err := xla.OpenModel(modelDir)
+	m, err := xla.Open(modelDir, xla.OpenOptions{})
 	require.NoError(t, err)
 	b, err := xla.NewBackend(xla.DefaultBackend)
 	require.NoError(t, err)
@@ -84,7 +84,7 @@ func TestScoreCmd(t *testing.T) {
 	stderr.Reset()
 	code = run(t.Context(), []string{"score", "-model", modelDir, "-in", in, "-out", outB, "-chunk", "16", "-precision", "bf16"}, &stdout, &stderr)
 	require.Equal(t, 0, code, stderr.String())
-	mb, err := xla.OpenModelAs(modelDir, nil, xla.PrecisionBF16)
+	mb, err := xla.Open(modelDir, xla.OpenOptions{Precision: xla.PrecisionBF16})
 	require.NoError(t, err)
 	sb, err := xla.NewScorer(b, mb, xla.ScorerOptions{Chunk: 16})
 	require.NoError(t, err)

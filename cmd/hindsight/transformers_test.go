@@ -120,24 +120,24 @@ func TestMakeTransformersCheckpoint(t *testing.T) {
 	modelDir := filepath.Join(t.TempDir(), "model")
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(t.Context(), []string{"init-model", "-out", modelDir, "-seed", "14"}, &stdout, &stderr), stderr.String())
-	m, err := xla.OpenModel(modelDir)
+	m, err := xla.Open(modelDir, xla.OpenOptions{})
 	require.NoError(t, err)
 	b, err := xla.NewBackend(xla.DefaultBackend)
 	require.NoError(t, err)
 	cfg := credit.DefaultConfig()
 	tr, err := xla.NewTrainer(b, m, xla.TrainerOptions{Budget: 256, Chunk: 64, Scorer: xla.ScorerOptions{Chunk: 64}, Credit: cfg, Seed: 1,
-		Optimizer: xla.AdamWConfig{LR: 3e-2, MinLR: 3e-2, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, ClipNorm: 1, TotalSteps: 100},
-		Teacher:   xla.TeacherConfig{Mode: xla.TeacherLive}})
+		Optimizer:    xla.AdamWConfig{LR: 3e-2, MinLR: 3e-2, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, ClipNorm: 1, TotalSteps: 100},
+		TeacherModel: xla.TeacherModelConfig{Mode: xla.TeacherLive}})
 	require.NoError(t, err)
 	texts := []string{"the grep call failed because the path was wrong", "search_code finds the function in one call", "ok", "the tests pass now"}
 	for step := range 4 {
-		var batch []credit.Rollout
+		var batch []credit.Sequence
 		for i, s := range texts {
 			toks := append([]int32{tokenizer.BytesBOS}, []int32(nil)...)
 			for _, c := range []byte(s) {
 				toks = append(toks, int32(c))
 			}
-			r := credit.Rollout{ID: fmt.Sprintf("s%d-%d", step, i), TaskID: "t", Tokens: toks, Sampler: make([]float64, len(toks)),
+			r := credit.Sequence{ID: fmt.Sprintf("s%d-%d", step, i), TaskID: "t", Tokens: toks, Sampler: make([]float64, len(toks)),
 				Trainable: make([]bool, len(toks)), Reward: float64(i % 2), HasReward: true}
 			for j := range toks {
 				r.Sampler[j] = -5

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -170,10 +169,7 @@ func TestAlertRuleMetrics(t *testing.T) {
 	incoming := filepath.Join(dataDir, "spool", "incoming")
 	require.NoError(t, os.MkdirAll(incoming, 0o755))
 	synthInto(t, incoming, 4, 2)
-	cfgPath := filepath.Join(t.TempDir(), "alerts.yaml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`data_dir: %s
-listen: 127.0.0.1:0
-train:
+	p, addr := startConfigured(t, dataDir, `train:
   token_budget: 256
   idle_flush: 500ms
   seed: 7
@@ -184,9 +180,7 @@ eval:
   budget: 0
   suites:
     - {name: falling, kind: command, command: ["sh", "-c", "echo \"{\\\"score\\\": -$HINDSIGHT_STEP}\""]}
-`, dataDir)), 0o644))
-	p := startDaemon(t, "-config", cfgPath)
-	addr := p.waitReady(t)
+`)
 
 	// Wait for an eval of a checkpoint after the best one (step 1 scores -1, the best).
 	var st *hindsightv1.Status
@@ -240,8 +234,7 @@ eval:
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, 1.0, scrapeValues(t, scrape(t, addr))[`hindsight_paused{cause="operator"}`])
 
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 
 	promtool := promtoolPath(t)
 	if promtool == "" {

@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -74,8 +73,7 @@ func TestBackendAuto(t *testing.T) {
 			out, _, code := runCLI(t, "status", "-addr", addr)
 			require.Equal(t, 0, code)
 			require.Contains(t, out, tc.choice)
-			require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-			require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+			p.stop(t, 60*time.Second)
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,8 +38,7 @@ func TestCompiledProgramsSurviveRestart(t *testing.T) {
 	require.Positive(t, c.GetCompileTime().AsDuration())
 	require.Zero(t, c.GetProgramsLoaded(), "an empty cache loads nothing")
 	require.Equal(t, cacheDir, c.GetCacheDir())
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 	require.Contains(t, p.log(), `"programs_compiled":`)
 	entries, err := filepath.Glob(filepath.Join(cacheDir, "*.xlaprog"))
 	require.NoError(t, err)
@@ -59,6 +57,5 @@ func TestCompiledProgramsSurviveRestart(t *testing.T) {
 	out, _, code := runCLI(t, "status", "-addr", addr)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, fmt.Sprintf("0 programs compiled in 0s; %d loaded from the cache", c.GetProgramsLoaded()))
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 }

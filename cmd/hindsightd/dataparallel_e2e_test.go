@@ -1,11 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -41,8 +39,7 @@ func TestTrainTwoDevices(t *testing.T) {
 	addr := p.waitReady(t)
 	st := waitTrained(t, p, addr, 4)
 	require.Positive(t, st.GetTraining().GetUpdates())
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 	require.Contains(t, p.log(), `"devices":2`)
 
 	_, path = spoolWithRollouts(t, 2, 2, "  devices: 3\n")
@@ -58,10 +55,7 @@ func TestTrainTwoDevices(t *testing.T) {
 func TestLoopBF16TwoDevices(t *testing.T) {
 	xlaCPUOrSkip(t)
 	dataDir := t.TempDir()
-	cfgPath := filepath.Join(t.TempDir(), "loop.yaml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`data_dir: %s
-listen: 127.0.0.1:0
-model: {precision: bf16}
+	p, addr := startConfigured(t, dataDir, `model: {precision: bf16}
 train:
   token_budget: 384
   chunk: 64
@@ -70,15 +64,12 @@ train:
   seed: 3
   optimizer: {lr: 0.001, warmup_steps: 1}
   checkpoint: {every_steps: 1, keep: 3}
-`, dataDir)), 0o644))
-	p := startDaemon(t, "-config", cfgPath, "-loop", "-loop-group", "4", "-backend", "xla-cpu,devices=2")
-	addr := p.waitReady(t)
+`, "-loop", "-loop-group", "4", "-backend", "xla-cpu,devices=2")
 	p.waitFor(t, 15*time.Minute, "a second update", func() bool {
 		time.Sleep(200 * time.Millisecond) // one status query at a time
 		return statusOf(t, addr).GetTraining().GetUpdates() >= 2
 	})
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 2*time.Minute), p.log())
+	p.stop(t, 2*time.Minute)
 	require.Contains(t, p.log(), `"devices":2`)
 	require.Contains(t, p.log(), `"precision":"bf16"`)
 	steps, err := filepath.Glob(filepath.Join(dataDir, "checkpoints", "step-*"))

@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,8 +45,7 @@ func TestDistillTopKCreditFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, metrics.String(), `hindsight_train_term_grad_norm{term="distill"}`)
 	require.Contains(t, metrics.String(), `hindsight_train_term_tokens{term="distill"}`)
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 
 	hints, inTop := 0, 0
 	for _, n := range listDir(t, filepath.Join(dataDir, "outputs")) {

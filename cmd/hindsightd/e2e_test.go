@@ -123,6 +123,25 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
+// startConfigured writes a config of data_dir dataDir, listen 127.0.0.1:0 and body
+// (the rest of the YAML), starts the real daemon on it with args, and returns the
+// daemon once it is ready, with its status address.
+func startConfigured(t *testing.T, dataDir, body string, args ...string) (*proc, string) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "hindsightd.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("data_dir: "+dataDir+"\nlisten: 127.0.0.1:0\n"+body), 0o644))
+	p := startDaemon(t, append([]string{"-config", cfg}, args...)...)
+	return p, p.waitReady(t)
+}
+
+// stop sends SIGTERM and requires a clean exit (code 0) within limit (wait's hang
+// guard).
+func (p *proc) stop(t *testing.T, limit time.Duration) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t, limit), p.log())
+}
+
 var listenRe = regexp.MustCompile(`"listen":"([^"]+)".*"message":"ready"`)
 
 // waitReady waits for the "ready" log line and returns the status address.
@@ -302,8 +321,7 @@ func TestSIGKILLWhileIngesting(t *testing.T) {
 	p := startDaemon(t, args...)
 	p.waitReady(t)
 	waitIdle(t, p, spool)
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 30*time.Second), p.log())
+	p.stop(t, 30*time.Second)
 
 	entries, clean := journalEntries(t, data)
 	require.True(t, clean, "journal ends on a complete line after SIGTERM")
@@ -453,8 +471,7 @@ func TestServeStatusAndDrain(t *testing.T) {
 	require.Regexp(t, `hindsight_storage_feature\{feature="rename_noreplace",fs_type="[^"]+"\} [01]`, metrics.String())
 	require.Contains(t, p.log(), `"component":"storage"`, "the start-up storage line")
 
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 30*time.Second), p.log())
+	p.stop(t, 30*time.Second)
 	require.Contains(t, p.log(), `"message":"stopped"`)
 	_, clean := journalEntries(t, data)
 	require.True(t, clean)
@@ -549,8 +566,7 @@ func TestModelDirTokenizer(t *testing.T) {
 	p := startDaemon(t, "-config", cfgPath)
 	p.waitReady(t)
 	waitIdle(t, p, filepath.Join(data, "spool"))
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 30*time.Second), p.log())
+	p.stop(t, 30*time.Second)
 	errText, err := os.ReadFile(filepath.Join(data, "spool", "failed", "00000001-mixed.error"))
 	require.NoError(t, err)
 	require.Contains(t, string(errText), `row 1 (rollout_id "m-000001"): column tokenizer: E_TOKENIZER: tokenizer is "sha256:0000", the model's is "bytes-v1"`)

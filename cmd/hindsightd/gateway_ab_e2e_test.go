@@ -349,6 +349,10 @@ func TestGatewayABUpstream(t *testing.T) {
 	abs, err := filepath.Abs(ck)
 	require.NoError(t, err)
 	require.Equal(t, []logged{{LoRAName: "served-policy-step-5", LoRAPath: abs}}, readLog(), "the candidate is loaded on the engine before any request")
+	hooks := statusOf(t, addr).GetEngineHooks()
+	require.Len(t, hooks, 1)
+	require.Equal(t, abs, hooks[0].GetLastCheckpoint(), "the hook's state shows the load")
+	require.Equal(t, int64(5), hooks[0].GetLastStep())
 
 	turn := func(id string, msgs []map[string]any) (string, map[string]any) {
 		body, _ := json.Marshal(map[string]any{"model": "hindsight", "messages": msgs, "max_tokens": 16})

@@ -176,7 +176,7 @@ func kinds(ro *rollout.Rollout) []string {
 // 1): the log-prob the sampler recorded is the one the trainer scores.
 func rescore(t *testing.T, modelDir string, ro *rollout.Rollout) {
 	t.Helper()
-	m, _, _, err := xla.OpenPolicy(modelDir)
+	m, err := xla.Open(modelDir, xla.OpenOptions{})
 	require.NoError(t, err)
 	backend, err := xla.NewBackend(xla.ResolveBackend("", ""))
 	require.NoError(t, err)
@@ -357,8 +357,7 @@ func TestGatewaySIGKILLKeepsAcknowledgedTurns(t *testing.T) {
 	require.Equal(t, 200, status, v)
 	require.Equal(t, true, v["late"], "a written session's feedback is a follow-up record")
 	require.NoFileExists(t, filepath.Join(dataDir, "state", "gateway", "kill-1.jsonl"))
-	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p2.wait(t, 30*time.Second))
+	p2.stop(t, 30*time.Second)
 	require.Len(t, mustGlob(t, filepath.Join(dataDir, "spool", "*", "*gateway-*.arrow")), 1, "the session is written once")
 }
 
@@ -430,8 +429,7 @@ func TestGatewayLateFeedback(t *testing.T) {
 	resp.Body.Close()
 	require.Contains(t, string(metrics), `hindsight_gateway_feedback_records{state="late"} 1`)
 	require.Contains(t, string(metrics), "hindsight_gateway_requests_total 1")
-	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p2.wait(t, 60*time.Second), p2.log())
+	p2.stop(t, 60*time.Second)
 
 	var hints []string
 	rows := 0

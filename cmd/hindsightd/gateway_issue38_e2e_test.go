@@ -63,8 +63,7 @@ func TestGatewayReusedSessionRefused(t *testing.T) {
 	status, v = chatTurn(t, base, "dup-1", append(msgs, map[string]any{"role": "assistant", "content": "x"}, map[string]any{"role": "user", "content": "go on"}), 3)
 	require.Equal(t, 409, status, v)
 
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 30*time.Second))
+	p.stop(t, 30*time.Second)
 	p2, base2 := startGateway(t, dataDir)
 	status, v = chatTurn(t, base2, "dup-1", again, 2)
 	require.Equal(t, 409, status, "the gateway remembers the sessions it wrote across a restart: %v", v)
@@ -78,8 +77,7 @@ func TestGatewayReusedSessionRefused(t *testing.T) {
 	ro := got["dup-1"]
 	require.NotNil(t, ro)
 	require.Equal(t, []string{"user", "assistant"}, kinds(ro), "the one rollout is the first conversation")
-	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p2.wait(t, 30*time.Second))
+	p2.stop(t, 30*time.Second)
 	require.Len(t, mustGlob(t, filepath.Join(dataDir, "spool", "*", "*gateway-dup-1*")), 1, "written once, nothing failed")
 }
 
@@ -286,16 +284,14 @@ func TestGatewayFeedbackWindow(t *testing.T) {
 	require.Contains(t, string(metrics), "hindsight_gateway_held_sessions 1")
 
 	// Shutdown writes the held session as it is.
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 	require.Len(t, mustGlob(t, filepath.Join(dataDir, "spool", "*", "gateway-win-1.arrow")), 1, p.log())
 	require.NoFileExists(t, filepath.Join(dataDir, "state", "gateway", "win-1.jsonl"))
 
 	p2, _ := startGatewayWith(t, dataDir, train, ", feedback_window: 1h")
 	addr2 := p2.waitReady(t)
 	waitTrained(t, p2, addr2, 1)
-	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p2.wait(t, 60*time.Second), p2.log())
+	p2.stop(t, 60*time.Second)
 	hints, rows := creditHints(t, dataDir)
 	require.Equal(t, []string{"win-1"}, rows, "trained once")
 	require.Equal(t, []string{"1:feedback:count from one"}, hints, "the comment posted after the close is the hint of its turn\n%s", p2.log())
@@ -371,8 +367,7 @@ func TestGatewayJournalFaults(t *testing.T) {
 		}
 		require.Equal(t, turns, replies, id)
 	}
-	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p2.wait(t, 30*time.Second), p2.log())
+	p2.stop(t, 30*time.Second)
 }
 
 // TestGatewayCommentsReachTraining (issue 38, item 3): a person's comments on two
@@ -431,8 +426,7 @@ func TestGatewayCommentsReachTraining(t *testing.T) {
 	table, _, code := runCLI(t, "status", "-addr", addr)
 	require.Equal(t, 0, code)
 	require.Regexp(t, `(?m)^comments dropped +too_long 1$`, table)
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 
 	hints, rows := creditHints(t, dataDir)
 	require.Equal(t, []string{"cmt-1"}, rows)

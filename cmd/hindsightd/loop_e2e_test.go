@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,10 +28,7 @@ import (
 // every checkpoint is evaluated: evals.jsonl, status and /metrics show it.
 func TestLoopEndToEnd(t *testing.T) {
 	dataDir := t.TempDir()
-	cfgPath := filepath.Join(t.TempDir(), "loop.yaml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`data_dir: %s
-listen: 127.0.0.1:0
-train:
+	p, addr := startConfigured(t, dataDir, `train:
   token_budget: 384
   idle_flush: 500ms
   seed: 3
@@ -44,9 +39,7 @@ eval:
   suites:
     - {name: heldout, kind: toolworld, tasks: 6, max_turn_tokens: 16}
     - {name: ext, kind: command, command: ["sh", "-c", "echo \"{\\\"score\\\": $HINDSIGHT_STEP}\""]}
-`, dataDir)), 0o644))
-	p := startDaemon(t, "-config", cfgPath, "-loop", "-loop-group", "4")
-	addr := p.waitReady(t)
+`, "-loop", "-loop-group", "4")
 
 	// Wait for the evals of at least two checkpoints.
 	var st *hindsightv1.Status
@@ -91,8 +84,7 @@ eval:
 	require.Equal(t, 0, code)
 	require.Regexp(t, `(?m)^eval heldout +step \d+: success `, out)
 
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 2*time.Minute), p.log())
+	p.stop(t, 2*time.Minute)
 
 	// Every checkpoint on disk has its evals, one line per suite.
 	evals := map[string]map[int64]eval.Result{}

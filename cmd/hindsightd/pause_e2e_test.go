@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -53,8 +52,7 @@ func TestPauseResume(t *testing.T) {
 	require.False(t, st.GetPaused())
 	require.Positive(t, st.GetBackend().GetMemoryBytes())
 
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 	ents, err := os.ReadDir(filepath.Join(dataDir, "spool", "done"))
 	require.NoError(t, err)
 	require.Len(t, ents, 2)

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,8 +35,7 @@ func TestSIGTERMStepInFlight(t *testing.T) {
 	trainAll := func(dataDir string) {
 		p := startDaemon(t, "-config", cfg(dataDir))
 		waitTrained(t, p, p.waitReady(t), 12)
-		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-		require.Equal(t, 0, p.wait(t, time.Minute), p.log())
+		p.stop(t, time.Minute)
 	}
 	ref := t.TempDir()
 	seed(ref)
@@ -48,8 +46,7 @@ func TestSIGTERMStepInFlight(t *testing.T) {
 	p := startDaemonEnv(t, []string{"NOTIFY_SOCKET=", train.StallStepEnv + "=3"}, "-config", cfg(stopped))
 	p.waitReady(t)
 	p.waitLog(t, 10*time.Minute, "device stalled (injected fault "+train.StallStepEnv+")", 1)
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, time.Minute), p.log())
+	p.stop(t, time.Minute)
 	log := p.log()
 	require.NotContains(t, log, "still running at the shutdown timeout")
 	order := []string{`"message":"draining"`, `"message":"shutdown timeout nearly over`, `"message":"step abandoned`, `"message":"stopped"`}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,6 +67,5 @@ func TestStatusKeysAndTLS(t *testing.T) {
 	require.Equal(t, 0, code, "without control keys, control takes the status key: %s", stderr)
 	require.Contains(t, out, "paused by ")
 	require.NotContains(t, p.log(), key, "the key is never logged")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 30*time.Second), p.log())
+	p.stop(t, 30*time.Second)
 }

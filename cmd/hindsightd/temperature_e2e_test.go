@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,8 +65,7 @@ func TestTemperatureCreditFiles(t *testing.T) {
 	p := startDaemon(t, "-config", cfg)
 	addr := p.waitReady(t)
 	waitTrained(t, p, addr, int64(len(want)))
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 
 	var reasons []byte
 	for _, n := range listDir(t, filepath.Join(data, "spool", "failed")) {
@@ -90,7 +88,7 @@ func TestTemperatureCreditFiles(t *testing.T) {
 		if step > 0 {
 			path = filepath.Join(data, "checkpoints", checkpoint.StepDirName(step))
 		}
-		m, _, _, err := xla.OpenPolicyAs(path, xla.PrecisionF32)
+		m, err := xla.Open(path, xla.OpenOptions{Precision: xla.PrecisionF32})
 		require.NoError(t, err, "the weights of step %d", step)
 		s, err := xla.NewScorer(backend, m, xla.ScorerOptions{})
 		require.NoError(t, err)
@@ -117,7 +115,7 @@ func TestTemperatureCreditFiles(t *testing.T) {
 			}
 			for k, h := range r.Hints {
 				hints++
-				span := []credit.HintSpan{{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens}}
+				span := []credit.Hint{{InsertAt: int(h.InsertAt), End: int(h.End), Tokens: h.Tokens}}
 				q, _, err := s.ScoreHintedAt(t.Context(), r.Tokens, cache, span, xla.TeacherView{}, nil, T)
 				require.NoError(t, err)
 				for i, v := range q[0] {

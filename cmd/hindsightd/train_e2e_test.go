@@ -127,8 +127,7 @@ func TestTrainEndToEnd(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "optimizer step")
 
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 
 	require.Len(t, listDir(t, filepath.Join(dataDir, "spool", "done")), 4)
 	credits := listDir(t, filepath.Join(dataDir, "outputs"))
@@ -160,8 +159,7 @@ func TestTrainEndToEnd(t *testing.T) {
 	p = startDaemon(t, "-config", trainConfig(t, dataDir))
 	addr = p.waitReady(t)
 	waitTrained(t, p, addr, 12)
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 	_, state, err = checkpoint.Latest(filepath.Join(dataDir, "checkpoints"), zerolog.Nop())
 	require.NoError(t, err)
 	require.EqualValues(t, 12, state.TrainedTotal)
@@ -233,8 +231,7 @@ func sigkillWhileTraining(t *testing.T, cr crashRun) {
 		require.NotNil(t, st, "status reports the storage features")
 		require.NotEmpty(t, st.FsType)
 		require.Equal(t, st.RenameNoreplace, st.RenameMode == "renameat2", "%v", st)
-		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-		require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+		p.stop(t, 60*time.Second)
 		requireRenameMode(t, p.log(), cr.fallback)
 		if cr.fallback {
 			require.Equal(t, "check-then-rename", st.RenameMode, "status says what the log says")
@@ -371,8 +368,7 @@ func TestBatchBounds(t *testing.T) {
 			addr := p.waitReady(t)
 			st := waitTrained(t, p, addr, 8)
 			require.Equal(t, tc.steps, st.GetTraining().GetStep())
-			require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-			require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+			p.stop(t, 60*time.Second)
 		})
 	}
 }
@@ -396,16 +392,14 @@ func TestPolicyLagSkips(t *testing.T) {
 	})
 	skipped := st.GetTraining().GetRolloutsSkipped()
 	require.Positive(t, skipped, "with a step per rollout, some policy_version must lag by more than 1")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 	b, err := os.ReadFile(skipLog)
 	require.NoError(t, err)
 	require.Len(t, strings.Fields(string(b)), int(skipped))
 
 	p = startDaemon(t, "-config", path)
 	p.waitReady(t)
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 	b, err = os.ReadFile(skipLog)
 	require.NoError(t, err)
 	require.Empty(t, string(b), "every file is finished: no skip is needed again")
@@ -418,7 +412,6 @@ func TestTrainExactBackprop(t *testing.T) {
 	addr := p.waitReady(t)
 	st := waitTrained(t, p, addr, 4)
 	require.Positive(t, st.GetTraining().GetUpdates())
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 60*time.Second), p.log())
+	p.stop(t, 60*time.Second)
 	require.Contains(t, p.log(), `"backprop":"exact"`)
 }

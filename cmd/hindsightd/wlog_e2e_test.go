@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -89,8 +88,7 @@ func TestLineLogsDiskFull(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	require.Positive(t, skipped, "with a step per rollout, some policy_version must lag by more than 1")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, 2*time.Minute), p.log())
+	p.stop(t, 2*time.Minute)
 	log := p.log()
 
 	// Each write failed once with a full disk, was cut off, and went on.
@@ -137,8 +135,7 @@ func TestLineLogsDiskFull(t *testing.T) {
 
 	p = startDaemon(t, "-config", path)
 	p.waitReady(t)
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, p.wait(t, time.Minute), p.log())
+	p.stop(t, time.Minute)
 	require.Empty(t, wholeLines(t, filepath.Join(state, "skipped.txt")), "every file is finished: no skip is needed again")
 	require.Len(t, wholeLines(t, filepath.Join(dataDir, "evals.jsonl")), len(evals))
 }
@@ -195,8 +192,7 @@ func TestLineLogsTornTail(t *testing.T) {
 		require.Len(t, st.GetEvals(), 1)
 		require.Equal(t, int64(2), st.GetEvals()[0].GetStep(), "the whole results are read, the torn one is not")
 		require.Equal(t, int64(1), st.GetTotal().GetFilesClaimed(), "the torn claim is not read")
-		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-		require.Equal(t, 0, p.wait(t, time.Minute), p.log())
+		p.stop(t, time.Minute)
 		require.Equal(t, goodJournal, readString(t, journal))
 		require.Equal(t, "", readString(t, skips))
 		require.Equal(t, goodEvals, readString(t, evals))

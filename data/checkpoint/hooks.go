@@ -158,32 +158,45 @@ func (h *Hooks) Run(ctx context.Context) error {
 			continue
 		}
 		seen = target
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			abs = dir
-		}
-		for i, hk := range h.Hooks {
-			h.update(i, func(s *HookState) { s.Pushing, s.Attempts = abs, 0 })
-			tried := func(err error) {
-				h.update(i, func(s *HookState) {
-					s.Attempts++
-					if err != nil {
-						s.LastError, s.LastErrorAt = err.Error(), time.Now()
-						return
-					}
-					s.LastError, s.LastErrorAt = "", time.Time{}
-					s.LastCheckpoint, s.LastStep, s.LastPushedAt = abs, st.Step, time.Now()
-				})
-			}
-			err := callHook(ctx, client, hk, abs, log, tried)
-			h.update(i, func(s *HookState) { s.Pushing = "" })
-			if err != nil && ctx.Err() == nil {
-				log.Error().Err(err).Str("engine", hk.URL).Int64("step", st.Step).Msg("engine not told about the checkpoint")
-			} else if err == nil {
-				log.Info().Str("engine", hk.URL).Str("kind", hk.Kind).Int64("step", st.Step).Msg("engine loads the checkpoint")
-			}
-		}
+		h.push(ctx, client, dir, st.Step, "", log)
 	}
+}
+
+// push calls every hook for the checkpoint at dir (of step), a vllm_lora hook's
+// adapter named loraName ("": its lora_name), keeping each hook's state; it
+// returns the hooks' errors joined.
+func (h *Hooks) push(ctx context.Context, client *http.Client, dir string, step int64, loraName string, log zerolog.Logger) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	var errs []error
+	for i, hk := range h.Hooks {
+		if loraName != "" {
+			hk.LoRAName = loraName
+		}
+		h.update(i, func(s *HookState) { s.Pushing, s.Attempts = abs, 0 })
+		tried := func(err error) {
+			h.update(i, func(s *HookState) {
+				s.Attempts++
+				if err != nil {
+					s.LastError, s.LastErrorAt = err.Error(), time.Now()
+					return
+				}
+				s.LastError, s.LastErrorAt = "", time.Time{}
+				s.LastCheckpoint, s.LastStep, s.LastPushedAt = abs, step, time.Now()
+			})
+		}
+		err := callHook(ctx, client, hk, abs, log, tried)
+		h.update(i, func(s *HookState) { s.Pushing = "" })
+		if err != nil && ctx.Err() == nil {
+			log.Error().Err(err).Str("engine", hk.URL).Int64("step", step).Msg("engine not told about the checkpoint")
+		} else if err == nil {
+			log.Info().Str("engine", hk.URL).Str("kind", hk.Kind).Int64("step", step).Str("lora_name", hk.LoRAName).Msg("engine loads the checkpoint")
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // callHook tries one hook up to its attempts, doubling the wait from 1s; tried hears
@@ -226,18 +239,17 @@ func callHook(ctx context.Context, client *http.Client, h HookConfig, dir string
 	return last
 }
 
-// Push tells hook h's engine to load the checkpoint at dir now, as Run does for a
-// new checkpoint, with the same attempts and backoff; for a vllm_lora hook the
-// adapter is loaded under loraName ("" keeps h.LoRAName). The gateway's A/B test
-// loads each candidate under a name of its own this way, so the checkpoint a
-// session is pinned to keeps its name (docs/gateway.md "Which checkpoint do people
+// Push tells every hook's engine to load the checkpoint at dir (of step) now, as
+// Run does for a new checkpoint, with the same attempts, backoff and states; a
+// vllm_lora hook loads it as the adapter named loraName ("" keeps its
+// lora_name). The gateway's A/B test on an engine loads each candidate under a
+// name of its own this way (Run is not started then), so the checkpoint a session
+// is pinned to keeps its name (docs/gateway.md "Which checkpoint do people
 // prefer").
-func (h HookConfig) Push(ctx context.Context, client *http.Client, dir, loraName string, log zerolog.Logger) error {
-	if loraName != "" {
-		h.LoRAName = loraName
-	}
+func (h *Hooks) Push(ctx context.Context, dir string, step int64, loraName string) error {
+	client := h.Client
 	if client == nil {
 		client = &http.Client{Timeout: 5 * time.Minute}
 	}
-	return callHook(ctx, client, h, dir, log, func(error) {})
+	return h.push(ctx, client, dir, step, loraName, h.Log.With().Str("component", "engine_hooks").Logger())
 }

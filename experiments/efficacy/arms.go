@@ -36,7 +36,7 @@ const (
 type ArmSpec struct {
 	Name    string
 	Credit  credit.Config
-	Teacher xla.TeacherConfig
+	Teacher xla.TeacherModelConfig
 	Context string
 }
 
@@ -47,7 +47,7 @@ func (s ArmSpec) Hints() bool { return s.Context != ContextNone }
 // credit.DefaultConfig but for the λs, and the live teacher.
 func SpecOf(name string) (ArmSpec, error) {
 	c := credit.DefaultConfig()
-	s := ArmSpec{Name: name, Credit: c, Teacher: xla.DefaultTeacher(), Context: ContextRules}
+	s := ArmSpec{Name: name, Credit: c, Teacher: xla.DefaultTeacherModel(), Context: ContextRules}
 	switch name {
 	case ArmOutcome:
 		s.Credit.LambdaHint, s.Context = 0, ContextNone

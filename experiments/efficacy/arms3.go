@@ -73,10 +73,10 @@ func ArmSpec3(name string, mode credit.DistillMode) (ArmSpec, error) {
 	// the arms stay as registered.
 	c.Distill = credit.DistillConfig{Mode: mode, TopK: 100, Divergence: credit.DivJSD, JSDAlpha: 0.5, ClipScope: credit.ClipEntry,
 		TopKIDs: credit.IDsTeacher, Tail: credit.TailExact, ISCap: 0}
-	s := ArmSpec{Name: name, Credit: c, Teacher: xla.TeacherConfig{Mode: xla.TeacherEMA, RefreshEvery: 100, EMARate: 0.05}}
+	s := ArmSpec{Name: name, Credit: c, Teacher: xla.TeacherModelConfig{Mode: xla.TeacherEMA, RefreshEvery: 100, EMARate: 0.05}}
 	switch name {
 	case ArmOutcome:
-		s.Credit.LambdaHint, s.Credit.LambdaDistill, s.Teacher, s.Context = 0, 0, xla.DefaultTeacher(), ContextNone
+		s.Credit.LambdaHint, s.Credit.LambdaDistill, s.Teacher, s.Context = 0, 0, xla.DefaultTeacherModel(), ContextNone
 	case ArmSDPO:
 		s.Context = ContextSDPO
 	case ArmHint:

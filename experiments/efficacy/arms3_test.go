@@ -41,8 +41,8 @@ func TestArms3DifferOnlyInCredit(t *testing.T) {
 		specs[a] = s
 		o := cfg.TrainerOptions(s, 7)
 		require.Equal(t, s.Credit, o.Credit)
-		require.Equal(t, s.Teacher, o.Teacher)
-		o.Credit, o.Teacher = credit.Config{}, xla.TeacherConfig{}
+		require.Equal(t, s.Teacher, o.TeacherModel)
+		o.Credit, o.TeacherModel = credit.Config{}, xla.TeacherModelConfig{}
 		if i == 0 {
 			ref = o
 			continue

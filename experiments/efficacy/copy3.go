@@ -49,13 +49,13 @@ type CopyCounts struct {
 // seed): one group a task, each a slice of 2..cfg.Variants trainer rollouts with the
 // same prefix up to the hint turn. Only the named call's tokens (and its stop token)
 // are targets.
-func CopyDemos3(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int, seed uint64) ([][]credit.Rollout, CopyCounts, error) {
+func CopyDemos3(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int, seed uint64) ([][]credit.Sequence, CopyCounts, error) {
 	rule := train.NewRule(SFTCredit(), tok)
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, cfg.Tasks)
 	if err != nil {
 		return nil, CopyCounts{}, err
 	}
-	var out [][]credit.Rollout
+	var out [][]credit.Sequence
 	var cnt CopyCounts
 	for i, t := range tasks {
 		rng := rand.New(rand.NewPCG(seed, 0x636f7079<<20|uint64(i)))
@@ -67,7 +67,7 @@ func CopyDemos3(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int
 			cnt.Skipped++
 			continue
 		}
-		group := make([]credit.Rollout, len(rs))
+		group := make([]credit.Sequence, len(rs))
 		for j, r := range rs {
 			r.ID = fmt.Sprintf("copy3-%05d-%d", i, j)
 			r.Reward, r.HasReward = 1, true
@@ -112,15 +112,7 @@ func playCopy3(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTok
 	}
 	slipAt := at[rng.IntN(len(at))]
 	exp := t.Solution[slipAt]
-	var slip string
-	if rng.Float64() < cfg.Own {
-		slip = OwnSlip(exp, t, rng.IntN)
-	} else if rng.IntN(2) == 0 {
-		slip = SilentSlip(exp, t, rng.IntN)
-	}
-	if slip == "" || SameCall(slip, exp) {
-		slip = toolworld.Mistake(exp, rng)
-	}
+	slip, _ := drawSlip(exp, t, cfg.Own, rng)
 	if slip == "" || SameCall(slip, exp) {
 		return nil, false, nil
 	}
@@ -277,19 +269,19 @@ func wordSpans(s string) [][2]int {
 // copyBatches draws batches that mix world demonstrations with whole copy groups.
 type copyBatches struct {
 	world  *demoBatches
-	groups [][]credit.Rollout
+	groups [][]credit.Sequence
 	order  []int
 	next   int
 	rng    *rand.Rand
 }
 
-func newCopyBatches(world []credit.Rollout, groups [][]credit.Rollout, rng *rand.Rand) *copyBatches {
+func newCopyBatches(world []credit.Sequence, groups [][]credit.Sequence, rng *rand.Rand) *copyBatches {
 	return &copyBatches{world: newDemoBatches(world, rng), groups: groups, order: rng.Perm(len(groups)), rng: rng}
 }
 
 // batch returns n rollouts: n−perBatch world demonstrations, then perBatch rollouts of
 // copy groups taken whole in a shuffled order (the last one cut to fit).
-func (b *copyBatches) batch(n, perBatch int) []credit.Rollout {
+func (b *copyBatches) batch(n, perBatch int) []credit.Sequence {
 	if len(b.groups) == 0 {
 		perBatch = 0
 	}

@@ -43,7 +43,7 @@ func TestCopyDemos3(t *testing.T) {
 		return s
 	}
 	// target is the decoded text of a rollout's trainable tokens.
-	target := func(r credit.Rollout) (string, int) {
+	target := func(r credit.Sequence) (string, int) {
 		first, n := -1, 0
 		var ids []int32
 		for p, m := range r.Trainable {

@@ -52,13 +52,13 @@ type DemoCounts struct {
 // Demos3 plays one demonstration of each of train tasks 0..n-1 (seeded by seed) and
 // returns the successful ones as trainer rollouts (SFT: advantage 1 on the policy
 // tokens that are not slips).
-func Demos3(tok tokenizer.Tokenizer, n int, cfg Demo3Config, maxTokens, maxCalls int, seed uint64) ([]credit.Rollout, DemoCounts, error) {
+func Demos3(tok tokenizer.Tokenizer, n int, cfg Demo3Config, maxTokens, maxCalls int, seed uint64) ([]credit.Sequence, DemoCounts, error) {
 	rule := train.NewRule(SFTCredit(), tok) // policy turns past their role header are the targets (no sampler log-probs)
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, n)
 	if err != nil {
 		return nil, DemoCounts{}, err
 	}
-	var out []credit.Rollout
+	var out []credit.Sequence
 	var cnt DemoCounts
 	for i, t := range tasks {
 		r, slips, err := playDemo3(tok, t, cfg, maxTokens, maxCalls, rand.New(rand.NewPCG(seed, uint64(i))), &cnt)
@@ -87,6 +87,22 @@ func Demos3(tok tokenizer.Tokenizer, n int, cfg Demo3Config, maxTokens, maxCalls
 		cnt.Demos++
 	}
 	return out, cnt, nil
+}
+
+// drawSlip draws the call an agent makes instead of exp at a slip: OwnSlip with
+// probability own, else SilentSlip half of the time, and toolworld.Mistake's failing
+// call where those give none other than exp. silent reports a slip that is not
+// Mistake's. Demos3 and CopyDemos3 draw their slips alike.
+func drawSlip(exp string, t toolworld.Task, own float64, rng *rand.Rand) (slip string, silent bool) {
+	if rng.Float64() < own {
+		slip = OwnSlip(exp, t, rng.IntN)
+	} else if rng.IntN(2) == 0 {
+		slip = SilentSlip(exp, t, rng.IntN)
+	}
+	if slip == "" || SameCall(slip, exp) {
+		return toolworld.Mistake(exp, rng), false
+	}
+	return slip, true
 }
 
 // playDemo3 plays one demonstration; nil when it did not end in success. slips marks
@@ -127,14 +143,8 @@ func playDemo3(tok tokenizer.Tokenizer, t toolworld.Task, cfg Demo3Config, maxTo
 		case explored:
 			line, explored = exp, false
 		case toolworld.ParseCall(exp).Name != toolworld.AnswerCommand && rng.Float64() < cfg.Slip:
-			if rng.Float64() < cfg.Own {
-				line = OwnSlip(exp, t, rng.IntN)
-			} else if rng.IntN(2) == 0 {
-				line = SilentSlip(exp, t, rng.IntN)
-			}
-			if line == "" || SameCall(line, exp) {
-				line = toolworld.Mistake(exp, rng)
-			} else {
+			var silent bool
+			if line, silent = drawSlip(exp, t, cfg.Own, rng); silent {
 				cnt.SilentSlips++ // or an own slip
 			}
 			if line == "" {

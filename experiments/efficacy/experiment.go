@@ -212,7 +212,7 @@ func saveReset(tr *xla.Trainer, model string) (string, error) {
 func (c Config) TrainerOptions(spec ArmSpec, seed int64) xla.TrainerOptions {
 	opt := xla.DefaultAdamW()
 	opt.LR, opt.WarmupSteps = c.LR, 2
-	return xla.TrainerOptions{Credit: spec.Credit, Teacher: spec.Teacher, Optimizer: opt, Seed: uint64(seed)}
+	return xla.TrainerOptions{Credit: spec.Credit, TeacherModel: spec.Teacher, Optimizer: opt, Seed: uint64(seed)}
 }
 
 // Tasks returns the train tasks of step (1-based) for seed: the same for every arm.
@@ -324,7 +324,7 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *armTea
 	if err != nil {
 		return StepStat{}, err
 	}
-	batch := make([]credit.Rollout, len(envs))
+	batch := make([]credit.Sequence, len(envs))
 	for i, ro := range rolls {
 		st.Hints += len(hints[i])
 		batch[i] = train.ToTrainer(ro, hints[i], train.NewRule(spec.Credit, p.Tok))

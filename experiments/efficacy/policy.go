@@ -37,7 +37,7 @@ func OpenPolicy(backend backends.Backend, dir string) (*Policy, error) {
 	}
 	tok := md.Tokenizer
 	md.Close()
-	m, err := xla.OpenModelWith(dir, tok)
+	m, err := xla.Open(dir, xla.OpenOptions{Tokenizer: tok})
 	if err != nil {
 		return nil, fmt.Errorf("open policy: %w", err)
 	}

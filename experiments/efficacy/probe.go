@@ -106,10 +106,10 @@ func Probe(ctx context.Context, backend backends.Backend, dir string, w World, t
 // hands the per-token q(h) and q(∅) of trainable positions to got.
 func probeHints(ctx context.Context, sc *xla.Scorer, cache *xla.KVCache, tokens []int32, s []float32, hints []teacher.Hint,
 	trainable func(int) bool, got func(q, qe map[int]float64)) error {
-	var segs []credit.HintSpan
+	var segs []credit.Hint
 	for _, h := range hints {
-		segs = append(segs, credit.HintSpan{Start: int(h.InsertAt), End: int(h.End), Hint: h.Tokens})
-		segs = append(segs, credit.HintSpan{Start: int(h.InsertAt), End: int(h.End), Hint: h.Empty})
+		segs = append(segs, credit.Hint{InsertAt: int(h.InsertAt), End: int(h.End), Tokens: h.Tokens})
+		segs = append(segs, credit.Hint{InsertAt: int(h.InsertAt), End: int(h.End), Tokens: h.Empty})
 	}
 	qs, err := sc.ScoreHinted(ctx, tokens, cache, segs)
 	if err != nil {
@@ -117,14 +117,14 @@ func probeHints(ctx context.Context, sc *xla.Scorer, cache *xla.KVCache, tokens 
 	}
 	q, qe := map[int]float64{}, map[int]float64{}
 	for j, seg := range segs {
-		for t := seg.Start; t < seg.End; t++ {
+		for t := seg.InsertAt; t < seg.End; t++ {
 			if !trainable(t) {
 				continue
 			}
 			if j%2 == 0 {
-				q[t] = float64(qs[j][t-seg.Start])
+				q[t] = float64(qs[j][t-seg.InsertAt])
 			} else {
-				qe[t] = float64(qs[j][t-seg.Start])
+				qe[t] = float64(qs[j][t-seg.InsertAt])
 			}
 		}
 	}

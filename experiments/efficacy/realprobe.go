@@ -163,13 +163,13 @@ func scoreSlip(ctx context.Context, sc *xla.Scorer, chat *RealChat, s RealSlip) 
 		act := chat.Action(a.call)
 		gen := ids[RealNone].Gen
 		toks := slices.Concat(prefix, gen, act)
-		segs := make([]credit.HintSpan, len(realScored))
+		segs := make([]credit.Hint, len(realScored))
 		for j, kind := range realScored {
 			c := ids[kind]
 			if !slices.Equal(c.Prefix, prefix) || !slices.Equal(c.Gen, gen) {
 				return r, 0, 0, fmt.Errorf("context %s: the prefix or the generation prompt encodes differently", kind)
 			}
-			segs[j] = credit.HintSpan{Start: len(prefix), End: len(toks), Hint: c.Context}
+			segs[j] = credit.Hint{InsertAt: len(prefix), End: len(toks), Tokens: c.Context}
 			_, whole, err := chat.Whole(s, kind, a.call)
 			if err != nil {
 				return r, 0, 0, err

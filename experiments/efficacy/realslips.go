@@ -41,7 +41,7 @@ var RealExample = []gateway.ChatTurn{
 }
 
 // RealToolRole is the role of a tool result's turn in the probe's conversations: the
-// role the gateway renders an OpenAI tool message with and toolworld.ChatMLFormat
+// role the gateway renders an OpenAI tool message with and chatformat.ChatML
 // uses.
 const RealToolRole = "tool"
 

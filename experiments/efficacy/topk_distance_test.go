@@ -34,7 +34,7 @@ func TestTopKDistanceFromFull(t *testing.T) {
 	}
 	backend, err := xla.NewBackend(xla.ResolveBackend(testBackendSpec(), ""))
 	require.NoError(t, err)
-	m, err := xla.OpenModel("../../bench/efficacy/protocol3/warmstart/model")
+	m, err := xla.Open("../../bench/efficacy/protocol3/warmstart/model", xla.OpenOptions{})
 	require.NoError(t, err)
 	sc, err := xla.NewScorer(backend, m, xla.ScorerOptions{})
 	require.NoError(t, err)
@@ -67,9 +67,9 @@ func TestTopKDistanceFromFull(t *testing.T) {
 			require.NoError(t, err)
 			for _, h := range xr.Hints {
 				full := xla.TeacherView{Mode: credit.DistillFull}
-				_, s, err := sc.ScoreHintedView(t.Context(), xr.Tokens, cache, []credit.HintSpan{{Start: h.Start, End: h.End}}, full)
+				_, s, err := sc.ScoreHintedView(t.Context(), xr.Tokens, cache, []credit.Hint{{InsertAt: h.InsertAt, End: h.End}}, full)
 				require.NoError(t, err)
-				_, q, err := sc.ScoreHintedView(t.Context(), xr.Tokens, cache, []credit.HintSpan{h}, full)
+				_, q, err := sc.ScoreHintedView(t.Context(), xr.Tokens, cache, []credit.Hint{h}, full)
 				require.NoError(t, err)
 				V := s[0].K
 				for row := range s[0].Rows() {
@@ -122,6 +122,34 @@ func TestTopKDistanceFromFull(t *testing.T) {
 		}
 	}
 	t.Logf("mean |topk − full| per position (nats; %% of the mean full divergence), protocol 3's warm start:\n%s", table.String())
+
+	// The sampling temperature (docs/distillation.md "The sampling temperature"): the
+	// same pairs' full divergence with both sides' logits divided by T, as a rollout
+	// sampled at T is scored (the log-probs stand for the logits: log-softmax is
+	// shift-invariant).
+	var temps strings.Builder
+	fmt.Fprintf(&temps, "| context | divergence | T = 0.7 | T = 1 | T = 1.5 |\n|---|---|---:|---:|---:|\n")
+	for _, name := range []string{"sdpo", "hint"} {
+		p := pairs[name]
+		for _, div := range []credit.Divergence{credit.DivReverseKL, credit.DivForwardKL, credit.DivJSD} {
+			cfg := credit.DefaultDistillConfig()
+			cfg.Mode, cfg.Divergence = credit.DistillFull, div
+			fmt.Fprintf(&temps, "| %s | %s |", name, div)
+			for _, T := range []float64{0.7, 1, 1.5} {
+				var mean float64
+				for i := range p.student {
+					z := credit.Tempered(p.student[i], T)
+					a := credit.LogSoftmax(credit.Tempered(p.teacher[i], T))
+					d, _ := credit.DistillPosition(cfg, z, credit.NewTopK(a, len(z)))
+					require.False(t, math.IsNaN(d) || math.IsInf(d, 0), "%s %s T %g", name, div, T)
+					mean += d
+				}
+				fmt.Fprintf(&temps, " %.3g |", mean/float64(len(p.student)))
+			}
+			temps.WriteString("\n")
+		}
+	}
+	t.Logf("mean full divergence per position (nats) at sampling temperature T:\n%s", temps.String())
 }
 
 func f64(x []float32) []float64 {

@@ -95,7 +95,7 @@ func (a *demoAgent) Hint(env *toolworld.Env) string {
 
 // Demos plays n demonstrations of the train split with noisy agents and returns
 // them as trainer rollouts (reward 1, SFT) with the number that hold a hint turn.
-func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]credit.Rollout, int, int, HintStats, error) {
+func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]credit.Sequence, int, int, HintStats, error) {
 	h, err := NewHinter(tok)
 	if err != nil {
 		return nil, 0, 0, HintStats{}, err
@@ -105,7 +105,7 @@ func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]credit.Rollout, int,
 	if err != nil {
 		return nil, 0, 0, HintStats{}, err
 	}
-	var out []credit.Rollout
+	var out []credit.Sequence
 	hintDemos, hintTurns := 0, 0
 	for i, t := range tasks {
 		env, err := toolworld.New(t, tok, toolworld.Options{MaxTokens: cfg.DemoMaxTokens, MaxCalls: cfg.World.MaxCalls + 3})
@@ -135,7 +135,7 @@ func Demos(tok tokenizer.Tokenizer, cfg WarmStartConfig) ([]credit.Rollout, int,
 // maskMistakes leaves the failed calls of a demonstration out of its trainable
 // tokens: they stay as context (what a mistake and its error look like, before the
 // recovery) but are not imitated.
-func maskMistakes(r *rollout.Rollout, xr credit.Rollout) credit.Rollout {
+func maskMistakes(r *rollout.Rollout, xr credit.Sequence) credit.Sequence {
 	for k, s := range r.Segments {
 		if s.Kind == rollout.KindToolCall && k+1 < len(r.Segments) && r.Segments[k+1].Status == rollout.StatusError {
 			for i := s.Start; i < s.End; i++ {
@@ -248,19 +248,19 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 // demoBatches draws batches of demonstrations epoch by epoch, each epoch a fresh
 // permutation from rng, so every demonstration is seen once per epoch.
 type demoBatches struct {
-	demos []credit.Rollout
+	demos []credit.Sequence
 	rng   *rand.Rand
 	order []int
 	next  int
 }
 
-func newDemoBatches(demos []credit.Rollout, rng *rand.Rand) *demoBatches {
+func newDemoBatches(demos []credit.Sequence, rng *rand.Rand) *demoBatches {
 	return &demoBatches{demos: demos, rng: rng, order: rng.Perm(len(demos))}
 }
 
 // batch returns the next n demonstrations.
-func (d *demoBatches) batch(n int) []credit.Rollout {
-	out := make([]credit.Rollout, 0, n)
+func (d *demoBatches) batch(n int) []credit.Sequence {
+	out := make([]credit.Sequence, 0, n)
 	for len(out) < n {
 		if d.next == len(d.order) {
 			d.order, d.next = d.rng.Perm(len(d.demos)), 0

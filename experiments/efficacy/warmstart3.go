@@ -143,7 +143,7 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 	}
 	res.Counts = cnt
 	progress(fmt.Sprintf("warm start 3: %+v", cnt))
-	var groups [][]credit.Rollout
+	var groups [][]credit.Sequence
 	if cfg.Copy.PerBatch > 0 {
 		if groups, res.Copy, err = CopyDemos3(p.Tok, cfg.Copy, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed); err != nil {
 			return res, err

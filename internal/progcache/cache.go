@@ -51,7 +51,7 @@ const DefaultMaxBytes = 2 << 30
 // Suffix ends every entry's file name.
 const Suffix = ".xlaprog"
 
-const magic = "hindsight compiled program 1\n"
+const magic = "hindsight compiled program 2\n"
 
 type cache struct {
 	dir      string
@@ -59,6 +59,7 @@ type cache struct {
 	identity string
 	log      zerolog.Logger
 	mu       sync.Mutex // serialises eviction within the process
+	pre      preloader
 }
 
 var current atomic.Pointer[cache]
@@ -85,6 +86,8 @@ type Stats struct {
 	CompileTime time.Duration // the time those compiles took
 	Loaded      int64         // programs loaded from the cache instead
 	LoadTime    time.Duration // the time reading, checking and loading them took
+	Preloaded   int64         // entries loaded in the background at start, ahead of any request
+	PreloadTime time.Duration // the time that took (off the requests' path)
 	Stored      int64         // entries written
 	Rejected    int64         // entries found corrupt, stale or refused by the plugin, and removed
 	Evicted     int64         // entries removed for the size limit
@@ -142,8 +145,9 @@ var hostCPU = sync.OnceValue(func() string {
 
 // program is one compile request, keyed.
 type program struct {
-	name   string
-	keyHex string
+	name    string
+	keyHex  string
+	options []byte // a copy of the compile options
 }
 
 func newProgram(args *C.PJRT_Client_Compile_Args, identity string) program {
@@ -153,7 +157,7 @@ func newProgram(args *C.PJRT_Client_Compile_Args, identity string) program {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
-	return program{name: moduleName(code), keyHex: hex.EncodeToString(h.Sum(nil))}
+	return program{name: moduleName(code), keyHex: hex.EncodeToString(h.Sum(nil)), options: bytes.Clone(options)}
 }
 
 var moduleRe = regexp.MustCompile(`^\s*module\s+@("[^"]*"|[\w.$-]+)`)
@@ -172,71 +176,92 @@ type header struct {
 	Key      string `json:"key"`
 	Identity string `json:"identity"`
 	Program  string `json:"program"`
+	Options  []byte `json:"options"` // the serialized compile options the key covers
 	Size     int    `json:"size"`
 	SHA256   string `json:"sha256"`
 }
 
 func (c *cache) path(keyHex string) string { return filepath.Join(c.dir, keyHex+Suffix) }
 
-// load returns the entry for p loaded on args' client; false if there is none or it
-// cannot be trusted (then it is removed, with a Warn saying why).
+// load returns the entry for p loaded on args' client, preloaded if the preloader
+// has it; false if there is none or it cannot be trusted (then it is removed, with a
+// Warn saying why).
 func (c *cache) load(p program, args *C.PJRT_Client_Compile_Args) (*C.PJRT_LoadedExecutable, bool) {
-	path := c.path(p.keyHex)
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if exe, ok, handled := c.pre.take(args.client, p.keyHex); handled {
+		c.touch(p.keyHex)
+		return exe, ok
+	}
+	_, payload, ok := c.read(p.keyHex, p.name)
+	if !ok {
 		return nil, false
 	}
+	exe, err := deserialize(args.client, payload, args.compile_options, args.compile_options_size)
 	if err != nil {
-		c.reject(p, path, fmt.Errorf("read: %w", err))
+		c.reject(p.name, p.keyHex, fmt.Errorf("plugin refused it: %w", err))
 		return nil, false
 	}
-	payload, err := c.check(p, raw)
-	if err != nil {
-		c.reject(p, path, err)
-		return nil, false
-	}
-	exe, err := deserialize(args, payload)
-	if err != nil {
-		c.reject(p, path, fmt.Errorf("plugin refused it: %w", err))
-		return nil, false
-	}
-	now := time.Now()
-	_ = os.Chtimes(path, now, now) // recently used: evicted last
+	c.touch(p.keyHex)
 	return exe, true
 }
 
-// check parses an entry and returns its payload if every check passes.
-func (c *cache) check(p program, raw []byte) ([]byte, error) {
+// read returns the checked entry under keyHex; false if there is none or it fails a
+// check (then it is removed).
+func (c *cache) read(keyHex, name string) (header, []byte, bool) {
+	raw, err := os.ReadFile(c.path(keyHex))
+	if errors.Is(err, fs.ErrNotExist) {
+		return header{}, nil, false
+	}
+	if err != nil {
+		c.reject(name, keyHex, fmt.Errorf("read: %w", err))
+		return header{}, nil, false
+	}
+	h, payload, err := c.check(keyHex, raw)
+	if err != nil {
+		c.reject(name, keyHex, err)
+		return header{}, nil, false
+	}
+	return h, payload, true
+}
+
+// touch marks an entry used now: evicted last.
+func (c *cache) touch(keyHex string) {
+	now := time.Now()
+	_ = os.Chtimes(c.path(keyHex), now, now)
+}
+
+// check parses an entry and returns its header and payload if every check passes.
+func (c *cache) check(keyHex string, raw []byte) (header, []byte, error) {
+	var h header
 	rest, ok := bytes.CutPrefix(raw, []byte(magic))
 	if !ok {
-		return nil, errors.New("not a compiled-program entry (bad magic)")
+		return h, nil, errors.New("not a compiled-program entry of this version (bad magic)")
 	}
 	line, payload, ok := bytes.Cut(rest, []byte("\n"))
 	if !ok {
-		return nil, errors.New("truncated header")
+		return h, nil, errors.New("truncated header")
 	}
-	var h header
 	if err := json.Unmarshal(line, &h); err != nil {
-		return nil, fmt.Errorf("header: %w", err)
+		return h, nil, fmt.Errorf("header: %w", err)
 	}
 	switch {
-	case h.Key != p.keyHex:
-		return nil, fmt.Errorf("key %.16s, want %.16s", h.Key, p.keyHex)
+	case h.Key != keyHex:
+		return h, nil, fmt.Errorf("key %.16s, want %.16s", h.Key, keyHex)
 	case h.Identity != c.identity:
-		return nil, fmt.Errorf("made by another plugin or device: %q", firstLine(h.Identity))
+		return h, nil, fmt.Errorf("made by another plugin or device: %q", firstLine(h.Identity))
 	case h.Size != len(payload):
-		return nil, fmt.Errorf("payload is %d bytes, header says %d", len(payload), h.Size)
+		return h, nil, fmt.Errorf("payload is %d bytes, header says %d", len(payload), h.Size)
 	}
 	sum := sha256.Sum256(payload)
 	if hex.EncodeToString(sum[:]) != h.SHA256 {
-		return nil, errors.New("payload sha256 mismatch")
+		return h, nil, errors.New("payload sha256 mismatch")
 	}
-	return payload, nil
+	return h, payload, nil
 }
 
-func (c *cache) reject(p program, path string, why error) {
+func (c *cache) reject(name, keyHex string, why error) {
 	statsAdd(func(s *Stats) { s.Rejected++ })
-	c.log.Warn().Str("program", p.name).Str("key", p.keyHex[:16]).Str("path", path).Str("reason", why.Error()).
+	path := c.path(keyHex)
+	c.log.Warn().Str("program", name).Str("key", keyHex[:16]).Str("path", path).Str("reason", why.Error()).
 		Msg("compiled-program cache entry rejected; compiling")
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		c.log.Warn().Err(err).Str("path", path).Msg("remove rejected cache entry")
@@ -252,7 +277,8 @@ func (c *cache) store(p program, exe *C.PJRT_LoadedExecutable) {
 		return
 	}
 	sum := sha256.Sum256(payload)
-	line, err := json.Marshal(header{Key: p.keyHex, Identity: c.identity, Program: p.name, Size: len(payload), SHA256: hex.EncodeToString(sum[:])})
+	line, err := json.Marshal(header{Key: p.keyHex, Identity: c.identity, Program: p.name, Options: p.options,
+		Size: len(payload), SHA256: hex.EncodeToString(sum[:])})
 	if err != nil {
 		panic(err) // a struct of strings always marshals
 	}
@@ -332,9 +358,3 @@ func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
 }
-
-// atomicDuration is a time.Duration read and written atomically.
-type atomicDuration struct{ v atomic.Int64 }
-
-func (d *atomicDuration) Store(x time.Duration) { d.v.Store(int64(x)) }
-func (d *atomicDuration) Load() time.Duration   { return time.Duration(d.v.Load()) }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	xlapjrt "github.com/gomlx/go-xla/pkg/pjrt"
 	"github.com/gomlx/gomlx/backends"
@@ -196,4 +197,40 @@ func TestCacheEvictsLeastRecentlyUsedBySize(t *testing.T) {
 	before = progcache.Snapshot()
 	run(t, b, 12)
 	require.Equal(t, before.Compiled+1, progcache.Snapshot().Compiled, "12 was evicted")
+}
+
+// TestCachePreloadsAtStart: a new configuration (a restarted process) loads the
+// directory's entries in the background on its first compile, so the programs are
+// loaded before they are asked for; an entry made by another plugin build in a shared
+// directory is left alone.
+func TestCachePreloadsAtStart(t *testing.T) {
+	b := backend(t)
+	dir := t.TempDir()
+	configure(t, dir, "test-plugin v2", 0)
+	run(t, b, 17) // another build's entry
+	other := entries(t, dir)
+	require.Len(t, other, 1)
+	configure(t, dir, "test-plugin v1", 0)
+	run(t, b, 19)
+	run(t, b, 23)
+	require.Len(t, entries(t, dir), 3)
+
+	logs := configure(t, dir, "test-plugin v1", 0) // the restart
+	before := progcache.Snapshot()
+	run(t, b, 29) // the first compile starts the preloader
+	deadline := time.Now().Add(2 * time.Minute)
+	for progcache.Snapshot().Preloaded < before.Preloaded+2 {
+		require.True(t, time.Now().Before(deadline), "19 and 23 preloaded")
+		time.Sleep(10 * time.Millisecond)
+	}
+	run(t, b, 19)
+	run(t, b, 23)
+	after := progcache.Snapshot()
+	require.Equal(t, before.Preloaded+2, after.Preloaded, "only this build's entries")
+	require.Equal(t, before.Loaded+2, after.Loaded)
+	require.Equal(t, before.Compiled+1, after.Compiled, "29 only")
+	require.Equal(t, 2, logs.count("compiled program loaded from cache"))
+	require.FileExists(t, other[0], "another build's entry is not removed")
+	run(t, b, 19) // a second request for a program already handed out loads it again
+	require.Equal(t, after.Loaded+1, progcache.Snapshot().Loaded)
 }

@@ -53,18 +53,19 @@ func hsGoCompile(args *C.PJRT_Client_Compile_Args) (perr *C.PJRT_Error) {
 				c.log.Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("compiled-program cache failed; compiling")
 			}
 			if !loaded && !compiled {
-				perr = compileCounted(args)
+				_, perr = compileCounted(args)
 			}
 		}
 	}()
 	if c == nil || c.dir == "" {
-		perr = compileCounted(args)
+		took, perr := compileCounted(args)
 		compiled = true
 		if c != nil && perr == nil {
-			c.logCompiled(programName(args), lastCompile.Load())
+			c.logCompiled(programName(args), took)
 		}
 		return perr
 	}
+	c.pre.start(c, args.client)
 	p := newProgram(args, c.identity)
 	start := time.Now()
 	if exe, ok := c.load(p, args); ok {
@@ -75,29 +76,25 @@ func hsGoCompile(args *C.PJRT_Client_Compile_Args) (perr *C.PJRT_Error) {
 		c.log.Info().Str("program", p.name).Str("key", p.keyHex[:16]).Dur("took", took).Msg("compiled program loaded from cache")
 		return nil
 	}
-	perr = compileCounted(args)
+	took, perr := compileCounted(args)
 	compiled = true
 	if perr != nil {
 		return perr
 	}
-	c.logCompiled(p.name, lastCompile.Load())
+	c.logCompiled(p.name, took)
 	c.store(p, args.executable)
 	return nil
 }
 
-// lastCompile is the duration of the latest compile, for the log line that follows it.
-var lastCompile atomicDuration
-
 // compileCounted runs the plugin's own compile and counts it.
-func compileCounted(args *C.PJRT_Client_Compile_Args) *C.PJRT_Error {
+func compileCounted(args *C.PJRT_Client_Compile_Args) (time.Duration, *C.PJRT_Error) {
 	start := time.Now()
 	err := C.hs_compile_original(args)
 	took := time.Since(start)
-	lastCompile.Store(took)
 	if err == nil {
 		statsAdd(func(s *Stats) { s.Compiled++; s.CompileTime += took })
 	}
-	return err
+	return took, err
 }
 
 // pjrtError turns err into a Go error and frees it.
@@ -122,16 +119,15 @@ func serialize(exe *C.PJRT_LoadedExecutable) ([]byte, error) {
 	return C.GoBytes(unsafe.Pointer(s.bytes), C.int(s.size)), nil
 }
 
-// deserialize loads payload on the client args compiles for, with args' options.
-func deserialize(args *C.PJRT_Client_Compile_Args, payload []byte) (*C.PJRT_LoadedExecutable, error) {
+// deserialize loads payload on client with the serialized compile options.
+func deserialize(client *C.PJRT_Client, payload []byte, options *C.char, optionsSize C.size_t) (*C.PJRT_LoadedExecutable, error) {
 	if len(payload) == 0 {
 		return nil, errors.New("empty serialization")
 	}
 	cbytes := C.CBytes(payload)
 	defer C.free(cbytes)
 	var exe *C.PJRT_LoadedExecutable
-	err := pjrtError(C.hs_deserialize(args.client, (*C.char)(cbytes), C.size_t(len(payload)),
-		args.compile_options, args.compile_options_size, &exe))
+	err := pjrtError(C.hs_deserialize(client, (*C.char)(cbytes), C.size_t(len(payload)), options, optionsSize, &exe))
 	if err != nil {
 		return nil, err
 	}

@@ -49,9 +49,9 @@ def test_daemon_writes_credit_v3(tmp_path: Path, go_bin: Path) -> None:
         rng = random.Random(11)
         with RolloutWriter(data / "spool", prefix="v3", tokenizer=BYTES_TOKENIZER, vocab_size=256) as w:
             for i in range(3):
-                r = agent_rollout(i, turns=2, rng=rng)
-                r.temperature = [0.7, None, 0.0][i]  # the request's; unknown; greedy
-                w.write(r)
+                ro = agent_rollout(i, turns=2, rng=rng)
+                ro.temperature = [0.7, None, 0.0][i]  # the request's; unknown; greedy
+                w.write(ro)
         wait_files(data / "spool" / "done", 1, d)  # its credit file is published first
     finally:
         code = d.stop()

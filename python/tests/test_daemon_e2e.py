@@ -99,8 +99,14 @@ def test_daemon_ingests_python_rollouts(tmp_path: Path, go_bin: Path) -> None:
         assert len(done) == len(files), d.log()
         assert sorted(n.split("-", 1)[1] for n in done) == sorted(p.name for p in files)
 
+        # Status is a snapshot the daemon republishes on its own cadence: a file can reach
+        # done/ before the snapshot that counts it. Wait for the snapshot, not the clock.
+        deadline = time.monotonic() + 60
         st = status(addr)
-        assert st["spool"].get("done") == "4" and st["spool"].get("incoming", "0") == "0"
+        while st["spool"].get("done") != "4" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            st = status(addr)
+        assert st["spool"].get("done") == "4" and st["spool"].get("incoming", "0") == "0", st
         assert st["total"]["rolloutsAccepted"] == "11"
         assert st["total"]["rolloutsRejected"] == "1"
         assert st["session"]["filesDone"] == "4"

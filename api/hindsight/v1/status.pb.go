@@ -2930,7 +2930,8 @@ type CompileStats struct {
 	CompileTime *durationpb.Duration `protobuf:"bytes,2,opt,name=compile_time,json=compileTime,proto3" json:"compile_time,omitempty"`
 	// Programs loaded from the cache instead of compiled.
 	ProgramsLoaded int64 `protobuf:"varint,3,opt,name=programs_loaded,json=programsLoaded,proto3" json:"programs_loaded,omitempty"`
-	// Time reading, checking and loading them took, summed.
+	// Time the compile requests spent reading, checking and loading them (or waiting
+	// for the preloader to), summed.
 	LoadTime *durationpb.Duration `protobuf:"bytes,4,opt,name=load_time,json=loadTime,proto3" json:"load_time,omitempty"`
 	// Cache entries found corrupt, made by another plugin build or refused by the
 	// plugin: removed and their program compiled.
@@ -2938,9 +2939,14 @@ type CompileStats struct {
 	// Cache entries removed to keep the cache under compile_cache.max_bytes.
 	CacheEvicted int64 `protobuf:"varint,6,opt,name=cache_evicted,json=cacheEvicted,proto3" json:"cache_evicted,omitempty"`
 	// Where the cache is; empty when it is off.
-	CacheDir      string `protobuf:"bytes,7,opt,name=cache_dir,json=cacheDir,proto3" json:"cache_dir,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CacheDir string `protobuf:"bytes,7,opt,name=cache_dir,json=cacheDir,proto3" json:"cache_dir,omitempty"`
+	// Cache entries loaded in the background at start, ahead of any request (a
+	// restart's programs load while the weights load), and the time that took, off the
+	// steps' path; a step that takes one counts it in programs_loaded.
+	ProgramsPreloaded int64                `protobuf:"varint,8,opt,name=programs_preloaded,json=programsPreloaded,proto3" json:"programs_preloaded,omitempty"`
+	PreloadTime       *durationpb.Duration `protobuf:"bytes,9,opt,name=preload_time,json=preloadTime,proto3" json:"preload_time,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CompileStats) Reset() {
@@ -3020,6 +3026,20 @@ func (x *CompileStats) GetCacheDir() string {
 		return x.CacheDir
 	}
 	return ""
+}
+
+func (x *CompileStats) GetProgramsPreloaded() int64 {
+	if x != nil {
+		return x.ProgramsPreloaded
+	}
+	return 0
+}
+
+func (x *CompileStats) GetPreloadTime() *durationpb.Duration {
+	if x != nil {
+		return x.PreloadTime
+	}
+	return nil
 }
 
 // SpoolCounts is the number of files in each folder of <data>/spool.
@@ -3529,7 +3549,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\vmemory_kind\x18\x06 \x01(\tR\n" +
 	"memoryKind\x12\x16\n" +
 	"\x06choice\x18\a \x01(\tR\x06choice\x124\n" +
-	"\acompile\x18\b \x01(\v2\x1a.hindsight.v1.CompileStatsR\acompile\"\xc3\x02\n" +
+	"\acompile\x18\b \x01(\v2\x1a.hindsight.v1.CompileStatsR\acompile\"\xb0\x03\n" +
 	"\fCompileStats\x12+\n" +
 	"\x11programs_compiled\x18\x01 \x01(\x03R\x10programsCompiled\x12<\n" +
 	"\fcompile_time\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vcompileTime\x12'\n" +
@@ -3537,7 +3557,9 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\tload_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bloadTime\x12%\n" +
 	"\x0ecache_rejected\x18\x05 \x01(\x03R\rcacheRejected\x12#\n" +
 	"\rcache_evicted\x18\x06 \x01(\x03R\fcacheEvicted\x12\x1b\n" +
-	"\tcache_dir\x18\a \x01(\tR\bcacheDir\"u\n" +
+	"\tcache_dir\x18\a \x01(\tR\bcacheDir\x12-\n" +
+	"\x12programs_preloaded\x18\b \x01(\x03R\x11programsPreloaded\x12<\n" +
+	"\fpreload_time\x18\t \x01(\v2\x19.google.protobuf.DurationR\vpreloadTime\"u\n" +
 	"\vSpoolCounts\x12\x1a\n" +
 	"\bincoming\x18\x01 \x01(\x03R\bincoming\x12\x1e\n" +
 	"\n" +
@@ -3676,21 +3698,22 @@ var file_hindsight_v1_status_proto_depIdxs = []int32{
 	27, // 48: hindsight.v1.BackendInfo.compile:type_name -> hindsight.v1.CompileStats
 	34, // 49: hindsight.v1.CompileStats.compile_time:type_name -> google.protobuf.Duration
 	34, // 50: hindsight.v1.CompileStats.load_time:type_name -> google.protobuf.Duration
-	7,  // 51: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	9,  // 52: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	3,  // 53: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
-	5,  // 54: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
-	1,  // 55: hindsight.v1.ControlService.DecideAB:input_type -> hindsight.v1.DecideABRequest
-	8,  // 56: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	10, // 57: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	4,  // 58: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
-	6,  // 59: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
-	2,  // 60: hindsight.v1.ControlService.DecideAB:output_type -> hindsight.v1.DecideABResponse
-	56, // [56:61] is the sub-list for method output_type
-	51, // [51:56] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	34, // 51: hindsight.v1.CompileStats.preload_time:type_name -> google.protobuf.Duration
+	7,  // 52: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	9,  // 53: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	3,  // 54: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	5,  // 55: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	1,  // 56: hindsight.v1.ControlService.DecideAB:input_type -> hindsight.v1.DecideABRequest
+	8,  // 57: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	10, // 58: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	4,  // 59: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	6,  // 60: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	2,  // 61: hindsight.v1.ControlService.DecideAB:output_type -> hindsight.v1.DecideABResponse
+	57, // [57:62] is the sub-list for method output_type
+	52, // [52:57] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }

@@ -1,0 +1,62 @@
+#!/bin/sh
+# run.sh: a restarted daemon's first step against a warm step (docs/performance.md
+# "Cold start").
+#
+#   bench/coldstart/run.sh MODEL_DIR OUT_DIR [TRAIN_YAML_LINES]   (from the repository root)
+#
+# Run 1 starts hindsightd on XLA CPU with an empty data directory (so an empty
+# compiled-program cache) and trains three files of 4 rollouts each (the same synthetic
+# content under new ids, so every step runs the same programs): step 1 is cold, steps
+# 2–3 warm. Run 2 restarts it on the same data directory and trains two more such files:
+# its step 1 loads its programs from <data_dir>/state/programs. summary.py prints each
+# step's took, compile and load time and the ratios. Set XLA_FLAGS as for any run;
+# HINDSIGHT_COLDSTART_NOCACHE=1 turns the cache off (run 2 then compiles again).
+set -eu
+model=$1
+out=$2
+extra=${3:-}
+export GOMLX_NO_AUTO_INSTALL=1
+mkdir -p "$out"
+out=$(cd "$out" && pwd -P)
+go build -o "$out/bin/" ./cmd/hindsightd ./cmd/hindsight
+data=$out/data
+rm -rf "$data"
+mkdir -p "$data/spool/incoming"
+cache=true
+[ "${HINDSIGHT_COLDSTART_NOCACHE:-}" = 1 ] && cache=false
+cat >"$out/hindsightd.yaml" <<YAML
+data_dir: $data
+listen: 127.0.0.1:0
+model: {dir: $model}
+compile_cache: {enabled: $cache}
+train:
+  token_budget: 100000
+  max_batch_rollouts: 4
+  idle_flush: 1s
+  checkpoint: {every_steps: 1000, keep: 1}
+$extra
+YAML
+files() { # files PREFIX N: N files of 4 rollouts, 256 tokens before hints, seed 4
+	i=0
+	while [ $i -lt "$2" ]; do
+		"$out/bin/hindsight" synth -out "$data/spool/incoming" -n 4 -tokens 256 -per-file 4 -seed 4 -prefix "$1$i" >/dev/null
+		i=$((i + 1))
+	done
+}
+run() { # run NAME STEPS: start the daemon, wait for STEPS step lines, stop it
+	"$out/bin/hindsightd" -config "$out/hindsightd.yaml" -backend xla-cpu >"$out/$1.log" 2>&1 &
+	pid=$!
+	while [ "$(grep -c '"message":"step\( without update[^"]*\)\{0,1\}"' "$out/$1.log")" -lt "$2" ]; do
+		kill -0 $pid 2>/dev/null || { echo "daemon exited early, see $out/$1.log"; exit 1; }
+		sleep 5
+	done
+	kill -TERM $pid
+	wait $pid || true
+}
+uptime >"$out/uptime.txt"
+files first 3
+run first 3
+files again 2
+run again 2
+uptime >>"$out/uptime.txt"
+python3 "$(dirname "$0")/summary.py" "$out/first.log" "$out/again.log" | tee "$out/summary.md"

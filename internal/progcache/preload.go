@@ -1,0 +1,168 @@
+package progcache
+
+/*
+#include <stdlib.h>
+#include "hook.h"
+*/
+import "C"
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// maxPreloadBytes bounds what the preloader loads: entries beyond it, the least
+// recently used, wait for a request.
+const maxPreloadBytes = 1 << 30
+
+// preloader loads the cache's entries in the background, once per configuration, on
+// the first client that compiles through the hook (the backend's smoke test, at
+// start), so that a restarted process's first step finds its programs loaded:
+// deserializing a SmolLM2 gradient program takes a quarter of compiling it, and that
+// now overlaps the weights' load and the spool's first files instead of delaying the
+// step. Entries load in the order they were last used (oldest use first, which within
+// the last run is the order the programs were needed). A request takes a preloaded
+// program once (GoMLX owns what it is given), waiting if it is being loaded; a program
+// the preloader has not reached is loaded by the request and skipped by the preloader.
+// Programs preloaded and never asked for stay loaded until the process ends (a few MB
+// of code each).
+type preloader struct {
+	once   sync.Once
+	mu     sync.Mutex
+	client *C.PJRT_Client
+	slots  map[string]*slot // by key
+}
+
+// slot is one entry's preload.
+type slot struct {
+	done  chan struct{} // closed when exe and ok are set
+	exe   *C.PJRT_LoadedExecutable
+	ok    bool
+	taken bool // handed to a request, or claimed by one before the preloader got to it
+}
+
+// start begins preloading on client, the first time it is called.
+func (p *preloader) start(c *cache, client *C.PJRT_Client) {
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.client, p.slots = client, map[string]*slot{}
+		p.mu.Unlock()
+		go p.run(c)
+	})
+}
+
+// take returns the preloaded program under keyHex for a request on client, waiting
+// while it loads. handled is false when the request must read the entry itself: the
+// preloader has not reached it (it then never will), already handed it out, failed
+// to load it, or preloads for another client.
+func (p *preloader) take(client *C.PJRT_Client, keyHex string) (exe *C.PJRT_LoadedExecutable, ok, handled bool) {
+	p.mu.Lock()
+	if p.slots == nil || client != p.client {
+		p.mu.Unlock()
+		return nil, false, false
+	}
+	s := p.slots[keyHex]
+	if s == nil || s.taken {
+		if s == nil {
+			p.slots[keyHex] = &slot{taken: true}
+		}
+		p.mu.Unlock()
+		return nil, false, false
+	}
+	s.taken = true
+	p.mu.Unlock()
+	<-s.done
+	if !s.ok {
+		return nil, false, false
+	}
+	return s.exe, true, true
+}
+
+// run preloads every entry made under c's identity, least recently used first, up to
+// maxPreloadBytes.
+func (p *preloader) run(c *cache) {
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	type entry struct {
+		key  string
+		size int64
+		used time.Time
+	}
+	var all []entry
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), Suffix) || !e.Type().IsRegular() {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			all = append(all, entry{strings.TrimSuffix(e.Name(), Suffix), info.Size(), info.ModTime()})
+		}
+	}
+	// Keep the most recently used that fit, then load them in the order of use.
+	sort.Slice(all, func(i, j int) bool { return all[i].used.After(all[j].used) })
+	var total int64
+	keep := all[:0]
+	for _, e := range all {
+		if total+e.size <= maxPreloadBytes {
+			total += e.size
+			keep = append(keep, e)
+		}
+	}
+	sort.Slice(keep, func(i, j int) bool { return keep[i].used.Before(keep[j].used) })
+	for _, e := range keep {
+		p.mu.Lock()
+		if _, seen := p.slots[e.key]; seen {
+			p.mu.Unlock()
+			continue
+		}
+		s := &slot{done: make(chan struct{})}
+		p.slots[e.key] = s
+		p.mu.Unlock()
+		s.exe, s.ok = c.preloadOne(p.client, e.key)
+		close(s.done)
+	}
+}
+
+// preloadOne loads the entry under keyHex on client; an entry of another identity is
+// left alone (another plugin build sharing the directory), a corrupt one rejected.
+func (c *cache) preloadOne(client *C.PJRT_Client, keyHex string) (*C.PJRT_LoadedExecutable, bool) {
+	start := time.Now()
+	raw, err := os.ReadFile(filepath.Join(c.dir, keyHex+Suffix))
+	if err != nil {
+		return nil, false // removed meanwhile, or unreadable: a request will see
+	}
+	if rest, ok := bytes.CutPrefix(raw, []byte(magic)); ok {
+		line, _, _ := bytes.Cut(rest, []byte("\n"))
+		var h header
+		if json.Unmarshal(line, &h) == nil && h.Identity != c.identity {
+			return nil, false
+		}
+	}
+	h, payload, err := c.check(keyHex, raw)
+	if err != nil {
+		c.reject(h.Program, keyHex, err)
+		return nil, false
+	}
+	var opts unsafe.Pointer
+	if len(h.Options) > 0 {
+		opts = C.CBytes(h.Options)
+		defer C.free(opts)
+	}
+	exe, err := deserialize(client, payload, (*C.char)(opts), C.size_t(len(h.Options)))
+	if err != nil {
+		c.reject(h.Program, keyHex, err)
+		return nil, false
+	}
+	took := time.Since(start)
+	statsAdd(func(s *Stats) { s.Preloaded++; s.PreloadTime += took })
+	c.log.Debug().Str("program", h.Program).Str("key", keyHex[:16]).Dur("took", took).Msg("compiled program preloaded")
+	return exe, true
+}
