@@ -106,7 +106,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	runtime.GC()
 	debug.FreeOSMemory()
 	_, runtimeRSS, _ := rssNow()
-	m, err := xla.OpenModelAs(dir, nil, p)
+	m, err := xla.Open(dir, xla.OpenOptions{Precision: p})
 	if err != nil {
 		return trainMemory{}, err
 	}
@@ -121,10 +121,10 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	// Every token trainable, and a hint over the second quarter, so a step runs the
 	// student, teacher and gradient passes.
 	r := trainRollout(benchutil.Tokens(T, mc.VocabSize, 3, 4))
-	r.Hints = []credit.HintSpan{{Start: T / 4, End: T / 2, Hint: benchutil.Tokens(16, mc.VocabSize, 5, 6)}}
+	r.Hints = []credit.Hint{{InsertAt: T / 4, End: T / 2, Tokens: benchutil.Tokens(16, mc.VocabSize, 5, 6)}}
 	b.mem.reset()
 	t0 := time.Now()
-	if _, err := tr.Step(ctx, []credit.Rollout{r}); err != nil { // compiles
+	if _, err := tr.Step(ctx, []credit.Sequence{r}); err != nil { // compiles
 		return trainMemory{}, fmt.Errorf("cold step: %w", err)
 	}
 	coldSec := time.Since(t0).Seconds()
@@ -134,7 +134,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	_, between, _ := rssNow()
 	pp.phase, pp.peaks = "", map[xla.StepPhase]map[string]any{}
 	t0, c0 := time.Now(), cpuSeconds()
-	met, err := tr.Step(ctx, []credit.Rollout{r})
+	met, err := tr.Step(ctx, []credit.Sequence{r})
 	warmSec, warmCPU := time.Since(t0).Seconds(), cpuSeconds()-c0
 	if err != nil {
 		return trainMemory{}, fmt.Errorf("warm step: %w", err)
