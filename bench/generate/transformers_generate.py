@@ -22,7 +22,13 @@ import time
 
 import torch
 import transformers
+import transformers.generation.utils as generation_utils
 from transformers import AutoModelForCausalLM
+
+# generate() asks whether the model is FSDP-managed by importing torch.distributed.fsdp,
+# which fails on Debian's torch 1.13 under Python 3.11 (a dataclass with a mutable
+# default); nothing here is distributed.
+generation_utils.is_fsdp_managed_module = lambda module: False
 
 
 def best_of(f, n=3):
