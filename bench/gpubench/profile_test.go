@@ -14,7 +14,7 @@ import (
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
-// TestProfileStage runs the profile stage at a tiny size on the pure-Go backend (sequential: its parallel mode deadlocks now and then, xla.DefaultBackend)
+// TestProfileStage runs the profile stage at a tiny size on the pure-Go backend (xla.DefaultBackend)
 // without a PyTorch peer: a load record, a cold pass that compiled the cache's
 // zeros and a chunk step, a warm pass that compiled nothing, the pprof files, the
 // log-probs file (T−1 finite values), the peer recorded as skipped, and a training
