@@ -24,8 +24,10 @@ import (
 //     float32 result; the residual stream, RMSNorm statistics, softmax and
 //     log-softmax, the logits, the credit math and the loss stay float32; the KV
 //     cache is bfloat16. Training keeps float32 master weights and AdamW moments
-//     (Trainer) and refreshes the bfloat16 copy from the masters after each update;
-//     gradients are summed in float32. LoRA adapters stay float32 on a bfloat16 base.
+//     (Trainer; on XLA a master is its bfloat16 weight and a 16-bit remainder,
+//     masters.go) and refreshes the bfloat16 weights from the masters after each
+//     update; gradients are summed in float32. LoRA adapters stay float32 on a
+//     bfloat16 base.
 type Precision string
 
 const (
