@@ -63,11 +63,7 @@ type contiguousLayer struct {
 
 func (l contiguousLayer) attend(q5, k, v, start *Node) *Node {
 	kc, vc := l.c.in.K[l.i], l.c.in.V[l.i]
-	if start.Rank() == 1 {
-		kc, vc = writeRows(kc, like(k, kc), start), writeRows(vc, like(v, vc), start)
-	} else {
-		kc, vc = writeCache(kc, like(k, kc), start), writeCache(vc, like(v, vc), start)
-	}
+	kc, vc = writeCache(kc, like(k, kc), start), writeCache(vc, like(v, vc), start)
 	l.c.out.K[l.i], l.c.out.V[l.i] = kc, vc
 	kPos := Iota(kc.Graph(), shapes.Make(dtypes.Int32, kc.Shape().Dimensions[0]), 0)
 	return attendMasked(q5, like(kc, q5), like(vc, q5), queryPositions(start, q5.Shape().Dimensions[1]), kPos)
@@ -90,20 +86,6 @@ func writeCache(cache, update, start *Node) *Node {
 	inside := LogicalAnd(GreaterOrEqual(rel, ScalarZero(g, dtypes.Int32)), LessThan(rel, Const(g, int32(seq))))
 	idx := Reshape(ClipScalar(rel, 0, float64(seq-1)), capacity, 1)
 	return Where(inside, Gather(update, idx), cache)
-}
-
-// writeRows returns cache with row r of update written at position pos[r]: each row
-// of a decoding batch has its own position. A Where on a [capacity, batch]
-// condition, on every backend (one token per row; the whole cache is read by the
-// attention that follows anyway).
-//
-//	cache: [capacity, batch, kv, hd]; update: [1, batch, kv, hd]; pos: [batch] int32
-func writeRows(cache, update, pos *Node) *Node {
-	g := cache.Graph()
-	dims := cache.Shape().Dimensions
-	capacity, b := dims[0], dims[1]
-	at := Equal(Iota(g, shapes.Make(dtypes.Int32, capacity, b), 0), BroadcastToDims(Reshape(pos, 1, b), capacity, b))
-	return Where(at, BroadcastToDims(update, dims...), cache)
 }
 
 // pagedNodes is a paged KV cache in a graph (the Scorer's, kvcache_paged.go): per

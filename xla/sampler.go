@@ -10,8 +10,6 @@ import (
 	"sync"
 
 	"github.com/gomlx/gomlx/backends"
-	. "github.com/gomlx/gomlx/pkg/core/graph"
-	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
 
 // SampleOptions configure one Generate call.
@@ -161,9 +159,9 @@ type Sample struct {
 // Sampler generates from a Model with a KV cache, a Batch of rows at a time
 // (sampler_batch.go): each row's prompt but its last token is prefilled through
 // the scorer's paged pass, a chunk per step, then joins the rows decoding, which
-// share one contiguous cache and each feed one token per step at their own
-// position; the next token is sampled on the host. The decoding cache's capacity
-// is a power-of-two bucket, doubled when a row reaches it, so decoding reuses one
+// share one decodeCache and each feed one token per step at their own position;
+// the next token is sampled on the host. The decoding cache's capacity is a
+// power-of-two bucket, doubled when a row reaches it, so decoding reuses one
 // executable per (rows, capacity bucket) and never recompiles per position. A
 // Sampler runs one Generate or Batch step at a time (it owns the device); calls
 // serialise.
@@ -179,11 +177,9 @@ type Sampler struct {
 	// [rows, n], start, a contiguous cache of rows → Σhidden, the cache; zerosRows
 	// makes that cache empty.
 	prefillFlat, zerosRows *modelExec
-	step                   *modelExec // tokens [b], pos [b], a contiguous cache → logits [b, vocab], the cache
-	grow                   *modelExec // lengthArg(capacity), a cache → the cache at that capacity
-	// concat joins two contiguous caches' rows; takeRows keeps some rows of one;
-	// shrink cuts a cache's positions.
-	concat, takeRows, shrink *Exec
+	// dec decodes: the step and the executables that join, cut, merge and resize
+	// the decoding rows' cache (kvcache_decode.go).
+	dec decodeExecs
 }
 
 // NewSampler returns a Sampler of m on backend. chunk bounds the prefill's
@@ -194,35 +190,13 @@ func NewSampler(backend backends.Backend, m *Model, chunk int) (*Sampler, error)
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
 	s := &Sampler{model: m, backend: backend, scorer: sc}
-	cfg := m.Config
-	nl := cfg.NumHiddenLayers
-	s.step, err = newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
-		l := listOf(in)
-		tokens, pos := l.next(), l.next()
-		return decodeStep(ctx, cfg, tokens, pos, takeContiguous(l, nl))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("new sampler: %w", err)
-	}
-	if s.grow, err = newGrowExec(backend, m); err != nil {
+	if s.dec, err = newDecodeExecs(backend, m); err != nil {
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
 	if err := s.newBatchExecs(); err != nil {
 		return nil, fmt.Errorf("new sampler: %w", err)
 	}
 	return s, nil
-}
-
-// decodeStep feeds one token per row at the row's own position and returns the
-// next-token logits and the caches with the rows' keys and values written.
-//
-//	tokens, pos: [batch] int32; cache: layers × [capacity, batch, kv, hd]
-//	→ [logits [batch, vocab], the cache's outputs…]
-func decodeStep(ctx *mlctx.Context, c Config, tokens, pos *Node, cache *contiguousNodes) []*Node {
-	b := tokens.Shape().Dimensions[0]
-	hidden := decoder(ctx, c, Reshape(tokens, b, 1), pos, cache) // [b, 1, hidden]
-	logits := Reshape(headLogits(ctx, c, hidden), b, c.VocabSize)
-	return append([]*Node{logits}, cache.outputs()...)
 }
 
 // Model is the model the Sampler runs.

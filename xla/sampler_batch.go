@@ -26,16 +26,17 @@ import (
 //     in, its pages are flattened into a contiguous [capacity, 1, kv, hd] cache
 //     and joined to the batch's; a shorter prompt is prefilled in one step
 //     straight into a contiguous cache of its bucket;
-//   - decoding rows share one contiguous cache [capacity, rows, kv, hd], each at
-//     its own position (decodeStep); rows that stop are cut out of it.
+//   - decoding rows share one decodeCache (rows first, a step reads the cache
+//     and returns only a small buffer of its latest positions), each at its own
+//     position (decodeStep); rows that stop are cut out of it.
 //
 // A Batch belongs to one goroutine; its Steps take the Sampler's lock, so other
 // Generate calls interleave with them.
 type Batch struct {
 	s       *Sampler
-	cache   *contiguousCache // the decoding rows' K/V, in rows' order; nil: none
-	rows    []*batchRow      // decoding
-	waiting []*batchRow      // prefilling, in arrival order
+	cache   *decodeCache // the decoding rows' K/V, in rows' order; nil: none
+	rows    []*batchRow  // decoding
+	waiting []*batchRow  // prefilling, in arrival order
 	scratch pickScratch
 }
 
@@ -186,13 +187,6 @@ func (b *Batch) prefillChunk(r *batchRow) error {
 	}
 	r.pre.layout, r.pre = nil, nil // flat is the row's cache now
 	b.waiting = b.waiting[1:]
-	// Pages make the flat cache a multiple of the chunk (512): cut it to what the
-	// row needs soon, so a short prompt does not decode over 512 positions.
-	if want := capacityBucket(len(r.prompt) + min(r.opts.MaxNew, decodeHeadroom)); want < flat.capacity() {
-		if err := s.shrinkCache(flat, want); err != nil {
-			return err
-		}
-	}
 	return b.join(flat, r)
 }
 
@@ -213,37 +207,52 @@ func capacityBucket(n int) int {
 	return c
 }
 
-// shrinkCache cuts c to its first n positions.
-func (s *Sampler) shrinkCache(c *contiguousCache, n int) error {
-	out, err := s.shrink.Exec(append([]any{lengthArg(n)}, anys(c.kv.all())...)...)
-	if err != nil {
-		return fmt.Errorf("shrink kv cache to %d: %w", n, err)
-	}
-	c.replace(takeKV(listOf(out), len(c.kv.K)))
-	return nil
-}
-
-// join adds rs, whose caches are one's rows (in order), to the decoding rows.
+// join adds rs, whose keys and values are one's rows (in order; one is freed), to
+// the decoding rows. Pages make a flattened prefill a multiple of the chunk (512):
+// join cuts it to what the rows need soon, so a short prompt does not decode over
+// 512 positions.
 func (b *Batch) join(one *contiguousCache, rs ...*batchRow) error {
 	s := b.s
+	want := 0
+	base := make([]int32, len(rs))
+	for i, r := range rs {
+		want = max(want, capacityBucket(len(r.prompt)+min(r.opts.MaxNew, decodeHeadroom)))
+		base[i] = r.pos
+	}
 	if b.cache == nil {
-		b.cache, b.rows = one, rs
+		c, err := s.adoptCache(one, want, base)
+		if err != nil {
+			return fmt.Errorf("generate: join row %d: %w", rs[0].id, err)
+		}
+		b.cache, b.rows = c, rs
 		return nil
 	}
-	capacity := max(b.cache.capacity(), one.capacity())
-	for _, c := range []*contiguousCache{b.cache, one} {
-		if c.capacity() < capacity {
-			if err := s.growCache(c, capacity); err != nil {
-				return err
-			}
+	if err := b.mergeCache(); err != nil {
+		one.close()
+		return err
+	}
+	capacity := max(b.cache.capacity(), want)
+	if capacity > b.cache.capacity() {
+		if err := b.resizeCache(capacity); err != nil {
+			one.close()
+			return err
 		}
 	}
-	out, err := s.concat.Exec(append(anys(b.cache.kv.all()), anys(one.kv.all())...)...)
+	c, err := s.adoptCache(one, capacity, base)
 	if err != nil {
 		return fmt.Errorf("generate: join row %d: %w", rs[0].id, err)
 	}
-	one.close()
-	b.cache.replace(takeKV(listOf(out), len(b.cache.kv.K)))
+	out, err := s.dec.join.Exec(append(anys(b.cache.tensors()), anys(c.tensors())...)...)
+	if err != nil {
+		c.close()
+		return fmt.Errorf("generate: join row %d: %w", rs[0].id, err)
+	}
+	finalize(b.cache.tensors())
+	nl := len(c.main.K)
+	l := listOf(out)
+	b.cache.main, b.cache.recent = takeKV(l, nl), takeKV(l, nl)
+	b.cache.base = append(b.cache.base, c.base...)
+	c.close()
 	b.rows = append(b.rows, rs...)
 	return nil
 }
@@ -272,22 +281,20 @@ func (b *Batch) leave() []Finished {
 	for j, i := range keep {
 		rows[j] = b.rows[i]
 	}
-	out, err := b.s.takeRows.Exec(append([]any{tensors.FromFlatDataAndDimensions(keep, len(keep), 1)}, anys(b.cache.kv.all())...)...)
-	if err != nil {
+	if err := b.keepRows(keep); err != nil {
 		// The rows are kept (decoding them is wasted work, not a wrong answer)
 		// until the next leave succeeds.
 		return fin
 	}
-	b.cache.replace(takeKV(listOf(out), len(b.cache.kv.K)))
 	b.rows = rows
 	// A long row that left no longer sets the capacity: cut it to what the rows
-	// left need soon.
+	// left need soon (each row's positions so far, in main or recent, stay below it).
 	need := 0
 	for _, r := range rows {
 		need = max(need, int(r.pos)+1+min(r.opts.MaxNew-len(r.out.Tokens), decodeHeadroom))
 	}
 	if want := capacityBucket(need); want < b.cache.capacity() {
-		b.s.shrinkCache(b.cache, want) // on failure the cache stays larger: only slower
+		b.resizeCache(want) // on failure the cache stays larger: only slower
 	}
 	return fin
 }
@@ -304,19 +311,26 @@ func (b *Batch) decode() error {
 	if live == 0 {
 		return nil
 	}
-	s := b.s
-	n := len(b.rows)
-	cur, pos := make([]int32, n), make([]int32, n)
-	for i, r := range b.rows {
-		cur[i], pos[i] = r.cur, r.pos
-	}
-	if need := int(slices.Max(pos)) + 1; need > b.cache.capacity() {
-		if err := s.growCache(b.cache, need); err != nil {
+	s, c := b.s, b.cache
+	if c.used == recentSlots {
+		if err := b.mergeCache(); err != nil {
 			return err
 		}
 	}
-	args := []any{tensors.FromFlatDataAndDimensions(cur, n), tensors.FromFlatDataAndDimensions(pos, n)}
-	res, err := s.step.Exec(append(args, b.cache.args(s.backend)...)...)
+	n := len(b.rows)
+	cur, pos := make([]int32, n), make([]int32, n)
+	for i, r := range b.rows {
+		cur[i], pos[i] = r.cur, c.pos(i)
+		if r.out.Reason == "" && r.pos != pos[i] {
+			return fmt.Errorf("decode: row %d at position %d, its cache at %d", r.id, r.pos, pos[i])
+		}
+	}
+	// main is read and kept; recent is donated (the step returns its successor).
+	args := append([]any{tensors.FromFlatDataAndDimensions(cur, n), tensors.FromFlatDataAndDimensions(pos, n), tensors.FromScalar(int32(c.used))}, anys(c.main.all())...)
+	for _, t := range c.recent.all() {
+		args = append(args, donated(t, s.backend))
+	}
+	res, err := s.dec.step.Exec(args...)
 	if err != nil {
 		return fmt.Errorf("decode: %w", err)
 	}
@@ -324,7 +338,9 @@ func (b *Batch) decode() error {
 	lt := l.next()
 	logits := tensors.MustCopyFlatData[float32](lt)
 	lt.FinalizeAll()
-	b.cache.replace(takeKV(l, len(b.cache.kv.K)))
+	finalize(c.recent.all()) // what donation left of them
+	c.recent = takeKV(l, len(c.recent.K))
+	c.used++
 	vocab, maxPos := s.model.Config.VocabSize, s.model.Config.MaxPositionEmbeddings
 	for i, r := range b.rows {
 		if r.out.Reason != "" {
@@ -424,8 +440,7 @@ func (s *Sampler) prefillContiguous(seqs [][]int32, capacity int) (*contiguousCa
 	return c, nil
 }
 
-// newBatchExecs makes the Sampler's paged prefill step and the executables that
-// join and cut a batch's rows.
+// newBatchExecs makes the Sampler's prefill steps.
 func (s *Sampler) newBatchExecs() error {
 	m := s.model
 	cfg, nl := m.Config, m.Config.NumHiddenLayers
@@ -467,37 +482,5 @@ func (s *Sampler) newBatchExecs() error {
 	if err != nil {
 		return err
 	}
-	// Two caches' K and V (takeKV order each) → one, the rows of the second after
-	// the first's. [capacity, a, kv, hd], [capacity, b, kv, hd] → [capacity, a+b, kv, hd]
-	s.concat, err = NewExec(s.backend, func(in []*Node) []*Node {
-		l := listOf(in)
-		a, b := l.take(2*nl), l.take(2*nl)
-		out := make([]*Node, 2*nl)
-		for i := range out {
-			out[i] = Concatenate([]*Node{a[i], b[i]}, 1)
-		}
-		return out
-	})
-	if err != nil {
-		return err
-	}
-	s.concat.SetMaxCache(-1)
-	// keep [k, 1] int32, a cache → the cache's rows keep.
-	// [capacity, b, kv, hd] → [capacity, k, kv, hd]
-	s.takeRows, err = NewExec(s.backend, func(in []*Node) []*Node {
-		l := listOf(in)
-		keep := l.next()
-		var out []*Node
-		for _, x := range l.rest {
-			rows := Gather(TransposeAllAxes(x, 1, 0, 2, 3), keep) // [k, capacity, kv, hd]
-			out = append(out, TransposeAllAxes(rows, 1, 0, 2, 3))
-		}
-		return out
-	})
-	if err != nil {
-		return err
-	}
-	s.takeRows.SetMaxCache(-1)
-	s.shrink, err = newShrinkExec(s.backend)
-	return err
+	return nil
 }

@@ -8,8 +8,13 @@
 //
 // Prefill time is Generate with MaxNew 1 (the prompt but its last token, then one
 // decode step); decode time is the rest of generating -new+1 tokens, so decode
-// tokens/s = batch × new / (T(new+1) − T(1)). PyTorch is timed the same way. It is
-// a benchmark, not a test: nothing asserts on the numbers.
+// tokens/s = batch × new / (T(new+1) − T(1)). PyTorch is timed the same way. Each
+// side's time is measured by the wall and by the process's CPU seconds (user +
+// system, every thread); the ratios are per CPU-second, which another session on
+// a shared machine moves far less. -openblas DIR runs the peer with DIR (holding
+// OpenBLAS's libblas.so.3) first on LD_LIBRARY_PATH, as bench/backends does:
+// Debian's torch otherwise multiplies with the reference BLAS. It is a benchmark,
+// not a test: nothing asserts on the numbers.
 package main
 
 import (
@@ -42,22 +47,26 @@ func main() {
 	backendSpec := flag.String("backend", "", "GoMLX backend (default as hindsight: $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
 	python := flag.String("python", "/usr/bin/python3", "python with torch and numpy; empty to skip PyTorch")
 	threads := flag.Int("threads", runtime.NumCPU(), "PyTorch threads")
+	openBLAS := flag.String("openblas", "", "run the PyTorch side with LD_LIBRARY_PATH=`DIR` (a directory holding OpenBLAS's libblas.so.3, e.g. from `apt-get download libopenblas0-pthread && dpkg -x`)")
 	flag.Parse()
-	if err := run(*preset, *modelDir, *peer, *promptLen, *newTokens, *batches, *backendSpec, *python, *threads); err != nil {
+	if err := run(*preset, *modelDir, *peer, *promptLen, *newTokens, *batches, *backendSpec, *python, *threads, *openBLAS); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/generate:", err)
 		os.Exit(1)
 	}
 }
 
-// timing is one batch size's result on one side.
+// timing is one batch size's result on one side: seconds by the wall and by the
+// process's CPU time.
 type timing struct {
-	Batch          int       `json:"batch"`
-	PrefillSeconds float64   `json:"prefill_seconds"`
-	DecodeSeconds  float64   `json:"decode_seconds"`
-	Tokens         [][]int32 `json:"tokens"`
+	Batch             int       `json:"batch"`
+	PrefillSeconds    float64   `json:"prefill_seconds"`
+	DecodeSeconds     float64   `json:"decode_seconds"`
+	PrefillCPUSeconds float64   `json:"prefill_cpu_seconds"`
+	DecodeCPUSeconds  float64   `json:"decode_cpu_seconds"`
+	Tokens            [][]int32 `json:"tokens"`
 }
 
-func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, backendSpec, python string, threads int) error {
+func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, backendSpec, python string, threads int, openBLAS string) error {
 	scripts := map[string]string{"loop": "torch_generate.py", "transformers": "transformers_generate.py"}
 	if scripts[peer] == "" {
 		return fmt.Errorf("-peer %q: want loop or transformers", peer)
@@ -126,8 +135,7 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 			return err
 		}
 		goRuns = append(goRuns, r)
-		fmt.Printf("go (%s) batch %3d: prefill %9.0f tokens/s, decode %8.0f tokens/s\n", xla.ResolveBackend(backendSpec, ""),
-			r.Batch, prefillTPS(r, promptLen), decodeTPS(r, newTokens))
+		fmt.Printf("go (%s) batch %3d: %s\n", xla.ResolveBackend(backendSpec, ""), r.Batch, r.rates(promptLen, newTokens))
 	}
 	if python == "" {
 		return nil
@@ -139,6 +147,9 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 	script := filepath.Join(benchutil.CallerDir("bench/generate"), scripts[peer])
 	cmd := exec.Command(python, script, dir, strconv.Itoa(threads), strconv.Itoa(newTokens))
 	cmd.Stderr = os.Stderr
+	if openBLAS != "" {
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+openBLAS, "OPENBLAS_NUM_THREADS="+strconv.Itoa(threads))
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("pytorch: %w", err)
@@ -151,10 +162,14 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 	if err := json.Unmarshal(out, &ref); err != nil {
 		return fmt.Errorf("pytorch output: %w", err)
 	}
+	blas := "the system libblas.so.3"
+	if openBLAS != "" {
+		blas = "LD_LIBRARY_PATH=" + openBLAS
+	}
 	if ref.Transformers != "" {
-		fmt.Printf("pytorch %s, transformers %s generate (greedy, KV cache), %d threads:\n", ref.Torch, ref.Transformers, threads)
+		fmt.Printf("pytorch %s, transformers %s generate (greedy, KV cache), %d threads, %s:\n", ref.Torch, ref.Transformers, threads, blas)
 	} else {
-		fmt.Printf("pytorch %s, %d threads, eager no_grad KV-cached loop:\n", ref.Torch, threads)
+		fmt.Printf("pytorch %s, %d threads, eager no_grad KV-cached loop, %s:\n", ref.Torch, threads, blas)
 	}
 	for i, r := range ref.Runs {
 		g := goRuns[i]
@@ -164,33 +179,36 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 				same++
 			}
 		}
-		fmt.Printf("pytorch batch %3d: prefill %9.0f tokens/s, decode %8.0f tokens/s | go/pytorch: prefill %.2f, decode %.2f | rows with identical tokens %d/%d\n",
-			r.Batch, prefillTPS(r, promptLen), decodeTPS(r, newTokens),
-			prefillTPS(g, promptLen)/prefillTPS(r, promptLen), decodeTPS(g, newTokens)/decodeTPS(r, newTokens), same, len(r.Tokens))
+		fmt.Printf("pytorch batch %3d: %s\n", r.Batch, r.rates(promptLen, newTokens))
+		fmt.Printf("go/pytorch batch %3d per CPU-second: prefill %.2f, decode %.2f (by the wall: %.2f, %.2f) | rows with identical tokens %d/%d\n",
+			r.Batch, r.PrefillCPUSeconds/g.PrefillCPUSeconds, r.DecodeCPUSeconds/g.DecodeCPUSeconds,
+			r.PrefillSeconds/g.PrefillSeconds, r.DecodeSeconds/g.DecodeSeconds, same, len(r.Tokens))
 	}
 	return nil
 }
 
 // goTiming times Generate with MaxNew 1 and newTokens+1, best of 3 after a
-// warm-up that compiles the executables.
+// warm-up that compiles the executables (the least wall time and, separately, the
+// least CPU time).
 func goTiming(ctx context.Context, s *xla.Sampler, prompts [][]int32, newTokens int) (timing, error) {
 	r := timing{Batch: len(prompts)}
 	var out []xla.Sample
 	for _, n := range []int{1, newTokens + 1} {
-		best := math.Inf(1)
+		best, bestCPU := math.Inf(1), math.Inf(1)
 		for range 4 {
-			t0 := time.Now()
+			t0, c0 := time.Now(), benchutil.CPUTime()
 			o, err := s.Generate(ctx, prompts, xla.SampleOptions{MaxNew: n})
 			if err != nil {
 				return r, err
 			}
 			best = min(best, time.Since(t0).Seconds())
+			bestCPU = min(bestCPU, (benchutil.CPUTime() - c0).Seconds())
 			out = o
 		}
 		if n == 1 {
-			r.PrefillSeconds = best
+			r.PrefillSeconds, r.PrefillCPUSeconds = best, bestCPU
 		} else {
-			r.DecodeSeconds = best - r.PrefillSeconds
+			r.DecodeSeconds, r.DecodeCPUSeconds = best-r.PrefillSeconds, bestCPU-r.PrefillCPUSeconds
 		}
 	}
 	for _, o := range out {
@@ -199,10 +217,10 @@ func goTiming(ctx context.Context, s *xla.Sampler, prompts [][]int32, newTokens 
 	return r, nil
 }
 
-func prefillTPS(r timing, promptLen int) float64 {
-	return float64(r.Batch*promptLen) / r.PrefillSeconds
-}
-
-func decodeTPS(r timing, newTokens int) float64 {
-	return float64(r.Batch*newTokens) / r.DecodeSeconds
+// rates are r's prefill and decode tokens per second, by the wall and per
+// CPU-second.
+func (r timing) rates(promptLen, newTokens int) string {
+	pre, dec := float64(r.Batch*promptLen), float64(r.Batch*newTokens)
+	return fmt.Sprintf("prefill %7.0f tokens/s (%7.0f per CPU-s), decode %6.1f tokens/s (%6.1f per CPU-s)",
+		pre/r.PrefillSeconds, pre/r.PrefillCPUSeconds, dec/r.DecodeSeconds, dec/r.DecodeCPUSeconds)
 }

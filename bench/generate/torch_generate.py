@@ -2,7 +2,8 @@
 """PyTorch side of bench/generate: KV-cached greedy generation on MODEL_DIR's weights.
 
 usage: torch_generate.py MODEL_DIR THREADS NEW  → JSON on stdout:
-  {"torch", "runs": [{"batch", "prefill_seconds", "decode_seconds", "tokens"}]}
+  {"torch", "runs": [{"batch", "prefill_seconds", "decode_seconds", "prefill_cpu_seconds",
+   "decode_cpu_seconds", "tokens"}]}
 
 MODEL_DIR holds config.json, model.safetensors and prompts.json ({"batches": [[[ids]…]…]},
 prompts of one batch of equal length). The loop mirrors xla.Sampler: a prefill of every
@@ -10,19 +11,20 @@ prompt but its last token writes the cache, then each step feeds one token per r
 takes the argmax. The caches are preallocated [batch, kv_heads, capacity, head_dim] and a
 step attends to the valid prefix only. prefill_seconds is prefill plus the first step
 (generate 1 token), decode_seconds the rest of generating NEW+1 tokens; best of 3 after a
-warm-up. float32, no_grad, eager. The architecture (llama/mistral/qwen2/qwen3) is that of
-xla/testdata/gen_reference.py, whose weight reader it uses.
+warm-up, by the wall and by CPU time (peer_timing.py). float32, no_grad, eager. The
+architecture (llama/mistral/qwen2/qwen3) is that of xla/testdata/gen_reference.py, whose
+weight reader it uses.
 """
 import json
 import math
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "xla", "testdata"))
 from gen_reference import inv_freq, read_safetensors, rms_norm, rotate_half  # noqa: E402
+from peer_timing import time_batches  # noqa: E402
 
 
 class Model:
@@ -105,27 +107,12 @@ class Model:
         return torch.stack(out, 1).tolist()
 
 
-def best_of(f, n=3):
-    f()
-    best = float("inf")
-    for _ in range(n):
-        t0 = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def main():
     d, threads, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     torch.set_num_threads(threads)
     m = Model(json.load(open(f"{d}/config.json")), read_safetensors(f"{d}/model.safetensors"))
-    runs = []
     with torch.no_grad():
-        for prompts in json.load(open(f"{d}/prompts.json"))["batches"]:
-            first = best_of(lambda: m.generate(prompts, 1))
-            full = best_of(lambda: m.generate(prompts, new + 1))
-            runs.append({"batch": len(prompts), "prefill_seconds": first, "decode_seconds": full - first,
-                         "tokens": m.generate(prompts, new + 1)})
+        runs = time_batches(d, new, m.generate)
     json.dump({"torch": torch.__version__, "runs": runs}, sys.stdout)
 
 

@@ -56,9 +56,11 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	asJSON := fs.Bool("json", false, "print one JSON object per sample")
 	precision := fs.String("precision", "f32", "compute precision: f32, or bf16 (bfloat16 weights and KV cache; an XLA backend)")
 	backendSpec := fs.String("backend", "", "GoMLX backend: go[:opts], xla:<absolute plugin path>, xla-cpu (default $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
+	compileCache := fs.String("compile-cache", "", compileCacheUsage)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: hindsight generate -model DIR (-prompt TEXT | -in FILE) [-n N] [-max-new N] [-temperature T]\n"+
-			"       [-top-p P] [-top-k K] [-seed S] [-stop IDS|none] [-bos=false] [-precision f32|bf16] [-backend SPEC] [-json]\n\n"+
+			"       [-top-p P] [-top-k K] [-seed S] [-stop IDS|none] [-bos=false] [-precision f32|bf16] [-backend SPEC]\n"+
+			"       [-compile-cache DIR] [-json]\n\n"+
 			"Samples continuations of the prompts from the model with a KV cache, all in one batch.\n\n")
 		fs.PrintDefaults()
 	}
@@ -76,7 +78,7 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "hindsight generate: %v\n", err)
 		return 1
 	}
-	backend, model, err := openModel(*backendSpec, *precision, *modelDir)
+	backend, model, err := openModel(*backendSpec, *precision, *modelDir, *compileCache, stderr)
 	if err != nil {
 		return fail(err)
 	}
@@ -135,6 +137,9 @@ func generateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	fmt.Fprintf(stderr, "generated %d samples, %d tokens in %v (%.0f tokens/s)\n",
 		len(out), total, took.Round(time.Millisecond), float64(total)/took.Seconds())
+	if *compileCache != "" {
+		fmt.Fprint(stderr, compileSummary(*compileCache))
+	}
 	return 0
 }
 

@@ -36,8 +36,10 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	chunk := fs.Int("chunk", xla.DefaultChunk, "positions per forward step; peak memory is the KV cache plus chunk × vocab floats")
 	precision := fs.String("precision", "f32", "compute precision: f32, or bf16 (bfloat16 weights and KV cache; an XLA backend)")
 	backendSpec := fs.String("backend", "", "GoMLX backend: go[:opts], xla:<absolute plugin path>, xla-cpu (default $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
+	compileCache := fs.String("compile-cache", "", compileCacheUsage)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hindsight score -model DIR -in ROLLOUTS.arrow -out SCORES.arrow [-chunk N] [-precision f32|bf16] [-backend SPEC]\n\n"+
+		fmt.Fprintf(stderr, "usage: hindsight score -model DIR -in ROLLOUTS.arrow -out SCORES.arrow [-chunk N] [-precision f32|bf16] [-backend SPEC]\n"+
+			"       [-compile-cache DIR]\n\n"+
 			"Scores every rollout under the model: student_logprobs[t] = log p(y_t | y_<t), null at t = 0.\n"+
 			"A rollout that is invalid or longer than the model's context is reported and skipped (exit 1).\n\n")
 		fs.PrintDefaults()
@@ -56,7 +58,7 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "hindsight score: %v\n", err)
 		return 1
 	}
-	backend, model, err := openModel(*backendSpec, *precision, *modelDir)
+	backend, model, err := openModel(*backendSpec, *precision, *modelDir, *compileCache, stderr)
 	if err != nil {
 		return fail(err)
 	}
@@ -135,6 +137,9 @@ func scoreCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stdout, "%s: %d rollouts scored, %d skipped, %d tokens in %v (%.0f tokens/s)\n", *out, scored, skipped, tokens,
 		time.Since(start).Round(time.Millisecond), float64(tokens)/time.Since(start).Seconds())
+	if *compileCache != "" {
+		fmt.Fprint(stderr, compileSummary(*compileCache))
+	}
 	if skipped > 0 {
 		return 1
 	}

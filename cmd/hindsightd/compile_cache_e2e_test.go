@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -58,4 +60,37 @@ func TestCompiledProgramsSurviveRestart(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, fmt.Sprintf("0 programs compiled in 0s; %d loaded from the cache", c.GetProgramsLoaded()))
 	p.stop(t, 60*time.Second)
+}
+
+// TestCLIProgramsSurviveRestart: `hindsight generate -compile-cache DIR` on XLA keeps
+// the programs it compiles in DIR; the same command run again loads every one of them
+// instead of compiling, says so on stderr, and samples the same tokens.
+func TestCLIProgramsSurviveRestart(t *testing.T) {
+	xlaCPUOrSkip(t)
+	model, cache := filepath.Join(t.TempDir(), "model"), t.TempDir()
+	_, stderr, code := runCLI(t, "init-model", "-out", model, "-seed", "2")
+	require.Equal(t, 0, code, stderr)
+	gen := func() (stdout string, compiled, loaded int) {
+		stdout, stderr, code := runCLI(t, "generate", "-model", model, "-prompt", "hi", "-n", "2", "-max-new", "20",
+			"-seed", "3", "-stop", "none", "-json", "-backend", "xla-cpu", "-compile-cache", cache)
+		require.Equal(t, 0, code, stderr)
+		m := regexp.MustCompile(`programs: (\d+) compiled in \S+, (\d+) loaded from (\S+) in`).FindStringSubmatch(stderr)
+		require.NotNil(t, m, stderr)
+		require.Equal(t, cache, m[3])
+		compiled, _ = strconv.Atoi(m[1])
+		loaded, _ = strconv.Atoi(m[2])
+		return stdout, compiled, loaded
+	}
+	first, compiled, loaded := gen()
+	require.Positive(t, compiled)
+	require.Zero(t, loaded, "an empty cache loads nothing")
+	entries, err := filepath.Glob(filepath.Join(cache, "*.xlaprog"))
+	require.NoError(t, err)
+	require.NotEmpty(t, entries)
+	require.LessOrEqual(t, len(entries), compiled, "one entry per program (a program two executables compile is one)")
+
+	again, compiled2, loaded2 := gen()
+	require.Zero(t, compiled2, "every program came from the cache")
+	require.Equal(t, compiled, loaded2)
+	require.Equal(t, first, again)
 }
