@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/hindsight-ai/hindsight/internal/arrowtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -128,13 +129,7 @@ func fxRecord(t testing.TB, rs []*Rollout) arrow.RecordBatch {
 		require.NoError(t, w.Write(r))
 	}
 	require.NoError(t, w.Close())
-	rd, err := ipc.NewReader(&buf)
-	require.NoError(t, err)
-	defer rd.Release()
-	require.True(t, rd.Next())
-	rec := rd.RecordBatch()
-	rec.Retain()
-	return rec
+	return arrowtest.StreamRecord(t, &buf)
 }
 
 // fxWriteRecords writes record batches as they are (any schema) in the given format.

@@ -5,9 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/hindsight-ai/hindsight/internal/arrowtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -40,16 +40,7 @@ func TestTemperatureColumn(t *testing.T) {
 	// The same rollouts without the column: every one at temperature 1.
 	rec := fxRecord(t, rs)
 	defer rec.Release()
-	i := rec.Schema().FieldIndices(ColTemperature)[0]
-	var fields []arrow.Field
-	var cols []arrow.Array
-	for k := range rec.Schema().Fields() {
-		if k != i {
-			fields, cols = append(fields, rec.Schema().Field(k)), append(cols, rec.Column(k))
-		}
-	}
-	md := rec.Schema().Metadata()
-	old := array.NewRecordBatch(arrow.NewSchema(fields, &md), cols, rec.NumRows())
+	old := arrowtest.WithoutColumn(rec, ColTemperature)
 	defer old.Release()
 	require.Nil(t, CheckSchema(old.Schema()))
 	for _, format := range formats {

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
@@ -87,24 +88,28 @@ type adamW struct {
 	// (applyGroups): the gradient's global norm first, then each group's update.
 	groups [][]int
 	norm   *Exec
-	group  *Exec // adamWGraph with the norm given, per group's shapes; narrow under bf16
+	group  *Exec // adamWGraph with the norm given, per group's shapes, for form
+	form   masterForm
 	// owners, under ZeRO-1 (zero.go), is the device that keeps each parameter's
 	// moments and updates it; nil: all on device 0.
 	owners  []backends.DeviceNum
 	sharded *shardedAdamW
 }
 
-func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tensor, groups [][]int, narrow bool) (*adamW, error) {
+// newAdamW makes the optimizer of the trained parameters params (their shapes:
+// the moments are float32 whatever their dtype), whose masters are kept in form.
+func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tensor, groups [][]int, form masterForm) (*adamW, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
-	o := &adamW{cfg: cfg, backend: backend, groups: groups}
+	o := &adamW{cfg: cfg, backend: backend, groups: groups, form: form}
 	for _, p := range params {
-		o.m = append(o.m, tensors.FromShape(p.Shape()))
-		o.v = append(o.v, tensors.FromShape(p.Shape()))
+		s := shapes.Make(dtypes.Float32, p.Shape().Dimensions...)
+		o.m = append(o.m, tensors.FromShape(s))
+		o.v = append(o.v, tensors.FromShape(s))
 	}
 	var err error
-	o.exec, err = NewExec(backend, adamWGraph(cfg, len(params), false, false))
+	o.exec, err = NewExec(backend, adamWGraph(cfg, len(params), false, noMasters))
 	if err != nil {
 		return nil, fmt.Errorf("new optimizer: %w", err)
 	}
@@ -113,8 +118,11 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 		return nil, fmt.Errorf("new optimizer: %w", err)
 	}
 	if o.group, err = NewExec(backend, func(in []*Node) []*Node {
-		n := (len(in) - 6) / 4
-		return adamWGraph(cfg, n, true, narrow)(in)
+		perParam := 4 // the parameter (or its master), gradient, m, v
+		if form == splitMasters {
+			perParam = 5 // the bfloat16 weight and its remainder
+		}
+		return adamWGraph(cfg, (len(in)-6)/perParam, true, form)(in)
 	}); err != nil {
 		return nil, fmt.Errorf("new optimizer: %w", err)
 	}
@@ -125,9 +133,13 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 // adamWGraph is the update of np parameters: inputs lr, decay factor (1 − lr·wd),
 // 1/bc1, 1/√bc2, clip norm, with givenNorm the gradient's global norm (a shard's or
 // a group's update: the norm is over every parameter), then params, grads, m, v;
-// outputs the norm, then the new params, m, v, and with narrow the new params
-// rounded to bfloat16 (a bf16 policy's weights, from its float32 masters).
-func adamWGraph(cfg AdamWConfig, np int, givenNorm, narrow bool) func(in []*Node) []*Node {
+// outputs the norm, then the new params, m, v. form says what params are: the
+// float32 weights (noMasters); float32 masters (wholeMasters: their bfloat16
+// rounding, the policy's new weights, is output last); or the bfloat16 weights then
+// their remainders (splitMasters: joined into the masters here, and split again on
+// the way out: the new remainders take the params' place and the new weights come
+// last, so the masters never exist outside this program).
+func adamWGraph(cfg AdamWConfig, np int, givenNorm bool, form masterForm) func(in []*Node) []*Node {
 	return func(in []*Node) []*Node {
 		l := listOf(in)
 		lr, decay, ibc1, isbc2, clip := l.next(), l.next(), l.next(), l.next(), l.next()
@@ -135,7 +147,15 @@ func adamWGraph(cfg AdamWConfig, np int, givenNorm, narrow bool) func(in []*Node
 		if givenNorm {
 			norm = l.next()
 		}
-		ps, gs, ms, vs := l.take(np), l.take(np), l.take(np), l.take(np)
+		ps := l.take(np)
+		if form == splitMasters {
+			his, los := ps, l.take(np)
+			ps = make([]*Node, np)
+			for i := range np {
+				ps[i] = joinMaster(his[i], los[i])
+			}
+		}
+		gs, ms, vs := l.take(np), l.take(np), l.take(np)
 		g := lr.Graph()
 		if !givenNorm {
 			norm = globalNorm(gs)
@@ -159,25 +179,34 @@ func adamWGraph(cfg AdamWConfig, np int, givenNorm, narrow bool) func(in []*Node
 			denom := AddScalar(Mul(Sqrt(newV[i]), isbc2), cfg.Eps)
 			newP[i] = Sub(p, Div(Mul(newM[i], Mul(lr, ibc1)), denom))
 		}
+		var lows []*Node
+		switch form {
+		case wholeMasters:
+			for _, p := range newP {
+				lows = append(lows, convert(p, dtypes.BFloat16))
+			}
+		case splitMasters:
+			lows = make([]*Node, np)
+			for i, p := range newP {
+				lows[i], newP[i] = splitMaster(p)
+			}
+		}
 		out = append(out, newP...)
 		out = append(out, newM...)
 		out = append(out, newV...)
-		if narrow {
-			for _, p := range newP {
-				out = append(out, convert(p, dtypes.BFloat16))
-			}
-		}
-		return out
+		return append(out, lows...)
 	}
 }
 
 // applyGroups is apply a group of parameters at a time (o.groups): the gradient's
 // global norm over every group first, then each group's update, whose gradients and
 // old moments are freed before the next group runs; set receives each parameter's
-// new value (and with narrow its bfloat16 rounding) as its group finishes and must
-// free the old one. So the update holds, beyond the state, one group's outputs,
-// where apply holds every parameter's new value and moments beside the old ones.
-func (o *adamW) applyGroups(params, grads []*tensors.Tensor, narrow bool, set func(i int, p, low *tensors.Tensor) error) (norm, lr float64, err error) {
+// new value (adamWGraph's param and bfloat16 outputs for o.form: under
+// splitMasters the new remainder and weight) as its group finishes and must free
+// the old one. So the update holds, beyond the state, one group's outputs, where
+// apply holds every parameter's new value and moments beside the old ones. lo are
+// the remainders under splitMasters (params then the bfloat16 weights), else nil.
+func (o *adamW) applyGroups(params, lo, grads []*tensors.Tensor, set func(i int, p, low *tensors.Tensor) error) (norm, lr float64, err error) {
 	if len(params) != len(o.m) || len(grads) != len(o.m) {
 		return 0, 0, errors.New("optimizer: parameter count changed")
 	}
@@ -198,6 +227,11 @@ func (o *adamW) applyGroups(params, grads []*tensors.Tensor, narrow bool, set fu
 		for _, i := range idx {
 			args = append(args, params[i])
 		}
+		if o.form == splitMasters {
+			for _, i := range idx {
+				args = append(args, lo[i])
+			}
+		}
 		for _, group := range [][]*tensors.Tensor{grads, o.m, o.v} {
 			for _, i := range idx {
 				args = append(args, donated(group[i], o.backend))
@@ -212,7 +246,7 @@ func (o *adamW) applyGroups(params, grads []*tensors.Tensor, narrow bool, set fu
 		r.next().FinalizeAll() // the norm, passed through
 		ps, ms, vs := r.take(np), r.take(np), r.take(np)
 		var lows []*tensors.Tensor
-		if narrow {
+		if o.form != noMasters {
 			lows = r.take(np)
 		}
 		for k, i := range idx {
@@ -221,7 +255,7 @@ func (o *adamW) applyGroups(params, grads []*tensors.Tensor, narrow bool, set fu
 			o.v[i].FinalizeAll()
 			grads[i], o.m[i], o.v[i] = nil, ms[k], vs[k]
 			var low *tensors.Tensor
-			if narrow {
+			if lows != nil {
 				low = lows[k]
 			}
 			if err := set(i, ps[k], low); err != nil {

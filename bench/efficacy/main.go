@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/protocol3"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
@@ -70,17 +71,17 @@ func main() {
 	splitVal := flag.Int("probe-split-validation", 0, "with -probe-split: probe the first N validation tasks (the warm start's margin evals' episodes) instead of the held-out split, into DIR/probe_split_validation.json")
 	gates := flag.Bool("gates", false, "measure protocol 3's gates G1–G3 of DIR/warmstart/model and write DIR/results.json")
 	gateGroups := flag.Int("gate-groups", 64, "train tasks of G3's mixed-group measure (G = 8 each)")
-	ws3Budget := flag.Duration("warmstart3-budget", efficacy.DefaultWarmStart3().WallBudget, "wall-time budget of protocol 3's warm start")
-	ws3Own := flag.Float64("warmstart3-own", efficacy.DefaultWarmStart3().Demo.Own, "share of the demonstrations' slips of the model's own kinds (efficacy.OwnSlip)")
-	ws3Hint := flag.Float64("warmstart3-hint-rate", efficacy.DefaultWarmStart3().Demo.HintRate, "share of the demonstrations' slips followed by a hint turn")
-	ws3Steps := flag.Int("warmstart3-steps", efficacy.DefaultWarmStart3().Steps, "most SFT steps of protocol 3's warm start")
-	ws3LR := flag.Float64("warmstart3-lr", efficacy.DefaultWarmStart3().LR, "AdamW learning rate of protocol 3's warm start")
-	ws3Every := flag.Int("warmstart3-eval-every", efficacy.DefaultWarmStart3().EvalEvery, "steps between validation evals of protocol 3's warm start")
-	ws3Patience := flag.Int("warmstart3-patience", efficacy.DefaultWarmStart3().Patience, "evals without a better checkpoint (efficacy.Gate3Better) before protocol 3's warm start stops")
-	ws3Grow := flag.Int("warmstart3-grow-layers", 0, "grow the -warmstart-from model to this many layers before protocol 3's warm start (efficacy.GrowLayers: new layers appended, their o_proj and down_proj at zero, so the grown model computes what the original does); 0: no growth")
-	ws3Copy := flag.Int("warmstart3-copy", 0, "rollouts of each 32-rollout batch from the copy curriculum (efficacy.CopyDemos3, attempt 5: 16); 0: none")
+	ws3Budget := flag.Duration("warmstart3-budget", protocol3.DefaultWarmStart().WallBudget, "wall-time budget of protocol 3's warm start")
+	ws3Own := flag.Float64("warmstart3-own", protocol3.DefaultWarmStart().Demo.Own, "share of the demonstrations' slips of the model's own kinds (protocol3.OwnSlip)")
+	ws3Hint := flag.Float64("warmstart3-hint-rate", protocol3.DefaultWarmStart().Demo.HintRate, "share of the demonstrations' slips followed by a hint turn")
+	ws3Steps := flag.Int("warmstart3-steps", protocol3.DefaultWarmStart().Steps, "most SFT steps of protocol 3's warm start")
+	ws3LR := flag.Float64("warmstart3-lr", protocol3.DefaultWarmStart().LR, "AdamW learning rate of protocol 3's warm start")
+	ws3Every := flag.Int("warmstart3-eval-every", protocol3.DefaultWarmStart().EvalEvery, "steps between validation evals of protocol 3's warm start")
+	ws3Patience := flag.Int("warmstart3-patience", protocol3.DefaultWarmStart().Patience, "evals without a better checkpoint (protocol3.GateBetter) before protocol 3's warm start stops")
+	ws3Grow := flag.Int("warmstart3-grow-layers", 0, "grow the -warmstart-from model to this many layers before protocol 3's warm start (protocol3.GrowLayers: new layers appended, their o_proj and down_proj at zero, so the grown model computes what the original does); 0: no growth")
+	ws3Copy := flag.Int("warmstart3-copy", 0, "rollouts of each 32-rollout batch from the copy curriculum (protocol3.CopyDemos, attempt 5: 16); 0: none")
 	ws3Margin := flag.Int("warmstart3-margin-tasks", 0, "validation tasks on which every eval measures ProbeSplit's deciding-token margin (attempt 5: 100); 0: not measured")
-	ws3KeepMargin := flag.Bool("warmstart3-keep-margin", false, "keep the best eval by efficacy.MarginBetter (inside G3's band, then the larger margin) and stop only at Gate3Proxy, the step cap or the budget (attempt 5)")
+	ws3KeepMargin := flag.Bool("warmstart3-keep-margin", false, "keep the best eval by protocol3.MarginBetter (inside G3's band, then the larger margin) and stop only at protocol3.GateProxy, the step cap or the budget (attempt 5)")
 	seedList := flag.String("seed-list", "", "the seeds of -pilot's first and -arms3's runs, comma-separated (e.g. 101,102,103: seeds no one has looked at; each seed fixes its train tasks and sampling); overrides -seeds")
 	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
 	evalSplit := flag.String("eval-split", def.EvalSplit, "split of the arms' evals: heldout, or validation for a pilot")
@@ -110,11 +111,11 @@ func main() {
 	}
 	model := filepath.Join(*dir, "warmstart", "model")
 	if *warm3 {
-		cfg := efficacy.DefaultWarmStart3()
+		cfg := protocol3.DefaultWarmStart()
 		cfg.Steps, cfg.WallBudget, cfg.Demo.Own, cfg.Demo.HintRate = *ws3Steps, *ws3Budget, *ws3Own, *ws3Hint
 		cfg.LR, cfg.EvalEvery, cfg.Patience, cfg.GrowLayers = *ws3LR, *ws3Every, *ws3Patience, *ws3Grow
 		if *ws3Copy > 0 {
-			cfg.Copy = efficacy.DefaultCopy3()
+			cfg.Copy = protocol3.DefaultCopy()
 			cfg.Copy.PerBatch = *ws3Copy
 		}
 		cfg.MarginTasks, cfg.KeepByMargin = *ws3Margin, *ws3KeepMargin
@@ -144,7 +145,7 @@ func main() {
 		return
 	}
 	if *pilot || *arms3 {
-		cfg := efficacy.Protocol3Config()
+		cfg := protocol3.Config()
 		cfg.Model = model
 		// Overrides for trying the command out; the pre-registered run sets none.
 		override := func(name string, dst *int, v int) {
@@ -213,7 +214,7 @@ func main() {
 	cfg.Model, cfg.Arms, cfg.Steps, cfg.TasksPerStep, cfg.Group = model, strings.Split(*arms, ","), *steps, *tasks, *group
 	cfg.EvalEvery, cfg.EvalTasks, cfg.LR, cfg.Temperature, cfg.EvalSplit = *evalEvery, *evalTasks, *lr, *temp, *evalSplit
 	if *world3 {
-		cfg.World = efficacy.Protocol3World()
+		cfg.World = protocol3.World()
 	}
 	cfg.Seeds = cfg.Seeds[:0]
 	for i := 1; i <= *seeds; i++ {

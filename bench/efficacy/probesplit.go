@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/protocol3"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
@@ -33,7 +34,7 @@ func probeSplit(ctx context.Context, backend backends.Backend, dir, model string
 		return err
 	}
 	c0 := efficacy.CPUTime()
-	d, err := efficacy.ProbeSplit(ctx, backend, p, held, efficacy.Protocol3World(), 1, efficacy.ProbeSeed)
+	d, err := efficacy.ProbeSplit(ctx, backend, p, held, protocol3.World(), 1, protocol3.ProbeSeed)
 	if err != nil {
 		return err
 	}

@@ -1,21 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
+	"github.com/hindsight-ai/hindsight/internal/arrowtest"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -58,12 +56,9 @@ func TestTemperatureCreditFiles(t *testing.T) {
 	writeWithoutTemperature(t, filepath.Join(incoming, "b.arrow"), old)
 	delete(want, "temp-000003") // the bad row
 
-	cfg := filepath.Join(dir, "hindsightd.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte("data_dir: "+data+"\nlisten: 127.0.0.1:0\nbackend: go\nmodel:\n  dir: "+model+"\n"+
+	p, addr := startConfigured(t, data, "backend: go\nmodel:\n  dir: "+model+"\n"+
 		"train:\n  token_budget: 256\n  idle_flush: 500ms\n  seed: 7\n  teacher_model:\n    mode: live\n"+
-		"  optimizer:\n    lr: 0.001\n    warmup_steps: 1\n  checkpoint:\n    every_steps: 1\n    keep: 100\n"), 0o644))
-	p := startDaemon(t, "-config", cfg)
-	addr := p.waitReady(t)
+		"  optimizer:\n    lr: 0.001\n    warmup_steps: 1\n  checkpoint:\n    every_steps: 1\n    keep: 100\n")
 	waitTrained(t, p, addr, int64(len(want)))
 	p.stop(t, 60*time.Second)
 
@@ -135,34 +130,20 @@ func TestTemperatureCreditFiles(t *testing.T) {
 // temperature column (every other column as the writer writes it).
 func writeWithoutTemperature(t *testing.T, path string, rs []*rollout.Rollout) {
 	t.Helper()
-	var buf bytes.Buffer
-	w, err := rollout.NewWriter(&buf, rollout.WriteOptions{Format: rollout.FormatStream, BatchRows: len(rs)})
+	stream := filepath.Join(t.TempDir(), "with-temperature.arrow")
+	require.NoError(t, rollout.WriteFile(stream, rs, rollout.WriteOptions{Format: rollout.FormatStream, BatchRows: len(rs)}))
+	in, err := os.Open(stream)
 	require.NoError(t, err)
-	for _, r := range rs {
-		require.NoError(t, w.Write(r))
-	}
-	require.NoError(t, w.Close())
-	rd, err := ipc.NewReader(&buf)
-	require.NoError(t, err)
-	defer rd.Release()
-	require.True(t, rd.Next())
-	rec := rd.RecordBatch()
-	var fields []arrow.Field
-	var cols []arrow.Array
-	for i, f := range rec.Schema().Fields() {
-		if f.Name != rollout.ColTemperature {
-			fields, cols = append(fields, f), append(cols, rec.Column(i))
-		}
-	}
-	md := rec.Schema().Metadata()
-	schema := arrow.NewSchema(fields, &md)
-	out := array.NewRecordBatch(schema, cols, rec.NumRows())
-	defer out.Release()
+	defer in.Close()
+	rec := arrowtest.StreamRecord(t, in)
+	defer rec.Release()
+	old := arrowtest.WithoutColumn(rec, rollout.ColTemperature)
+	defer old.Release()
 	f, err := os.Create(path)
 	require.NoError(t, err)
-	fw, err := ipc.NewFileWriter(f, ipc.WithSchema(schema))
+	fw, err := ipc.NewFileWriter(f, ipc.WithSchema(old.Schema()))
 	require.NoError(t, err)
-	require.NoError(t, fw.Write(out))
+	require.NoError(t, fw.Write(old))
 	require.NoError(t, fw.Close())
 	require.NoError(t, f.Close())
 }

@@ -44,10 +44,10 @@ type Config struct {
 	World     World  `json:"world"`
 	// Hints is the hint stage of the hint arms (protocol 1: Protocol1Hints).
 	Hints HintSetup `json:"hints"`
-	// Protocol 3 runs protocol 3's arms (ArmSpec3, Protocol3Config); 0 protocol 1
+	// Protocol 3 runs protocol 3's arms (ArmSpec3, protocol3.Config); 0 protocol 1
 	// and 2's (SpecOf).
 	Protocol int `json:"protocol,omitempty"`
-	// Distill is protocol 3's distillation mode, full or topk (DistillFor).
+	// Distill is protocol 3's distillation mode, full or topk (protocol3.DistillFor).
 	Distill credit.DistillMode `json:"distill,omitempty"`
 }
 
@@ -309,7 +309,7 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *armTea
 	if err != nil {
 		return StepStat{}, err
 	}
-	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, tasks, c.World.episodes(c.Group, c.Temperature, sampleSeed(seed, step)))
+	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, tasks, c.World.Episodes(c.Group, c.Temperature, SampleSeed(seed, step)))
 	if err != nil {
 		return StepStat{}, err
 	}
@@ -320,7 +320,7 @@ func (r *Runner) step(ctx context.Context, tr *xla.Trainer, p *Policy, h *armTea
 		rolls[i], rtasks[i] = e.Rollout(fmt.Sprintf("s%d-%04d-%03d", seed, step, i)), e.Task()
 		rolls[i].PolicyVersion = tr.StepCount()
 	}
-	hints, err := h.step(ctx, rolls, rtasks, rand.New(rand.NewPCG(uint64(seed), sampleSeed(seed, step))))
+	hints, err := h.step(ctx, rolls, rtasks, rand.New(rand.NewPCG(uint64(seed), SampleSeed(seed, step))))
 	if err != nil {
 		return StepStat{}, err
 	}
@@ -384,8 +384,8 @@ func TasksFingerprint(tasks []toolworld.Task) string {
 	return fmt.Sprintf("%016x", h.Sum64())
 }
 
-// sampleSeed is the sampling seed of one step: the same for every arm.
-func sampleSeed(seed int64, step int) uint64 {
+// SampleSeed is the sampling seed of one step: the same for every arm.
+func SampleSeed(seed int64, step int) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "efficacy/%d/%d", seed, step)
 	return h.Sum64()
@@ -484,7 +484,7 @@ func meanOr(sum float64, n int) float64 {
 }
 
 // ParseSeeds reads a comma-separated seed list ("101,102,103"). A run's train tasks
-// and sampling are functions of its seed (Config.Tasks, sampleSeed), so seeds no one
+// and sampling are functions of its seed (Config.Tasks, SampleSeed), so seeds no one
 // has looked at re-run the arms on tasks and samples no one has seen, for comparison
 // with the registered seeds 1–3. Empty fields, non-integers and repeated seeds are
 // errors.

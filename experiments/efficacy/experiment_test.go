@@ -13,6 +13,7 @@ import (
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/efficacytest"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/train"
@@ -24,7 +25,7 @@ import (
 // and the results files. It checks the outputs' invariants, not the experiment's
 // answer.
 func TestExperimentSmoke(t *testing.T) {
-	backend, dir, init := tinyModel(t, "init")
+	backend, dir, init := efficacytest.TinyModel(t, "init")
 	world := World{MaxTokens: 256, MaxTurnTokens: 16, MaxCalls: 3}
 	ws := WarmStartConfig{Init: init, Out: filepath.Join(dir, "warm"), Demos: 24, Noise: 0.5, HintRate: 1,
 		DemoMaxTokens: 400, Batch: 8, Steps: 2, LR: 1e-3, EvalEvery: 2, ValTasks: 2, Target: 1, Seed: 1, World: world}

@@ -47,7 +47,7 @@ func LiveEval(ctx context.Context, p *Policy, tasks []toolworld.Task, w World, k
 	for i, t := range tasks {
 		trackers[i] = NewTracker(t)
 	}
-	opts := w.episodes(1, temp, seed)
+	opts := w.Episodes(1, temp, seed)
 	opts.AfterStep = func(i int, env *toolworld.Env) error {
 		k := trackers[i]
 		line := env.LastCall()
@@ -105,7 +105,7 @@ func LiveEval(ctx context.Context, p *Policy, tasks []toolworld.Task, w World, k
 	st := collect.Summarize(envs)
 	res.Episodes, res.Success = st.Episodes, st.Success
 	res.RightRate = ratio(res.NextRight, res.After)
-	res.ByFamily = byFamily(envs)
+	res.ByFamily = ByFamily(envs)
 	return res, envs, nil
 }
 
@@ -116,8 +116,8 @@ func ratio(a, b int) float64 {
 	return float64(a) / float64(b)
 }
 
-// byFamily is the success rate of envs per task family.
-func byFamily(envs []*toolworld.Env) map[string]float64 {
+// ByFamily is the success rate of envs per task family.
+func ByFamily(envs []*toolworld.Env) map[string]float64 {
 	n, ok := map[string]int{}, map[string]int{}
 	for _, e := range envs {
 		f := e.Task().Family
@@ -167,7 +167,7 @@ func probeItems(ctx context.Context, p *Policy, tasks []toolworld.Task, w World,
 	for i, t := range tasks {
 		trackers[i] = NewTracker(t)
 	}
-	opts := w.episodes(1, temp, seed)
+	opts := w.Episodes(1, temp, seed)
 	var stop int32
 	opts.AfterStep = func(i int, env *toolworld.Env) error {
 		k := trackers[i]

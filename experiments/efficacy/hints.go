@@ -294,8 +294,8 @@ func (h *Hinter) slipHints(r *rollout.Rollout, t toolworld.Task) ([]teacher.Hint
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		line := strings.TrimSpace(stripMarkers(call))
-		if !k.Observe(line, strings.TrimSpace(stripMarkers(res)), r.Segments[i+1].Status == rollout.StatusError) {
+		line := strings.TrimSpace(StripMarkers(call))
+		if !k.Observe(line, strings.TrimSpace(StripMarkers(res)), r.Segments[i+1].Status == rollout.StatusError) {
 			continue
 		}
 		h.Stats.Selections++

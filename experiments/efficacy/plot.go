@@ -14,8 +14,11 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// armColors are the lines' colours, in arm order.
+// armColors are the lines' colours, in arm order (ArmColor).
 var armColors = []color.RGBA{{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}}
+
+// ArmColor is the colour of the line of arm i (in arm order), the same in every plot.
+func ArmColor(i int) color.RGBA { return armColors[i%len(armColors)] }
 
 // PlotPNG draws held-out success against rollouts consumed: per arm the mean over seeds
 // (a line with points) and the range over seeds (a light band), the threshold as a
@@ -99,7 +102,7 @@ func plotPNG(w io.Writer, curves []Curve, threshold float64, title, xlabel strin
 	p.X.Label.Text = xlabel
 	p.Y.Label.Text = "held-out success"
 	p.Y.Min, p.Y.Max = 0, 1
-	p.Y.Tick.Marker = percentTicks{}
+	p.Y.Tick.Marker = PercentTicks{}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
 	p.Legend.Left = false
@@ -157,10 +160,10 @@ func plotPNG(w io.Writer, curves []Curve, threshold float64, title, xlabel strin
 	return nil
 }
 
-// percentTicks labels a 0…1 axis every 10% as percent.
-type percentTicks struct{}
+// PercentTicks labels a 0…1 axis every 10% as percent.
+type PercentTicks struct{}
 
-func (percentTicks) Ticks(min, max float64) []plot.Tick {
+func (PercentTicks) Ticks(min, max float64) []plot.Tick {
 	var ts []plot.Tick
 	for i := 0; i <= 20; i++ {
 		v := float64(i) / 20

@@ -59,7 +59,9 @@ type World struct {
 // DefaultWorld is 256 tokens a rollout, 40 a turn, 6 calls.
 func DefaultWorld() World { return World{MaxTokens: 256, MaxTurnTokens: 40, MaxCalls: 6} }
 
-func (w World) episodes(group int, temp float64, seed uint64) collect.EpisodeOptions {
+// Episodes are collect's options for group episodes of each task in the world,
+// sampled at temperature temp from seed.
+func (w World) Episodes(group int, temp float64, seed uint64) collect.EpisodeOptions {
 	return collect.EpisodeOptions{Group: group, Batch: 64, MaxTurnTokens: w.MaxTurnTokens, Temperature: temp, Seed: seed,
 		Env: toolworld.Options{MaxTokens: w.MaxTokens, MaxCalls: w.MaxCalls}}
 }
@@ -67,7 +69,7 @@ func (w World) episodes(group int, temp float64, seed uint64) collect.EpisodeOpt
 // Evaluate plays one greedy episode of each task and returns the success rate and
 // the episodes' summary.
 func Evaluate(ctx context.Context, p *Policy, tasks []toolworld.Task, w World) (collect.Stats, error) {
-	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, tasks, w.episodes(1, 0, 0))
+	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, tasks, w.Episodes(1, 0, 0))
 	if err != nil {
 		return collect.Stats{}, fmt.Errorf("evaluate: %w", err)
 	}
@@ -96,7 +98,7 @@ func SaveModel(tr *xla.Trainer, from, dir string) error {
 	if err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
-	err = replaceDir(dir, func(tmp string) error {
+	err = ReplaceDir(dir, func(tmp string) error {
 		for name, b := range files {
 			if err := fsutil.WriteFileBytes(filepath.Join(tmp, name), b, 0o644); err != nil {
 				return err
@@ -110,10 +112,10 @@ func SaveModel(tr *xla.Trainer, from, dir string) error {
 	return nil
 }
 
-// replaceDir makes dir anew: fill writes its files into a temporary directory beside
+// ReplaceDir makes dir anew: fill writes its files into a temporary directory beside
 // it (dir.tmp, emptied first), which then replaces dir by a rename, the parent
 // directory synced.
-func replaceDir(dir string, fill func(tmp string) error) error {
+func ReplaceDir(dir string, fill func(tmp string) error) error {
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err

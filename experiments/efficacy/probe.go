@@ -61,7 +61,7 @@ func Probe(ctx context.Context, backend backends.Backend, dir string, w World, t
 	if err != nil {
 		return nil, err
 	}
-	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, ts, w.episodes(group, temp, sampleSeed(seed, 0)))
+	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, ts, w.Episodes(group, temp, SampleSeed(seed, 0)))
 	if err != nil {
 		return nil, fmt.Errorf("probe: %w", err)
 	}

@@ -107,7 +107,7 @@ func (s *StepStat) UnmarshalJSON(b []byte) error {
 
 // summarize fills the summary, ratio, costs and credit means from the runs.
 func (res *Results) summarize() {
-	res.ArmCost, res.Credit = armCosts(res.Runs)
+	res.ArmCost, res.Credit = ArmCosts(res.Runs)
 	var curves []Curve
 	for _, run := range res.Runs {
 		curves = append(curves, run.Curve)
@@ -128,9 +128,9 @@ func (res *Results) summarize() {
 	}
 }
 
-// armCosts returns per arm the mean cost of a run and the credit statistics averaged
+// ArmCosts returns per arm the mean cost of a run and the credit statistics averaged
 // over steps and runs.
-func armCosts(runs []Run) (map[string]Cost, map[string]StepStat) {
+func ArmCosts(runs []Run) (map[string]Cost, map[string]StepStat) {
 	costs, credits := map[string]Cost{}, map[string]StepStat{}
 	n := map[string]float64{}
 	for _, run := range runs {
@@ -225,13 +225,13 @@ func (res Results) Write(dir string) error {
 	if ct := res.CreditTable(); ct != "" {
 		md += "\nCredit statistics over training (mean over steps and seeds):\n\n" + ct
 	}
-	return writeResultFiles(dir, jsonSafe(res), curves, thr, title, md)
+	return WriteResultFiles(dir, jsonSafe(res), curves, thr, title, md)
 }
 
-// writeResultFiles writes a protocol's results into dir: results.json (v, JSON-ready),
+// WriteResultFiles writes a protocol's results into dir: results.json (v, JSON-ready),
 // efficacy.png (curves' success against rollouts, with the threshold thr; NaN: none),
 // efficacy_cpu.png (against training CPU-seconds) and results.md (md).
-func writeResultFiles(dir string, v any, curves []Curve, thr float64, title, md string) error {
+func WriteResultFiles(dir string, v any, curves []Curve, thr float64, title, md string) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write results: %w", err)

@@ -10,7 +10,7 @@ import (
 // CurveTable renders held-out success at every eval point (rollouts consumed) per arm,
 // mean ± sd over seeds: success at equal budget, point by point.
 func (res Results) CurveTable() string {
-	arms, byArm := res.runsByArm()
+	arms, byArm := res.RunsByArm()
 	if len(arms) == 0 {
 		return ""
 	}
@@ -56,7 +56,7 @@ func (res Results) CurveTable() string {
 // phase (the steps between two evals), the mean over steps and seeds of |Δ|, the clip
 // fraction, the pivot share, mean Δ on right and on wrong actions, and hints per step.
 func (res Results) CreditTable() string {
-	arms, byArm := res.runsByArm()
+	arms, byArm := res.RunsByArm()
 	every := max(res.Config.EvalEvery, 1)
 	var b strings.Builder
 	b.WriteString("| arm | steps | hints / step | mean \\|Δ\\| | clip fraction | pivot share | Δ right actions | Δ wrong actions |\n")
@@ -104,8 +104,8 @@ func (res Results) CreditTable() string {
 	return b.String()
 }
 
-// runsByArm groups the runs by arm, arms in first-seen order.
-func (res Results) runsByArm() ([]string, map[string][]Run) {
+// RunsByArm groups the runs by arm, arms in first-seen order.
+func (res Results) RunsByArm() ([]string, map[string][]Run) {
 	var arms []string
 	by := map[string][]Run{}
 	for _, r := range res.Runs {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/efficacytest"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
@@ -37,7 +38,7 @@ func TestTables(t *testing.T) {
 func TestDeltaSplitByVerdict(t *testing.T) {
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 1)
 	require.NoError(t, err)
-	r := played(t, tasks[0], "cst notes", "ls")
+	r := efficacytest.Played(t, tasks[0], "cst notes", "ls")
 	var verdicts []int
 	for k := range r.Segments {
 		verdicts = append(verdicts, Verdict(r, k))

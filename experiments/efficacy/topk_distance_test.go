@@ -11,6 +11,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/efficacytest"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/train"
@@ -32,7 +33,7 @@ func TestTopKDistanceFromFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scores protocol 3's warm start on a few rollouts")
 	}
-	backend, err := xla.NewBackend(xla.ResolveBackend(testBackendSpec(), ""))
+	backend, err := xla.NewBackend(xla.ResolveBackend(efficacytest.BackendSpec(), ""))
 	require.NoError(t, err)
 	m, err := xla.Open("../../bench/efficacy/protocol3/warmstart/model", xla.OpenOptions{})
 	require.NoError(t, err)
@@ -46,13 +47,14 @@ func TestTopKDistanceFromFull(t *testing.T) {
 	for _, arm := range []string{ArmSDPO, ArmHint} {
 		spec, err := ArmSpec3(arm, credit.DistillFull)
 		require.NoError(t, err)
-		at, err := newArmTeacher(tok, spec, Protocol3Hints)
+		// protocol 3's hint stage (protocol3.Hints).
+		at, err := newArmTeacher(tok, spec, HintSetup{Rules: RulesWorld3, Place: PlaceRetry, Base: credit.BaseStudent})
 		require.NoError(t, err)
 		var rolls []*rollout.Rollout
 		var ts []toolworld.Task
 		for i, task := range tasks {
-			win := played(t, task, task.Solution...)
-			lose := played(t, task, append([]string{[]string{"cta notes.txt", "lss", "grep owl", "cat -n notes/a.txt"}[i%4]}, task.Solution[0])...)
+			win := efficacytest.Played(t, task, task.Solution...)
+			lose := efficacytest.Played(t, task, append([]string{[]string{"cta notes.txt", "lss", "grep owl", "cat -n notes/a.txt"}[i%4]}, task.Solution[0])...)
 			win.ID, lose.ID = fmt.Sprintf("win%d", i), fmt.Sprintf("lose%d", i)
 			rolls, ts = append(rolls, win, lose), append(ts, task, task)
 		}

@@ -192,9 +192,9 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 		return res, err
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x73667400))
-	draw := newDemoBatches(demos, rng)
+	draw := NewDemoBatches(demos, rng)
 	for step := 1; step <= cfg.Steps; step++ {
-		met, err := tr.Step(ctx, draw.batch(cfg.Batch))
+		met, err := tr.Step(ctx, draw.Batch(cfg.Batch))
 		if err != nil {
 			return res, fmt.Errorf("warm start step %d: %w", step, err)
 		}
@@ -245,21 +245,21 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 	return res, nil
 }
 
-// demoBatches draws batches of demonstrations epoch by epoch, each epoch a fresh
+// DemoBatches draws batches of demonstrations epoch by epoch, each epoch a fresh
 // permutation from rng, so every demonstration is seen once per epoch.
-type demoBatches struct {
+type DemoBatches struct {
 	demos []credit.Sequence
 	rng   *rand.Rand
 	order []int
 	next  int
 }
 
-func newDemoBatches(demos []credit.Sequence, rng *rand.Rand) *demoBatches {
-	return &demoBatches{demos: demos, rng: rng, order: rng.Perm(len(demos))}
+func NewDemoBatches(demos []credit.Sequence, rng *rand.Rand) *DemoBatches {
+	return &DemoBatches{demos: demos, rng: rng, order: rng.Perm(len(demos))}
 }
 
-// batch returns the next n demonstrations.
-func (d *demoBatches) batch(n int) []credit.Sequence {
+// Batch returns the next n demonstrations.
+func (d *DemoBatches) Batch(n int) []credit.Sequence {
 	out := make([]credit.Sequence, 0, n)
 	for len(out) < n {
 		if d.next == len(d.order) {

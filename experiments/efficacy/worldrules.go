@@ -61,7 +61,7 @@ func (w *WorldRules) failedCall(r *rollout.Rollout, k int) (toolworld.Call, stri
 	if err1 != nil || err2 != nil {
 		return toolworld.Call{}, "", false
 	}
-	return toolworld.ParseCall(stripMarkers(call)), strings.TrimSpace(stripMarkers(out)), true
+	return toolworld.ParseCall(StripMarkers(call)), strings.TrimSpace(StripMarkers(out)), true
 }
 
 // turnFirst returns the first segment of the policy turn holding segment i.
@@ -74,7 +74,8 @@ func turnFirst(r *rollout.Rollout, i int) int {
 
 var markers = regexp.MustCompile(`<\|[^|<>\s]+\|>`)
 
-func stripMarkers(s string) string { return markers.ReplaceAllString(s, "") }
+// StripMarkers drops the chat markers (<|user|>, <|end|>, …) from s.
+func StripMarkers(s string) string { return markers.ReplaceAllString(s, "") }
 
 // syntax is each tool's call syntax, as the hints write it.
 var syntax = map[string]string{

@@ -7,34 +7,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/efficacytest"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
-
-// script plays fixed command lines, then answers 0.
-type script struct {
-	lines []string
-	next  int
-}
-
-func (s *script) Act(toolworld.Task, string, bool) string {
-	if s.next >= len(s.lines) {
-		return "answer 0"
-	}
-	s.next++
-	return s.lines[s.next-1]
-}
-
-// played runs lines on task in the real task world and returns the rollout.
-func played(t *testing.T, task toolworld.Task, lines ...string) *rollout.Rollout {
-	t.Helper()
-	env, err := toolworld.New(task, tokenizer.NewBytes(), toolworld.Options{MaxTokens: 1024})
-	require.NoError(t, err)
-	_, err = toolworld.Play(env, &script{lines: lines}, len(lines)+1)
-	require.NoError(t, err)
-	return env.Rollout("t")
-}
 
 // TestWorldAdviceFromTheToolsOwnErrors runs wrong calls in the task world and checks
 // the world rules read each error the tool really printed and name the right syntax.
@@ -61,7 +38,7 @@ func TestWorldAdviceFromTheToolsOwnErrors(t *testing.T) {
 		{"get wxyz1", []string{"There is no key `wxyz1`", "`get KEY`"}},
 		{"set k seven", []string{"`set` stores an integer written in digits", "`set KEY N`"}},
 	} {
-		r := played(t, task, tc.call)
+		r := efficacytest.Played(t, task, tc.call)
 		k := slicesIndex(r, rollout.KindToolCall)
 		require.GreaterOrEqual(t, k, 0, tc.call)
 		require.Equal(t, rollout.StatusError, r.Segments[k+1].Status, "%q fails in the task world", tc.call)
@@ -72,7 +49,7 @@ func TestWorldAdviceFromTheToolsOwnErrors(t *testing.T) {
 		}
 	}
 	// A call that worked gets no hint.
-	r := played(t, task, "ls")
+	r := efficacytest.Played(t, task, "ls")
 	k := slicesIndex(r, rollout.KindToolCall)
 	hs, err := NewWorldRules(tokenizer.NewBytes()).Hints(t.Context(), r, []teacher.Selection{{Segment: k}})
 	require.NoError(t, err)
@@ -140,7 +117,7 @@ func TestHinterRetryPlacement(t *testing.T) {
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 1)
 	require.NoError(t, err)
 	task := tasks[0]
-	r := played(t, task, "cst notes", "ls")
+	r := efficacytest.Played(t, task, "cst notes", "ls")
 	r.LogProbs = make([]float32, len(r.Tokens)) // sampled, as in training
 	k := slicesIndex(r, rollout.KindToolCall)
 	for _, tc := range []struct {
@@ -161,7 +138,7 @@ func TestHinterRetryPlacement(t *testing.T) {
 	// No policy turn after the failed call: no retry hint, counted.
 	env, err := toolworld.New(task, tokenizer.NewBytes(), toolworld.Options{MaxTokens: 1024})
 	require.NoError(t, err)
-	_, err = toolworld.Play(env, &script{lines: []string{"cst notes"}}, 1)
+	_, err = toolworld.Play(env, &efficacytest.Script{Lines: []string{"cst notes"}}, 1)
 	require.NoError(t, err)
 	last := env.Rollout("u")
 	h, err := NewHinterWith(tokenizer.NewBytes(), Protocol2Hints)
@@ -190,7 +167,7 @@ func TestWorldRulesLeakGuardStillDrops(t *testing.T) {
 		if file == "" {
 			continue
 		}
-		r := played(t, task, "cat qqq/"+file, "ls")
+		r := efficacytest.Played(t, task, "cat qqq/"+file, "ls")
 		r.LogProbs = make([]float32, len(r.Tokens))
 		h, err := NewHinterWith(tokenizer.NewBytes(), Protocol2Hints)
 		require.NoError(t, err)

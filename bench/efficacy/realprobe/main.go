@@ -5,7 +5,7 @@
 //
 //	go run ./bench/efficacy/realprobe -model MODEL_DIR -slips 48 -out bench/efficacy/protocol3/realmodel.json
 //
-// The slips are scripted (efficacy.RealSlips) on held-out tasks' solution paths; the
+// The slips are scripted (protocol3.RealSlips) on held-out tasks' solution paths; the
 // model is scored and decoded by hindsight's own Scorer and Sampler.
 package main
 
@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/hindsight-ai/hindsight/data"
-	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/protocol3"
 	"github.com/hindsight-ai/hindsight/internal/fsutil"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -62,7 +62,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	slips, err := efficacy.RealSlips(held, *n, *seed)
+	slips, err := protocol3.RealSlips(held, *n, *seed)
 	if err != nil {
 		fatal(err)
 	}
@@ -74,7 +74,7 @@ func main() {
 	}
 	progress(fmt.Sprintf("%d slips on held-out tasks %s … %s", len(slips), slips[0].TaskID, slips[len(slips)-1].TaskID))
 	command := "go run ./bench/efficacy/realprobe " + strings.Join(os.Args[1:], " ")
-	save := func(res efficacy.RealProbeResult) error {
+	save := func(res protocol3.RealProbeResult) error {
 		res.Command = command
 		if *out == "" {
 			return nil
@@ -89,7 +89,7 @@ func main() {
 		progress(fmt.Sprintf("wrote %s (%d slips)", *out, res.Slips))
 		return nil
 	}
-	res, err := efficacy.RealProbe(ctx, backend, *model, slips, *maxNew, *saveEvery, save, progress)
+	res, err := protocol3.RealProbe(ctx, backend, *model, slips, *maxNew, *saveEvery, save, progress)
 	if err != nil {
 		fatal(err)
 	}
@@ -102,7 +102,7 @@ func resummarize(path string) error {
 	if err != nil {
 		return err
 	}
-	var res efficacy.RealProbeResult
+	var res protocol3.RealProbeResult
 	if err := json.Unmarshal(b, &res); err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
@@ -114,19 +114,19 @@ func resummarize(path string) error {
 	return fsutil.WriteFileBytes(path, append(b, '\n'), 0o644)
 }
 
-// dumpSlips writes slips' conversations (efficacy.RealChat.Dump) to path.
-func dumpSlips(model string, slips []efficacy.RealSlip, path string) error {
+// dumpSlips writes slips' conversations (protocol3.RealChat.Dump) to path.
+func dumpSlips(model string, slips []protocol3.RealSlip, path string) error {
 	md, err := data.OpenModelDir(model)
 	if err != nil {
 		return err
 	}
 	tok := md.Tokenizer
 	md.Close()
-	chat, err := efficacy.NewRealChat(model, tok)
+	chat, err := protocol3.NewRealChat(model, tok)
 	if err != nil {
 		return err
 	}
-	var all []efficacy.RealDump
+	var all []protocol3.RealDump
 	for _, s := range slips {
 		d, err := chat.Dump(s)
 		if err != nil {

@@ -1,11 +1,14 @@
-package efficacy
+package protocol3
 
 import (
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
@@ -14,15 +17,15 @@ import (
 	"github.com/hindsight-ai/hindsight/train"
 )
 
-// Demo3Config shapes protocol 3's demonstrations (issue 27 item 2): a scripted agent
+// DemoConfig shapes protocol 3's demonstrations (issue 27 item 2): a scripted agent
 // on the solution's path slips with probability Slip before a call (half of the time
 // silently, where the call can be spoilt so, else with toolworld.Mistake's failing
-// call); after a slip, with probability HintRate a hint turn in SlipHint's wording
+// call); after a slip, with probability HintRate a hint turn in efficacy.SlipHint's wording
 // follows and the agent makes the corrected call, with probability SiblingRate a
-// sibling context (SiblingText of the solution's calls) follows and the agent makes
+// sibling context (efficacy.SiblingText of the solution's calls) follows and the agent makes
 // the corrected call, and otherwise the agent first makes the exploring call
 // (Explore), then the corrected call. Slipped calls are context, never targets.
-type Demo3Config struct {
+type DemoConfig struct {
 	Slip float64 `json:"slip"`
 	// Own is the share of slips drawn from OwnSlip (the slip types the warm start
 	// itself makes: a near-miss name, a wrong key, a wrong number) instead of the
@@ -32,10 +35,10 @@ type Demo3Config struct {
 	SiblingRate float64 `json:"sibling_rate"`
 }
 
-// DefaultDemo3 is the warm start's mix of attempts 2 and 3 (attempt 1 ran with Own 0 and
-// HintRate 0.4; attempt 3 changed SlipHint's wording, not the mix).
-func DefaultDemo3() Demo3Config {
-	return Demo3Config{Slip: 0.3, Own: 0.8, HintRate: 0.5, SiblingRate: 0.2}
+// DefaultDemo is the warm start's mix of attempts 2 and 3 (attempt 1 ran with Own 0 and
+// HintRate 0.4; attempt 3 changed efficacy.SlipHint's wording, not the mix).
+func DefaultDemo() DemoConfig {
+	return DemoConfig{Slip: 0.3, Own: 0.8, HintRate: 0.5, SiblingRate: 0.2}
 }
 
 // DemoCounts count what a set of demonstrations holds.
@@ -49,11 +52,11 @@ type DemoCounts struct {
 	Dropped      int `json:"dropped"` // episodes that did not succeed (cut short): not demonstrations
 }
 
-// Demos3 plays one demonstration of each of train tasks 0..n-1 (seeded by seed) and
+// Demos plays one demonstration of each of train tasks 0..n-1 (seeded by seed) and
 // returns the successful ones as trainer rollouts (SFT: advantage 1 on the policy
 // tokens that are not slips).
-func Demos3(tok tokenizer.Tokenizer, n int, cfg Demo3Config, maxTokens, maxCalls int, seed uint64) ([]credit.Sequence, DemoCounts, error) {
-	rule := train.NewRule(SFTCredit(), tok) // policy turns past their role header are the targets (no sampler log-probs)
+func Demos(tok tokenizer.Tokenizer, n int, cfg DemoConfig, maxTokens, maxCalls int, seed uint64) ([]credit.Sequence, DemoCounts, error) {
+	rule := train.NewRule(efficacy.SFTCredit(), tok) // policy turns past their role header are the targets (no sampler log-probs)
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, n)
 	if err != nil {
 		return nil, DemoCounts{}, err
@@ -61,7 +64,7 @@ func Demos3(tok tokenizer.Tokenizer, n int, cfg Demo3Config, maxTokens, maxCalls
 	var out []credit.Sequence
 	var cnt DemoCounts
 	for i, t := range tasks {
-		r, slips, err := playDemo3(tok, t, cfg, maxTokens, maxCalls, rand.New(rand.NewPCG(seed, uint64(i))), &cnt)
+		r, slips, err := playDemo(tok, t, cfg, maxTokens, maxCalls, rand.New(rand.NewPCG(seed, uint64(i))), &cnt)
 		if err != nil {
 			return nil, cnt, err
 		}
@@ -90,29 +93,29 @@ func Demos3(tok tokenizer.Tokenizer, n int, cfg Demo3Config, maxTokens, maxCalls
 }
 
 // drawSlip draws the call an agent makes instead of exp at a slip: OwnSlip with
-// probability own, else SilentSlip half of the time, and toolworld.Mistake's failing
+// probability own, else efficacy.SilentSlip half of the time, and toolworld.Mistake's failing
 // call where those give none other than exp. silent reports a slip that is not
-// Mistake's. Demos3 and CopyDemos3 draw their slips alike.
+// Mistake's. Demos and CopyDemos draw their slips alike.
 func drawSlip(exp string, t toolworld.Task, own float64, rng *rand.Rand) (slip string, silent bool) {
 	if rng.Float64() < own {
 		slip = OwnSlip(exp, t, rng.IntN)
 	} else if rng.IntN(2) == 0 {
-		slip = SilentSlip(exp, t, rng.IntN)
+		slip = efficacy.SilentSlip(exp, t, rng.IntN)
 	}
-	if slip == "" || SameCall(slip, exp) {
+	if slip == "" || efficacy.SameCall(slip, exp) {
 		return toolworld.Mistake(exp, rng), false
 	}
 	return slip, true
 }
 
-// playDemo3 plays one demonstration; nil when it did not end in success. slips marks
+// playDemo plays one demonstration; nil when it did not end in success. slips marks
 // the tool calls (in order) that were slips.
-func playDemo3(tok tokenizer.Tokenizer, t toolworld.Task, cfg Demo3Config, maxTokens, maxCalls int, rng *rand.Rand, cnt *DemoCounts) (*rollout.Rollout, map[int]bool, error) {
+func playDemo(tok tokenizer.Tokenizer, t toolworld.Task, cfg DemoConfig, maxTokens, maxCalls int, rng *rand.Rand, cnt *DemoCounts) (*rollout.Rollout, map[int]bool, error) {
 	env, err := toolworld.New(t, tok, toolworld.Options{MaxTokens: maxTokens, MaxCalls: maxCalls})
 	if err != nil {
 		return nil, nil, err
 	}
-	k := NewTracker(t)
+	k := efficacy.NewTracker(t)
 	slips := map[int]bool{}
 	calls := 0
 	pending, explored := false, false
@@ -124,20 +127,20 @@ func playDemo3(tok tokenizer.Tokenizer, t toolworld.Task, cfg Demo3Config, maxTo
 			pending = false
 			switch u := rng.Float64(); {
 			case u < cfg.HintRate:
-				if h := SlipHint(k); h != "" {
+				if h := efficacy.SlipHint(k); h != "" {
 					if _, err := env.Hint(h); err == nil {
 						cnt.HintTurns++
 						line = exp
 					}
 				}
 			case u < cfg.HintRate+cfg.SiblingRate:
-				if _, err := env.UserTurn(SiblingText(t.Solution)); err == nil {
+				if _, err := env.UserTurn(efficacy.SiblingText(t.Solution)); err == nil {
 					cnt.SiblingTurns++
 					line = exp
 				}
 			}
 			if line == "" {
-				line, explored = Explore(exp), true
+				line, explored = efficacy.Explore(exp), true
 				cnt.Explores++
 			}
 		case explored:
@@ -240,3 +243,6 @@ func OwnSlip(call string, t toolworld.Task, pick func(n int) int) string {
 	}
 	return ""
 }
+
+// reNumber finds the numbers of a call (as efficacy's slips do).
+var reNumber = regexp.MustCompile(`[0-9]+`)

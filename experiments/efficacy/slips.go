@@ -10,11 +10,6 @@ import (
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
 
-// Protocol3World sizes protocol 3's task world: 320 tokens a rollout, 40 a turn, 8
-// calls, where one slip no longer ends a chained task (issue 27: the noisy scripted
-// agent with p = 0.25 succeeds 86.4% at 256 tokens / 6 calls, 90.8% at 320 / 8).
-func Protocol3World() World { return World{MaxTokens: 320, MaxTurnTokens: 40, MaxCalls: 8} }
-
 // Turn is one call of an episode as the policy saw it: its command line and the
 // tool's output.
 type Turn struct {
@@ -94,22 +89,23 @@ func SiblingText(calls []string) string {
 	return "A correct attempt:\n" + strings.Join(calls, "\n") + "\nNow solve it yourself."
 }
 
-// visibleWords are the words (runs of letters and digits) of the episode's visible
+// VisibleWords are the words (runs of letters and digits) of the episode's visible
 // prefix: the system prompt, the task prompt, every call and every tool output.
-func visibleWords(t toolworld.Task, turns []Turn) map[string]bool {
+func VisibleWords(t toolworld.Task, turns []Turn) map[string]bool {
 	var b strings.Builder
 	b.WriteString(toolworld.SystemPrompt + "\n" + t.Prompt + "\n")
 	for _, tu := range turns {
 		b.WriteString(tu.Call + "\n" + tu.Out + "\n")
 	}
 	seen := map[string]bool{}
-	for _, w := range words(b.String()) {
+	for _, w := range Words(b.String()) {
 		seen[w] = true
 	}
 	return seen
 }
 
-func words(s string) []string {
+// Words are the runs of letters, digits and underscores of s.
+func Words(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool {
 		return !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '_')
 	})
@@ -122,8 +118,8 @@ func Nameable(call string, t toolworld.Task, turns []Turn) bool {
 	if c.Name == toolworld.AnswerCommand || !c.IsTool() {
 		return false
 	}
-	seen := visibleWords(t, turns)
-	for _, w := range words(strings.Join(c.Args, " ")) {
+	seen := VisibleWords(t, turns)
+	for _, w := range Words(strings.Join(c.Args, " ")) {
 		if w == t.Answer || !seen[w] {
 			return false
 		}
@@ -136,11 +132,11 @@ func Nameable(call string, t toolworld.Task, turns []Turn) bool {
 // solution reads that the episode has not seen (issue 27: a hint may quote anything
 // the visible prefix shows, never the answer or a file the episode has not seen).
 func LeaksUnseen(text string, t toolworld.Task, turns []Turn) bool {
-	ws := words(text)
+	ws := Words(text)
 	if slices.Contains(ws, t.Answer) {
 		return true
 	}
-	seen := visibleWords(t, turns)
+	seen := VisibleWords(t, turns)
 	sol := strings.Join(t.Solution, "\n")
 	for path := range t.Files {
 		if !strings.Contains(sol, path) {
@@ -184,7 +180,7 @@ func silentAdvice(tool string) string {
 // next, so that it is not a wrong token of the slip.
 func slipAdvice(out, exp string) string {
 	right := map[string]bool{}
-	for _, w := range words(exp) {
+	for _, w := range Words(exp) {
 		right[w] = true
 	}
 	// lsDir is "`ls DIR` lists the files in DIR/" when path's directory is right.
@@ -261,15 +257,15 @@ func SlipHint(k *Tracker) string {
 	if !Nameable(exp, k.Task, k.Turns) {
 		exp = ""
 	}
-	return slipHintNaming(k, exp)
+	return SlipHintNaming(k, exp)
 }
 
-// slipHintNaming is SlipHint's text with "Next: `call`." naming call (nothing when
+// SlipHintNaming is SlipHint's text with "Next: `call`." naming call (nothing when
 // call is ""): the diagnosis is always of the slip against the call the task needs
 // next, so hints that name different calls at one slip differ only in the call named
-// (the copy curriculum's contrastive variants, CopyDemos3). "" when the text would
+// (the copy curriculum's contrastive variants, protocol3.CopyDemos). "" when the text would
 // leak (LeaksUnseen).
-func slipHintNaming(k *Tracker, call string) string {
+func SlipHintNaming(k *Tracker, call string) string {
 	last := k.Turns[len(k.Turns)-1]
 	var diag string
 	if last.Failed {

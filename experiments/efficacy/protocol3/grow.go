@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/checkpoint"
@@ -87,7 +89,7 @@ func GrowLayers(from, dir string, layers int, seed uint64) error {
 	if err != nil {
 		return fmt.Errorf("grow layers: %w", err)
 	}
-	err = replaceDir(dir, func(tmp string) error {
+	err = efficacy.ReplaceDir(dir, func(tmp string) error {
 		for name, b := range files {
 			if name == data.ConfigFileName {
 				continue

@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"encoding/json"
@@ -8,38 +8,41 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+
 	"github.com/stretchr/testify/require"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/efficacytest"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
 
-// TestArms3Smoke runs protocol 3's four arms for two steps each on a tiny untrained
-// model (pure Go backend; $HINDSIGHT_TEST_BACKEND=xla-cpu for XLA) through runArms3,
+// TestArmsSmoke runs protocol 3's four arms for two steps each on a tiny untrained
+// model (pure Go backend; $HINDSIGHT_TEST_BACKEND=xla-cpu for XLA) through runArms,
 // the arms' command after its gate check — the test-only path around the check, since
 // no gate was measured on this model — and checks the runs' invariants and that
 // results.json, the plot and the table agree. It checks the plumbing, not the answer.
 // It runs seed 101, not one of the registered 1–3: any seed list runs (-seed-list), and
 // the train tasks are the seed's own.
-func TestArms3Smoke(t *testing.T) {
-	backend, dir, model := tinyModel(t, "model")
+func TestArmsSmoke(t *testing.T) {
+	backend, dir, model := efficacytest.TinyModel(t, "model")
 
-	cfg := Protocol3Config()
+	cfg := Config()
 	cfg.Model, cfg.LR = model, 1e-3
 	cfg.Seeds, cfg.Steps, cfg.TasksPerStep, cfg.Group, cfg.EvalEvery, cfg.EvalTasks = []int64{101}, 2, 2, 2, 1, 2
-	cfg.World = World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
+	cfg.World = efficacy.World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
 	gates := GateSet{"G1": {Pass: false, Threshold: "not measured on this model"}}
 	out := filepath.Join(dir, "arms")
 	var lines []string
-	res, err := runArms3(t.Context(), backend, cfg, gates, true, out, "test", func(s string) { lines = append(lines, s); t.Log(s) })
+	res, err := runArms(t.Context(), backend, cfg, gates, true, out, "test", func(s string) { lines = append(lines, s); t.Log(s) })
 	require.NoError(t, err)
 	require.False(t, res.Partial)
 	require.True(t, res.GatesBypassed)
-	require.Len(t, res.Runs, len(Arms3))
+	require.Len(t, res.Runs, len(efficacy.Arms3))
 
 	first := res.Runs[0]
 	for i, run := range res.Runs {
 		c := run.Curve
-		require.Equal(t, Arms3[i], c.Arm, "seed-major, the arms in order")
+		require.Equal(t, efficacy.Arms3[i], c.Arm, "seed-major, the arms in order")
 		require.Len(t, c.Points, 3, "the warm start and one eval per step")
 		require.Equal(t, first.Curve.Points[0], c.Points[0], "every arm starts from the same warm start")
 		require.Len(t, run.Steps, cfg.Steps)
@@ -48,22 +51,22 @@ func TestArms3Smoke(t *testing.T) {
 			require.Equal(t, first.Steps[k].Tasks, st.Tasks, "%s step %d: the outcome arm's tasks", c.Arm, st.Step)
 			want, err := cfg.Tasks(c.Seed, st.Step)
 			require.NoError(t, err)
-			require.Equal(t, TasksFingerprint(want), st.Tasks)
+			require.Equal(t, efficacy.TasksFingerprint(want), st.Tasks)
 		}
 		switch c.Arm {
-		case ArmOutcome:
+		case efficacy.ArmOutcome:
 			require.Zero(t, run.Hints.Rollouts, "outcome-only runs no teacher")
 			for _, st := range run.Steps {
 				require.Zero(t, st.Hints)
 				require.Zero(t, st.DistillTokens)
 			}
-		case ArmSDPO:
+		case efficacy.ArmSDPO:
 			require.Equal(t, cfg.Steps*cfg.TasksPerStep*cfg.Group, run.Hints.Rollouts, "the daemon's teacher saw every rollout")
-			require.Equal(t, run.Hints.Hints, sum(run.Steps, func(s StepStat) int { return s.Hints }))
-		case ArmHint, ArmPlacebo:
+			require.Equal(t, run.Hints.Hints, stepHints(run.Steps))
+		case efficacy.ArmHint, efficacy.ArmPlacebo:
 			require.Equal(t, cfg.Steps*cfg.TasksPerStep*cfg.Group, run.Hints.Rollouts)
 			trained := run.Hints.Hints - run.Hints.PlaceboSameTask
-			require.Equal(t, trained, sum(run.Steps, func(s StepStat) int { return s.Hints }))
+			require.Equal(t, trained, stepHints(run.Steps))
 			require.Positive(t, run.Hints.Hints, "an untrained policy slips: the world rules have hints")
 		}
 		for _, st := range run.Steps {
@@ -74,7 +77,7 @@ func TestArms3Smoke(t *testing.T) {
 	}
 	other, err := cfg.Tasks(1, 1)
 	require.NoError(t, err)
-	require.NotEqual(t, first.Steps[0].Tasks, TasksFingerprint(other), "another seed's tasks differ: the check can fail")
+	require.NotEqual(t, first.Steps[0].Tasks, efficacy.TasksFingerprint(other), "another seed's tasks differ: the check can fail")
 
 	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
 	require.NoError(t, err)
@@ -85,18 +88,18 @@ func TestArms3Smoke(t *testing.T) {
 	require.Contains(t, got["gates"], "G1")
 	ratio, ok := got["ratio"].(map[string]any)
 	require.True(t, ok, "ratio per arm")
-	for _, a := range []string{ArmSDPO, ArmHint, ArmPlacebo} {
+	for _, a := range []string{efficacy.ArmSDPO, efficacy.ArmHint, efficacy.ArmPlacebo} {
 		require.Contains(t, ratio, a)
 	}
-	require.NotContains(t, ratio, ArmOutcome)
-	back, err := ReadResults3(filepath.Join(out, "results.json"))
+	require.NotContains(t, ratio, efficacy.ArmOutcome)
+	back, err := ReadResults(filepath.Join(out, "results.json"))
 	require.NoError(t, err)
 	require.Equal(t, res.Table(), back.Table(), "results.json holds everything the table is made of")
 	md, err := os.ReadFile(filepath.Join(out, "results.md"))
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(md), res.Table()), "results.md opens with the table")
 	require.Contains(t, string(md), "(**bypassed**")
-	for _, a := range Arms3 {
+	for _, a := range efficacy.Arms3 {
 		require.Contains(t, string(md), "| "+a+" |")
 	}
 	for _, name := range []string{"efficacy.png", "efficacy_cpu.png"} {
@@ -108,4 +111,13 @@ func TestArms3Smoke(t *testing.T) {
 	}
 	require.Equal(t, toolworld.SplitHeldout, back.Config.EvalSplit)
 	require.Equal(t, 3, back.Config.Protocol)
+}
+
+// stepHints is the hints the steps trained on, summed over steps.
+func stepHints(steps []efficacy.StepStat) int {
+	n := 0
+	for _, s := range steps {
+		n += s.Hints
+	}
+	return n
 }

@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"context"
@@ -8,57 +8,59 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 )
 
-// Results3 is protocol 3's arms' results.json: the config, the gates the arms ran
+// Results is protocol 3's arms' results.json: the config, the gates the arms ran
 // under, every run, each arm's ratio against outcome-only and the summary.
-type Results3 struct {
+type Results struct {
 	// Partial is true while not every arm × seed has run; the summary then covers
 	// the seeds every arm has finished.
-	Partial bool    `json:"partial"`
-	Command string  `json:"command"`
-	Config  Config  `json:"config"`
-	Seeds   []int64 `json:"seeds"`
+	Partial bool            `json:"partial"`
+	Command string          `json:"command"`
+	Config  efficacy.Config `json:"config"`
+	Seeds   []int64         `json:"seeds"`
 	// Gates are the gates read before the first arm (CheckGates passed them, or a test
 	// bypassed the check and says so in GatesBypassed).
 	Gates         GateSet `json:"gates"`
 	GatesBypassed bool    `json:"gates_bypassed,omitempty"`
-	// Ratio is per arm but outcome-only (Summary3.Ratio); null per arm, with NoRatio
+	// Ratio is per arm but outcome-only (Summary.Ratio); null per arm, with NoRatio
 	// set, when there is none.
 	Ratio   map[string]*ArmRatio `json:"ratio"`
 	NoRatio string               `json:"no_ratio,omitempty"`
-	Summary *Summary3            `json:"summary,omitempty"`
+	Summary *Summary             `json:"summary,omitempty"`
 	// ArmCost is per arm: mean training CPU-seconds and wall seconds per run.
-	ArmCost map[string]Cost `json:"arm_cost"`
+	ArmCost map[string]efficacy.Cost `json:"arm_cost"`
 	// Credit is per arm: the credit statistics averaged over steps and seeds.
-	Credit map[string]StepStat `json:"credit"`
-	Runs   []Run               `json:"runs"`
+	Credit map[string]efficacy.StepStat `json:"credit"`
+	Runs   []efficacy.Run               `json:"runs"`
 	// WallSeconds and CPUSeconds are the whole command's.
 	WallSeconds float64 `json:"wall_seconds"`
 	CPUSeconds  float64 `json:"cpu_seconds"`
 }
 
-// Experiment3 runs protocol 3's arms (r.Config.Protocol 3), seed-major as Experiment
+// Experiment runs protocol 3's arms (r.Config.Protocol 3), seed-major as Experiment
 // does, calling save after each run with the results so far. The gates are recorded
 // as given: the caller has checked them (ArmsReady).
-func Experiment3(ctx context.Context, r *Runner, gates GateSet, save func(Results3) error) (Results3, error) {
+func Experiment(ctx context.Context, r *efficacy.Runner, gates GateSet, save func(Results) error) (Results, error) {
 	if r.Config.Protocol != 3 {
-		return Results3{}, fmt.Errorf("experiment 3: config of protocol %d", r.Config.Protocol)
+		return Results{}, fmt.Errorf("experiment 3: config of protocol %d", r.Config.Protocol)
 	}
-	var out Results3
-	res, err := Experiment(ctx, r, func(res Results) error {
-		out = NewResults3(res, gates)
+	var out Results
+	res, err := efficacy.Experiment(ctx, r, func(res efficacy.Results) error {
+		out = NewResults(res, gates)
 		return save(out)
 	})
 	if err != nil {
 		return out, err
 	}
-	return NewResults3(res, gates), nil
+	return NewResults(res, gates), nil
 }
 
-// NewResults3 summarizes the runs of res (protocol 3's) under gates.
-func NewResults3(res Results, gates GateSet) Results3 {
-	out := Results3{Partial: res.Partial, Command: res.Command, Config: res.Config, Seeds: res.Config.Seeds, Gates: gates,
+// NewResults summarizes the runs of res (protocol 3's) under gates.
+func NewResults(res efficacy.Results, gates GateSet) Results {
+	out := Results{Partial: res.Partial, Command: res.Command, Config: res.Config, Seeds: res.Config.Seeds, Gates: gates,
 		Runs: res.Runs, WallSeconds: res.WallSeconds, CPUSeconds: res.CPUSeconds}
 	out.summarize()
 	return out
@@ -66,11 +68,11 @@ func NewResults3(res Results, gates GateSet) Results3 {
 
 // summarize fills the summary, ratios, costs and credit means from the runs; while
 // partial, from the seeds every arm has finished.
-func (res *Results3) summarize() {
-	res.ArmCost, res.Credit = armCosts(res.Runs)
+func (res *Results) summarize() {
+	res.ArmCost, res.Credit = efficacy.ArmCosts(res.Runs)
 	res.Summary, res.Ratio, res.NoRatio = nil, map[string]*ArmRatio{}, ""
 	for _, a := range res.Config.Arms {
-		if a != ArmOutcome {
+		if a != efficacy.ArmOutcome {
 			res.Ratio[a] = nil
 		}
 	}
@@ -78,7 +80,7 @@ func (res *Results3) summarize() {
 	for _, run := range res.Runs {
 		done[run.Curve.Seed]++
 	}
-	var curves []Curve
+	var curves []efficacy.Curve
 	for _, run := range res.Runs {
 		if !res.Partial || done[run.Curve.Seed] == len(res.Config.Arms) {
 			curves = append(curves, run.Curve)
@@ -88,7 +90,7 @@ func (res *Results3) summarize() {
 		res.NoRatio = "no seed has run every arm yet"
 		return
 	}
-	s, err := Summarize3(curves, res.Config.Arms)
+	s, err := Summarize(curves, res.Config.Arms)
 	if err != nil {
 		res.NoRatio = err.Error()
 		return
@@ -99,16 +101,16 @@ func (res *Results3) summarize() {
 	}
 }
 
-// ReadResults3 reads a results.json that Results3.Write wrote and summarizes its runs
+// ReadResults reads a results.json that Results.Write wrote and summarizes its runs
 // again.
-func ReadResults3(path string) (Results3, error) {
+func ReadResults(path string) (Results, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return Results3{}, fmt.Errorf("read results: %w", err)
+		return Results{}, fmt.Errorf("read results: %w", err)
 	}
-	var res Results3
+	var res Results
 	if err := json.Unmarshal(raw, &res); err != nil {
-		return Results3{}, fmt.Errorf("read results %s: %w", path, err)
+		return Results{}, fmt.Errorf("read results %s: %w", path, err)
 	}
 	res.summarize()
 	return res, nil
@@ -117,8 +119,8 @@ func ReadResults3(path string) (Results3, error) {
 // Write writes results.json, efficacy.png (held-out success against rollouts, with
 // the threshold), efficacy_cpu.png (against training CPU-seconds) and results.md
 // (Table, success at equal budget, credit statistics) into dir.
-func (res Results3) Write(dir string) error {
-	var curves []Curve
+func (res Results) Write(dir string) error {
+	var curves []efficacy.Curve
 	for _, r := range res.Runs {
 		curves = append(curves, r.Curve)
 	}
@@ -130,22 +132,22 @@ func (res Results3) Write(dir string) error {
 	if res.Partial {
 		title += " (partial)"
 	}
-	base := Results{Config: res.Config, Runs: res.Runs}
+	base := efficacy.Results{Config: res.Config, Runs: res.Runs}
 	md := res.Table() + "\nSuccess at equal budget (held-out, mean ± sd over seeds):\n\n" + base.CurveTable() +
 		"\nCredit statistics over training (per run, mean over steps and seeds):\n\n" + res.CreditTable()
-	return writeResultFiles(dir, JSONSafe(res), curves, thr, title, md)
+	return efficacy.WriteResultFiles(dir, efficacy.JSONSafe(res), curves, thr, title, md)
 }
 
 // Table renders the report: the gates, the threshold, per arm the final success, gain,
 // rollouts-to-threshold per seed, the paired ratio against outcome-only (per seed,
 // mean ± sd, min–max) and the cost of a run.
-func (res Results3) Table() string {
+func (res Results) Table() string {
 	var b strings.Builder
 	if res.Partial {
 		b.WriteString("**Partial results**: not every arm × seed has run; the summary covers the seeds every arm has finished.\n\n")
 	}
 	var gs []string
-	for _, k := range Gates3Keys {
+	for _, k := range GateKeys {
 		g, ok := res.Gates[k.Name]
 		switch {
 		case !ok:
@@ -222,11 +224,11 @@ func (res Results3) Table() string {
 
 // CreditTable renders per arm what its teacher did and the two loss terms: hint spans
 // a step, the context kinds, mean loss terms over steps, distillation tokens a step.
-func (res Results3) CreditTable() string {
+func (res Results) CreditTable() string {
 	var b strings.Builder
 	b.WriteString("| arm | hint spans / step | contexts (per run) | loss_out | loss_distill | distillation tokens / step | placebo: moved / dropped |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
-	arms, byArm := Results{Runs: res.Runs}.runsByArm()
+	arms, byArm := efficacy.Results{Runs: res.Runs}.RunsByArm()
 	for _, a := range arms {
 		runs := byArm[a]
 		var steps, hints, dtok, moved, same int
@@ -257,7 +259,7 @@ func (res Results3) CreditTable() string {
 			return fmt.Sprintf("%.4f", x)
 		}
 		pl := "–"
-		if a == ArmPlacebo {
+		if a == efficacy.ArmPlacebo {
 			pl = fmt.Sprintf("%d / %d", moved, same)
 		}
 		fmt.Fprintf(&b, "| %s | %.1f | %s | %s | %s | %.0f | %s |\n", a, float64(hints)/float64(max(steps, 1)), strings.Join(ks, ", "),

@@ -1,10 +1,12 @@
-package efficacy
+package protocol3
 
 import (
 	"context"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/gomlx/gomlx/backends"
 
@@ -18,7 +20,7 @@ import (
 type RealNext struct {
 	Context string `json:"context"`
 	Slips   int    `json:"slips"`
-	// Exact: the reply's first line is the right call (SameCall). Loose: some line
+	// Exact: the reply's first line is the right call (efficacy.SameCall). Loose: some line
 	// of it holds the right tool's name followed by every argument of the right call
 	// (LooseCall); LooseFirst: its first line does (a reply that recites several
 	// calls, e.g. the sibling's, counts for Loose when any line holds the right one).
@@ -43,7 +45,7 @@ type RealDelta struct {
 	Right   float64 `json:"right"`
 	Repeat  float64 `json:"repeat"`
 	Explore float64 `json:"explore"`
-	// Wrong pools Repeat and Explore over the wrong actions compared (as ProbeDelta).
+	// Wrong pools Repeat and Explore over the wrong actions compared (as efficacy.ProbeDelta).
 	Wrong float64 `json:"wrong"`
 	// RightNamed is Right over the slips whose hint names the right call.
 	RightNamed float64 `json:"right_named"`
@@ -100,9 +102,9 @@ var (
 // measured one at a time; after every saveEvery of them (and at the end) save, when
 // not nil, gets the result so far, so a run stopped early keeps what it measured.
 func RealProbe(ctx context.Context, backend backends.Backend, dir string, slips []RealSlip, maxNew, saveEvery int, save func(RealProbeResult) error, progress func(string)) (RealProbeResult, error) {
-	c0 := CPUTime()
+	c0 := efficacy.CPUTime()
 	res := RealProbeResult{Model: dir, Kinds: map[string]int{}, MaxNew: maxNew}
-	p, err := OpenPolicy(backend, dir)
+	p, err := efficacy.OpenPolicy(backend, dir)
 	if err != nil {
 		return res, err
 	}
@@ -126,7 +128,7 @@ func RealProbe(ctx context.Context, backend backends.Backend, dir string, slips 
 		res.Items = append(res.Items, r)
 		res.PiecesMatch, res.Pieces = res.PiecesMatch+match, res.Pieces+checked
 		res.summarize()
-		res.CPUSeconds = (CPUTime() - c0).Seconds()
+		res.CPUSeconds = (efficacy.CPUTime() - c0).Seconds()
 		if progress != nil {
 			progress(fmt.Sprintf("real probe: slip %d/%d %s cpu %.0fs", i+1, len(slips), s.TaskID, res.CPUSeconds))
 		}
@@ -336,11 +338,11 @@ func (res *RealProbeResult) summarize() {
 		for _, it := range res.Items {
 			reply := it.Reply[kind]
 			first := firstLine(reply)
-			exact, loose := SameCall(first, it.Right), LooseCall(reply, it.Right)
+			exact, loose := efficacy.SameCall(first, it.Right), LooseCall(reply, it.Right)
 			x.Exact, x.Loose = x.Exact+b2i(exact), x.Loose+b2i(loose)
 			x.LooseFirst += b2i(LooseCall(first, it.Right))
-			x.Repeat += b2i(SameCall(first, it.Repeat))
-			x.Explore += b2i(it.Explore != "" && SameCall(first, it.Explore))
+			x.Repeat += b2i(efficacy.SameCall(first, it.Repeat))
+			x.Explore += b2i(it.Explore != "" && efficacy.SameCall(first, it.Explore))
 			if it.NamesNext {
 				x.Named++
 				x.ExactNamed, x.LooseNamed = x.ExactNamed+b2i(exact), x.LooseNamed+b2i(loose)

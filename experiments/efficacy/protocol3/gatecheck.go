@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/data/safetensors"
@@ -22,15 +24,15 @@ import (
 // Gate is one of protocol 3's gates: its name and its field in results.json.
 type Gate struct{ Name, Key string }
 
-// Gates3Keys are protocol 3's gates in order, each with the results.json field that
-// holds its GateResult: G1–G3 as MeasureGates3 writes them, G4 as WritePilot adds it.
-var Gates3Keys = []Gate{{"G1", "g1_live_hints"}, {"G2", "g2_probe"}, {"G3", "g3_warm_start"}, {"G4", "g4_outcome_pilot"}}
+// GateKeys are protocol 3's gates in order, each with the results.json field that
+// holds its GateResult: G1–G3 as MeasureGates writes them, G4 as WritePilot adds it.
+var GateKeys = []Gate{{"G1", "g1_live_hints"}, {"G2", "g2_probe"}, {"G3", "g3_warm_start"}, {"G4", "g4_outcome_pilot"}}
 
 // GateSet is the gates a results.json records, by name (G1…G4); a gate not measured
 // is absent.
 type GateSet map[string]GateResult
 
-// ReadGates reads the gates of results.json at path (Gates3Keys), and the pilot's
+// ReadGates reads the gates of results.json at path (GateKeys), and the pilot's
 // record when there is one.
 func ReadGates(path string) (GateSet, *PilotResult, error) {
 	raw, err := os.ReadFile(path)
@@ -45,7 +47,7 @@ func ReadGates(path string) (GateSet, *PilotResult, error) {
 		return nil, nil, fmt.Errorf("read gates %s: %w", path, err)
 	}
 	g := GateSet{}
-	for _, k := range Gates3Keys {
+	for _, k := range GateKeys {
 		v, ok := fields[k.Key]
 		if !ok || string(v) == "null" {
 			continue
@@ -69,12 +71,12 @@ func ReadGates(path string) (GateSet, *PilotResult, error) {
 // ErrGates is wrapped by CheckGates's error: the arms must not run.
 var ErrGates = errors.New("protocol 3's gates do not pass: the arms do not run")
 
-// CheckGates returns nil when every gate of Gates3Keys passed, else an error (wrapping
+// CheckGates returns nil when every gate of GateKeys passed, else an error (wrapping
 // ErrGates) naming each gate that failed, with its measured numbers and threshold, or
 // was not measured.
 func CheckGates(g GateSet) error {
 	var bad []string
-	for _, k := range Gates3Keys {
+	for _, k := range GateKeys {
 		r, ok := g[k.Name]
 		switch {
 		case !ok && k.Name == "G4":
@@ -92,7 +94,7 @@ func CheckGates(g GateSet) error {
 }
 
 func measured(m map[string]float64) string {
-	b, _ := json.Marshal(JSONSafe(m)) // keys sorted
+	b, _ := json.Marshal(efficacy.JSONSafe(m)) // keys sorted
 	return string(b)
 }
 
@@ -107,13 +109,13 @@ const pilotKey = "g4_pilot"
 type PilotResult struct {
 	// Model is the warm start's directory and ModelSHA256 its weights' digest: the
 	// arms refuse a warm start other than the one the pilot ran on.
-	Model       string    `json:"model"`
-	ModelSHA256 string    `json:"model_sha256"`
-	Config      Config    `json:"config"`
-	LRs         []float64 `json:"lrs"`
+	Model       string          `json:"model"`
+	ModelSHA256 string          `json:"model_sha256"`
+	Config      efficacy.Config `json:"config"`
+	LRs         []float64       `json:"lrs"`
 	// Gains are the final validation gains (points as fractions), one per rate.
-	Gains []float64 `json:"gains"`
-	Runs  []Run     `json:"runs"`
+	Gains []float64      `json:"gains"`
+	Runs  []efficacy.Run `json:"runs"`
 	// LR is the rate chosen, Gain its gain.
 	LR         float64 `json:"lr"`
 	Gain       float64 `json:"gain"`
@@ -125,10 +127,10 @@ type PilotResult struct {
 // PilotMinGain is G4's least gain of outcome-only on the validation split (5 points).
 const PilotMinGain = 0.05
 
-// Pilot runs G4 with cfg's arms settings (Protocol3Config with Model set) at each
+// Pilot runs G4 with cfg's arms settings (Config with Model set) at each
 // rate of lrs.
-func Pilot(ctx context.Context, backend backends.Backend, cfg Config, lrs []float64, progress func(string)) (PilotResult, error) {
-	c0 := CPUTime()
+func Pilot(ctx context.Context, backend backends.Backend, cfg efficacy.Config, lrs []float64, progress func(string)) (PilotResult, error) {
+	c0 := efficacy.CPUTime()
 	if len(lrs) == 0 {
 		return PilotResult{}, errors.New("pilot: no learning rate")
 	}
@@ -141,21 +143,21 @@ func Pilot(ctx context.Context, backend backends.Backend, cfg Config, lrs []floa
 		return PilotResult{}, errors.New("pilot: no seed")
 	}
 	seed := cfg.Seeds[0] // 1 as registered; another with -seed-list
-	pc.Arms, pc.Seeds = []string{ArmOutcome}, []int64{seed}
+	pc.Arms, pc.Seeds = []string{efficacy.ArmOutcome}, []int64{seed}
 	pc.EvalSplit, pc.EvalTasks = toolworld.SplitValidation, toolworld.SplitSizes[toolworld.SplitValidation]
 	pc.LR = lrs[0]
 	if err := pc.Validate(); err != nil {
 		return PilotResult{}, fmt.Errorf("pilot: %w", err)
 	}
 	res := PilotResult{Model: cfg.Model, ModelSHA256: sum, Config: pc, LRs: lrs, Gain: -1}
-	r := &Runner{Backend: backend, Config: pc, Progress: progress}
+	r := &efficacy.Runner{Backend: backend, Config: pc, Progress: progress}
 	defer r.Close()
 	for _, lr := range lrs {
 		if !(lr > 0) {
 			return res, fmt.Errorf("pilot: learning rate %g, want > 0", lr)
 		}
 		r.Config.LR = lr
-		run, err := r.Run(ctx, ArmOutcome, seed)
+		run, err := r.Run(ctx, efficacy.ArmOutcome, seed)
 		if err != nil {
 			return res, fmt.Errorf("pilot: lr %g: %w", lr, err)
 		}
@@ -168,7 +170,7 @@ func Pilot(ctx context.Context, backend backends.Backend, cfg Config, lrs []floa
 		progress(fmt.Sprintf("pilot: lr %g validation gain %+.1f points", lr, 100*g))
 	}
 	res.Pass = res.Gain >= PilotMinGain-1e-12
-	res.CPUSeconds = (CPUTime() - c0).Seconds()
+	res.CPUSeconds = (efficacy.CPUTime() - c0).Seconds()
 	return res, nil
 }
 
@@ -182,7 +184,7 @@ func (p PilotResult) Gate() GateResult {
 		Threshold: fmt.Sprintf("outcome-only's final gain on the validation split (seed 1) at the best rate ≥ %.2f", PilotMinGain)}
 }
 
-// WritePilot adds the pilot to the results.json at path, which MeasureGates3 wrote
+// WritePilot adds the pilot to the results.json at path, which MeasureGates wrote
 // (its other fields are kept as they are): G4's GateResult and the pilot's record.
 func WritePilot(path string, p PilotResult) error {
 	raw, err := os.ReadFile(path)
@@ -193,8 +195,8 @@ func WritePilot(path string, p PilotResult) error {
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return fmt.Errorf("write pilot: %s: %w", path, err)
 	}
-	for key, v := range map[string]any{Gates3Keys[3].Key: p.Gate(), pilotKey: p} {
-		b, err := json.Marshal(JSONSafe(v))
+	for key, v := range map[string]any{GateKeys[3].Key: p.Gate(), pilotKey: p} {
+		b, err := json.Marshal(efficacy.JSONSafe(v))
 		if err != nil {
 			return fmt.Errorf("write pilot: %w", err)
 		}
@@ -247,31 +249,31 @@ func ArmsReady(gatesPath, model string) (GateSet, float64, error) {
 
 func short(digest string) string { return digest[:min(12, len(digest))] }
 
-// RunArms3 runs protocol 3's arms (cfg: Protocol3Config with Model set) into out,
+// RunArms runs protocol 3's arms (cfg: Config with Model set) into out,
 // writing the results after every run, only when ArmsReady passes the gates recorded
 // in the results.json at gatesPath: otherwise it returns the refusal (wrapping
 // ErrGates) and writes nothing. The learning rate is the pilot's, whatever cfg says.
-func RunArms3(ctx context.Context, backend backends.Backend, cfg Config, gatesPath, out, command string, progress func(string)) (Results3, error) {
+func RunArms(ctx context.Context, backend backends.Backend, cfg efficacy.Config, gatesPath, out, command string, progress func(string)) (Results, error) {
 	gates, lr, err := ArmsReady(gatesPath, cfg.Model)
 	if err != nil {
-		return Results3{}, err
+		return Results{}, err
 	}
 	cfg.LR = lr
-	return runArms3(ctx, backend, cfg, gates, false, out, command, progress)
+	return runArms(ctx, backend, cfg, gates, false, out, command, progress)
 }
 
-// runArms3 is RunArms3 after the gate check; bypassed records that the check did not
+// runArms is RunArms after the gate check; bypassed records that the check did not
 // run (the package's smoke test, on a model no gate was measured on).
-func runArms3(ctx context.Context, backend backends.Backend, cfg Config, gates GateSet, bypassed bool, out, command string, progress func(string)) (Results3, error) {
+func runArms(ctx context.Context, backend backends.Backend, cfg efficacy.Config, gates GateSet, bypassed bool, out, command string, progress func(string)) (Results, error) {
 	if err := cfg.Validate(); err != nil {
-		return Results3{}, fmt.Errorf("arms: %w", err)
+		return Results{}, fmt.Errorf("arms: %w", err)
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return Results3{}, fmt.Errorf("arms: %w", err)
+		return Results{}, fmt.Errorf("arms: %w", err)
 	}
-	r := &Runner{Backend: backend, Config: cfg, Progress: progress}
+	r := &efficacy.Runner{Backend: backend, Config: cfg, Progress: progress}
 	defer r.Close()
-	res, err := Experiment3(ctx, r, gates, func(res Results3) error {
+	res, err := Experiment(ctx, r, gates, func(res Results) error {
 		res.Command, res.GatesBypassed = command, bypassed
 		return res.Write(out)
 	})

@@ -1,9 +1,11 @@
-package efficacy
+package protocol3
 
 import (
 	"fmt"
 	"image/color"
 	"io"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -61,7 +63,7 @@ func PlotCopyCurve(w io.Writer, vals []ValPoint, kept int, title string) error {
 	}
 	top.Y.Min, top.Y.Max = min(0, vals[0].Margin), 1.15*hi
 	top.Y.Min = min(top.Y.Min, minMargin(vals))
-	if err := line(top, "margin gain, validation", armColors[0], func(v ValPoint) float64 { return v.Margin }); err != nil {
+	if err := line(top, "margin gain, validation", efficacy.ArmColor(0), func(v ValPoint) float64 { return v.Margin }); err != nil {
 		return err
 	}
 	if err := dashed(top, fmt.Sprintf("G2 threshold (+%g)", G2MinMargin), G2MinMargin); err != nil {
@@ -71,13 +73,13 @@ func PlotCopyCurve(w io.Writer, vals []ValPoint, kept int, title string) error {
 	bottom.X.Label.Text = "step"
 	bottom.Y.Label.Text = "validation"
 	bottom.Y.Min, bottom.Y.Max = 0, 1
-	bottom.Y.Tick.Marker = percentTicks{}
+	bottom.Y.Tick.Marker = efficacy.PercentTicks{}
 	bottom.Add(plotter.NewGrid())
 	bottom.Legend.Top, bottom.Legend.Left = true, true
-	if err := line(bottom, "greedy success", armColors[1], func(v ValPoint) float64 { return v.Success }); err != nil {
+	if err := line(bottom, "greedy success", efficacy.ArmColor(1), func(v ValPoint) float64 { return v.Success }); err != nil {
 		return err
 	}
-	if err := line(bottom, "next call right after a hinted slip", armColors[2], func(v ValPoint) float64 { return v.HintRight }); err != nil {
+	if err := line(bottom, "next call right after a hinted slip", efficacy.ArmColor(2), func(v ValPoint) float64 { return v.HintRight }); err != nil {
 		return err
 	}
 	for _, y := range []float64{0.30, 0.45} {

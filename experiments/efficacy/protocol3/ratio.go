@@ -1,16 +1,18 @@
-package efficacy
+package protocol3
 
 import (
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 )
 
-// MinGain3 is protocol 3's least mean final gain of outcome-only (10 points) for which
+// MinGain is protocol 3's least mean final gain of outcome-only (10 points) for which
 // a threshold, and so a ratio, is reported (issue 27: the 2-point rule of MinGain is too
 // weak to define a threshold).
-const MinGain3 = 0.10
+const MinGain = 0.10
 
 // The bounds of a SeedRatio when one of the pair never reached the threshold within
 // the budget.
@@ -42,46 +44,46 @@ type SeedRatio struct {
 // ArmRatio is one arm's ratio against outcome-only: per seed, and the mean, sd (n−1),
 // min and max over the seeds where both reached the threshold (Stats.N of them).
 type ArmRatio struct {
-	Arm     string      `json:"arm"`
-	PerSeed []SeedRatio `json:"per_seed"`
-	Stats   Stats       `json:"stats"`
+	Arm     string         `json:"arm"`
+	PerSeed []SeedRatio    `json:"per_seed"`
+	Stats   efficacy.Stats `json:"stats"`
 	// Censored counts the seeds with a bound only (one or both never reached the
 	// threshold); the statistics leave them out, so read them with it.
 	Censored int `json:"censored"`
 }
 
-// Summary3 is protocol 3's answer (docs/experiments/protocol3.md "Arms"): the
+// Summary is protocol 3's answer (docs/experiments/protocol3.md "Arms"): the
 // threshold, every arm's curve summary and each arm's paired ratio.
-type Summary3 struct {
+type Summary struct {
 	WarmStart float64 `json:"warm_start_success"`
 	// OutcomeGain is outcome-only's mean final gain over seeds; Threshold the warm
 	// start plus half of it.
 	OutcomeGain float64 `json:"outcome_gain"`
 	Threshold   float64 `json:"threshold"`
 	// Budget is the rollouts of one run (the last eval's).
-	Budget int   `json:"budget_rollouts"`
-	Arms   []Arm `json:"arms"`
+	Budget int            `json:"budget_rollouts"`
+	Arms   []efficacy.Arm `json:"arms"`
 	// Ratio holds each arm but outcome-only; nil with NoRatio set when outcome-only
-	// gained less than MinGain3.
+	// gained less than MinGain.
 	Ratio   map[string]ArmRatio `json:"ratio"`
 	NoRatio string              `json:"no_ratio,omitempty"`
 }
 
-// Summarize3 computes protocol 3's summary of curves, arms in the order given
-// (ArmOutcome among them). Every arm must have run the same seeds as outcome-only,
+// Summarize computes protocol 3's summary of curves, arms in the order given
+// (efficacy.ArmOutcome among them). Every arm must have run the same seeds as outcome-only,
 // each once, and every curve the same budget: the ratio is paired by seed, and an
 // unpaired seed is an error, not a seed left out.
-func Summarize3(curves []Curve, arms []string) (Summary3, error) {
-	if !slices.Contains(arms, ArmOutcome) {
-		return Summary3{}, fmt.Errorf("summarize: arms %v: need %s", arms, ArmOutcome)
+func Summarize(curves []efficacy.Curve, arms []string) (Summary, error) {
+	if !slices.Contains(arms, efficacy.ArmOutcome) {
+		return Summary{}, fmt.Errorf("summarize: arms %v: need %s", arms, efficacy.ArmOutcome)
 	}
-	byArm := map[string][]Curve{}
+	byArm := map[string][]efficacy.Curve{}
 	for _, c := range curves {
 		if !slices.Contains(arms, c.Arm) {
-			return Summary3{}, fmt.Errorf("summarize: a run of arm %q, not one of %v", c.Arm, arms)
+			return Summary{}, fmt.Errorf("summarize: a run of arm %q, not one of %v", c.Arm, arms)
 		}
 		if len(c.Points) < 2 {
-			return Summary3{}, fmt.Errorf("summarize: arm %s seed %d: %d evals, need the warm start and at least one more", c.Arm, c.Seed, len(c.Points))
+			return Summary{}, fmt.Errorf("summarize: arm %s seed %d: %d evals, need the warm start and at least one more", c.Arm, c.Seed, len(c.Points))
 		}
 		byArm[c.Arm] = append(byArm[c.Arm], c)
 	}
@@ -93,49 +95,49 @@ func Summarize3(curves []Curve, arms []string) (Summary3, error) {
 		slices.Sort(s)
 		return s
 	}
-	base := seedsOf(ArmOutcome)
+	base := seedsOf(efficacy.ArmOutcome)
 	if len(base) == 0 {
-		return Summary3{}, fmt.Errorf("summarize: no run of %s", ArmOutcome)
+		return Summary{}, fmt.Errorf("summarize: no run of %s", efficacy.ArmOutcome)
 	}
 	budget := -1
 	var warm []float64
 	for _, a := range arms {
 		s := seedsOf(a)
 		if len(slices.Compact(slices.Clone(s))) != len(s) {
-			return Summary3{}, fmt.Errorf("summarize: arm %s: seeds %v: a seed ran twice", a, s)
+			return Summary{}, fmt.Errorf("summarize: arm %s: seeds %v: a seed ran twice", a, s)
 		}
 		if !slices.Equal(s, base) {
-			return Summary3{}, fmt.Errorf("summarize: arm %s ran seeds %v, %s ran %v: the ratio is paired by seed", a, s, ArmOutcome, base)
+			return Summary{}, fmt.Errorf("summarize: arm %s ran seeds %v, %s ran %v: the ratio is paired by seed", a, s, efficacy.ArmOutcome, base)
 		}
 		for _, c := range byArm[a] {
 			b := c.Points[len(c.Points)-1].Rollouts
 			if budget >= 0 && b != budget {
-				return Summary3{}, fmt.Errorf("summarize: arm %s seed %d: budget %d rollouts, others %d: budgets must be equal", a, c.Seed, b, budget)
+				return Summary{}, fmt.Errorf("summarize: arm %s seed %d: budget %d rollouts, others %d: budgets must be equal", a, c.Seed, b, budget)
 			}
 			budget = b
 			warm = append(warm, c.Points[0].Success)
 		}
 	}
-	final := func(c Curve) float64 { return c.Points[len(c.Points)-1].Success }
-	s := Summary3{WarmStart: NewStats(warm).Mean, Budget: budget}
+	final := func(c efficacy.Curve) float64 { return c.Points[len(c.Points)-1].Success }
+	s := Summary{WarmStart: efficacy.NewStats(warm).Mean, Budget: budget}
 	var gains []float64
-	for _, c := range byArm[ArmOutcome] {
+	for _, c := range byArm[efficacy.ArmOutcome] {
 		gains = append(gains, final(c)-c.Points[0].Success)
 	}
-	s.OutcomeGain = NewStats(gains).Mean
+	s.OutcomeGain = efficacy.NewStats(gains).Mean
 	s.Threshold = s.WarmStart + 0.5*s.OutcomeGain
 	to := map[string]map[int64]float64{}
 	for _, a := range arms {
 		cs := byArm[a]
 		sort.Slice(cs, func(i, j int) bool { return cs[i].Seed < cs[j].Seed })
-		arm := Arm{Name: a}
+		arm := efficacy.Arm{Name: a}
 		to[a] = map[int64]float64{}
 		var fin, gain []float64
 		for _, c := range cs {
 			arm.Seeds = append(arm.Seeds, c.Seed)
 			fin, gain = append(fin, final(c)), append(gain, final(c)-c.Points[0].Success)
-			x, ok := Crossing(c.Points, s.Threshold, false)
-			xc, _ := Crossing(c.Points, s.Threshold, true)
+			x, ok := efficacy.Crossing(c.Points, s.Threshold, false)
+			xc, _ := efficacy.Crossing(c.Points, s.Threshold, true)
 			if !ok {
 				x, xc = math.NaN(), math.NaN()
 			} else {
@@ -144,22 +146,22 @@ func Summarize3(curves []Curve, arms []string) (Summary3, error) {
 			arm.ToThreshold, arm.CPUToThreshold = append(arm.ToThreshold, x), append(arm.CPUToThreshold, xc)
 			to[a][c.Seed] = x
 		}
-		arm.Final, arm.Gain = NewStats(fin), NewStats(gain)
+		arm.Final, arm.Gain = efficacy.NewStats(fin), efficacy.NewStats(gain)
 		s.Arms = append(s.Arms, arm)
 	}
-	if s.OutcomeGain < MinGain3-1e-12 {
-		s.NoRatio = fmt.Sprintf("outcome-only gained %.1f points on average (< %.0f): no threshold worth a ratio", 100*s.OutcomeGain, 100*MinGain3)
+	if s.OutcomeGain < MinGain-1e-12 {
+		s.NoRatio = fmt.Sprintf("outcome-only gained %.1f points on average (< %.0f): no threshold worth a ratio", 100*s.OutcomeGain, 100*MinGain)
 		return s, nil
 	}
 	s.Ratio = map[string]ArmRatio{}
 	for _, a := range arms {
-		if a == ArmOutcome {
+		if a == efficacy.ArmOutcome {
 			continue
 		}
 		ar := ArmRatio{Arm: a}
 		var exact []float64
 		for _, seed := range base {
-			sr := PairRatio(seed, to[ArmOutcome][seed], to[a][seed], float64(budget))
+			sr := PairRatio(seed, to[efficacy.ArmOutcome][seed], to[a][seed], float64(budget))
 			if sr.Bound != "" {
 				ar.Censored++
 			} else {
@@ -167,7 +169,7 @@ func Summarize3(curves []Curve, arms []string) (Summary3, error) {
 			}
 			ar.PerSeed = append(ar.PerSeed, sr)
 		}
-		ar.Stats = NewStats(exact)
+		ar.Stats = efficacy.NewStats(exact)
 		s.Ratio[a] = ar
 	}
 	return s, nil

@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
@@ -23,19 +25,19 @@ type CopyConfig struct {
 	// Tasks is the number of train tasks (from 0) that each give one group; Variants
 	// the most calls named at one slip (the right one and Variants−1 others); PerBatch
 	// the rollouts of each batch drawn from the curriculum (whole groups, the last one
-	// cut), the rest of the batch being world demonstrations (Demos3). 0 PerBatch: no
+	// cut), the rest of the batch being world demonstrations (Demos). 0 PerBatch: no
 	// curriculum (attempts 1–4).
 	Tasks    int `json:"tasks"`
 	Variants int `json:"variants"`
 	PerBatch int `json:"per_batch"`
-	// Own is the share of the slips drawn from OwnSlip, the rest SilentSlip or
-	// toolworld.Mistake as in Demos3.
+	// Own is the share of the slips drawn from OwnSlip, the rest efficacy.SilentSlip or
+	// toolworld.Mistake as in Demos.
 	Own float64 `json:"own"`
 }
 
-// DefaultCopy3 is attempt 5's curriculum: 4,000 train tasks, 4 variants a slip, half
+// DefaultCopy is attempt 5's curriculum: 4,000 train tasks, 4 variants a slip, half
 // of each 32-rollout batch.
-func DefaultCopy3() CopyConfig { return CopyConfig{Tasks: 4000, Variants: 4, PerBatch: 16, Own: 0.8} }
+func DefaultCopy() CopyConfig { return CopyConfig{Tasks: 4000, Variants: 4, PerBatch: 16, Own: 0.8} }
 
 // CopyCounts count what the curriculum holds.
 type CopyCounts struct {
@@ -45,12 +47,12 @@ type CopyCounts struct {
 	Skipped  int `json:"skipped"`      // tasks with no slip a hint could name two calls at
 }
 
-// CopyDemos3 builds the copy curriculum of train tasks 0..cfg.Tasks-1 (seeded by
+// CopyDemos builds the copy curriculum of train tasks 0..cfg.Tasks-1 (seeded by
 // seed): one group a task, each a slice of 2..cfg.Variants trainer rollouts with the
 // same prefix up to the hint turn. Only the named call's tokens (and its stop token)
 // are targets.
-func CopyDemos3(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int, seed uint64) ([][]credit.Sequence, CopyCounts, error) {
-	rule := train.NewRule(SFTCredit(), tok)
+func CopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int, seed uint64) ([][]credit.Sequence, CopyCounts, error) {
+	rule := train.NewRule(efficacy.SFTCredit(), tok)
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, cfg.Tasks)
 	if err != nil {
 		return nil, CopyCounts{}, err
@@ -59,7 +61,7 @@ func CopyDemos3(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int
 	var cnt CopyCounts
 	for i, t := range tasks {
 		rng := rand.New(rand.NewPCG(seed, 0x636f7079<<20|uint64(i)))
-		rs, failed, err := playCopy3(tok, t, cfg, maxTokens, maxCalls, rng)
+		rs, failed, err := playCopy(tok, t, cfg, maxTokens, maxCalls, rng)
 		if err != nil {
 			return nil, cnt, err
 		}
@@ -95,12 +97,12 @@ func CopyDemos3(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int
 	return out, cnt, nil
 }
 
-// playCopy3 plays t's solution with one slip before a uniformly drawn call (not the
-// answer) and, when SlipHint names the call the task needs there, returns the
+// playCopy plays t's solution with one slip before a uniformly drawn call (not the
+// answer) and, when efficacy.SlipHint names the call the task needs there, returns the
 // variants: the episode replayed to the slip, then a hint naming each of the right
 // call and up to cfg.Variants−1 alternatives, then that call. nil when the slip gets no
 // such hint or no alternative exists.
-func playCopy3(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTokens, maxCalls int, rng *rand.Rand) ([]*rollout.Rollout, bool, error) {
+func playCopy(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTokens, maxCalls int, rng *rand.Rand) ([]*rollout.Rollout, bool, error) {
 	var at []int
 	for j, c := range t.Solution {
 		if toolworld.ParseCall(c).Name != toolworld.AnswerCommand {
@@ -113,18 +115,18 @@ func playCopy3(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTok
 	slipAt := at[rng.IntN(len(at))]
 	exp := t.Solution[slipAt]
 	slip, _ := drawSlip(exp, t, cfg.Own, rng)
-	if slip == "" || SameCall(slip, exp) {
+	if slip == "" || efficacy.SameCall(slip, exp) {
 		return nil, false, nil
 	}
 	lines := append(slices.Clone(t.Solution[:slipAt]), slip)
 	// Follow the prefix once to learn the slip's hint and the visible words.
-	k := NewTracker(t)
+	k := efficacy.NewTracker(t)
 	env, err := replay(tok, t, lines, maxTokens, maxCalls, k)
 	if err != nil || env == nil {
 		return nil, false, err
 	}
 	last := k.Turns[len(k.Turns)-1]
-	if SameCall(k.Expected(), slip) || !strings.Contains(SlipHint(k), "Next: ") || k.Expected() != exp {
+	if efficacy.SameCall(k.Expected(), slip) || !strings.Contains(efficacy.SlipHint(k), "Next: ") || k.Expected() != exp {
 		return nil, false, nil
 	}
 	named := append([]string{exp}, CopyAlternatives(exp, slip, t, k.Turns, cfg.Variants-1, rng)...)
@@ -133,13 +135,13 @@ func playCopy3(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTok
 	}
 	var out []*rollout.Rollout
 	for i, call := range named {
-		h := slipHintNaming(k, call)
+		h := efficacy.SlipHintNaming(k, call)
 		if h == "" && i == 0 {
 			return nil, false, nil
 		} else if h == "" {
 			continue
 		}
-		e, err := replay(tok, t, lines, maxTokens, maxCalls, NewTracker(t))
+		e, err := replay(tok, t, lines, maxTokens, maxCalls, efficacy.NewTracker(t))
 		if err != nil || e == nil {
 			return nil, false, err
 		}
@@ -160,7 +162,7 @@ func playCopy3(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTok
 
 // replay plays lines in a fresh environment of t, observed by k; nil when the
 // episode ended before the last line.
-func replay(tok tokenizer.Tokenizer, t toolworld.Task, lines []string, maxTokens, maxCalls int, k *Tracker) (*toolworld.Env, error) {
+func replay(tok tokenizer.Tokenizer, t toolworld.Task, lines []string, maxTokens, maxCalls int, k *efficacy.Tracker) (*toolworld.Env, error) {
 	env, err := toolworld.New(t, tok, toolworld.Options{MaxTokens: maxTokens, MaxCalls: maxCalls})
 	if err != nil {
 		return nil, err
@@ -191,8 +193,8 @@ func replay(tok tokenizer.Tokenizer, t toolworld.Task, lines []string, maxTokens
 // shows, so the call is Nameable and its hint does not leak; never exp or the slip.
 // They are near misses of exp, the kind of call the model slips into, so a variant
 // and the right call differ at a token that only the hint decides.
-func CopyAlternatives(exp, slip string, t toolworld.Task, turns []Turn, n int, rng *rand.Rand) []string {
-	seen := visibleWords(t, turns)
+func CopyAlternatives(exp, slip string, t toolworld.Task, turns []efficacy.Turn, n int, rng *rand.Rand) []string {
+	seen := efficacy.VisibleWords(t, turns)
 	vocab := map[string]bool{}
 	for p := range t.Files {
 		d, f, _ := strings.Cut(p, "/")
@@ -234,7 +236,7 @@ func CopyAlternatives(exp, slip string, t toolworld.Task, turns []Turn, n int, r
 				args := slices.Clone(c.Args)
 				args[i] = arg[:sp[0]] + r + arg[sp[1]:]
 				call := c.Name + " " + strings.Join(args, " ")
-				if !SameCall(call, exp) && !SameCall(call, slip) && Nameable(call, t, turns) {
+				if !efficacy.SameCall(call, exp) && !efficacy.SameCall(call, slip) && efficacy.Nameable(call, t, turns) {
 					cands[call] = true
 				}
 			}
@@ -268,7 +270,7 @@ func wordSpans(s string) [][2]int {
 
 // copyBatches draws batches that mix world demonstrations with whole copy groups.
 type copyBatches struct {
-	world  *demoBatches
+	world  *efficacy.DemoBatches
 	groups [][]credit.Sequence
 	order  []int
 	next   int
@@ -276,7 +278,7 @@ type copyBatches struct {
 }
 
 func newCopyBatches(world []credit.Sequence, groups [][]credit.Sequence, rng *rand.Rand) *copyBatches {
-	return &copyBatches{world: newDemoBatches(world, rng), groups: groups, order: rng.Perm(len(groups)), rng: rng}
+	return &copyBatches{world: efficacy.NewDemoBatches(world, rng), groups: groups, order: rng.Perm(len(groups)), rng: rng}
 }
 
 // batch returns n rollouts: n−perBatch world demonstrations, then perBatch rollouts of
@@ -285,7 +287,7 @@ func (b *copyBatches) batch(n, perBatch int) []credit.Sequence {
 	if len(b.groups) == 0 {
 		perBatch = 0
 	}
-	out := b.world.batch(n - perBatch)
+	out := b.world.Batch(n - perBatch)
 	for k := 0; k < perBatch; {
 		if b.next == len(b.order) {
 			b.order, b.next = b.rng.Perm(len(b.groups)), 0

@@ -1,12 +1,15 @@
-package efficacy
+package protocol3
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+
 	"github.com/stretchr/testify/require"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/efficacytest"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
 
@@ -14,16 +17,16 @@ import (
 // evaluates on the whole validation split, keeps the rate with the larger gain, and
 // WritePilot adds it to a gates file that ArmsReady then reads back.
 func TestPilot(t *testing.T) {
-	backend, dir, model := tinyModel(t, "model")
-	cfg := Protocol3Config()
+	backend, dir, model := efficacytest.TinyModel(t, "model")
+	cfg := Config()
 	cfg.Model, cfg.Steps, cfg.TasksPerStep, cfg.Group, cfg.EvalEvery = model, 1, 1, 2, 1
-	cfg.World = World{MaxTokens: 96, MaxTurnTokens: 8, MaxCalls: 2}
+	cfg.World = efficacy.World{MaxTokens: 96, MaxTurnTokens: 8, MaxCalls: 2}
 	p, err := Pilot(t.Context(), backend, cfg, []float64{1e-3, 3e-3}, func(s string) { t.Log(s) })
 	require.NoError(t, err)
 	require.Len(t, p.Runs, 2)
 	require.Equal(t, []float64{1e-3, 3e-3}, p.LRs)
 	for i, run := range p.Runs {
-		require.Equal(t, ArmOutcome, run.Curve.Arm)
+		require.Equal(t, efficacy.ArmOutcome, run.Curve.Arm)
 		require.EqualValues(t, 1, run.Curve.Seed)
 		require.Equal(t, p.LRs[i], run.Curve.LR)
 		pts := run.Curve.Points

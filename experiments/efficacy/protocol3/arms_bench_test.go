@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"fmt"
@@ -6,14 +6,17 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+
 	"github.com/stretchr/testify/require"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/efficacytest"
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
-// BenchmarkArms3Step measures what one training step and one held-out eval cost in
+// BenchmarkArmsStep measures what one training step and one held-out eval cost in
 // each of protocol 3's arms, at the pre-registered settings (8 tasks × G = 8 at
-// temperature 1 in Protocol3World, evals of all 250 held-out tasks), from a warm start
+// temperature 1 in World, evals of all 250 held-out tasks), from a warm start
 // — $HINDSIGHT_BENCH_ARMS3_MODEL, default protocol 1's (bench/efficacy/warmstart/model)
 // — for $HINDSIGHT_BENCH_ARMS3_STEPS steps (default 3) per arm, seed 1, one arm after
 // another. It reports CPU-seconds per step and per eval and each arm's ratio to
@@ -22,9 +25,9 @@ import (
 // cost measure, not an experiment.
 //
 //	HINDSIGHT_TEST_BACKEND=xla-cpu go test -run '^$' -bench Arms3Step -benchtime 1x ./experiments/efficacy/
-func BenchmarkArms3Step(b *testing.B) {
-	spec := testBackendSpec()
-	model := "../../bench/efficacy/warmstart/model"
+func BenchmarkArmsStep(b *testing.B) {
+	spec := efficacytest.BackendSpec()
+	model := "../../../bench/efficacy/warmstart/model"
 	if m := os.Getenv("HINDSIGHT_BENCH_ARMS3_MODEL"); m != "" {
 		model = m
 	}
@@ -36,11 +39,11 @@ func BenchmarkArms3Step(b *testing.B) {
 	}
 	backend, err := xla.NewBackend(xla.ResolveBackend(spec, ""))
 	require.NoError(b, err)
-	cfg := Protocol3Config()
+	cfg := Config()
 	cfg.Model, cfg.LR, cfg.Seeds, cfg.Steps, cfg.EvalEvery = model, 1e-3, []int64{1}, steps, steps
 	require.NoError(b, cfg.Validate())
 	for range b.N {
-		r := &Runner{Backend: backend, Config: cfg, Progress: func(s string) { b.Log(s) }}
+		r := &efficacy.Runner{Backend: backend, Config: cfg, Progress: func(s string) { b.Log(s) }}
 		step, eval := map[string]float64{}, map[string]float64{}
 		for _, a := range cfg.Arms {
 			run, err := r.Run(b.Context(), a, 1)
@@ -52,10 +55,10 @@ func BenchmarkArms3Step(b *testing.B) {
 		total := 0.0
 		for _, a := range cfg.Arms {
 			b.ReportMetric(step[a], a+"-cpu-s/step")
-			b.ReportMetric(step[a]/step[ArmOutcome], a+"-step/outcome")
+			b.ReportMetric(step[a]/step[efficacy.ArmOutcome], a+"-step/outcome")
 			total += 3 * (48*step[a] + 4*eval[a])
 		}
-		total += eval[ArmOutcome] // the warm start's eval, once
+		total += eval[efficacy.ArmOutcome] // the warm start's eval, once
 		b.ReportMetric(total, "projected-cpu-s")
 		fmt.Printf("projected experiment: %.0f CPU-seconds (%.1f CPU-hours)\n", total, total/3600)
 	}

@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ func TestCopyBatchesShares(t *testing.T) {
 	var groups [][]credit.Sequence
 	for i := range 40 {
 		var g []credit.Sequence
-		for j := range 2 + i%3 { // 2–4 variants, as CopyDemos3 makes
+		for j := range 2 + i%3 { // 2–4 variants, as CopyDemos makes
 			g = append(g, credit.Sequence{ID: fmt.Sprintf("copy3-%05d-%d", i, j)})
 		}
 		groups = append(groups, g)

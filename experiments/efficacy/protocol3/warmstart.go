@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/hindsight-ai/hindsight/credit"
@@ -14,26 +16,26 @@ import (
 	"github.com/hindsight-ai/hindsight/xla"
 )
 
-// WarmStart3Config configures protocol 3's warm start: supervised fine-tuning on
-// Demos3, evaluated on the validation split every EvalEvery steps, stopped at the
-// first checkpoint whose validation numbers pass the gates' thresholds (Gate3Proxy),
+// WarmStartConfig configures protocol 3's warm start: supervised fine-tuning on
+// Demos, evaluated on the validation split every EvalEvery steps, stopped at the
+// first checkpoint whose validation numbers pass the gates' thresholds (GateProxy),
 // when validation success passes the G3 ceiling, when no eval has been better
-// (Gate3Better) than the kept one for Patience evals, at Steps, or when the wall
+// (GateBetter) than the kept one for Patience evals, at Steps, or when the wall
 // budget is spent (then evaluated at that step). The model written is the first that
-// passed, else the best by Gate3Better.
-type WarmStart3Config struct {
-	Init          string      `json:"init"`
-	Out           string      `json:"out"`
-	Demos         int         `json:"demos"`
-	Demo          Demo3Config `json:"demo"`
-	DemoMaxTokens int         `json:"demo_max_tokens"`
-	DemoMaxCalls  int         `json:"demo_max_calls"`
-	Batch         int         `json:"batch"`
-	Steps         int         `json:"steps"`
-	LR            float64     `json:"lr"`
-	EvalEvery     int         `json:"eval_every"`
-	ValTasks      int         `json:"val_tasks"`
-	Patience      int         `json:"patience"`
+// passed, else the best by GateBetter.
+type WarmStartConfig struct {
+	Init          string     `json:"init"`
+	Out           string     `json:"out"`
+	Demos         int        `json:"demos"`
+	Demo          DemoConfig `json:"demo"`
+	DemoMaxTokens int        `json:"demo_max_tokens"`
+	DemoMaxCalls  int        `json:"demo_max_calls"`
+	Batch         int        `json:"batch"`
+	Steps         int        `json:"steps"`
+	LR            float64    `json:"lr"`
+	EvalEvery     int        `json:"eval_every"`
+	ValTasks      int        `json:"val_tasks"`
+	Patience      int        `json:"patience"`
 	// WallBudget stops training at the first eval after this much wall time (0: none):
 	// the warm start must fit a shared 2-core machine's hour.
 	WallBudget time.Duration `json:"wall_budget_ns"`
@@ -44,25 +46,27 @@ type WarmStart3Config struct {
 	// Copy is the copy curriculum mixed into each batch (attempt 5; Copy.PerBatch 0:
 	// none). MarginTasks, when > 0, adds ProbeSplit's deciding-token margin on that
 	// many validation tasks to every eval. KeepByMargin (attempt 5) keeps the best eval
-	// by MarginBetter instead of Gate3Better and stops only at Gate3Proxy, Steps or
+	// by MarginBetter instead of GateBetter and stops only at GateProxy, Steps or
 	// the wall budget (no ceiling, no patience), so the copy has the steps to form.
-	Copy         CopyConfig `json:"copy,omitzero"`
-	MarginTasks  int        `json:"margin_tasks,omitempty"`
-	KeepByMargin bool       `json:"keep_by_margin,omitempty"`
-	World        World      `json:"world"`      // greedy success (G3)
-	LiveWorld    World      `json:"live_world"` // live contexts (G1): room for the inserted turns
+	Copy         CopyConfig     `json:"copy,omitzero"`
+	MarginTasks  int            `json:"margin_tasks,omitempty"`
+	KeepByMargin bool           `json:"keep_by_margin,omitempty"`
+	World        efficacy.World `json:"world"`      // greedy success (G3)
+	LiveWorld    efficacy.World `json:"live_world"` // live contexts (G1): room for the inserted turns
 }
 
-// DefaultWarmStart3 returns the committed protocol-3 warm start's settings.
-func DefaultWarmStart3() WarmStart3Config {
-	return WarmStart3Config{Demos: 4000, Demo: DefaultDemo3(), DemoMaxTokens: 512, DemoMaxCalls: 12, Batch: 32,
-		Steps: 1200, LR: 3e-3, EvalEvery: 150, ValTasks: 60, Patience: 3, WallBudget: 65 * time.Minute, Seed: 3, World: Protocol3World(), LiveWorld: LiveWorld()}
+// DefaultWarmStart returns the committed protocol-3 warm start's settings.
+func DefaultWarmStart() WarmStartConfig {
+	return WarmStartConfig{Demos: 4000, Demo: DefaultDemo(), DemoMaxTokens: 512, DemoMaxCalls: 12, Batch: 32,
+		Steps: 1200, LR: 3e-3, EvalEvery: 150, ValTasks: 60, Patience: 3, WallBudget: 65 * time.Minute, Seed: 3, World: World(), LiveWorld: LiveWorld()}
 }
 
-// LiveWorld is Protocol3World with room for the turns a live context inserts (a hint
+// LiveWorld is World with room for the turns a live context inserts (a hint
 // is 60–130 byte tokens, a sibling 60–110): 448 tokens, 8 calls. Every condition of a
 // live eval, none included, runs at these caps.
-func LiveWorld() World { return World{MaxTokens: 448, MaxTurnTokens: 40, MaxCalls: 8} }
+func LiveWorld() efficacy.World {
+	return efficacy.World{MaxTokens: 448, MaxTurnTokens: 40, MaxCalls: 8}
+}
 
 // ValPoint is one validation eval of the warm start.
 type ValPoint struct {
@@ -77,7 +81,7 @@ type ValPoint struct {
 	CPUSeconds  float64 `json:"cpu_seconds"`
 	// Margin is ProbeSplit's deciding-token margin gain (hint − empty hint, nats) on
 	// the validation split, with its slips and the slips at which the right call's
-	// token is the likelier after the hint (WarmStart3Config.MarginTasks > 0).
+	// token is the likelier after the hint (WarmStartConfig.MarginTasks > 0).
 	Margin      float64 `json:"margin_gain,omitempty"`
 	MarginSlips int     `json:"margin_slips,omitempty"`
 	MarginAbove int     `json:"margin_right_above_hint,omitempty"`
@@ -94,12 +98,12 @@ func MarginBetter(a, b ValPoint) bool {
 	return a.Margin > b.Margin
 }
 
-// Gate3Better reports whether validation eval a is closer to passing the gates than b
-// (attempt 3's rule for the checkpoint kept when none passes Gate3Proxy): a checkpoint
+// GateBetter reports whether validation eval a is closer to passing the gates than b
+// (attempt 3's rule for the checkpoint kept when none passes GateProxy): a checkpoint
 // inside G3's greedy band (30–45%) before one outside it; then the higher next-call
 // rate after a hinted slip (G1's unmet half in attempts 1 and 2); then the higher
 // greedy success. On a tie the earlier checkpoint stays (a is not better).
-func Gate3Better(a, b ValPoint) bool {
+func GateBetter(a, b ValPoint) bool {
 	inBand := func(v ValPoint) bool { return v.Success >= 0.30 && v.Success <= 0.45 }
 	if inBand(a) != inBand(b) {
 		return inBand(a)
@@ -110,34 +114,34 @@ func Gate3Better(a, b ValPoint) bool {
 	return a.Success > b.Success
 }
 
-// Gate3Proxy reports whether a validation eval passes the thresholds of G1 (hint
+// GateProxy reports whether a validation eval passes the thresholds of G1 (hint
 // and none next-call rates, the success gain) and G3's greedy band.
-func Gate3Proxy(v ValPoint) bool {
+func GateProxy(v ValPoint) bool {
 	return v.Success >= 0.30 && v.Success <= 0.45 && v.HintRight >= 0.6 && v.NoneRight <= 0.25 && v.HintSuccess >= v.NoneSuccess+0.10
 }
 
-// WarmStart3Result is what protocol 3's warm start reached.
-type WarmStart3Result struct {
-	Config     WarmStart3Config `json:"config"`
-	Steps      int              `json:"steps"` // steps of the kept checkpoint
-	Counts     DemoCounts       `json:"demos"`
-	Copy       CopyCounts       `json:"copy,omitzero"`
-	Validation []ValPoint       `json:"validation"`
-	Kept       ValPoint         `json:"kept"`
-	Stop       string           `json:"stop"`
-	CPUSeconds float64          `json:"cpu_seconds"`
-	WallSecs   float64          `json:"wall_seconds"`
+// WarmStartResult is what protocol 3's warm start reached.
+type WarmStartResult struct {
+	Config     WarmStartConfig `json:"config"`
+	Steps      int             `json:"steps"` // steps of the kept checkpoint
+	Counts     DemoCounts      `json:"demos"`
+	Copy       CopyCounts      `json:"copy,omitzero"`
+	Validation []ValPoint      `json:"validation"`
+	Kept       ValPoint        `json:"kept"`
+	Stop       string          `json:"stop"`
+	CPUSeconds float64         `json:"cpu_seconds"`
+	WallSecs   float64         `json:"wall_seconds"`
 }
 
-// WarmStart3 trains protocol 3's warm start from cfg.Init and writes it to cfg.Out.
-func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Config, progress func(string)) (WarmStart3Result, error) {
-	t0, c0 := time.Now(), CPUTime()
-	res := WarmStart3Result{Config: cfg}
-	p, err := OpenPolicy(backend, cfg.Init)
+// WarmStart trains protocol 3's warm start from cfg.Init and writes it to cfg.Out.
+func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfig, progress func(string)) (WarmStartResult, error) {
+	t0, c0 := time.Now(), efficacy.CPUTime()
+	res := WarmStartResult{Config: cfg}
+	p, err := efficacy.OpenPolicy(backend, cfg.Init)
 	if err != nil {
 		return res, err
 	}
-	demos, cnt, err := Demos3(p.Tok, cfg.Demos, cfg.Demo, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed)
+	demos, cnt, err := Demos(p.Tok, cfg.Demos, cfg.Demo, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed)
 	if err != nil {
 		return res, err
 	}
@@ -145,7 +149,7 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 	progress(fmt.Sprintf("warm start 3: %+v", cnt))
 	var groups [][]credit.Sequence
 	if cfg.Copy.PerBatch > 0 {
-		if groups, res.Copy, err = CopyDemos3(p.Tok, cfg.Copy, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed); err != nil {
+		if groups, res.Copy, err = CopyDemos(p.Tok, cfg.Copy, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed); err != nil {
 			return res, err
 		}
 		progress(fmt.Sprintf("warm start 3: copy curriculum %+v", res.Copy))
@@ -158,7 +162,7 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 	}
 	opt := xla.DefaultAdamW()
 	opt.LR, opt.WarmupSteps, opt.WeightDecay = cfg.LR, 20, 0
-	tr, err := xla.NewTrainer(backend, p.Model, xla.TrainerOptions{Credit: SFTCredit(), Optimizer: opt, Seed: cfg.Seed})
+	tr, err := xla.NewTrainer(backend, p.Model, xla.TrainerOptions{Credit: efficacy.SFTCredit(), Optimizer: opt, Seed: cfg.Seed})
 	if err != nil {
 		return res, fmt.Errorf("warm start 3: %w", err)
 	}
@@ -168,31 +172,31 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 	}
 	eval := func(step int, loss float64) (ValPoint, error) {
 		v := ValPoint{Step: step, Loss: loss}
-		st, err := Evaluate(ctx, p, val, cfg.World)
+		st, err := efficacy.Evaluate(ctx, p, val, cfg.World)
 		if err != nil {
 			return v, err
 		}
 		v.Success = st.Success
-		none, _, err := LiveEval(ctx, p, val, cfg.LiveWorld, LiveNone, 0, 0)
+		none, _, err := efficacy.LiveEval(ctx, p, val, cfg.LiveWorld, efficacy.LiveNone, 0, 0)
 		if err != nil {
 			return v, err
 		}
-		hint, _, err := LiveEval(ctx, p, val, cfg.LiveWorld, LiveHint, 0, 0)
+		hint, _, err := efficacy.LiveEval(ctx, p, val, cfg.LiveWorld, efficacy.LiveHint, 0, 0)
 		if err != nil {
 			return v, err
 		}
 		v.NoneSuccess, v.HintSuccess, v.NoneRight, v.HintRight = none.Success, hint.Success, none.RightRate, hint.RightRate
-		v.Passes = Gate3Proxy(v)
+		v.Passes = GateProxy(v)
 		if len(marginTasks) > 0 {
-			d, err := ProbeSplit(ctx, backend, p, marginTasks, cfg.World, 1, ProbeSeed)
-			if err != nil && !errors.Is(err, ErrNoSlip) { // no slip: no margin, 0 slips
+			d, err := efficacy.ProbeSplit(ctx, backend, p, marginTasks, cfg.World, 1, ProbeSeed)
+			if err != nil && !errors.Is(err, efficacy.ErrNoSlip) { // no slip: no margin, 0 slips
 				return v, err
 			}
 			v.Margin, v.MarginSlips, v.MarginAbove = d.All.MarginGain, d.All.Slips, d.All.AboveHint
 			progress(fmt.Sprintf("warm start 3: step %d deciding-token margin %+.2f nats (empty %+.2f → hint %+.2f) over %d validation slips, right's token likelier after the hint at %d; repeat rest %+.2f",
 				step, d.All.MarginGain, d.All.MarginEmpty, d.All.MarginHint, d.All.Slips, d.All.AboveHint, d.All.RepeatRest))
 		}
-		v.CPUSeconds = (CPUTime() - c0).Seconds()
+		v.CPUSeconds = (efficacy.CPUTime() - c0).Seconds()
 		progress(fmt.Sprintf("warm start 3: step %d loss %.3f validation success %.1f%%; live none %.1f%% (next right %d/%d), hint %.1f%% (next right %d/%d); passes %v; cpu %.0fs wall %.0fs",
 			step, loss, 100*v.Success, 100*none.Success, none.NextRight, none.After, 100*hint.Success, hint.NextRight, hint.After, v.Passes, v.CPUSeconds, time.Since(t0).Seconds()))
 		return v, nil
@@ -200,7 +204,7 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 	since := 0
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x73667403))
 	draw := newCopyBatches(demos, groups, rng)
-	better := Gate3Better
+	better := GateBetter
 	if cfg.KeepByMargin {
 		better = MarginBetter
 	}
@@ -211,7 +215,7 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 			return res, fmt.Errorf("warm start 3 step %d: %w", step, err)
 		}
 		if step%25 == 0 {
-			progress(fmt.Sprintf("warm start 3: step %d loss %.3f cpu %.0fs wall %.0fs", step, met.Loss, (CPUTime() - c0).Seconds(), time.Since(t0).Seconds()))
+			progress(fmt.Sprintf("warm start 3: step %d loss %.3f cpu %.0fs wall %.0fs", step, met.Loss, (efficacy.CPUTime() - c0).Seconds(), time.Since(t0).Seconds()))
 		}
 		spent := cfg.WallBudget > 0 && time.Since(t0) > cfg.WallBudget
 		if step%cfg.EvalEvery != 0 && step != cfg.Steps && !spent {
@@ -223,11 +227,11 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 		}
 		res.Validation = append(res.Validation, v)
 		// Out holds the first checkpoint that passes or, while none has, the best by
-		// Gate3Better (attempt 2 kept its last, 15%, and lost the 45% checkpoint three
+		// GateBetter (attempt 2 kept its last, 15%, and lost the 45% checkpoint three
 		// evals earlier).
 		isBetter := len(res.Validation) == 1 || better(v, res.Kept)
 		if v.Passes || isBetter {
-			if err := SaveModel(tr, cfg.Init, cfg.Out); err != nil {
+			if err := efficacy.SaveModel(tr, cfg.Init, cfg.Out); err != nil {
 				return res, err
 			}
 			res.Steps, res.Kept = step, v
@@ -247,11 +251,11 @@ func WarmStart3(ctx context.Context, backend backends.Backend, cfg WarmStart3Con
 		if isBetter {
 			since = 0
 		} else if since++; cfg.Patience > 0 && since >= cfg.Patience && !cfg.KeepByMargin {
-			res.Stop = fmt.Sprintf("step %d: no eval better (Gate3Better) than step %d's for %d evals", step, res.Steps, since)
+			res.Stop = fmt.Sprintf("step %d: no eval better (GateBetter) than step %d's for %d evals", step, res.Steps, since)
 			break
 		}
 	}
-	res.CPUSeconds, res.WallSecs = (CPUTime() - c0).Seconds(), time.Since(t0).Seconds()
+	res.CPUSeconds, res.WallSecs = (efficacy.CPUTime() - c0).Seconds(), time.Since(t0).Seconds()
 	progress("warm start 3: " + res.Stop)
 	return res, nil
 }

@@ -1,9 +1,11 @@
-package efficacy
+package protocol3
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/gateway"
@@ -56,8 +58,8 @@ type RealSlip struct {
 	Kind string `json:"kind"`
 	// Turns are the calls before the slip and the slip itself (last), with the
 	// tools' outputs.
-	Turns []Turn `json:"turns"`
-	Hint  string `json:"hint"` // SlipHint's text for the retry turn
+	Turns []efficacy.Turn `json:"turns"`
+	Hint  string          `json:"hint"` // efficacy.SlipHint's text for the retry turn
 	// NamesNext: the hint holds "Next: `Right`".
 	NamesNext bool   `json:"hint_names_next"`
 	Right     string `json:"right"`             // the solution's next call
@@ -68,14 +70,14 @@ type RealSlip struct {
 
 // RealSlips makes one slip on each of tasks, in order, until it has n: a call of the
 // task's solution (not the answer) drawn uniformly, the solution's calls before it
-// run, then in its place a slip of protocol 3's demonstration mix (DefaultDemo3: 80%
-// OwnSlip, else SilentSlip or toolworld.Mistake half and half, Mistake when the
-// first cannot spoil the call). A task whose slip has no hint (SlipHint empty) is
+// run, then in its place a slip of protocol 3's demonstration mix (DefaultDemo: 80%
+// OwnSlip, else efficacy.SilentSlip or toolworld.Mistake half and half, Mistake when the
+// first cannot spoil the call). A task whose slip has no hint (efficacy.SlipHint empty) is
 // passed over. The tools run in a toolworld.Env on the byte tokenizer (only their
 // outputs are kept).
 func RealSlips(tasks []toolworld.Task, n int, seed uint64) ([]RealSlip, error) {
 	tok := tokenizer.NewBytes()
-	cfg := DefaultDemo3()
+	cfg := DefaultDemo()
 	var out []RealSlip
 	for i, t := range tasks {
 		if len(out) == n {
@@ -86,7 +88,7 @@ func RealSlips(tasks []toolworld.Task, n int, seed uint64) ([]RealSlip, error) {
 		if err != nil {
 			return nil, fmt.Errorf("real slips: %w", err)
 		}
-		k := NewTracker(t)
+		k := efficacy.NewTracker(t)
 		run := func(line string) (string, bool, error) {
 			if _, _, err := env.Step(append(tok.EncodeText(line), env.StopID()), nil); err != nil {
 				return "", false, fmt.Errorf("real slips: task %s: %w", t.ID, err)
@@ -109,9 +111,9 @@ func RealSlips(tasks []toolworld.Task, n int, seed uint64) ([]RealSlip, error) {
 		if rng.Float64() < cfg.Own {
 			line = OwnSlip(exp, t, rng.IntN)
 		} else if rng.IntN(2) == 0 {
-			line = SilentSlip(exp, t, rng.IntN)
+			line = efficacy.SilentSlip(exp, t, rng.IntN)
 		}
-		if line == "" || SameCall(line, exp) {
+		if line == "" || efficacy.SameCall(line, exp) {
 			line = toolworld.Mistake(exp, rng)
 		}
 		o, failed, err := run(line)
@@ -121,7 +123,7 @@ func RealSlips(tasks []toolworld.Task, n int, seed uint64) ([]RealSlip, error) {
 		if !k.Observe(line, o, failed) {
 			continue // e.g. an own slip that is the exploring call
 		}
-		h := SlipHint(k)
+		h := efficacy.SlipHint(k)
 		if h == "" {
 			continue
 		}
@@ -130,7 +132,7 @@ func RealSlips(tasks []toolworld.Task, n int, seed uint64) ([]RealSlip, error) {
 		if failed {
 			s.Kind = "failed"
 		}
-		if e := Explore(exp); !SameCall(e, exp) && !SameCall(e, line) {
+		if e := efficacy.Explore(exp); !efficacy.SameCall(e, exp) && !efficacy.SameCall(e, line) {
 			s.Explore = e
 		}
 		out = append(out, s)
@@ -157,8 +159,8 @@ func (s RealSlip) Conversation() []gateway.ChatTurn {
 const (
 	RealNone    = "none"       // nothing: the assistant turn follows the tool result
 	RealEmpty   = "empty_hint" // a user turn "Hint: " (HintLabel) and nothing: G2's base
-	RealHint    = "hint"       // a user turn "Hint: " + SlipHint
-	RealSibling = "sibling"    // a user turn SiblingText of the task's solution
+	RealHint    = "hint"       // a user turn "Hint: " + efficacy.SlipHint
+	RealSibling = "sibling"    // a user turn efficacy.SiblingText of the task's solution
 )
 
 // ContextTurn is the turn that context kind puts after the slip's result; ok is false
@@ -172,7 +174,7 @@ func (s RealSlip) ContextTurn(kind string) (turn gateway.ChatTurn, ok bool, err 
 	case RealHint:
 		return gateway.ChatTurn{Role: "user", Content: toolworld.HintLabel + s.Hint}, true, nil
 	case RealSibling:
-		return gateway.ChatTurn{Role: "user", Content: SiblingText(s.task.Solution)}, true, nil
+		return gateway.ChatTurn{Role: "user", Content: efficacy.SiblingText(s.task.Solution)}, true, nil
 	}
 	return gateway.ChatTurn{}, false, fmt.Errorf("real probe: unknown context %q", kind)
 }

@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"math/rand/v2"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,8 +21,8 @@ import (
 // hold: the misspelt tool, the near-miss file, key or directory, the changed number.
 func wrongTokens(slip, exp string) []string {
 	var out []string
-	for _, w := range words(slip) {
-		if !slices.Contains(words(exp), w) && !slices.Contains(out, w) {
+	for _, w := range efficacy.Words(slip) {
+		if !slices.Contains(efficacy.Words(exp), w) && !slices.Contains(out, w) {
 			out = append(out, w)
 		}
 	}
@@ -30,7 +32,7 @@ func wrongTokens(slip, exp string) []string {
 // requireNoQuote fails when hint holds a wrong token of slip (against exp) as a word.
 func requireNoQuote(t *testing.T, hint, slip, exp string) {
 	t.Helper()
-	hw := words(hint)
+	hw := efficacy.Words(hint)
 	for _, w := range wrongTokens(slip, exp) {
 		require.NotContains(t, hw, w, "hint %q quotes %q of the slip %q (the task needed %q)", hint, w, slip, exp)
 	}
@@ -38,9 +40,9 @@ func requireNoQuote(t *testing.T, hint, slip, exp string) {
 
 // TestSlipHintNeverQuotesTheSlip plays, on 300 train tasks and before each of their
 // solution calls, every slip kind in the real task world — the model's own near
-// misses (OwnSlip), silent slips (SilentSlip) and toolworld.Mistake's failing calls
+// misses (OwnSlip), silent slips (efficacy.SilentSlip) and toolworld.Mistake's failing calls
 // (misspelt tool, bad option, missing path, a word for a number, a missing key) — and
-// checks that SlipHint (attempt 3's world rules) names no word of the slipped call
+// checks that efficacy.SlipHint (attempt 3's world rules) names no word of the slipped call
 // that the right call does not hold.
 func TestSlipHintNeverQuotesTheSlip(t *testing.T) {
 	tok := tokenizer.NewBytes()
@@ -53,17 +55,17 @@ func TestSlipHintNeverQuotesTheSlip(t *testing.T) {
 			if toolworld.ParseCall(exp).Name == toolworld.AnswerCommand {
 				continue
 			}
-			slips := map[string]string{"own": OwnSlip(exp, task, rng.IntN), "silent": SilentSlip(exp, task, rng.IntN)}
+			slips := map[string]string{"own": OwnSlip(exp, task, rng.IntN), "silent": efficacy.SilentSlip(exp, task, rng.IntN)}
 			for i := range 3 {
 				slips["mistake"+string(rune('0'+i))] = toolworld.Mistake(exp, rng)
 			}
 			for kind, slip := range slips {
-				if slip == "" || SameCall(slip, exp) {
+				if slip == "" || efficacy.SameCall(slip, exp) {
 					continue
 				}
 				env, err := toolworld.New(task, tok, toolworld.Options{MaxTokens: 1024, MaxCalls: 16})
 				require.NoError(t, err)
-				k := NewTracker(task)
+				k := efficacy.NewTracker(task)
 				for _, line := range append(slices.Clone(task.Solution[:at]), slip) {
 					_, _, err := env.Step(append(tok.EncodeText(line), env.StopID()), nil)
 					require.NoError(t, err)
@@ -74,7 +76,7 @@ func TestSlipHintNeverQuotesTheSlip(t *testing.T) {
 				if k.Next != at || !(last.Failed || toolworld.ParseCall(slip).Name == toolworld.ParseCall(exp).Name) {
 					continue // not a slip (e.g. the exploring call)
 				}
-				h := SlipHint(k)
+				h := efficacy.SlipHint(k)
 				if h == "" {
 					continue
 				}
@@ -96,11 +98,11 @@ func TestSlipHintNeverQuotesTheSlip(t *testing.T) {
 	require.Greater(t, kinds["failed"], 1000)
 }
 
-// TestDemos3HintsNeverQuoteTheSlip replays the warm start's demonstrations (its
+// TestDemosHintsNeverQuoteTheSlip replays the warm start's demonstrations (its
 // committed mix, DefaultDemo3) through a Tracker and checks every hint turn: it is
-// SlipHint's text for the episode so far, and it holds no wrong token of the slip
+// efficacy.SlipHint's text for the episode so far, and it holds no wrong token of the slip
 // before it.
-func TestDemos3HintsNeverQuoteTheSlip(t *testing.T) {
+func TestDemosHintsNeverQuoteTheSlip(t *testing.T) {
 	tok := tokenizer.NewBytes()
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, 1000)
 	require.NoError(t, err)
@@ -108,18 +110,18 @@ func TestDemos3HintsNeverQuoteTheSlip(t *testing.T) {
 	hints, want := 0, 0
 	for i, task := range tasks {
 		before := cnt.HintTurns
-		r, _, err := playDemo3(tok, task, DefaultDemo3(), 512, 12, rand.New(rand.NewPCG(3, uint64(i))), &cnt)
+		r, _, err := playDemo(tok, task, DefaultDemo(), 512, 12, rand.New(rand.NewPCG(3, uint64(i))), &cnt)
 		require.NoError(t, err)
 		if r == nil {
 			continue
 		}
 		want += cnt.HintTurns - before
-		k := NewTracker(task)
+		k := efficacy.NewTracker(task)
 		last := ""
 		text := func(s rollout.Segment) string {
 			x, err := tok.Decode(r.Tokens[s.Start:s.End])
 			require.NoError(t, err)
-			return strings.TrimSpace(stripMarkers(x))
+			return strings.TrimSpace(efficacy.StripMarkers(x))
 		}
 		for j, s := range r.Segments {
 			switch {
@@ -129,7 +131,7 @@ func TestDemos3HintsNeverQuoteTheSlip(t *testing.T) {
 			case s.Kind == rollout.KindUser && strings.Contains(text(s), toolworld.HintLabel):
 				h := text(s)
 				h = strings.TrimSpace(h[strings.Index(h, toolworld.HintLabel)+len(toolworld.HintLabel):])
-				require.Equal(t, SlipHint(k), h, "the demonstration's hint is the world rules' text")
+				require.Equal(t, efficacy.SlipHint(k), h, "the demonstration's hint is the world rules' text")
 				requireNoQuote(t, h, last, k.Expected())
 				hints++
 			}
@@ -140,10 +142,10 @@ func TestDemos3HintsNeverQuoteTheSlip(t *testing.T) {
 	require.Greater(t, hints, 50)
 }
 
-// TestGate3Better checks the order in which attempt 3 keeps a checkpoint when none
+// TestGateBetter checks the order in which attempt 3 keeps a checkpoint when none
 // passes Gate3Proxy: inside G3's band first, then the hinted next-call rate, then
 // greedy success; ties keep the earlier one.
-func TestGate3Better(t *testing.T) {
+func TestGateBetter(t *testing.T) {
 	inLow := ValPoint{Success: 0.30, HintRight: 0.05}
 	inHigh := ValPoint{Success: 0.45, HintRight: 0.05}
 	inHint := ValPoint{Success: 0.35, HintRight: 0.20}
@@ -165,15 +167,15 @@ func TestGate3Better(t *testing.T) {
 		{underMore, under, true, "both outside, equal hint rates: the higher success"},
 		{inLow, inLow, false, "a tie keeps the earlier checkpoint"},
 	} {
-		require.Equal(t, tc.want, Gate3Better(tc.a, tc.b), tc.why)
+		require.Equal(t, tc.want, GateBetter(tc.a, tc.b), tc.why)
 	}
 	// Sorting a run's evals by the rule puts the kept one first.
 	evals := []ValPoint{under, over, inHigh, inLow, inHint, underMore}
 	slices.SortStableFunc(evals, func(a, b ValPoint) int {
 		switch {
-		case Gate3Better(a, b):
+		case GateBetter(a, b):
 			return -1
-		case Gate3Better(b, a):
+		case GateBetter(b, a):
 			return 1
 		}
 		return 0
@@ -189,14 +191,14 @@ func TestGate3Better(t *testing.T) {
 func TestProbeSplitAddsUp(t *testing.T) {
 	backend, err := xla.NewBackend(xla.ResolveBackend(xla.DefaultBackend, ""))
 	require.NoError(t, err)
-	p, err := OpenPolicy(backend, filepath.Join("..", "..", "bench", "efficacy", "protocol3", "warmstart", "model"))
+	p, err := efficacy.OpenPolicy(backend, filepath.Join("..", "..", "..", "bench", "efficacy", "protocol3", "warmstart", "model"))
 	require.NoError(t, err)
 	tasks, err := toolworld.Tasks(toolworld.SplitValidation, 4)
 	require.NoError(t, err)
-	w := Protocol3World()
-	d, err := ProbeSlips(t.Context(), backend, p, tasks, w, 1, 5)
+	w := World()
+	d, err := efficacy.ProbeSlips(t.Context(), backend, p, tasks, w, 1, 5)
 	require.NoError(t, err)
-	s, err := ProbeSplit(t.Context(), backend, p, tasks, w, 1, 5)
+	s, err := efficacy.ProbeSplit(t.Context(), backend, p, tasks, w, 1, 5)
 	require.NoError(t, err)
 	t.Logf("G2 %+v\nsplit %+v", d, s)
 	require.Equal(t, d.Slips, s.All.Slips)

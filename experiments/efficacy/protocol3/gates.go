@@ -1,10 +1,12 @@
-package efficacy
+package protocol3
 
 import (
 	"context"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/gomlx/gomlx/backends"
 
@@ -20,21 +22,21 @@ type GateResult struct {
 	Threshold string             `json:"threshold"`
 }
 
-// Gates3 are protocol 3's gates G1–G3 on the held-out split, measured before any arm.
-type Gates3 struct {
-	Model   string                `json:"model"`
-	World   World                 `json:"world"`
-	Live    World                 `json:"live_world"`
-	Tasks   int                   `json:"heldout_tasks"`
-	LiveRes map[string]LiveResult `json:"live"`
-	Probe   ProbeDelta            `json:"probe"`
+// Gates are protocol 3's gates G1–G3 on the held-out split, measured before any arm.
+type Gates struct {
+	Model   string                         `json:"model"`
+	World   efficacy.World                 `json:"world"`
+	Live    efficacy.World                 `json:"live_world"`
+	Tasks   int                            `json:"heldout_tasks"`
+	LiveRes map[string]efficacy.LiveResult `json:"live"`
+	Probe   efficacy.ProbeDelta            `json:"probe"`
 	// Split is ProbeSplit on G2's episodes: G2's wrong side and its deciding-token
 	// margin (attempt 5 on).
-	Split SplitDelta `json:"probe_split"`
-	G1    GateResult `json:"g1_live_hints"`
-	G2    GateResult `json:"g2_probe"`
-	G3    GateResult `json:"g3_warm_start"`
-	// Greedy and Temp1 are G3's held-out success rates, ByFamily the greedy one per
+	Split efficacy.SplitDelta `json:"probe_split"`
+	G1    GateResult          `json:"g1_live_hints"`
+	G2    GateResult          `json:"g2_probe"`
+	G3    GateResult          `json:"g3_warm_start"`
+	// Greedy and Temp1 are G3's held-out success rates, efficacy.ByFamily the greedy one per
 	// family; Mixed the share of train-task groups of G = 8 (temperature 1) with some
 	// successes and some failures.
 	Greedy     float64            `json:"greedy_success"`
@@ -63,7 +65,7 @@ const (
 // log p(right's token) − log p(the slip's token) at their first differing token, hint
 // minus empty hint — ≥ +3 nats, all means over slips. Attempts 2–4's G2 (whole-action
 // Σ Δ on the wrong actions ≤ −1) stays in Measured as wrong_whole.
-func G2Copy(d ProbeDelta, s SplitStats) GateResult {
+func G2Copy(d efficacy.ProbeDelta, s efficacy.SplitStats) GateResult {
 	g := GateResult{Threshold: "mean over slips of Σ Δ (hint − empty hint) on the right action ≥ +2 nats; on wrong actions from their first token that differs from the right call ≤ −1 nat (pooled); deciding-token margin gain (right's token − the slip's at their first differing token, hint − empty hint) ≥ +3 nats",
 		Measured: map[string]float64{"right": d.HintRight, "wrong_rest": s.WrongRest, "repeat_rest": s.RepeatRest, "explore_rest": s.ExploreRest,
 			"margin_gain": s.MarginGain, "margin_empty": s.MarginEmpty, "margin_hint": s.MarginHint, "right_above_hint": float64(s.AboveHint),
@@ -75,15 +77,15 @@ func G2Copy(d ProbeDelta, s SplitStats) GateResult {
 // ProbeSeed is the sampling seed of G2's held-out episodes (and of ProbeSplit's).
 const ProbeSeed = 0x70726f6265
 
-// MeasureGates3 measures G1–G3 of the model at dir: G1 live none / hint / sibling
+// MeasureGates measures G1–G3 of the model at dir: G1 live none / hint / sibling
 // greedy on the held-out split (LiveWorld), G2 the slip probe on held-out episodes at
 // temperature 1, G3 greedy and temperature-1 held-out success (World), per family, and
 // the mixed groups of groups train tasks × G = 8 at temperature 1 (the arms' first
 // steps' tasks, Config.Tasks of seed 1).
-func MeasureGates3(ctx context.Context, backend backends.Backend, dir string, w, live World, groups int, progress func(string)) (Gates3, error) {
-	c0 := CPUTime()
-	g := Gates3{Model: dir, World: w, Live: live, LiveRes: map[string]LiveResult{}}
-	p, err := OpenPolicy(backend, dir)
+func MeasureGates(ctx context.Context, backend backends.Backend, dir string, w, live efficacy.World, groups int, progress func(string)) (Gates, error) {
+	c0 := efficacy.CPUTime()
+	g := Gates{Model: dir, World: w, Live: live, LiveRes: map[string]efficacy.LiveResult{}}
+	p, err := efficacy.OpenPolicy(backend, dir)
 	if err != nil {
 		return g, err
 	}
@@ -92,48 +94,48 @@ func MeasureGates3(ctx context.Context, backend backends.Backend, dir string, w,
 		return g, err
 	}
 	g.Tasks = len(held)
-	for _, c := range []string{LiveNone, LiveHint, LiveSibling} {
-		r, _, err := LiveEval(ctx, p, held, live, c, 0, 0)
+	for _, c := range []string{efficacy.LiveNone, efficacy.LiveHint, efficacy.LiveSibling} {
+		r, _, err := efficacy.LiveEval(ctx, p, held, live, c, 0, 0)
 		if err != nil {
 			return g, err
 		}
 		g.LiveRes[c] = r
 		progress(fmt.Sprintf("G1 live %-7s success %.1f%%, slips %d, inserted %d, next right %d/%d (explore %d) cpu %.0fs",
-			c, 100*r.Success, r.Slips, r.Inserted, r.NextRight, r.After, r.NextExplore, (CPUTime() - c0).Seconds()))
+			c, 100*r.Success, r.Slips, r.Inserted, r.NextRight, r.After, r.NextExplore, (efficacy.CPUTime() - c0).Seconds()))
 	}
-	none, hint, sib := g.LiveRes[LiveNone], g.LiveRes[LiveHint], g.LiveRes[LiveSibling]
+	none, hint, sib := g.LiveRes[efficacy.LiveNone], g.LiveRes[efficacy.LiveHint], g.LiveRes[efficacy.LiveSibling]
 	g.G1 = GateResult{Threshold: "hint next right ≥ 0.60, none next right ≤ 0.25, hint success ≥ none + 0.10, sibling success ≥ none + 0.10",
 		Measured: map[string]float64{"hint_next_right": hint.RightRate, "none_next_right": none.RightRate, "sibling_next_right": sib.RightRate,
 			"none_success": none.Success, "hint_success": hint.Success, "sibling_success": sib.Success}}
 	g.G1.Pass = hint.RightRate >= 0.6 && none.RightRate <= 0.25 && hint.Success >= none.Success+0.10 && sib.Success >= none.Success+0.10
 
-	g.Probe, err = ProbeSlips(ctx, backend, p, held, w, 1, ProbeSeed)
+	g.Probe, err = efficacy.ProbeSlips(ctx, backend, p, held, w, 1, ProbeSeed)
 	if err != nil {
 		return g, err
 	}
-	progress(fmt.Sprintf("G2 probe: %+v cpu %.0fs", g.Probe, (CPUTime() - c0).Seconds()))
-	if g.Split, err = ProbeSplit(ctx, backend, p, held, w, 1, ProbeSeed); err != nil {
+	progress(fmt.Sprintf("G2 probe: %+v cpu %.0fs", g.Probe, (efficacy.CPUTime() - c0).Seconds()))
+	if g.Split, err = efficacy.ProbeSplit(ctx, backend, p, held, w, 1, ProbeSeed); err != nil {
 		return g, err
 	}
-	progress(fmt.Sprintf("G2 split: %+v cpu %.0fs", g.Split.All, (CPUTime() - c0).Seconds()))
+	progress(fmt.Sprintf("G2 split: %+v cpu %.0fs", g.Split.All, (efficacy.CPUTime() - c0).Seconds()))
 	g.G2 = G2Copy(g.Probe, g.Split.All)
 
-	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, held, w.episodes(1, 0, 0))
+	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, held, w.Episodes(1, 0, 0))
 	if err != nil {
 		return g, err
 	}
-	g.Greedy, g.ByFamily = collect.Summarize(envs).Success, byFamily(envs)
-	envs, err = collect.Episodes(ctx, p.Sampler, p.Tok, held, w.episodes(1, 1, 0x74656d7031))
+	g.Greedy, g.ByFamily = collect.Summarize(envs).Success, efficacy.ByFamily(envs)
+	envs, err = collect.Episodes(ctx, p.Sampler, p.Tok, held, w.Episodes(1, 1, 0x74656d7031))
 	if err != nil {
 		return g, err
 	}
 	g.Temp1 = collect.Summarize(envs).Success
-	cfg := Config{TasksPerStep: groups}
+	cfg := efficacy.Config{TasksPerStep: groups}
 	tasks, err := cfg.Tasks(1, 1)
 	if err != nil {
 		return g, err
 	}
-	envs, err = collect.Episodes(ctx, p.Sampler, p.Tok, tasks, w.episodes(8, 1, sampleSeed(1, 1)))
+	envs, err = collect.Episodes(ctx, p.Sampler, p.Tok, tasks, w.Episodes(8, 1, efficacy.SampleSeed(1, 1)))
 	if err != nil {
 		return g, err
 	}
@@ -155,7 +157,7 @@ func MeasureGates3(ctx context.Context, backend backends.Backend, dir string, w,
 	g.G3 = GateResult{Threshold: "greedy 0.30–0.45, temperature 1 ≥ 0.20, every family ≥ 0.05, mixed groups (G = 8) ≥ 0.50",
 		Measured: map[string]float64{"greedy": g.Greedy, "temperature1": g.Temp1, "min_family": minFam, "mixed_groups": g.Mixed}}
 	g.G3.Pass = g.Greedy >= 0.30 && g.Greedy <= 0.45 && g.Temp1 >= 0.20 && minFam >= 0.05 && g.Mixed >= 0.50
-	g.CPUSeconds = (CPUTime() - c0).Seconds()
+	g.CPUSeconds = (efficacy.CPUTime() - c0).Seconds()
 	progress(fmt.Sprintf("G3: greedy %.1f%%, temperature 1 %.1f%%, by family %v, mixed groups %.0f%% of %d; cpu %.0fs (%s)",
 		100*g.Greedy, 100*g.Temp1, g.ByFamily, 100*g.Mixed, groups, g.CPUSeconds, time.Now().UTC().Format(time.RFC3339)))
 	return g, nil

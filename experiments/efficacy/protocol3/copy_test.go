@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"bytes"
@@ -11,24 +11,27 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy/efficacytest"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
 
-// TestCopyDemos3 builds attempt 5's copy curriculum on 300 train tasks with the byte
+// TestCopyDemos builds attempt 5's copy curriculum on 300 train tasks with the byte
 // tokenizer and checks, for every group, what makes it a copy lesson: the variants
 // share every token up to the hint's "Next: `", their hints differ only in the call
 // named, each variant's only target is exactly the call its hint names (with its stop
 // token), and the first variant names a call of the task's solution. (That no variant
 // names the slip or an unseen word is CopyAlternatives', checked below by hand.)
-func TestCopyDemos3(t *testing.T) {
+func TestCopyDemos(t *testing.T) {
 	tok := tokenizer.NewBytes()
-	cfg := DefaultCopy3()
+	cfg := DefaultCopy()
 	cfg.Tasks = 300
-	groups, cnt, err := CopyDemos3(tok, cfg, 512, 12, 3)
+	groups, cnt, err := CopyDemos(tok, cfg, 512, 12, 3)
 	require.NoError(t, err)
 	t.Logf("%+v", cnt)
 	require.Equal(t, cfg.Tasks, cnt.Groups+cnt.Skipped)
@@ -67,7 +70,7 @@ func TestCopyDemos3(t *testing.T) {
 		var prefix []int32
 		for j, r := range g {
 			text, at := target(r)
-			call := strings.TrimSpace(stripMarkers(text))
+			call := strings.TrimSpace(efficacy.StripMarkers(text))
 			require.NotEmpty(t, call, r.ID)
 			ctx := decode(r.Tokens[:at])
 			i := strings.LastIndex(ctx, "Next: `")
@@ -83,14 +86,14 @@ func TestCopyDemos3(t *testing.T) {
 		}
 		for j := range named {
 			for k := range j {
-				require.False(t, SameCall(named[j], named[k]), "%v: each variant names another call", named)
+				require.False(t, efficacy.SameCall(named[j], named[k]), "%v: each variant names another call", named)
 			}
 		}
 		// The first variant names a call of the task's solution (the one it needs next).
 		var n int
 		_, err := fmt.Sscanf(g[0].ID, "copy3-%05d-0", &n)
 		require.NoError(t, err)
-		require.True(t, slices.ContainsFunc(tasks[n].Solution, func(c string) bool { return SameCall(c, named[0]) }),
+		require.True(t, slices.ContainsFunc(tasks[n].Solution, func(c string) bool { return efficacy.SameCall(c, named[0]) }),
 			"%s: the first variant names a call of the solution: %q", g[0].ID, named[0])
 	}
 	require.Equal(t, cnt.Rollouts, rollouts)
@@ -103,31 +106,9 @@ func TestCopyAlternatives(t *testing.T) {
 	task := toolworld.Task{ID: "t", Prompt: "What does docs/cow.txt say?", Answer: "42",
 		Files:    map[string]string{"docs/cow.txt": "42", "docs/owl.txt": "7", "docs/cod.txt": "9", "tmp/bee.txt": "3"},
 		Solution: []string{"ls docs", "cat docs/cow.txt", "answer 42"}}
-	turns := []Turn{{Call: "ls docs", Out: "cod.txt\ncow.txt\nowl.txt"}, {Call: "cat docs/cod.txt", Out: "9"}}
+	turns := []efficacy.Turn{{Call: "ls docs", Out: "cod.txt\ncow.txt\nowl.txt"}, {Call: "cat docs/cod.txt", Out: "9"}}
 	got := CopyAlternatives("cat docs/cow.txt", "cat docs/cod.txt", task, turns, 10, rand.New(rand.NewPCG(1, 2)))
 	require.ElementsMatch(t, []string{"cat docs/owl.txt", "cat owl/cow.txt", "cat cow/cow.txt", "cat cod/cow.txt", "cat docs/docs.txt"}, got)
-}
-
-// TestParseSeeds checks the seed list of -seed-list: any integers, in order; a
-// repeated seed, an empty field or a word is an error that names it.
-func TestParseSeeds(t *testing.T) {
-	got, err := ParseSeeds("101, 102,7")
-	require.NoError(t, err)
-	require.Equal(t, []int64{101, 102, 7}, got)
-	for in, msg := range map[string]string{"1,1": "seed 1: repeated", "1,,2": `seed "": not an integer`, "a": `seed "a": not an integer`} {
-		_, err := ParseSeeds(in)
-		require.EqualError(t, err, msg, in)
-	}
-	// The train tasks are the seed's own: held-out seeds see other tasks.
-	cfg := Protocol3Config()
-	a, err := cfg.Tasks(101, 1)
-	require.NoError(t, err)
-	b, err := cfg.Tasks(1, 1)
-	require.NoError(t, err)
-	again, err := cfg.Tasks(101, 1)
-	require.NoError(t, err)
-	require.Equal(t, TasksFingerprint(a), TasksFingerprint(again))
-	require.NotEqual(t, TasksFingerprint(a), TasksFingerprint(b))
 }
 
 // TestPlotCopyCurve draws a three-eval curve and checks it is a PNG.
@@ -154,20 +135,20 @@ func TestMarginBetter(t *testing.T) {
 	require.True(t, MarginBetter(ValPoint{Success: 0.6, Margin: 3}, over) == false && MarginBetter(over, ValPoint{Success: 0.6, Margin: 3}))
 }
 
-// TestWarmStart3Copy runs attempt 5's warm start for 3 steps on a tiny untrained model
+// TestWarmStartCopy runs attempt 5's warm start for 3 steps on a tiny untrained model
 // (the plumbing, not the answer): batches mix the curriculum in, every eval records the
 // margin's slips, and the kept checkpoint is the best by MarginBetter, written to Out.
-func TestWarmStart3Copy(t *testing.T) {
-	backend, dir, model := tinyModel(t, "model")
-	cfg := DefaultWarmStart3()
+func TestWarmStartCopy(t *testing.T) {
+	backend, dir, model := efficacytest.TinyModel(t, "model")
+	cfg := DefaultWarmStart()
 	cfg.Init, cfg.Out = model, filepath.Join(dir, "out")
 	cfg.Demos, cfg.Batch, cfg.Steps, cfg.EvalEvery, cfg.ValTasks, cfg.LR = 16, 8, 3, 1, 2, 1e-3
-	cfg.Copy = DefaultCopy3()
+	cfg.Copy = DefaultCopy()
 	cfg.Copy.Tasks, cfg.Copy.PerBatch = 16, 4
 	cfg.MarginTasks, cfg.KeepByMargin, cfg.Patience = 3, true, 1
-	cfg.World = World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
+	cfg.World = efficacy.World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
 	cfg.LiveWorld = cfg.World
-	res, err := WarmStart3(t.Context(), backend, cfg, func(s string) { t.Log(s) })
+	res, err := WarmStart(t.Context(), backend, cfg, func(s string) { t.Log(s) })
 	require.NoError(t, err)
 	require.Positive(t, res.Copy.Groups)
 	require.Len(t, res.Validation, 3, "no patience stop with KeepByMargin")
@@ -180,4 +161,26 @@ func TestWarmStart3Copy(t *testing.T) {
 	require.Equal(t, best.Step, res.Steps)
 	_, err = os.Stat(filepath.Join(cfg.Out, "model.safetensors"))
 	require.NoError(t, err)
+}
+
+// TestParseSeeds checks the seed list of -seed-list: any integers, in order; a
+// repeated seed, an empty field or a word is an error that names it.
+func TestParseSeeds(t *testing.T) {
+	got, err := efficacy.ParseSeeds("101, 102,7")
+	require.NoError(t, err)
+	require.Equal(t, []int64{101, 102, 7}, got)
+	for in, msg := range map[string]string{"1,1": "seed 1: repeated", "1,,2": `seed "": not an integer`, "a": `seed "a": not an integer`} {
+		_, err := efficacy.ParseSeeds(in)
+		require.EqualError(t, err, msg, in)
+	}
+	// The train tasks are the seed's own: held-out seeds see other tasks.
+	cfg := Config()
+	a, err := cfg.Tasks(101, 1)
+	require.NoError(t, err)
+	b, err := cfg.Tasks(1, 1)
+	require.NoError(t, err)
+	again, err := cfg.Tasks(101, 1)
+	require.NoError(t, err)
+	require.Equal(t, efficacy.TasksFingerprint(a), efficacy.TasksFingerprint(again))
+	require.NotEqual(t, efficacy.TasksFingerprint(a), efficacy.TasksFingerprint(b))
 }

@@ -1,4 +1,4 @@
-package efficacy
+package protocol3
 
 import (
 	"compress/gzip"
@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,19 +42,19 @@ func TestRealSlips(t *testing.T) {
 		}
 		require.Equal(t, task.Solution[n], s.Right)
 		require.Equal(t, s.Turns[n].Call, s.Repeat)
-		require.False(t, SameCall(s.Repeat, s.Right))
+		require.False(t, efficacy.SameCall(s.Repeat, s.Right))
 		require.NotEmpty(t, s.Hint)
 		require.Equal(t, strings.Contains(s.Hint, "Next: `"+s.Right+"`"), s.NamesNext)
 		require.Equal(t, s.Kind == "failed", s.Turns[n].Failed)
 		if s.Explore != "" {
-			require.Equal(t, Explore(s.Right), s.Explore)
+			require.Equal(t, efficacy.Explore(s.Right), s.Explore)
 		}
-		// The tracker agrees that the last turn is a slip, and SlipHint gives the text.
-		k := NewTracker(task)
+		// The tracker agrees that the last turn is a slip, and efficacy.SlipHint gives the text.
+		k := efficacy.NewTracker(task)
 		for i, tu := range s.Turns {
 			require.Equal(t, i == n, k.Observe(tu.Call, tu.Out, tu.Failed))
 		}
-		require.Equal(t, SlipHint(k), s.Hint)
+		require.Equal(t, efficacy.SlipHint(k), s.Hint)
 		kinds[s.Kind]++
 	}
 	t.Logf("slip kinds %v", kinds)
@@ -163,7 +165,7 @@ func TestRealProbeBookkeeping(t *testing.T) {
 	require.Equal(t, 1, saved, "the end of the run is saved")
 	require.Equal(t, res.Pieces, res.PiecesMatch)
 
-	p, err := OpenPolicy(backend, dir)
+	p, err := efficacy.OpenPolicy(backend, dir)
 	require.NoError(t, err)
 	chat, err := NewRealChat(dir, p.Tok)
 	require.NoError(t, err)
@@ -239,7 +241,7 @@ func TestRealProbeBookkeeping(t *testing.T) {
 // <|im_end|> are special tokens), without the model: the text the model is shown,
 // its stop token, and pieces that equal the whole render's encoding.
 func TestRealChatChatML(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "..", "data", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz"))
+	f, err := os.Open(filepath.Join("..", "..", "..", "data", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz"))
 	require.NoError(t, err)
 	defer f.Close()
 	zr, err := gzip.NewReader(f)
@@ -275,7 +277,7 @@ func TestRealChatChatML(t *testing.T) {
 			want += turn("assistant", tu.Call) + turn("tool", tu.Out)
 		}
 		for kind, ctxText := range map[string]string{RealNone: "", RealHint: turn("user", "Hint: "+s.Hint),
-			RealEmpty: turn("user", "Hint: "), RealSibling: turn("user", SiblingText(task.Solution))} {
+			RealEmpty: turn("user", "Hint: "), RealSibling: turn("user", efficacy.SiblingText(task.Solution))} {
 			ids, err := chat.IDs(s, kind)
 			require.NoError(t, err)
 			got, err := tok.Decode(ids.Prompt())

@@ -1,10 +1,12 @@
-package efficacy
+package protocol3
 
 import (
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/stretchr/testify/require"
 
@@ -15,7 +17,7 @@ import (
 
 // attempt3Model is protocol 3's attempt-3 warm start (committed), the model attempt 4
 // grows.
-const attempt3Model = "../../bench/efficacy/protocol3/attempt3/model"
+const attempt3Model = "../../../bench/efficacy/protocol3/attempt3/model"
 
 // TestGrowLayersPreservesTheModel grows attempt 3's 2-layer warm start to 4 layers and
 // checks that the grown model scores 8 demonstration episodes exactly as the original
@@ -69,11 +71,11 @@ func TestGrowLayersPreservesTheModel(t *testing.T) {
 		}
 	}
 
-	orig, err := OpenPolicy(backend, attempt3Model)
+	orig, err := efficacy.OpenPolicy(backend, attempt3Model)
 	require.NoError(t, err)
-	big, err := OpenPolicy(backend, grown)
+	big, err := efficacy.OpenPolicy(backend, grown)
 	require.NoError(t, err)
-	demos, _, err := Demos3(orig.Tok, 8, DefaultDemo3(), 512, 12, 4)
+	demos, _, err := Demos(orig.Tok, 8, DefaultDemo(), 512, 12, 4)
 	require.NoError(t, err)
 	require.NotEmpty(t, demos)
 	so, err := xla.NewScorer(backend, orig.Model, xla.ScorerOptions{})
@@ -126,7 +128,7 @@ func TestGrowLayersPreservesTheModel(t *testing.T) {
 		}
 	}
 	require.NoError(t, safetensors.Write(filepath.Join(ctl, safetensors.FileName), ts, nil))
-	pc, err := OpenPolicy(backend, ctl)
+	pc, err := efficacy.OpenPolicy(backend, ctl)
 	require.NoError(t, err)
 	sc, err := xla.NewScorer(backend, pc.Model, xla.ScorerOptions{})
 	require.NoError(t, err)

@@ -9,101 +9,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/teacher"
 	"github.com/hindsight-ai/hindsight/toolworld"
-	"github.com/hindsight-ai/hindsight/xla"
 )
-
-// Protocol 3's arms besides ArmOutcome and ArmHint (docs/experiments/protocol3.md
-// "Arms").
-const (
-	// ArmSDPO: the teacher sees a successful sibling and the environment's feedback
-	// (ContextSDPO), logit distillation, an EMA teacher, with the outcome term.
-	ArmSDPO = "sdpo"
-	// ArmPlacebo: ArmHint with the hints shuffled across tasks (ContextPlacebo).
-	ArmPlacebo = "placebo"
-)
-
-// Arms3 are protocol 3's arms in report order.
-var Arms3 = []string{ArmOutcome, ArmSDPO, ArmHint, ArmPlacebo}
-
-// Protocol3Hints is the hint stage of protocol 3's hint and placebo arms: the world
-// rules (SlipHint) at the retry turn.
-var Protocol3Hints = HintSetup{Rules: RulesWorld3, Place: PlaceRetry, Base: credit.BaseStudent}
-
-// Protocol3Config returns protocol 3's pre-registered arms (issue 27 item 4): every arm
-// of Arms3 with seeds 1–3, 48 steps of 8 train tasks × G = 8 rollouts sampled at
-// temperature 1 (3,072 rollouts a run), greedy held-out evals of all 250 tasks every
-// 12 steps, in Protocol3World, distillation mode full (the byte tokenizer's 265 ids;
-// topk for a larger vocabulary). LR is 0: the outcome-only pilot (G4) fixes it.
-func Protocol3Config() Config {
-	return Config{Protocol: 3, Arms: slices.Clone(Arms3), Seeds: []int64{1, 2, 3}, Steps: 48, TasksPerStep: 8, Group: 8,
-		Temperature: 1, EvalEvery: 12, EvalTasks: toolworld.SplitSizes[toolworld.SplitHeldout], EvalSplit: toolworld.SplitHeldout,
-		World: Protocol3World(), Hints: Protocol3Hints, Distill: credit.DistillFull}
-}
-
-// DistillFor returns the distillation mode of protocol 3 for a vocabulary of vocab
-// ids: full where the teacher's whole distribution may be kept (xla.MaxFullVocab),
-// else topk.
-func DistillFor(vocab int) credit.DistillMode {
-	if vocab <= xla.MaxFullVocab {
-		return credit.DistillFull
-	}
-	return credit.DistillTopK
-}
-
-// ArmSpec3 returns protocol 3's arm called name. Every arm has the same credit
-// config — normalize separate (the outcome term over its own tokens, so its scale is
-// the same in every arm), λ_out 1, λ_distill 1, distillation mode (full or topk with
-// k 100) with JSD α 0.5, SDPO's choice, no clip — except that outcome-only has no
-// distillation term (λ_hint = λ_distill = 0) and the live teacher (it never scores a
-// teacher pass); the hinted arms use an EMA teacher at rate 0.05 (SDPO's). What the
-// teacher sees (Context) is the difference between the hinted arms.
-func ArmSpec3(name string, mode credit.DistillMode) (ArmSpec, error) {
-	if mode == "" {
-		mode = credit.DistillFull
-	}
-	c := credit.DefaultConfig()
-	c.Base, c.Normalize, c.LambdaOut, c.LambdaDistill = credit.BaseStudent, credit.NormalizeSeparate, 1, 1
-	// Pre-registered before issue 37 changed credit's defaults: the teacher's top k
-	// (topk), the exact tail, no importance weight on the divergence. Kept explicit so
-	// the arms stay as registered.
-	c.Distill = credit.DistillConfig{Mode: mode, TopK: 100, Divergence: credit.DivJSD, JSDAlpha: 0.5, ClipScope: credit.ClipEntry,
-		TopKIDs: credit.IDsTeacher, Tail: credit.TailExact, ISCap: 0}
-	s := ArmSpec{Name: name, Credit: c, Teacher: xla.TeacherModelConfig{Mode: xla.TeacherEMA, RefreshEvery: 100, EMARate: 0.05}}
-	switch name {
-	case ArmOutcome:
-		s.Credit.LambdaHint, s.Credit.LambdaDistill, s.Teacher, s.Context = 0, 0, xla.DefaultTeacherModel(), ContextNone
-	case ArmSDPO:
-		s.Context = ContextSDPO
-	case ArmHint:
-		s.Context = ContextWorld
-	case ArmPlacebo:
-		s.Context = ContextPlacebo
-	default:
-		return ArmSpec{}, fmt.Errorf("arm %q: protocol 3's arms are %v", name, Arms3)
-	}
-	if mode == credit.DistillSampledToken {
-		return ArmSpec{}, fmt.Errorf("arm %s: distillation mode %s: protocol 3 distils logits (%s or %s)", name, mode, credit.DistillFull, credit.DistillTopK)
-	}
-	return s, s.Credit.Validate()
-}
-
-// SDPOTeacher is the sdpo arm's teacher.Config: the daemon's teacher with
-// teacher.context sibling and feedback and no written hint — the chain is the
-// feedback teacher (a person's comments, which the task world has none of), selection
-// on tool errors only — in the byte tokenizer's hint turn (HintTemplate).
-func SDPOTeacher() teacher.Config {
-	cfg := teacher.DefaultConfig()
-	cfg.Chain = []string{teacher.TeacherFeedback}
-	cfg.Select.Rules = []teacher.Reason{teacher.ReasonToolError}
-	cfg.Template = HintTemplate
-	cfg.Context.Sources = []string{teacher.ContextSibling, teacher.ContextFeedback}
-	return cfg
-}
 
 // armTeacher is one run's teacher stage: it gives the rollouts of a step the teacher
 // contexts the arm's spec asks for. It is not safe for concurrent use.
