@@ -20,8 +20,9 @@
 # function that built it, which a refactor moves) and every metadata={…} (op names,
 # source files and lines) removed — and hashed. A stage compares equal when both
 # commits compiled the same multiset of normalised modules; OUTDIR/report.txt says so
-# per pair and stage, and for a stage that differs lists the modules found on one side
-# only (their normalised text under OUTDIR/norm/<commit>/<stage>/, to diff).
+# per pair and stage (and whether the dumps were identical before normalising), and
+# for a stage that differs lists the modules found on one side only (their normalised
+# text under OUTDIR/norm/<commit>/<stage>/, to diff).
 set -uo pipefail
 usage="usage: compare_programs.sh OUTDIR OLD..NEW [OLD..NEW …]"
 out=${1:?$usage}
@@ -51,6 +52,9 @@ build() {
 normalise() {
   sed -E -e 's/^HloModule [^,]+,/HloModule m,/' -e 's/, metadata=\{[^}]*\}//g' -e '/^[[:space:]]*$/d' "$1"
 }
+
+# rawsums REV STAGE: the sorted hashes of the stage's dumps as XLA wrote them.
+rawsums() { (cd "$out/$1/$2/dump" && for f in *cpu_after_optimizations.txt; do sha256sum <"$f"; done) | sort; }
 
 # cap: the first 6 lines of its input, then how many more there were.
 cap() { awk 'NR <= 6 { print } END { if (NR > 6) printf "    … %d more\n", NR - 6 }'; }
@@ -101,7 +105,9 @@ for pair in "$@"; do
       a=$(cut -d' ' -f1 "$out/norm/$old/$s.index" | sort) b=$(cut -d' ' -f1 "$out/norm/$new/$s.index" | sort)
       na=$(grep -c . "$out/norm/$old/$s.index") nb=$(grep -c . "$out/norm/$new/$s.index")
       if [ "$na" -gt 0 ] && [ "$a" = "$b" ]; then
-        echo "  $s: equal ($na modules, $(echo "$a" | sort -u | wc -l) distinct)"
+        raw=identical
+        [ "$(rawsums "$old" "$s")" = "$(rawsums "$new" "$s")" ] || raw="equal after normalising"
+        echo "  $s: equal ($na modules, $(echo "$a" | sort -u | wc -l) distinct; text $raw)"
       else
         echo "  $s: DIFFER (old $na modules, new $nb)"
         comm -23 <(echo "$a" | sort -u) <(echo "$b" | sort -u) | sed "s|.*|    only old: norm/$old/$s/&.txt|" | cap
