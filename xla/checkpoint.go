@@ -96,7 +96,10 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state checkpoint.TrainerS
 	params := tr.grad.params
 	var model []safetensors.NamedTensor
 	var err error
-	if tr.model.lora == nil && tr.masters != nil { // bf16: the policy is the masters, rounded to dtype
+	// A bf16 policy's model file is its masters in dtype (F32: the masters; F16:
+	// rounded); a BF16 file is its bfloat16 weights as they are, the policy that ran
+	// (split masters round ties away from zero, not to even: splitMaster).
+	if tr.model.lora == nil && tr.masters != nil && dtype != safetensors.DtypeBF16 {
 		model = tr.masterTensors("", dtype)
 	} else if tr.model.lora == nil { // a LoRA run's root is the merged policy (loraCheckpoint)
 		if model, err = namedTensors(params, "", dtype); err != nil {

@@ -484,8 +484,8 @@ func TestDataParallelBF16(t *testing.T) {
 	require.Equal(t, 2, two.Devices())
 	masters := func(tr *Trainer) [][]float32 {
 		var out [][]float32
-		for _, v := range tr.updated() {
-			out = append(out, float32sOf(v))
+		for i, v := range tr.grad.params {
+			out = append(out, tr.masters.hostValues(i, v))
 		}
 		return out
 	}

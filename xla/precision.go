@@ -11,7 +11,6 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
-	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/hindsight-ai/hindsight/data/safetensors"
 )
@@ -25,8 +24,10 @@ import (
 //     float32 result; the residual stream, RMSNorm statistics, softmax and
 //     log-softmax, the logits, the credit math and the loss stay float32; the KV
 //     cache is bfloat16. Training keeps float32 master weights and AdamW moments
-//     (Trainer) and refreshes the bfloat16 copy from the masters after each update;
-//     gradients are summed in float32. LoRA adapters stay float32 on a bfloat16 base.
+//     (Trainer; on XLA a master is its bfloat16 weight and a 16-bit remainder,
+//     masters.go) and refreshes the bfloat16 weights from the masters after each
+//     update; gradients are summed in float32. LoRA adapters stay float32 on a
+//     bfloat16 base.
 type Precision string
 
 const (
@@ -161,140 +162,6 @@ func roundVia(x *Node, dt dtypes.DType) *Node {
 		return x
 	}
 	return ConvertDType(convert(x, dt), x.DType())
-}
-
-// masterWeights are a bfloat16 Trainer's float32 master copy of the trained
-// weights, on the device: AdamW updates them, and after each update the model's
-// bfloat16 variables are set to them rounded (narrow).
-type masterWeights struct {
-	vals   []*tensors.Tensor // one per trained variable, float32
-	narrow *Exec             // masters → bfloat16 copies
-}
-
-// newMasterWeights widens vars (bfloat16) to float32 masters on backend.
-func newMasterWeights(backend backends.Backend, vars []*mlctx.Variable) (*masterWeights, error) {
-	widen, err := NewExec(backend, func(in []*Node) []*Node {
-		out := make([]*Node, len(in))
-		for i, x := range in {
-			out[i] = ConvertDType(x, dtypes.Float32)
-		}
-		return out
-	})
-	if err != nil {
-		return nil, fmt.Errorf("master weights: %w", err)
-	}
-	defer widen.Finalize()
-	mw := &masterWeights{}
-	if mw.narrow, err = NewExec(backend, func(in []*Node) []*Node {
-		out := make([]*Node, len(in))
-		for i, x := range in {
-			out[i] = convert(x, dtypes.BFloat16)
-		}
-		return out
-	}); err != nil {
-		return nil, fmt.Errorf("master weights: %w", err)
-	}
-	mw.narrow.SetMaxCache(-1)
-	args := make([]any, len(vars))
-	for i, v := range vars {
-		args[i] = v.MustValue()
-	}
-	if mw.vals, err = widen.Exec(args...); err != nil {
-		return nil, fmt.Errorf("master weights: %w", err)
-	}
-	return mw, nil
-}
-
-// set makes vals the masters (freeing the old ones, unless they are the same
-// tensors) and sets vars to their bfloat16 rounding.
-func (mw *masterWeights) set(vals []*tensors.Tensor, vars []*mlctx.Variable) error {
-	args := make([]any, len(vals))
-	for i, t := range vals {
-		args[i] = t
-	}
-	low, err := mw.narrow.Exec(args...)
-	if err != nil {
-		return fmt.Errorf("refresh bf16 weights: %w", err)
-	}
-	for i, t := range mw.vals {
-		if t != vals[i] {
-			t.FinalizeAll()
-		}
-	}
-	mw.vals = vals
-	for i, v := range vars {
-		old := v.MustValue()
-		if err := v.SetValue(low[i]); err != nil {
-			return fmt.Errorf("refresh bf16 weights: %s: %w", v.ScopeAndName(), err)
-		}
-		old.FinalizeAll()
-	}
-	return nil
-}
-
-// newMasters returns the float32 masters of a bfloat16 model's trained variables
-// vars, or nil when they are float32 already (f32, or LoRA's adapters).
-func newMasters(backend backends.Backend, m *Model, vars []*mlctx.Variable) (*masterWeights, error) {
-	for _, v := range vars {
-		if v.Shape().DType != dtypes.Float32 {
-			return newMasterWeights(backend, vars)
-		}
-	}
-	return nil, nil
-}
-
-// updated are the float32 tensors AdamW updates: the masters, or the trained
-// variables themselves.
-func (tr *Trainer) updated() []*tensors.Tensor {
-	if tr.masters != nil {
-		return tr.masters.vals
-	}
-	params := make([]*tensors.Tensor, len(tr.grad.params))
-	for i, v := range tr.grad.params {
-		params[i] = v.MustValue()
-	}
-	return params
-}
-
-// setUpdated makes vals (float32, AdamW's output) the trained weights: the masters
-// and their bfloat16 copy in the model, or the variables themselves.
-func (tr *Trainer) setUpdated(vals []*tensors.Tensor) error {
-	if tr.masters != nil {
-		return tr.masters.set(vals, tr.grad.params)
-	}
-	for i, v := range tr.grad.params {
-		if err := v.SetValue(vals[i]); err != nil {
-			return fmt.Errorf("set %s: %w", v.ScopeAndName(), err)
-		}
-	}
-	return nil
-}
-
-// setOne makes p (float32, AdamW's output for trained parameter i) its new value,
-// freeing the old one: the master and, from low (p rounded to bfloat16), the
-// model's variable under bf16; the variable itself under f32.
-func (tr *Trainer) setOne(i int, p, low *tensors.Tensor) error {
-	v := tr.grad.params[i]
-	if tr.masters != nil {
-		if old := tr.masters.vals[i]; old != p {
-			old.FinalizeAll()
-		}
-		tr.masters.vals[i] = p
-		p = low
-	}
-	if err := v.SetValue(p); err != nil { // frees the old value
-		return fmt.Errorf("set %s: %w", v.ScopeAndName(), err)
-	}
-	return nil
-}
-
-// masterTensors are the masters under HF names with prefix, to be written in dtype.
-func (tr *Trainer) masterTensors(prefix string, dtype safetensors.Dtype) []safetensors.NamedTensor {
-	out := make([]safetensors.NamedTensor, len(tr.grad.params))
-	for i, v := range tr.grad.params {
-		out[i] = tensorNamed(prefix+HFName(v.Scope(), v.Name()), tr.masters.vals[i], dtype)
-	}
-	return out
 }
 
 // masterFile is where Restore reads a bf16 policy's masters: optimizer.safetensors'

@@ -244,8 +244,8 @@ func bf16WeightsOf(m *Model) map[string][]float32 {
 
 func mastersOf(tr *Trainer) [][]float32 {
 	var out [][]float32
-	for _, t := range tr.masters.vals {
-		out = append(out, f32s(t))
+	for i, v := range tr.grad.params {
+		out = append(out, tr.masters.hostValues(i, v))
 	}
 	return out
 }

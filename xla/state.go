@@ -2,7 +2,8 @@ package xla
 
 // StateBytes is the memory a Trainer holds between steps, by part, in bytes: what
 // LoRA shrinks. Weights are in the model's precision; the rest is float32, and
-// under bf16 Optimizer includes the float32 master weights. Activations and the KV cache come on top during a
+// under bf16 Optimizer includes what the master weights keep beside the bfloat16
+// weights (2 bytes a parameter on XLA, 4 on the pure-Go backend). Activations and the KV cache come on top during a
 // step (bench/gpubench's memory model).
 type StateBytes struct {
 	Weights   int64 // every weight of the policy, adapters included
@@ -25,10 +26,11 @@ func (tr *Trainer) StateBytes() StateBytes {
 	for v := range tr.model.ctx.IterVariables() {
 		weights += int64(v.Shape().Memory())
 	}
-	// Under bf16 the masters are float32 beside the bfloat16 weights.
+	// Under bf16 the masters are kept beside the bfloat16 weights: a 16-bit
+	// remainder on XLA, a float32 copy on the pure-Go backend (masterForm).
 	s := StateBytes{Weights: weights, Trainable: f32 * trained, Grads: f32 * trained, Optimizer: 2 * f32 * trained}
 	if tr.masters != nil {
-		s.Optimizer += f32 * trained
+		s.Optimizer += tr.masters.bytesPerParameter() * trained
 	}
 	if tr.teacher != nil {
 		for _, v := range trainables(tr.teacher.model) {

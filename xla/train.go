@@ -204,7 +204,8 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	if tr.masters, err = newMasters(backend, m, tr.grad.params); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
-	if tr.opt, err = newAdamW(backend, opts.Optimizer, tr.updated(), paramGroups(tr.grad.params), tr.masters != nil); err != nil {
+	params, _ := tr.groupInputs()
+	if tr.opt, err = newAdamW(backend, opts.Optimizer, params, paramGroups(tr.grad.params), tr.form()); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
 	if tr.teacher, err = newTeacher(backend, opts.TeacherModel, m, opts.Scorer); err != nil {

@@ -220,7 +220,15 @@ func (tr *Trainer) accumulateRollout(ctx context.Context, on replica1, i int, ba
 // TrainerOptions.WholeUpdate and ZeRO-1.
 func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
 	if tr.opts.WholeUpdate || tr.opt.owners != nil {
-		newP, norm, lr, err := tr.opt.apply(tr.updated(), acc)
+		params, owned, err := tr.updated()
+		if err != nil {
+			finalize(acc)
+			return err
+		}
+		newP, norm, lr, err := tr.opt.apply(params, acc)
+		if owned {
+			finalize(params)
+		}
 		if err != nil {
 			return err
 		}
@@ -230,7 +238,8 @@ func (tr *Trainer) update(acc []*tensors.Tensor, met *Metrics) error {
 		met.Updated, met.LR, met.GradNorm = true, lr, norm
 		return tr.teacher.update(tr.model, tr.opt.step)
 	}
-	norm, lr, err := tr.opt.applyGroups(tr.updated(), acc, tr.masters != nil, tr.setOne)
+	params, lo := tr.groupInputs()
+	norm, lr, err := tr.opt.applyGroups(params, lo, acc, tr.setOne)
 	if err != nil {
 		finalize(acc)
 		return err

@@ -88,7 +88,7 @@ func TestAdamWMatchesReference(t *testing.T) {
 			ref = append(ref, p)
 			dev = append(dev, tensors.FromFlatDataAndDimensions(p32, d...))
 		}
-		o, err := newAdamW(backend, cfg, dev, [][]int{{1}, {0}}, false)
+		o, err := newAdamW(backend, cfg, dev, [][]int{{1}, {0}}, noMasters)
 		require.NoError(t, err)
 		r := &refAdamW{cfg: cfg}
 		for step := range 8 {
@@ -107,7 +107,7 @@ func TestAdamWMatchesReference(t *testing.T) {
 			wantNorm := r.apply(ref, g64, ranks)
 			var norm, lr float64
 			if tc.groups {
-				norm, lr, err = o.applyGroups(dev, g32, false, func(i int, p, low *tensors.Tensor) error {
+				norm, lr, err = o.applyGroups(dev, nil, g32, func(i int, p, low *tensors.Tensor) error {
 					require.Nil(t, low)
 					dev[i].FinalizeAll()
 					dev[i] = p

@@ -70,7 +70,7 @@ func (o *adamW) shard(n int) error {
 	var err error
 	o.sharded = &shardedAdamW{}
 	if o.sharded.update, err = NewExec(o.backend, func(in []*Node) []*Node {
-		return adamWGraph(o.cfg, (len(in)-6)/4, true, false)(in)
+		return adamWGraph(o.cfg, (len(in)-6)/4, true, noMasters)(in)
 	}); err != nil {
 		return fmt.Errorf("sharded optimizer: %w", err)
 	}

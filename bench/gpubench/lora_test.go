@@ -40,9 +40,9 @@ func TestLoRATable(t *testing.T) {
 }
 
 // TestPrecisionTable: the memory model's bf16 rows. bf16 halves the weights and the
-// KV cache, but full AdamW keeps float32 masters beside the bf16 weights: its state
-// is 18 bytes a parameter against f32's 16, so bf16 does not make full fine-tuning
-// fit where f32 does not; LoRA's base halves. Qwen3-8B-shaped: full AdamW fits one
+// KV cache; full AdamW keeps a 16-bit remainder beside each bf16 weight (the two
+// are the float32 master): its state is 16 bytes a parameter, as f32's, and the
+// bf16 step is below f32's by the halved cache; LoRA's base halves. Qwen3-8B-shaped: full AdamW fits one
 // H200 in neither precision (a chunk's gradient beside the sum adds 4 bytes a
 // parameter), but over a node's 8 with ZeRO-1 at 32k in both; LoRA fits at 128k in
 // both, in bf16 with 33 GiB less.
@@ -53,8 +53,11 @@ func TestPrecisionTable(t *testing.T) {
 	f := EstimateMemoryAs(c, 32768, 256, false, false, "f32")
 	h := EstimateMemoryAs(c, 32768, 256, false, false, "bf16")
 	require.Equal(t, 16*P, f.State())
-	require.Equal(t, 18*P, h.State())
+	require.Equal(t, 16*P, h.State())
+	require.Equal(t, 2*P, h.Masters)
 	require.Equal(t, f.KVCache, 2*h.KVCache)
+	require.Less(t, h.Update, f.Update, "the update's outputs: 8 bytes a parameter of a group at a time under bf16, 12 under f32")
+	require.Less(t, h.Total(), f.Total())
 	require.Equal(t, f.Score, h.Score, "activations modelled as float32 in both")
 	lf := EstimateMemoryAs(c, 32768, 256, true, false, "f32")
 	lh := EstimateMemoryAs(c, 32768, 256, true, false, "bf16")

@@ -21,10 +21,11 @@ const LoRARank = 16
 
 // MemEstimate is the memory model's bytes for one (config, T, chunk) in a precision
 // (EstimateMemoryAs): under f32 everything is float32; under bf16 the weights and
-// the KV cache are bfloat16, and full fine-tuning adds float32 master weights.
+// the KV cache are bfloat16, and full fine-tuning adds the masters' 16-bit
+// remainders (the float32 masters are the weight and the remainder, on XLA).
 type MemEstimate struct {
 	Weights   int64 `json:"weights"`
-	Masters   int64 `json:"masters"`   // bf16 full fine-tuning: float32 master weights
+	Masters   int64 `json:"masters"`   // bf16 full fine-tuning: the masters' 16-bit remainders
 	Grads     int64 `json:"grads"`     // full fine-tuning: one f32 per parameter
 	Optimizer int64 `json:"optimizer"` // AdamW m and v
 	KVCache   int64 `json:"kv_cache"`  // the scoring pass's cache (capacity bucket ≥ T)
@@ -33,8 +34,8 @@ type MemEstimate struct {
 	Train     int64 `json:"train_activations"`
 	// Update is what the AdamW update allocates beyond the state: the new weights
 	// and moments of one group of parameters (a layer, or the embedding) at a time,
-	// plus their bfloat16 copy under bf16, less the gradients of the groups already
-	// updated (updateTransient).
+	// (under bf16 the new moments first, then the new weights and remainders), less
+	// the gradients of the groups already updated (updateTransient).
 	Update int64 `json:"update_transient"`
 	Chunk  int   `json:"effective_chunk"` // the training chunk after the attention-score budget
 }
@@ -60,9 +61,14 @@ func (e MemEstimate) Transient(train bool) int64 {
 // ShardedTotal is Total on the peak device of a data-parallel step over n devices
 // with the AdamW moments sharded (ZeRO-1, train.shard_optimizer): each device keeps
 // 1/n of the moments; weights, masters (on device 0), gradients (the all-reduce's
-// total is on every device) and activations are whole.
+// total is on every device) and activations are whole. The sharded update is one
+// program per shard on float32 masters (xla/zero.go), so under bf16 device 0 holds
+// the masters joined from the weights and remainders while it runs (4 bytes a
+// parameter, twice Masters).
 func (e MemEstimate) ShardedTotal(n int) int64 {
-	return e.Total() - e.Optimizer + (e.Optimizer+int64(n)-1)/int64(n)
+	s := e
+	s.Update += 2 * e.Masters
+	return s.Total() - e.Optimizer + (e.Optimizer+int64(n)-1)/int64(n)
 }
 
 // ScoreTotal is the peak of a scoring pass alone.
@@ -83,12 +89,12 @@ func EstimateMemory(c *data.ModelConfig, T, chunk int, lora, exact bool) MemEsti
 }
 
 // EstimateMemoryAs is EstimateMemory in precision p. Under bf16 the weights (the
-// LoRA base) and the KV cache take 2 bytes an element, full fine-tuning keeps 4-byte
-// masters beside them (so its state is 18 bytes a parameter against f32's 16), and
-// the activations are modelled as float32, as the residual stream is. The bfloat16
-// copies of matmul inputs and results are not counted, so the bf16 rows are a lower
-// bound: on XLA CPU a 0.6B-shaped bf16 step peaked above the f32 one
-// (docs/performance.md "bf16 on CPU"); the GPU run measures it.
+// LoRA base) and the KV cache take 2 bytes an element, full fine-tuning keeps a
+// 2-byte remainder beside each weight (the float32 master is the two together,
+// xla's splitMasters: its state is 16 bytes a parameter, as f32's), and the
+// activations are modelled as float32, as the residual stream is; the bfloat16
+// copies of matmul inputs and results are not counted (docs/performance.md
+// "Training-step memory" measures both precisions against this model).
 func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla.Precision) MemEstimate {
 	const f32 = 4
 	w := int64(f32)
@@ -111,7 +117,7 @@ func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla
 	} else {
 		e.Grads, e.Optimizer = f32*P, 2*f32*P
 		if w != f32 {
-			e.Masters = f32 * P
+			e.Masters = 2 * P
 		}
 	}
 	if exact {
@@ -138,9 +144,12 @@ func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla
 // updateTransient is what the AdamW update holds beyond the state (xla/adamw.go
 // applyGroups): the groups run smallest first (a layer's projections and norms,
 // the final norm, the embedding, an untied head; under LoRA a layer's adapters),
-// each allocating its new weights and moments (12 bytes a parameter, 14 with a
-// bf16 copy) while the gradients of the groups before it (4 bytes a parameter)
-// are already freed.
+// each allocating its new weights and moments (12 bytes a parameter) while the
+// gradients of the groups before it (4 bytes a parameter) are already freed.
+// Under bf16 full fine-tuning a group's update is three programs (xla
+// applySplitGroup): the new moments (8 bytes a parameter) beside the old, which
+// are freed with the gradients before the new weights and remainders (4) are made,
+// so a group holds 8 bytes a parameter at most.
 func updateTransient(c *data.ModelConfig, lora, bf16 bool) int64 {
 	d, inter, L := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.NumHiddenLayers)
 	q, kvd := int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim)
@@ -165,7 +174,7 @@ func updateTransient(c *data.ModelConfig, lora, bf16 bool) int64 {
 	slices.Sort(sizes)
 	out := int64(12)
 	if bf16 && !lora {
-		out = 14
+		out = 8
 	}
 	var peak, freed int64
 	for _, g := range sizes {

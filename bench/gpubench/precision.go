@@ -25,7 +25,7 @@ type PrecisionRow struct {
 	BF16Full int64 `json:"bf16_full_bytes"`
 	BF16LoRA int64 `json:"bf16_lora_bytes"`
 	// Full AdamW under ZeRO-1 over ShardDevices: the peak device (device 0, which
-	// also keeps bf16's float32 masters and gathers the new weights) holds 1/N of
+	// also keeps bf16's masters and gathers the new weights) holds 1/N of
 	// the moments; weights, gradients and activations are whole on every device.
 	F32FullZeRO  int64 `json:"f32_full_zero1_bytes"`
 	BF16FullZeRO int64 `json:"bf16_full_zero1_bytes"`
