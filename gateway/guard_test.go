@@ -34,7 +34,7 @@ func chatMLTokenizer(t *testing.T) tokenizer.Tokenizer {
 // efficacy experiment's real-model probe keeps it.
 func smolLM2Template(t *testing.T, tok tokenizer.Tokenizer) *chatTemplate {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "experiments", "efficacy", "testdata", "smollm2_chat_template.jinja"))
+	src, err := os.ReadFile(filepath.Join("..", "data", "chatformat", "testdata", "smollm2_chat_template.jinja"))
 	require.NoError(t, err)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "chat_template.jinja"), src, 0o644))

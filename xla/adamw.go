@@ -90,6 +90,9 @@ type adamW struct {
 	norm   *Exec
 	group  *Exec // adamWGraph with the norm given, per group's shapes, for form
 	form   masterForm
+	// Under splitMasters a group's update is three programs (applySplitGroup): the
+	// moments, then the new remainders, then the new bfloat16 weights.
+	moments, remainders, weights *Exec
 	// owners, under ZeRO-1 (zero.go), is the device that keeps each parameter's
 	// moments and updates it; nil: all on device 0.
 	owners  []backends.DeviceNum
@@ -118,27 +121,104 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 		return nil, fmt.Errorf("new optimizer: %w", err)
 	}
 	if o.group, err = NewExec(backend, func(in []*Node) []*Node {
-		perParam := 4 // the parameter (or its master), gradient, m, v
-		if form == splitMasters {
-			perParam = 5 // the bfloat16 weight and its remainder
-		}
-		return adamWGraph(cfg, (len(in)-6)/perParam, true, form)(in)
+		return adamWGraph(cfg, (len(in)-6)/4, true, form)(in)
 	}); err != nil {
 		return nil, fmt.Errorf("new optimizer: %w", err)
 	}
 	o.group.SetMaxCache(-1)
+	if form == splitMasters {
+		if o.moments, err = NewExec(backend, func(in []*Node) []*Node {
+			return adamMomentsGraph(cfg, (len(in)-6)/3)(in)
+		}); err != nil {
+			return nil, fmt.Errorf("new optimizer: %w", err)
+		}
+		for _, e := range []struct {
+			exec **Exec
+			hi   bool
+		}{{&o.remainders, false}, {&o.weights, true}} {
+			if *e.exec, err = NewExec(backend, func(in []*Node) []*Node {
+				return adamSplitGraph(cfg, (len(in)-4)/4, e.hi)(in)
+			}); err != nil {
+				return nil, fmt.Errorf("new optimizer: %w", err)
+			}
+		}
+		for _, e := range []*Exec{o.moments, o.remainders, o.weights} {
+			e.SetMaxCache(-1)
+		}
+	}
 	return o, nil
+}
+
+// clipScale is torch.nn.utils.clip_grad_norm_'s factor: min(1, clip/(norm +
+// 1e-6)); clip 0 leaves the gradient as is.
+func clipScale(clip, norm *Node) *Node {
+	g := norm.Graph()
+	one := ScalarOne(g, norm.DType())
+	return Where(GreaterThan(clip, ScalarZero(g, norm.DType())), Min(one, Div(clip, AddScalar(norm, 1e-6))), one)
+}
+
+// adamMoments are AdamW's new first and second moments of gradient gr (clipped).
+func adamMoments(cfg AdamWConfig, gr, m, v *Node) (newM, newV *Node) {
+	return Add(MulScalar(m, cfg.Beta1), MulScalar(gr, 1-cfg.Beta1)), Add(MulScalar(v, cfg.Beta2), MulScalar(Square(gr), 1-cfg.Beta2))
+}
+
+// adamStep is AdamW's new parameter p from the new moments.
+func adamStep(cfg AdamWConfig, p, newM, newV, lr, decay, ibc1, isbc2 *Node) *Node {
+	if decays(p.Rank()) {
+		p = Mul(p, decay)
+	}
+	denom := AddScalar(Mul(Sqrt(newV), isbc2), cfg.Eps)
+	return Sub(p, Div(Mul(newM, Mul(lr, ibc1)), denom))
+}
+
+// adamMomentsGraph is the first program of a split-masters group's update: inputs
+// lr, decay, 1/bc1, 1/√bc2, clip, the global norm, then np gradients, m, v;
+// outputs the new m, then the new v.
+func adamMomentsGraph(cfg AdamWConfig, np int) func(in []*Node) []*Node {
+	return func(in []*Node) []*Node {
+		l := listOf(in)
+		l.take(4)
+		clip, norm := l.next(), l.next()
+		gs, ms, vs := l.take(np), l.take(np), l.take(np)
+		scale := clipScale(clip, norm)
+		newM, newV := make([]*Node, np), make([]*Node, np)
+		for i := range np {
+			newM[i], newV[i] = adamMoments(cfg, Mul(gs[i], scale), ms[i], vs[i])
+		}
+		return append(newM, newV...)
+	}
+}
+
+// adamSplitGraph is the second (hi false) or third (hi true) program of a
+// split-masters group's update: inputs lr, decay, 1/bc1, 1/√bc2, then np bfloat16
+// weights, their remainders, the new m and the new v; outputs each new master's
+// remainder, or its bfloat16 weight (splitMaster). Each program computes the new
+// masters whole and keeps one half: computed once for both halves, XLA CPU held the
+// new masters (4 bytes a parameter) as a temporary of the group's program.
+func adamSplitGraph(cfg AdamWConfig, np int, hi bool) func(in []*Node) []*Node {
+	return func(in []*Node) []*Node {
+		l := listOf(in)
+		lr, decay, ibc1, isbc2 := l.next(), l.next(), l.next(), l.next()
+		his, los, ms, vs := l.take(np), l.take(np), l.take(np), l.take(np)
+		out := make([]*Node, np)
+		for i := range np {
+			w, r := splitMaster(adamStep(cfg, joinMaster(his[i], los[i]), ms[i], vs[i], lr, decay, ibc1, isbc2))
+			out[i] = r
+			if hi {
+				out[i] = w
+			}
+		}
+		return out
+	}
 }
 
 // adamWGraph is the update of np parameters: inputs lr, decay factor (1 − lr·wd),
 // 1/bc1, 1/√bc2, clip norm, with givenNorm the gradient's global norm (a shard's or
 // a group's update: the norm is over every parameter), then params, grads, m, v;
 // outputs the norm, then the new params, m, v. form says what params are: the
-// float32 weights (noMasters); float32 masters (wholeMasters: their bfloat16
-// rounding, the policy's new weights, is output last); or the bfloat16 weights then
-// their remainders (splitMasters: joined into the masters here, and split again on
-// the way out: the new remainders take the params' place and the new weights come
-// last, so the masters never exist outside this program).
+// float32 weights (noMasters) or float32 masters (wholeMasters: their bfloat16
+// rounding, the policy's new weights, is output last). Split masters update in
+// three programs (applySplitGroup), from the same adamMoments and adamStep.
 func adamWGraph(cfg AdamWConfig, np int, givenNorm bool, form masterForm) func(in []*Node) []*Node {
 	return func(in []*Node) []*Node {
 		l := listOf(in)
@@ -147,48 +227,21 @@ func adamWGraph(cfg AdamWConfig, np int, givenNorm bool, form masterForm) func(i
 		if givenNorm {
 			norm = l.next()
 		}
-		ps := l.take(np)
-		if form == splitMasters {
-			his, los := ps, l.take(np)
-			ps = make([]*Node, np)
-			for i := range np {
-				ps[i] = joinMaster(his[i], los[i])
-			}
-		}
-		gs, ms, vs := l.take(np), l.take(np), l.take(np)
-		g := lr.Graph()
+		ps, gs, ms, vs := l.take(np), l.take(np), l.take(np), l.take(np)
 		if !givenNorm {
 			norm = globalNorm(gs)
 		}
-		// torch.nn.utils.clip_grad_norm_: scale by min(1, clip/(norm + 1e-6)); clip 0
-		// leaves the gradient as is.
-		one := ScalarOne(g, norm.DType())
-		scale := Where(GreaterThan(clip, ScalarZero(g, norm.DType())),
-			Min(one, Div(clip, AddScalar(norm, 1e-6))), one)
-		b1, b2 := cfg.Beta1, cfg.Beta2
+		scale := clipScale(clip, norm)
 		out := []*Node{norm}
 		newP, newM, newV := make([]*Node, np), make([]*Node, np), make([]*Node, np)
 		for i := range np {
-			gr := Mul(gs[i], scale)
-			newM[i] = Add(MulScalar(ms[i], b1), MulScalar(gr, 1-b1))
-			newV[i] = Add(MulScalar(vs[i], b2), MulScalar(Square(gr), 1-b2))
-			p := ps[i]
-			if decays(p.Rank()) {
-				p = Mul(p, decay)
-			}
-			denom := AddScalar(Mul(Sqrt(newV[i]), isbc2), cfg.Eps)
-			newP[i] = Sub(p, Div(Mul(newM[i], Mul(lr, ibc1)), denom))
+			newM[i], newV[i] = adamMoments(cfg, Mul(gs[i], scale), ms[i], vs[i])
+			newP[i] = adamStep(cfg, ps[i], newM[i], newV[i], lr, decay, ibc1, isbc2)
 		}
 		var lows []*Node
-		switch form {
-		case wholeMasters:
+		if form == wholeMasters {
 			for _, p := range newP {
 				lows = append(lows, convert(p, dtypes.BFloat16))
-			}
-		case splitMasters:
-			lows = make([]*Node, np)
-			for i, p := range newP {
-				lows[i], newP[i] = splitMaster(p)
 			}
 		}
 		out = append(out, newP...)
@@ -224,13 +277,14 @@ func (o *adamW) applyGroups(params, lo, grads []*tensors.Tensor, set func(i int,
 	for _, idx := range o.groups {
 		args := []any{float32(lr), float32(1 - lr*o.cfg.WeightDecay), float32(1 / bc1), float32(1 / math.Sqrt(bc2)),
 			float32(o.cfg.ClipNorm), n32}
+		if o.form == splitMasters {
+			if err := o.applySplitGroup(idx, args, params, lo, grads, set); err != nil {
+				return 0, 0, fmt.Errorf("optimizer step %d: %w", s+1, err)
+			}
+			continue
+		}
 		for _, i := range idx {
 			args = append(args, params[i])
-		}
-		if o.form == splitMasters {
-			for _, i := range idx {
-				args = append(args, lo[i])
-			}
 		}
 		for _, group := range [][]*tensors.Tensor{grads, o.m, o.v} {
 			for _, i := range idx {
@@ -309,4 +363,53 @@ func (o *adamW) apply(params, grads []*tensors.Tensor) (newParams []*tensors.Ten
 	o.m, o.v = r.take(np), r.take(np)
 	o.step++
 	return newParams, norm, lr, nil
+}
+
+// applySplitGroup is one group's update (idx) on split masters, in three programs
+// so that no program holds the new masters whole beside its outputs: the new
+// moments (the gradients and old moments are freed after it), then the new
+// remainders, then the new bfloat16 weights, each from the old weight and
+// remainder and the new moments; set then takes each parameter's new remainder and
+// weight. Beyond the state it holds the new moments while the old ones are inputs
+// (8 bytes a parameter of the group), then the new remainders and weights (4).
+// scalars are lr, decay, 1/bc1, 1/√bc2, clip and the global norm.
+func (o *adamW) applySplitGroup(idx []int, scalars []any, params, lo, grads []*tensors.Tensor, set func(i int, p, low *tensors.Tensor) error) error {
+	args := append([]any{}, scalars...)
+	for _, group := range [][]*tensors.Tensor{grads, o.m, o.v} {
+		for _, i := range idx {
+			args = append(args, donated(group[i], o.backend))
+		}
+	}
+	out, err := o.moments.Exec(args...)
+	if err != nil {
+		return err
+	}
+	np := len(idx)
+	for k, i := range idx {
+		grads[i].FinalizeAll()
+		o.m[i].FinalizeAll()
+		o.v[i].FinalizeAll()
+		grads[i], o.m[i], o.v[i] = nil, out[k], out[np+k]
+	}
+	args = append([]any{}, scalars[:4]...)
+	for _, group := range [][]*tensors.Tensor{params, lo, o.m, o.v} {
+		for _, i := range idx {
+			args = append(args, group[i])
+		}
+	}
+	rs, err := o.remainders.Exec(args...)
+	if err != nil {
+		return err
+	}
+	ws, err := o.weights.Exec(args...)
+	if err != nil {
+		finalize(rs)
+		return err
+	}
+	for k, i := range idx {
+		if err := set(i, rs[k], ws[k]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

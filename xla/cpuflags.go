@@ -23,11 +23,27 @@ const (
 	cpuFusionValue  = "individual_dot"
 )
 
+// cpuSchedulerOption off makes XLA CPU order a program's operations to use the
+// least memory, not to run as many at once as it can: under its default
+// concurrency-optimised schedule no temporary shares a buffer with another that
+// an independent operation may still be writing. The gradient norm of the AdamW
+// update (globalNorm: each gradient squared, then summed; XLA CPU fuses neither the
+// square nor a dot of a vector with itself into the sum) then held every squared
+// gradient at once, as much memory as the gradients, 2.2 GiB at the qwen3-0.6b
+// shape (its program's buffer assignment: 80 MiB of temporaries for 80 MiB of
+// gradients, against 4 MiB with this option off); docs/performance.md
+// "Training-step memory".
+const cpuSchedulerOption = "xla_cpu_enable_concurrency_optimized_scheduler"
+
+// cpuFlags are the options setCPUFlags adds, with their values.
+var cpuFlags = [][2]string{{cpuFusionOption, cpuFusionValue}, {cpuSchedulerOption, "false"}}
+
 // xlaFlagsEnv is the environment variable XLA reads its debug options from, once
 // per process, at the first compile.
 const xlaFlagsEnv = "XLA_FLAGS"
 
-// setCPUFlags adds --xla_cpu_experimental_ynn_fusion_type=individual_dot to
+// setCPUFlags adds each of cpuFlags (--xla_cpu_experimental_ynn_fusion_type=
+// individual_dot, --xla_cpu_enable_concurrency_optimized_scheduler=false) to
 // $XLA_FLAGS for a CPU plugin (one whose file name says cpu) that knows the option,
 // unless $XLA_FLAGS already sets it: a user's setting wins, and a plugin that does
 // not know it (XLA aborts on an unknown flag) is left alone.
@@ -35,18 +51,24 @@ func setCPUFlags(plugin string) error {
 	if !strings.Contains(strings.ToLower(filepath.Base(plugin)), "cpu") {
 		return nil
 	}
-	flags := os.Getenv(xlaFlagsEnv)
-	if strings.Contains(flags, cpuFusionOption) {
+	had := os.Getenv(xlaFlagsEnv)
+	flags := had
+	for _, f := range cpuFlags {
+		if strings.Contains(flags, f[0]) {
+			continue
+		}
+		known, err := fileContains(plugin, []byte(f[0]))
+		if err != nil {
+			return fmt.Errorf("XLA plugin %s: %w", plugin, err)
+		}
+		if known {
+			flags = strings.TrimSpace(flags + " --" + f[0] + "=" + f[1])
+		}
+	}
+	if flags == had {
 		return nil
 	}
-	known, err := fileContains(plugin, []byte(cpuFusionOption))
-	if err != nil {
-		return fmt.Errorf("XLA plugin %s: %w", plugin, err)
-	}
-	if !known {
-		return nil
-	}
-	return os.Setenv(xlaFlagsEnv, strings.TrimSpace(flags+" --"+cpuFusionOption+"="+cpuFusionValue))
+	return os.Setenv(xlaFlagsEnv, flags)
 }
 
 // fileContains says whether the file at path holds needle, reading it in pieces.

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSetCPUFlags: the fusion option is added for a CPU plugin that knows it, not
-// for one that does not, not for a plugin that is not a CPU one, and never over a
-// user's own setting.
+// TestSetCPUFlags: the fusion and scheduler options are added for a CPU plugin
+// that knows them (each on its own), not for one that does not, not for a plugin
+// that is not a CPU one, and never over a user's own setting.
 func TestSetCPUFlags(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -21,16 +21,20 @@ func TestSetCPUFlags(t *testing.T) {
 	}
 	// The option's name straddles the 4 MiB pieces fileContains reads.
 	pad := strings.Repeat("x", 4<<20-10)
-	knows := write("pjrt_c_api_cpu_plugin.so", pad+cpuFusionOption+"\x00")
+	knows := write("pjrt_c_api_cpu_plugin.so", pad+cpuFusionOption+"\x00"+cpuSchedulerOption+"\x00")
+	fusionOnly := write("fusion_cpu_plugin.so", pad+cpuFusionOption+"\x00")
 	old := write("old_cpu_plugin.so", pad)
-	gpu := write("pjrt_c_api_gpu_plugin.so", cpuFusionOption)
-	want := "--" + cpuFusionOption + "=" + cpuFusionValue
+	gpu := write("pjrt_c_api_gpu_plugin.so", cpuFusionOption+cpuSchedulerOption)
+	fusion := "--" + cpuFusionOption + "=" + cpuFusionValue
+	sched := "--" + cpuSchedulerOption + "=false"
 	for _, c := range []struct {
 		plugin, env, want string
 	}{
-		{knows, "", want},
-		{knows, "--xla_dump_to=/d", "--xla_dump_to=/d " + want},
-		{knows, "--" + cpuFusionOption + "=", "--" + cpuFusionOption + "="},
+		{knows, "", fusion + " " + sched},
+		{knows, "--xla_dump_to=/d", "--xla_dump_to=/d " + fusion + " " + sched},
+		{knows, "--" + cpuFusionOption + "=", "--" + cpuFusionOption + "= " + sched},
+		{knows, "--" + cpuSchedulerOption + "=true", "--" + cpuSchedulerOption + "=true " + fusion},
+		{fusionOnly, "", fusion},
 		{old, "", ""},
 		{gpu, "", ""},
 	} {

@@ -40,3 +40,15 @@ func setMallocThresholds() (set bool) {
 	})
 	return set
 }
+
+// MallocStats is what glibc's malloc holds, in bytes (mallinfo2, every arena):
+// InUse the blocks allocated from its arenas, Free the freed blocks it keeps in
+// them, Mapped the large blocks it mapped on their own (XLA CPU's buffers above
+// MallocThreshold). Zero where the C library has no mallinfo2.
+type MallocStats struct{ InUse, Free, Mapped int64 }
+
+// ReadMallocStats reads MallocStats now.
+func ReadMallocStats() MallocStats {
+	mi := C.mallinfo2()
+	return MallocStats{InUse: int64(mi.uordblks), Free: int64(mi.fordblks), Mapped: int64(mi.hblkhd)}
+}

@@ -8,7 +8,14 @@
 // quarter of the run, and the sessions the spool accepted. It prints a summary and
 // writes gatewayload.json into -out.
 //
+// -long 2000,4000 measures long prompts instead: one request of each length (a user
+// message of that many bytes: about as many tokens with the byte tokenizer), twice
+// (the first compiles what the length needs, the second is warm), each with its
+// latency and the daemon's CPU seconds meanwhile (/proc/PID/stat). -preset and
+// -backend pick the model shape (init-model -preset, random weights) and backend.
+//
 //	go run ./bench/gatewayload -sessions 32 -duration 60s -out /tmp/gwload
+//	go run ./bench/gatewayload -preset smollm2-135m -backend xla-cpu -long 2000,4000
 package main
 
 import (
@@ -61,14 +68,17 @@ func main() {
 	maxTokens := flag.Int("max-tokens", 16, "max_tokens per request")
 	out := flag.String("out", "", "output folder (default: a temp folder)")
 	maxBatch := flag.Int("max-batch", 8, "gateway.max_batch: requests sampled together (1: one at a time)")
+	preset := flag.String("preset", "", "init-model -preset of the served model (default: init-model's)")
+	backend := flag.String("backend", "", "hindsightd -backend (default: the daemon's)")
+	long := flag.String("long", "", "comma-separated prompt `lengths` (bytes): time one long request of each, cold then warm, instead of the load run")
 	flag.Parse()
-	if err := run(*sessions, *duration, *turns, *maxTokens, *maxBatch, *out); err != nil {
+	if err := run(*sessions, *duration, *turns, *maxTokens, *maxBatch, *out, *preset, *backend, *long); err != nil {
 		fmt.Fprintln(os.Stderr, "gatewayload:", err)
 		os.Exit(1)
 	}
 }
 
-func run(sessions int, duration time.Duration, turns, maxTokens, maxBatch int, out string) error {
+func run(sessions int, duration time.Duration, turns, maxTokens, maxBatch int, out, preset, backendSpec, long string) error {
 	if out == "" {
 		var err error
 		if out, err = os.MkdirTemp("", "gatewayload-"); err != nil {
@@ -82,7 +92,11 @@ func run(sessions int, duration time.Duration, turns, maxTokens, maxBatch int, o
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	if b, err := exec.Command(filepath.Join(bin, "hindsight"), "init-model", "-out", filepath.Join(data, "model"), "-seed", "2").CombinedOutput(); err != nil {
+	initArgs := []string{"init-model", "-out", filepath.Join(data, "model"), "-seed", "2"}
+	if preset != "" {
+		initArgs = append(initArgs, "-preset", preset)
+	}
+	if b, err := exec.Command(filepath.Join(bin, "hindsight"), initArgs...).CombinedOutput(); err != nil {
 		return fmt.Errorf("init-model: %v: %s", err, b)
 	}
 	cfg := fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\nlog: {format: json}\nmodel: {dir: %s}\ntrain: {enabled: false}\n"+
@@ -91,7 +105,11 @@ func run(sessions int, duration time.Duration, turns, maxTokens, maxBatch int, o
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(bin, "hindsightd"), "-config", cfgPath)
+	daemonArgs := []string{"-config", cfgPath}
+	if backendSpec != "" {
+		daemonArgs = append(daemonArgs, "-backend", backendSpec)
+	}
+	cmd := exec.Command(filepath.Join(bin, "hindsightd"), daemonArgs...)
 	logFile, err := os.Create(filepath.Join(out, "hindsightd.log"))
 	if err != nil {
 		return err
@@ -109,6 +127,10 @@ func run(sessions int, duration time.Duration, turns, maxTokens, maxBatch int, o
 	}
 	go io.Copy(io.Discard, pr)
 	base := "http://" + addr + "/v1"
+	if long != "" {
+		defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+		return runLong(base, cmd.Process.Pid, long, maxTokens, backend)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
@@ -247,4 +269,50 @@ func readRSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// runLong sends one request of each prompt length in lengths (comma-separated bytes),
+// twice, and prints each one's latency and the daemon's CPU seconds meanwhile.
+func runLong(base string, pid int, lengths string, maxTokens int, backend string) error {
+	client := &http.Client{Timeout: 30 * time.Minute}
+	fmt.Printf("backend %s, max_tokens %d\n", backend, maxTokens)
+	for _, f := range strings.Split(lengths, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-long: %q is not a length", f)
+		}
+		for _, run := range []string{"cold", "warm"} {
+			// A new text each time: nothing of the first request is reused.
+			text := strings.Repeat(fmt.Sprintf("%s request of %d bytes. ", run, n), n)[:n]
+			body, _ := json.Marshal(map[string]any{"model": "hindsight", "max_tokens": maxTokens, "seed": 1,
+				"messages": []map[string]any{{"role": "user", "content": text}}})
+			c0, t0 := cpuSeconds(pid), time.Now()
+			v, err := post(client, base+"/chat/completions", "", body)
+			if err != nil {
+				return err
+			}
+			took, cpu := time.Since(t0), cpuSeconds(pid)-c0
+			u := v["usage"].(map[string]any)
+			fmt.Printf("%5d bytes (%s): %.0f prompt tokens, %.0f completion tokens in %.1f s, daemon CPU %.1f s\n",
+				n, run, u["prompt_tokens"].(float64), u["completion_tokens"].(float64), took.Seconds(), cpu)
+		}
+	}
+	return nil
+}
+
+// cpuSeconds is pid's user + system CPU time (/proc/PID/stat, clock ticks of
+// 1/100 s), 0 when unreadable.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which may hold spaces) start after ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
 }

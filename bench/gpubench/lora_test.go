@@ -56,7 +56,7 @@ func TestPrecisionTable(t *testing.T) {
 	require.Equal(t, 16*P, h.State())
 	require.Equal(t, 2*P, h.Masters)
 	require.Equal(t, f.KVCache, 2*h.KVCache)
-	require.Equal(t, f.Update, h.Update, "the update's outputs: 12 bytes a parameter in both")
+	require.Less(t, h.Update, f.Update, "the update's outputs: 8 bytes a parameter of a group at a time under bf16, 12 under f32")
 	require.Less(t, h.Total(), f.Total())
 	require.Equal(t, f.Score, h.Score, "activations modelled as float32 in both")
 	lf := EstimateMemoryAs(c, 32768, 256, true, false, "f32")

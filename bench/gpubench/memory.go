@@ -34,8 +34,8 @@ type MemEstimate struct {
 	Train     int64 `json:"train_activations"`
 	// Update is what the AdamW update allocates beyond the state: the new weights
 	// and moments of one group of parameters (a layer, or the embedding) at a time,
-	// (under bf16 the new weights and remainders, as many bytes), less the
-	// gradients of the groups already updated (updateTransient).
+	// (under bf16 the new moments first, then the new weights and remainders), less
+	// the gradients of the groups already updated (updateTransient).
 	Update int64 `json:"update_transient"`
 	Chunk  int   `json:"effective_chunk"` // the training chunk after the attention-score budget
 }
@@ -61,9 +61,14 @@ func (e MemEstimate) Transient(train bool) int64 {
 // ShardedTotal is Total on the peak device of a data-parallel step over n devices
 // with the AdamW moments sharded (ZeRO-1, train.shard_optimizer): each device keeps
 // 1/n of the moments; weights, masters (on device 0), gradients (the all-reduce's
-// total is on every device) and activations are whole.
+// total is on every device) and activations are whole. The sharded update is one
+// program per shard on float32 masters (xla/zero.go), so under bf16 device 0 holds
+// the masters joined from the weights and remainders while it runs (4 bytes a
+// parameter, twice Masters).
 func (e MemEstimate) ShardedTotal(n int) int64 {
-	return e.Total() - e.Optimizer + (e.Optimizer+int64(n)-1)/int64(n)
+	s := e
+	s.Update += 2 * e.Masters
+	return s.Total() - e.Optimizer + (e.Optimizer+int64(n)-1)/int64(n)
 }
 
 // ScoreTotal is the peak of a scoring pass alone.
@@ -118,7 +123,7 @@ func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla
 	if exact {
 		e.Cotangent = e.KVCache
 	}
-	e.Update = updateTransient(c, lora)
+	e.Update = updateTransient(c, lora, w != f32)
 	// A scoring chunk's scores are one block of its causal span at a time, ≤
 	// MaxBlockPages pages of DefaultChunk positions, whatever T is (xla/scorer_paged.go).
 	block := min(capacity, int64(xla.MaxBlockPages*xla.DefaultChunk))
@@ -139,10 +144,13 @@ func EstimateMemoryAs(c *data.ModelConfig, T, chunk int, lora, exact bool, p xla
 // updateTransient is what the AdamW update holds beyond the state (xla/adamw.go
 // applyGroups): the groups run smallest first (a layer's projections and norms,
 // the final norm, the embedding, an untied head; under LoRA a layer's adapters),
-// each allocating its new weights and moments (12 bytes a parameter: under bf16 the
-// new bfloat16 weights and remainders take the float32 weights' 4) while the
+// each allocating its new weights and moments (12 bytes a parameter) while the
 // gradients of the groups before it (4 bytes a parameter) are already freed.
-func updateTransient(c *data.ModelConfig, lora bool) int64 {
+// Under bf16 full fine-tuning a group's update is three programs (xla
+// applySplitGroup): the new moments (8 bytes a parameter) beside the old, which
+// are freed with the gradients before the new weights and remainders (4) are made,
+// so a group holds 8 bytes a parameter at most.
+func updateTransient(c *data.ModelConfig, lora, bf16 bool) int64 {
 	d, inter, L := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.NumHiddenLayers)
 	q, kvd := int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim)
 	var sizes []int64
@@ -164,7 +172,10 @@ func updateTransient(c *data.ModelConfig, lora bool) int64 {
 		}
 	}
 	slices.Sort(sizes)
-	const out = 12
+	out := int64(12)
+	if bf16 && !lora {
+		out = 8
+	}
 	var peak, freed int64
 	for _, g := range sizes {
 		peak = max(peak, out*g-freed)

@@ -106,3 +106,49 @@ func rssNow() (hwm, rss int64, err error) {
 	}
 	return hwm, rss, nil
 }
+
+// rssByKind is the process's resident memory by kind of mapping, in bytes, from
+// /proc/self/smaps: "code" (executable mappings: the plugin's and Go's text and the
+// code XLA compiled into anonymous pages), "heap" (malloc's main arena, [heap]),
+// "anon" (other anonymous memory: the Go heap, malloc's mmapped blocks, which are
+// XLA CPU's buffers), "file" (other file mappings). nil where smaps cannot be read.
+func rssByKind() map[string]int64 {
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	kind := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		if strings.Contains(fields[0], "-") && len(fields) >= 5 { // a mapping's header
+			perms, name := fields[1], ""
+			if len(fields) >= 6 {
+				name = fields[5]
+			}
+			switch {
+			case strings.Contains(perms, "x"):
+				kind = "code"
+			case name == "[heap]":
+				kind = "heap"
+			case name == "" || strings.HasPrefix(name, "["):
+				kind = "anon"
+			default:
+				kind = "file"
+			}
+			continue
+		}
+		if fields[0] == "Rss:" && len(fields) >= 2 {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err == nil {
+				out[kind] += kb << 10
+			}
+		}
+	}
+	return out
+}

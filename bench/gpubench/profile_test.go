@@ -63,6 +63,12 @@ func TestProfileStage(t *testing.T) {
 		require.Greater(t, tm["predicted_bytes"], 0.0, p)
 		require.Greater(t, tm["peak_over_predicted"], 0.0, p)
 		require.Contains(t, tm["summary_gib"], "vs predicted", p)
+		// The RSS between steps by kind of mapping: code (the Go binary's text at
+		// least) and anonymous memory (the Go heap at least).
+		kinds, ok := tm["between_steps_rss_by_kind"].(map[string]any)
+		require.True(t, ok, tm)
+		require.Greater(t, kinds["code"], 0.0, p)
+		require.Greater(t, kinds["anon"], 0.0, p)
 	}
 	for _, f := range []string{"profile-cpu.pprof", "profile-heap.pprof", "profile-tokens.json"} {
 		require.FileExists(t, filepath.Join(out, f))

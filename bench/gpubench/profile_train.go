@@ -64,14 +64,24 @@ type trainMemory struct {
 	// Between is the RSS above Runtime between two steps: the state that outlives
 	// a step, the compiled programs and what the allocators keep.
 	Between int64 `json:"between_steps_bytes"`
+	// RuntimeByKind and BetweenByKind are the RSS before the model was loaded and
+	// between two steps by kind of mapping (rssByKind: code, heap, anon, file), so
+	// compiled code shows apart from buffers.
+	RuntimeByKind map[string]int64 `json:"runtime_rss_by_kind,omitempty"`
+	BetweenByKind map[string]int64 `json:"between_steps_rss_by_kind,omitempty"`
+	// BetweenMalloc is glibc malloc's own account between two steps: blocks in use
+	// and freed blocks kept in its arenas (xla.ReadMallocStats), and its mapped blocks.
+	BetweenMalloc xla.MallocStats `json:"between_steps_malloc"`
 	// Phases are each phase's peak RSS above Runtime in a warm step; Peak their max.
 	Phases map[string]int64 `json:"phase_peak_bytes"`
 	Peak   int64            `json:"peak_bytes"`
 	// GPUPhases are the device's high-water marks per phase (nvidia-smi; absent on
 	// the CPU).
 	GPUPhases map[string]int64 `json:"gpu_phase_peak_bytes,omitempty"`
-	// ColdPeak is the first step's peak RSS above Runtime: compiles included.
-	ColdPeak int64 `json:"cold_peak_bytes"`
+	// ColdPeak is the first step's peak RSS above Runtime: compiles included;
+	// ColdPhases its phases' (each phase compiles its programs as it first runs them).
+	ColdPeak   int64            `json:"cold_peak_bytes"`
+	ColdPhases map[string]int64 `json:"cold_phase_peak_bytes,omitempty"`
 	// GoHeap is the Go heap in use at the warm step's end (host copies the Go side
 	// holds: weights not yet placed, token and log-prob slices).
 	GoHeap int64 `json:"go_heap_inuse_bytes"`
@@ -106,6 +116,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	runtime.GC()
 	debug.FreeOSMemory()
 	_, runtimeRSS, _ := rssNow()
+	runtimeKinds := rssByKind()
 	m, err := xla.Open(dir, xla.OpenOptions{Precision: p})
 	if err != nil {
 		return trainMemory{}, err
@@ -128,10 +139,16 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 		return trainMemory{}, fmt.Errorf("cold step: %w", err)
 	}
 	coldSec := time.Since(t0).Seconds()
+	pp.mu.Lock()
+	pp.close()
+	coldPhases := pp.peaks
+	pp.mu.Unlock()
 	cold := b.mem.peaks()
 	runtime.GC()
 	debug.FreeOSMemory()
 	_, between, _ := rssNow()
+	betweenKinds := rssByKind()
+	betweenMalloc := xla.ReadMallocStats()
 	pp.phase, pp.peaks = "", map[xla.StepPhase]map[string]any{}
 	t0, c0 := time.Now(), cpuSeconds()
 	met, err := tr.Step(ctx, []credit.Sequence{r})
@@ -149,11 +166,21 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	runtime.ReadMemStats(&ms)
 	tm := trainMemory{Precision: string(p), Preset: preset, Layers: mc.NumHiddenLayers, Params: mc.NumParameters(), T: T,
 		Runtime: runtimeRSS, Loaded: loaded - runtimeRSS, Between: between - runtimeRSS, Phases: map[string]int64{},
+		RuntimeByKind: runtimeKinds, BetweenByKind: betweenKinds, BetweenMalloc: betweenMalloc,
 		GoHeap: int64(ms.HeapInuse), State: tr.StateBytes(), WholeUpdate: whole,
 		ColdSeconds: coldSec, WarmSeconds: warmSec, WarmCPUSeconds: warmCPU,
 		Estimate: EstimateMemoryAs(mc, T, xla.DefaultChunkTrain, false, false, p)}
+	for ph, f := range coldPhases {
+		if v, ok := f["peak_rss_bytes"].(int64); ok {
+			if tm.ColdPhases == nil {
+				tm.ColdPhases = map[string]int64{}
+			}
+			tm.ColdPhases[string(ph)] = v - runtimeRSS
+			tm.ColdPeak = max(tm.ColdPeak, v-runtimeRSS)
+		}
+	}
 	if v, ok := cold["peak_rss_bytes"].(int64); ok {
-		tm.ColdPeak = v - runtimeRSS
+		tm.ColdPeak = max(tm.ColdPeak, v-runtimeRSS)
 	}
 	for ph, f := range pp.peaks {
 		if v, ok := f["peak_rss_bytes"].(int64); ok {
@@ -201,8 +228,13 @@ func trainMemoryFields(tm trainMemory) map[string]any {
 	_ = json.Unmarshal(raw, &f)
 	g := func(n int64) string { return fmt.Sprintf("%.2f", float64(n)/(1<<30)) }
 	e := tm.Estimate
-	f["summary_gib"] = fmt.Sprintf("peak %s (score %s, gradient %s, update %s) vs predicted %s = state %s (weights %s, masters %s, grads %s, moments %s) + activations %s + update %s: ×%.2f; between steps %s, runtime %s",
+	// Code mapped since the model was loaded: the programs XLA compiled (and any
+	// library pages first touched), part of Between.
+	code := tm.BetweenByKind["code"] - tm.RuntimeByKind["code"]
+	f["compiled_code_bytes"] = code
+	f["summary_gib"] = fmt.Sprintf("peak %s (score %s, gradient %s, update %s) vs predicted %s = state %s (weights %s, masters %s, grads %s, moments %s) + activations %s + update %s: ×%.2f; between steps %s (code %s), runtime %s; cold step %s (score %s, gradient %s, update %s)",
 		g(tm.Peak), g(tm.Phases["score"]), g(tm.Phases["gradient"]), g(tm.Phases["update"]), g(tm.Predicted), g(e.State()),
-		g(e.Weights), g(e.Masters), g(e.Grads), g(e.Optimizer), g(max(e.Score, e.Train)+e.KVCache), g(e.Update), tm.WasteRatio, g(tm.Between), g(tm.Runtime))
+		g(e.Weights), g(e.Masters), g(e.Grads), g(e.Optimizer), g(max(e.Score, e.Train)+e.KVCache), g(e.Update), tm.WasteRatio, g(tm.Between), g(code), g(tm.Runtime),
+		g(tm.ColdPeak), g(tm.ColdPhases["score"]), g(tm.ColdPhases["gradient"]), g(tm.ColdPhases["update"]))
 	return f
 }

@@ -214,7 +214,7 @@ func writeChatMLModel(t *testing.T, dir string) {
 	require.NoError(t, os.WriteFile(tokPath, raw, 0o644))
 	_, stderr, code := runCLI(t, "init-model", "-out", dir, "-tokenizer", tokPath, "-seed", "2")
 	require.Equal(t, 0, code, stderr)
-	src, err := os.ReadFile(filepath.Join("..", "..", "experiments", "efficacy", "testdata", "smollm2_chat_template.jinja"))
+	src, err := os.ReadFile(filepath.Join("..", "..", "data", "chatformat", "testdata", "smollm2_chat_template.jinja"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "chat_template.jinja"), src, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}`), 0o644))

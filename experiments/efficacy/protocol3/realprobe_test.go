@@ -236,7 +236,7 @@ func TestRealProbeBookkeeping(t *testing.T) {
 }
 
 // TestRealChatChatML renders a slip's conversation in ChatML with SmolLM2-135M-
-// Instruct's own chat template (testdata/smollm2_chat_template.jinja, the model's
+// Instruct's own chat template (data/chatformat/testdata/smollm2_chat_template.jinja, the model's
 // chat_template.jinja) and a ChatML tokenizer (the Qwen3 fixture: <|im_start|> and
 // <|im_end|> are special tokens), without the model: the text the model is shown,
 // its stop token, and pieces that equal the whole render's encoding.
@@ -251,7 +251,7 @@ func TestRealChatChatML(t *testing.T) {
 	tok, err := tokenizer.ParseJSON(raw)
 	require.NoError(t, err)
 	dir := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("testdata", "smollm2_chat_template.jinja"))
+	src, err := os.ReadFile(filepath.Join("..", "..", "..", "data", "chatformat", "testdata", "smollm2_chat_template.jinja"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "chat_template.jinja"), src, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}`), 0o644))
