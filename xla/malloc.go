@@ -52,3 +52,11 @@ func ReadMallocStats() MallocStats {
 	mi := C.mallinfo2()
 	return MallocStats{InUse: int64(mi.uordblks), Free: int64(mi.fordblks), Mapped: int64(mi.hblkhd)}
 }
+
+// trimMalloc gives the free blocks glibc's malloc keeps in its arenas back to the
+// OS (malloc_trim). XLA CPU's allocations below MallocThreshold come from the
+// arenas of the threads that ran them, and what a step freed there stayed
+// resident: 0.19 GiB between two steps at the 53M-parameter shape (mallinfo2's
+// free bytes, beside 0.05 GiB in use), 15% of the step's predicted memory. A
+// Trainer on an XLA backend trims after each step.
+func trimMalloc() { C.malloc_trim(0) }

@@ -125,6 +125,7 @@ type Trainer struct {
 	grad      *gradPass
 	opt       *adamW
 	masters   *masterWeights // float32 masters of a bf16 policy's trained weights; nil in f32
+	trim      bool           // an XLA backend: malloc's free blocks go back to the OS after each step (trimMalloc)
 	teacher   *teacher       // nil for the live teacher
 	ref       *Scorer        // nil without KL
 	baselines *credit.Baselines
@@ -181,10 +182,11 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	if err := setupLoRA(m, opts.LoRA, opts.Seed); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
-	if name, _ := BackendInfo(backend); name == "xla" {
+	name, _ := BackendInfo(backend)
+	if name == "xla" {
 		setMallocThresholds()
 	}
-	tr := &Trainer{opts: opts, backend: backend, model: m, baselines: credit.NewBaselines()}
+	tr := &Trainer{opts: opts, backend: backend, model: m, baselines: credit.NewBaselines(), trim: name == "xla"}
 	tr.progress.notify = opts.OnProgress
 	tr.pcg = rand.NewPCG(opts.Seed, 0x68696e64)
 	tr.rng = rand.New(tr.pcg)

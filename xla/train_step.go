@@ -122,6 +122,9 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Sequence) (met Metri
 	tr.steps++
 	met.Step = tr.steps
 	tr.baselines = b
+	if tr.trim {
+		trimMalloc()
+	}
 	met.Took = time.Since(t0)
 	return met, nil
 }
