@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"compress/gzip"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,21 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 )
 
 // chatMLTokenizer is a ChatML tokenizer (the Qwen3 fixture: <|im_start|> and
 // <|im_end|> are special tokens, <think> an added token that is not special).
 func chatMLTokenizer(t *testing.T) tokenizer.Tokenizer {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "data", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz"))
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	tok, err := tokenizer.ParseJSON(raw)
-	require.NoError(t, err)
+	tok := tokenizertest.Load(t, "qwen3")
 	return tok
 }
 

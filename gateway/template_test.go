@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"compress/gzip"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,21 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 )
 
 // qwen3 returns the Qwen3 tokenizer fixture and Qwen3-8B's own chat template
 // (testdata/qwen3_chat_template.jinja, from github.com/ardanlabs/jinja's test data).
 func qwen3(t *testing.T) *policy {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "data", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz"))
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	tok, err := tokenizer.ParseJSON(raw)
-	require.NoError(t, err)
+	tok := tokenizertest.Load(t, "qwen3")
 	dir := t.TempDir()
 	src, err := os.ReadFile(filepath.Join("testdata", "qwen3_chat_template.jinja"))
 	require.NoError(t, err)

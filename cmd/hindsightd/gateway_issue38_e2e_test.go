@@ -1,7 +1,6 @@
 package main
 
 import (
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	hindsightv1 "github.com/hindsight-ai/hindsight/api/hindsight/v1"
 	"github.com/hindsight-ai/hindsight/data/creditfile"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 	"github.com/hindsight-ai/hindsight/internal/wlog"
 )
 
@@ -203,13 +203,7 @@ func TestGatewayContentSpecialTokens(t *testing.T) {
 // Instruct's own chat template.
 func writeChatMLModel(t *testing.T, dir string) {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "data", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz"))
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
+	raw := tokenizertest.JSON(t, "qwen3")
 	tokPath := filepath.Join(t.TempDir(), "tokenizer.json")
 	require.NoError(t, os.WriteFile(tokPath, raw, 0o644))
 	_, stderr, code := runCLI(t, "init-model", "-out", dir, "-tokenizer", tokPath, "-seed", "2")

@@ -1,9 +1,7 @@
 package protocol3
 
 import (
-	"compress/gzip"
 	"encoding/json"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/data/tokenizer/tokenizertest"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
 )
@@ -241,15 +240,7 @@ func TestRealProbeBookkeeping(t *testing.T) {
 // <|im_end|> are special tokens), without the model: the text the model is shown,
 // its stop token, and pieces that equal the whole render's encoding.
 func TestRealChatChatML(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "..", "..", "data", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz"))
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	tok, err := tokenizer.ParseJSON(raw)
-	require.NoError(t, err)
+	tok := tokenizertest.Load(t, "qwen3")
 	dir := t.TempDir()
 	src, err := os.ReadFile(filepath.Join("..", "..", "..", "data", "chatformat", "testdata", "smollm2_chat_template.jinja"))
 	require.NoError(t, err)
