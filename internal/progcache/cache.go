@@ -65,9 +65,11 @@ type cache struct {
 var current atomic.Pointer[cache]
 
 // Configure replaces the cache's options; the hook must be installed for them to
-// matter. Dir is created if missing.
+// matter. Dir is created if missing. The replaced configuration's background
+// preload is stopped first, so it never touches entries under the new one.
 func Configure(opts Options) error {
-	c := &cache{dir: opts.Dir, maxBytes: opts.MaxBytes, identity: fullIdentity(opts.Identity), log: opts.Log}
+	c := &cache{dir: opts.Dir, maxBytes: opts.MaxBytes, identity: fullIdentity(opts.Identity), log: opts.Log,
+		pre: preloader{quit: make(chan struct{})}}
 	if c.maxBytes <= 0 {
 		c.maxBytes = DefaultMaxBytes
 	}
@@ -76,7 +78,9 @@ func Configure(opts Options) error {
 			return fmt.Errorf("compiled-program cache dir %s: %w", c.dir, err)
 		}
 	}
-	current.Store(c)
+	if old := current.Swap(c); old != nil {
+		old.pre.stop()
+	}
 	return nil
 }
 

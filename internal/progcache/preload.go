@@ -38,6 +38,8 @@ type preloader struct {
 	mu     sync.Mutex
 	client *C.PJRT_Client
 	slots  map[string]*slot // by key
+	quit   chan struct{}    // closed by stop: load no further entry
+	done   chan struct{}    // closed when run returns; nil until start
 }
 
 // slot is one entry's preload.
@@ -53,9 +55,29 @@ func (p *preloader) start(c *cache, client *C.PJRT_Client) {
 	p.once.Do(func() {
 		p.mu.Lock()
 		p.client, p.slots = client, map[string]*slot{}
+		done := make(chan struct{})
+		p.done = done
 		p.mu.Unlock()
-		go p.run(c)
+		go func() {
+			defer close(done)
+			p.run(c)
+		}()
 	})
+}
+
+// stop ends the preloading of a configuration that Configure replaced and waits for
+// the entry in hand: the old configuration's preloader must not read, or reject and
+// remove, entries that now belong to the new one. A preloader not yet started never
+// starts.
+func (p *preloader) stop() {
+	close(p.quit)
+	p.once.Do(func() {})
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // take returns the preloaded program under keyHex for a request on client, waiting
@@ -118,6 +140,11 @@ func (p *preloader) run(c *cache) {
 	}
 	sort.Slice(keep, func(i, j int) bool { return keep[i].used.Before(keep[j].used) })
 	for _, e := range keep {
+		select {
+		case <-p.quit:
+			return
+		default:
+		}
 		p.mu.Lock()
 		if _, seen := p.slots[e.key]; seen {
 			p.mu.Unlock()
