@@ -157,6 +157,9 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 			cache = kv
 			cot = takeKV(l, nl)
 		}
+		g := ch.tokens.Graph()
+		tap := tapVocab(g, p.model, p.params)
+		defer untap(g)
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
 		logits := tempered(headLogits(ctx, cfg, hidden), temp) // [1, n, vocab]
 		logp := targetLogProbs(logits, ch.targets)             // [1, n]
@@ -167,10 +170,11 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 			tokLoss = Add(tokLoss, Mul(dn.weight, ConvertDType(div, tokLoss.DType())))
 		}
 		loss := ReduceAllSum(tokLoss)
-		g := ch.tokens.Graph()
-		nodes := make([]*Node, np, np+2*nl)
-		for i, v := range p.params {
-			nodes[i] = v.ValueGraph(g)
+		nodes := make([]*Node, 0, np+2*nl+2)
+		for _, v := range p.params {
+			if tap == nil || (v != tap.embed && v != tap.head) {
+				nodes = append(nodes, v.ValueGraph(g))
+			}
 		}
 		total := loss
 		if mode == BackpropExact {
@@ -183,12 +187,25 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 			total = Add(loss, cacheCotangentTerm(view, kv.out, ch.start, ch.tokens.Shape().Dimensions[1]))
 			nodes = append(nodes, kv.in.all()...)
 		}
-		grads := listOf(Gradient(total, nodes...))
+		if tap != nil {
+			nodes = append(nodes, tap.wrt()...)
+		}
+		all := Gradient(total, nodes...)
+		var vocab map[*mlctx.Variable]*Node
+		if tap != nil {
+			k := len(tap.wrt())
+			vocab, all = tap.grads(all[len(all)-k:]), all[:len(all)-k]
+		}
+		grads := listOf(all)
 		out := []*Node{loss, tokLoss, logp}
 		if div != nil {
 			out = append(out, div)
 		}
-		for range np {
+		for _, v := range p.params {
+			if gv, ok := vocab[v]; ok { // float32 already (vocabgrad.go)
+				out = append(out, gv)
+				continue
+			}
 			// A bfloat16 weight's gradient is summed in float32.
 			out = append(out, ConvertDType(grads.next(), dtypes.Float32))
 		}

@@ -78,7 +78,7 @@ func decoder(ctx *context.Context, c Config, tokens, start *Node, cache graphCac
 	emb := weight(mctx.In("embed_tokens"), g, "weight") // [vocab, hidden]
 	// [batch, seq, hidden], float32 whatever the weights' precision: the residual
 	// stream stays float32.
-	x := ConvertDType(Gather(emb, Reshape(tokens, b, t, 1)), dtypes.Float32)
+	x := embedRows(emb, Reshape(tokens, b, t, 1))
 	cos, sin := ropeTables(c, start, t)
 	for i := range c.NumHiddenLayers {
 		lctx := mctx.In("layers").In(strconv.Itoa(i))
@@ -149,5 +149,5 @@ func headLogits(ctx *context.Context, c Config, hidden *Node) *Node {
 		head = "/model/embed_tokens"
 	}
 	w := weight(ctx.InAbsPath(head), hidden.Graph(), "weight") // [vocab, hidden]
-	return matmul(hidden, w)                                   // float32 logits
+	return headProduct(hidden, w)                              // float32 logits
 }
