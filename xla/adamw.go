@@ -81,9 +81,13 @@ func decays(rank int) bool { return rank >= 2 }
 type adamW struct {
 	cfg     AdamWConfig
 	backend backends.Backend
-	step    int64             // updates applied so far
-	m, v    []*tensors.Tensor // first and second moments, one per parameter
-	exec    *Exec             // the whole update (TrainerOptions.WholeUpdate)
+	step    int64 // updates applied so far
+	// m and v are the first and second moments, one per parameter: nil until an
+	// update first needs them (fill: zeros made on the device that runs it).
+	m, v  []*tensors.Tensor
+	sizes []int // each parameter's element count
+	zeros *Exec // float32 zeros shaped as its inputs, two per input (fill)
+	exec  *Exec // the whole update (TrainerOptions.WholeUpdate)
 	// groups, norm and group run the update a group of parameters at a time
 	// (applyGroups): the gradient's global norm first, then each group's update.
 	groups [][]int
@@ -105,13 +109,24 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
-	o := &adamW{cfg: cfg, backend: backend, groups: groups, form: form}
+	o := &adamW{cfg: cfg, backend: backend, groups: groups, form: form,
+		m: make([]*tensors.Tensor, len(params)), v: make([]*tensors.Tensor, len(params))}
 	for _, p := range params {
-		s := shapes.Make(dtypes.Float32, p.Shape().Dimensions...)
-		o.m = append(o.m, tensors.FromShape(s))
-		o.v = append(o.v, tensors.FromShape(s))
+		o.sizes = append(o.sizes, p.Shape().Size())
 	}
 	var err error
+	if o.zeros, err = NewExec(backend, func(in []*Node) []*Node {
+		var out []*Node
+		for range 2 {
+			for _, x := range in {
+				out = append(out, Zeros(x.Graph(), shapes.Make(dtypes.Float32, x.Shape().Dimensions...)))
+			}
+		}
+		return out
+	}); err != nil {
+		return nil, fmt.Errorf("new optimizer: %w", err)
+	}
+	o.zeros.SetMaxCache(-1)
 	o.exec, err = NewExec(backend, adamWGraph(cfg, len(params), false, noMasters))
 	if err != nil {
 		return nil, fmt.Errorf("new optimizer: %w", err)
@@ -147,6 +162,49 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 		}
 	}
 	return o, nil
+}
+
+// fill makes the moments of parameters idx that have none yet (an update's first
+// use) float32 zeros on the device of like[i] (their gradients): made there, not
+// on the host and copied (8 bytes a parameter of host memory beside the device's,
+// until the first update freed them), and a group at a time, as the update runs.
+func (o *adamW) fill(idx []int, like []*tensors.Tensor) error {
+	byDev := map[backends.DeviceNum][]int{}
+	var devs []backends.DeviceNum
+	for _, i := range idx {
+		if o.m[i] != nil {
+			continue
+		}
+		d := deviceOf(like[i])
+		if byDev[d] == nil {
+			devs = append(devs, d)
+		}
+		byDev[d] = append(byDev[d], i)
+	}
+	for _, d := range devs {
+		todo := byDev[d]
+		args := make([]any, len(todo))
+		for k, i := range todo {
+			args[k] = like[i]
+		}
+		out, _, err := o.zeros.ExecWithGraphOnDevice(d, args...)
+		if err != nil {
+			return fmt.Errorf("zero moments: %w", err)
+		}
+		for k, i := range todo {
+			o.m[i], o.v[i] = out[k], out[len(todo)+k]
+		}
+	}
+	return nil
+}
+
+// moment is o's moment t of a parameter of dims for the host: t, or zeros when
+// no update made it yet.
+func moment(t *tensors.Tensor, dims []int) *tensors.Tensor {
+	if t == nil {
+		return tensors.FromShape(shapes.Make(dtypes.Float32, dims...))
+	}
+	return t
 }
 
 // clipScale is torch.nn.utils.clip_grad_norm_'s factor: min(1, clip/(norm +
@@ -275,6 +333,9 @@ func (o *adamW) applyGroups(params, lo, grads []*tensors.Tensor, set func(i int,
 	n32 := tensors.ToScalar[float32](normT[0])
 	finalize(normT)
 	for _, idx := range o.groups {
+		if err := o.fill(idx, grads); err != nil {
+			return 0, 0, fmt.Errorf("optimizer step %d: %w", s+1, err)
+		}
 		args := []any{float32(lr), float32(1 - lr*o.cfg.WeightDecay), float32(1 / bc1), float32(1 / math.Sqrt(bc2)),
 			float32(o.cfg.ClipNorm), n32}
 		if o.form == splitMasters {
@@ -331,6 +392,13 @@ func (o *adamW) apply(params, grads []*tensors.Tensor) (newParams []*tensors.Ten
 	}
 	if o.owners != nil {
 		return o.applySharded(params, grads)
+	}
+	all := make([]int, len(grads))
+	for i := range all {
+		all[i] = i
+	}
+	if err := o.fill(all, grads); err != nil {
+		return nil, 0, 0, fmt.Errorf("optimizer step %d: %w", o.step+1, err)
 	}
 	s := o.step
 	lr = o.cfg.LRAt(s)

@@ -109,7 +109,9 @@ func (tr *Trainer) Checkpoint(files map[string][]byte, state checkpoint.TrainerS
 	var opt []safetensors.NamedTensor
 	for i, v := range params {
 		name := HFName(v.Scope(), v.Name())
-		opt = append(opt, tensorNamed(expAvgPrefix+name, tr.opt.m[i], safetensors.DtypeF32), tensorNamed(expAvgSqPrefix+name, tr.opt.v[i], safetensors.DtypeF32))
+		dims := v.Shape().Dimensions
+		opt = append(opt, tensorNamed(expAvgPrefix+name, moment(tr.opt.m[i], dims), safetensors.DtypeF32),
+			tensorNamed(expAvgSqPrefix+name, moment(tr.opt.v[i], dims), safetensors.DtypeF32))
 	}
 	if dtype != safetensors.DtypeF32 && tr.masters != nil {
 		opt = append(opt, tr.masterTensors(masterPrefix, safetensors.DtypeF32)...)

@@ -134,8 +134,10 @@ func (tr *Trainer) setOptimizer(r *restoredOptimizer, step int64) error {
 		}
 	}
 	for i := range params {
-		tr.opt.m[i].FinalizeAll()
-		tr.opt.v[i].FinalizeAll()
+		if tr.opt.m[i] != nil { // nil: no update made them yet
+			tr.opt.m[i].FinalizeAll()
+			tr.opt.v[i].FinalizeAll()
+		}
 	}
 	tr.opt.m, tr.opt.v, tr.opt.step = r.m, r.v, step
 	return nil

@@ -276,7 +276,7 @@ func TestDataParallelZeRO1(t *testing.T) {
 	require.Nil(t, one.opt.owners)
 	perDevice := make([]int, 2)
 	for i, d := range zero.opt.owners {
-		perDevice[d] += zero.opt.m[i].Shape().Size()
+		perDevice[d] += zero.opt.sizes[i]
 	}
 	t.Logf("moment elements per device: %v", perDevice)
 	require.Positive(t, perDevice[0])

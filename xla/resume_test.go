@@ -61,10 +61,12 @@ func trainSteps(t *testing.T, tr *Trainer, pool []credit.Sequence, n int) {
 	}
 }
 
+// momentsOf are tr's AdamW moments (zeros before the first update made them).
 func momentsOf(tr *Trainer) [][]float32 {
 	var out [][]float32
 	for i := range tr.opt.m {
-		out = append(out, f32s(tr.opt.m[i]), f32s(tr.opt.v[i]))
+		dims := tr.grad.params[i].Shape().Dimensions
+		out = append(out, f32s(moment(tr.opt.m[i], dims)), f32s(moment(tr.opt.v[i], dims)))
 	}
 	return out
 }

@@ -53,7 +53,7 @@ func (o *adamW) shard(n int) error {
 	for i := range order {
 		order[i] = i
 	}
-	size := func(i int) int { return o.m[i].Shape().Size() }
+	size := func(i int) int { return o.sizes[i] }
 	slices.SortStableFunc(order, func(a, b int) int { return size(b) - size(a) })
 	load := make([]int, n)
 	o.owners = make([]backends.DeviceNum, len(o.m))
@@ -146,6 +146,13 @@ func (o *adamW) applySharded(params, grads []*tensors.Tensor) (newParams []*tens
 		finalize(out)
 	}
 	n32 := float32(math.Sqrt(float64(sq)))
+	all := make([]int, len(grads))
+	for i := range all {
+		all[i] = i
+	}
+	if err := o.fill(all, grads); err != nil { // on the owners, where the gradients are
+		return nil, 0, 0, fmt.Errorf("optimizer step %d: %w", s+1, err)
+	}
 	newParams = make([]*tensors.Tensor, len(params))
 	newM, newV := slices.Clone(o.m), slices.Clone(o.v)
 	for d := range devices {
