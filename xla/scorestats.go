@@ -66,6 +66,22 @@ func (s *Scorer) ResetStats() {
 // bucket the arguments fall in — is new, and adds the times to s.stats. cache says
 // whether e makes or grows a KV cache (else it is a chunk step).
 func (s *Scorer) timedExec(e *modelExec, key string, cache bool, args []any) ([]*tensors.Tensor, error) {
+	out, d, err := s.execTimed(e, key, args)
+	if err != nil {
+		return out, err
+	}
+	if cache {
+		s.stats.CacheSeconds += d
+	} else {
+		s.stats.Chunks++
+	}
+	return out, nil
+}
+
+// execTimed is timedExec without counting the execution as a chunk step or a cache
+// operation: it returns the execution's seconds (a part of a chunk step: the layer
+// programs, scorer_layers.go).
+func (s *Scorer) execTimed(e *modelExec, key string, args []any) ([]*tensors.Tensor, float64, error) {
 	if s.compiled == nil {
 		s.compiled = map[string]bool{}
 	}
@@ -74,7 +90,7 @@ func (s *Scorer) timedExec(e *modelExec, key string, cache bool, args []any) ([]
 		// compile time counts as execution.)
 		t0 := time.Now()
 		if err := e.PreCompile(args...); err != nil {
-			return nil, fmt.Errorf("compile %s: %w", key, err)
+			return nil, 0, fmt.Errorf("compile %s: %w", key, err)
 		}
 		s.compiled[key] = true
 		s.stats.Programs++
@@ -84,12 +100,7 @@ func (s *Scorer) timedExec(e *modelExec, key string, cache bool, args []any) ([]
 	out, err := e.ExecOn(s.device, args...)
 	d := time.Since(t0).Seconds()
 	s.stats.ExecuteSeconds += d
-	if cache {
-		s.stats.CacheSeconds += d
-	} else {
-		s.stats.Chunks++
-	}
-	return out, err
+	return out, d, err
 }
 
 // count adds one chunk execution to the gradient pass's stats.
