@@ -49,7 +49,9 @@ type ScorerOptions struct {
 	// run once per layer with that layer's weights as inputs, and a head program
 	// (scorer_layers.go), instead of one program with every layer unrolled: XLA
 	// compiles one layer instead of L. Plain scoring on the paged cache only
-	// (teacher views and BucketAttention run the unrolled programs).
+	// (teacher views and BucketAttention run the unrolled programs). A Trainer
+	// given it (TrainerOptions.Scorer) also runs its truncated gradient pass as
+	// layer programs, forward and backward (gradpass_layers.go).
 	LayerPrograms bool
 }
 

@@ -37,18 +37,22 @@ import (
 // weights in the layer program's input order.
 type layerPrograms struct {
 	embed, layer, head *modelExec
-	// names are the layer program's weight inputs: the variables of layer 0 as
-	// scope (relative to the layer's) and name; weights[i] are layer i's variables
-	// of those names, in that order.
+	*layerWeights
+}
+
+// layerWeights are the inputs a layer program takes for each layer's weights:
+// names are the variables of layer 0 as scope (relative to the layer's) and name;
+// weights[i] are layer i's variables of those names, in that order.
+type layerWeights struct {
 	names   [][2]string
 	weights [][]*mlctx.Variable
 }
 
-// newLayerPrograms returns m's layer programs on backend.
-func newLayerPrograms(backend backends.Backend, m *Model) (*layerPrograms, error) {
-	cfg := m.Config
-	nl := cfg.NumHiddenLayers
-	lp := &layerPrograms{weights: make([][]*mlctx.Variable, nl)}
+// newLayerWeights lists m's layers' variables, every layer with the names of
+// layer 0's.
+func newLayerWeights(m *Model) (*layerWeights, error) {
+	nl := m.Config.NumHiddenLayers
+	lw := &layerWeights{weights: make([][]*mlctx.Variable, nl)}
 	byName := map[string]*mlctx.Variable{}
 	for v := range m.ctx.IterVariables() {
 		byName[v.ScopeAndName()] = v
@@ -56,24 +60,34 @@ func newLayerPrograms(backend backends.Backend, m *Model) (*layerPrograms, error
 	scope0 := layerCtx(m.ctx, 0).Scope()
 	for v := range m.ctx.IterVariables() {
 		if rel, ok := strings.CutPrefix(v.Scope(), scope0); ok && (rel == "" || strings.HasPrefix(rel, mlctx.ScopeSeparator)) {
-			lp.names = append(lp.names, [2]string{rel, v.Name()})
+			lw.names = append(lw.names, [2]string{rel, v.Name()})
 		}
 	}
-	slices.SortFunc(lp.names, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
-	if len(lp.names) == 0 {
+	slices.SortFunc(lw.names, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	if len(lw.names) == 0 {
 		return nil, fmt.Errorf("layer programs: no variables under %s", scope0)
 	}
 	for i := range nl {
 		scope := layerCtx(m.ctx, i).Scope()
-		for _, n := range lp.names {
+		for _, n := range lw.names {
 			v := byName[mlctx.JoinScope(scope+n[0], n[1])]
 			if v == nil {
 				return nil, fmt.Errorf("layer programs: layer %d has no %s/%s as layer 0 has", i, scope+n[0], n[1])
 			}
-			lp.weights[i] = append(lp.weights[i], v)
+			lw.weights[i] = append(lw.weights[i], v)
 		}
 	}
-	var err error
+	return lw, nil
+}
+
+// newLayerPrograms returns m's layer programs on backend.
+func newLayerPrograms(backend backends.Backend, m *Model) (*layerPrograms, error) {
+	cfg := m.Config
+	lw, err := newLayerWeights(m)
+	if err != nil {
+		return nil, err
+	}
+	lp := &layerPrograms{layerWeights: lw}
 	if lp.embed, err = newModelExec(backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
 		return []*Node{embed(ctx, in[0])}
 	}); err != nil {
@@ -83,8 +97,7 @@ func newLayerPrograms(backend backends.Backend, m *Model) (*layerPrograms, error
 		l := listOf(in)
 		x, start := l.next(), l.next()
 		lctx := layerCtx(ctx, 0)
-		g := x.Graph()
-		unbind := bindWeights(g, lctx.Scope(), lp.names, l.take(len(lp.names)))
+		unbind := bindWeights(x.Graph(), lctx.Scope(), lp.names, l.take(len(lp.names)))
 		defer unbind()
 		cache := takePaged(l, 1)
 		cos, sin := ropeTables(cfg, start, x.Shape().Dimensions[1])
@@ -105,9 +118,9 @@ func newLayerPrograms(backend backends.Backend, m *Model) (*layerPrograms, error
 
 // args are layer i's weights as the layer program's inputs (on the device: the
 // caller placed the model).
-func (lp *layerPrograms) args(i int) ([]any, error) {
-	out := make([]any, len(lp.weights[i]))
-	for j, v := range lp.weights[i] {
+func (lw *layerWeights) args(i int) ([]any, error) {
+	out := make([]any, len(lw.weights[i]))
+	for j, v := range lw.weights[i] {
 		t, err := v.Value()
 		if err != nil {
 			return nil, fmt.Errorf("variable %s: %w", v.ScopeAndName(), err)
