@@ -95,8 +95,14 @@ type trainMemory struct {
 	// ColdSeconds, WarmSeconds and WarmCPUSeconds time the two steps (the warm
 	// step's CPU seconds: every thread's, for a loaded machine).
 	ColdSeconds    float64 `json:"cold_seconds"`
+	ColdCPUSeconds float64 `json:"cold_cpu_seconds"`
 	WarmSeconds    float64 `json:"warm_seconds"`
 	WarmCPUSeconds float64 `json:"warm_cpu_seconds"`
+	// ColdCompile is what the first step compiled and loaded from the compiled-program
+	// cache (xla.CompileSnapshot's difference over the step): a restarted process
+	// with -compile-cache loads where the first compiled (docs/performance.md "Cold
+	// start").
+	ColdCompile xla.CompileStats `json:"cold_compile"`
 	// WholeUpdate is the trainer's xla.TrainerOptions.WholeUpdate (the old update).
 	WholeUpdate bool `json:"whole_update"`
 }
@@ -134,11 +140,14 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	r := trainRollout(benchutil.Tokens(T, mc.VocabSize, 3, 4))
 	r.Hints = []credit.Hint{{InsertAt: T / 4, End: T / 2, Tokens: benchutil.Tokens(16, mc.VocabSize, 5, 6)}}
 	b.mem.reset()
-	t0 := time.Now()
+	t0, c0, k0 := time.Now(), cpuSeconds(), xla.CompileSnapshot()
 	if _, err := tr.Step(ctx, []credit.Sequence{r}); err != nil { // compiles
 		return trainMemory{}, fmt.Errorf("cold step: %w", err)
 	}
-	coldSec := time.Since(t0).Seconds()
+	coldSec, coldCPU, k1 := time.Since(t0).Seconds(), cpuSeconds()-c0, xla.CompileSnapshot()
+	coldCompile := xla.CompileStats{Compiled: k1.Compiled - k0.Compiled, CompileTime: k1.CompileTime - k0.CompileTime,
+		Loaded: k1.Loaded - k0.Loaded, LoadTime: k1.LoadTime - k0.LoadTime, Preloaded: k1.Preloaded - k0.Preloaded,
+		PreloadTime: k1.PreloadTime - k0.PreloadTime}
 	pp.mu.Lock()
 	pp.close()
 	coldPhases := pp.peaks
@@ -150,7 +159,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	betweenKinds := rssByKind()
 	betweenMalloc := xla.ReadMallocStats()
 	pp.phase, pp.peaks = "", map[xla.StepPhase]map[string]any{}
-	t0, c0 := time.Now(), cpuSeconds()
+	t0, c0 = time.Now(), cpuSeconds()
 	met, err := tr.Step(ctx, []credit.Sequence{r})
 	warmSec, warmCPU := time.Since(t0).Seconds(), cpuSeconds()-c0
 	if err != nil {
@@ -168,7 +177,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 		Runtime: runtimeRSS, Loaded: loaded - runtimeRSS, Between: between - runtimeRSS, Phases: map[string]int64{},
 		RuntimeByKind: runtimeKinds, BetweenByKind: betweenKinds, BetweenMalloc: betweenMalloc,
 		GoHeap: int64(ms.HeapInuse), State: tr.StateBytes(), WholeUpdate: whole,
-		ColdSeconds: coldSec, WarmSeconds: warmSec, WarmCPUSeconds: warmCPU,
+		ColdSeconds: coldSec, ColdCPUSeconds: coldCPU, ColdCompile: coldCompile, WarmSeconds: warmSec, WarmCPUSeconds: warmCPU,
 		Estimate: EstimateMemoryAs(mc, T, xla.DefaultChunkTrain, false, false, p)}
 	for ph, f := range coldPhases {
 		if v, ok := f["peak_rss_bytes"].(int64); ok {
