@@ -105,6 +105,8 @@ type trainMemory struct {
 	ColdCompile xla.CompileStats `json:"cold_compile"`
 	// WholeUpdate is the trainer's xla.TrainerOptions.WholeUpdate (the old update).
 	WholeUpdate bool `json:"whole_update"`
+	// LayerPrograms is Options.ProfileLayerPrograms.
+	LayerPrograms bool `json:"layer_programs"`
 }
 
 // profileTrain measures the memory of one training step of preset (layers: 0 for
@@ -131,6 +133,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	pp := &phasePeaks{mem: b.mem, peaks: map[xla.StepPhase]map[string]any{}}
 	opts := trainerOptions(xla.DefaultChunkTrain, xla.BackpropTruncated)
 	opts.OnProgress, opts.WholeUpdate = pp.observe, whole
+	opts.Scorer.LayerPrograms = b.opts.ProfileLayerPrograms
 	tr, err := xla.NewTrainer(b.backend, m, opts)
 	if err != nil {
 		return trainMemory{}, err
@@ -176,7 +179,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	tm := trainMemory{Precision: string(p), Preset: preset, Layers: mc.NumHiddenLayers, Params: mc.NumParameters(), T: T,
 		Runtime: runtimeRSS, Loaded: loaded - runtimeRSS, Between: between - runtimeRSS, Phases: map[string]int64{},
 		RuntimeByKind: runtimeKinds, BetweenByKind: betweenKinds, BetweenMalloc: betweenMalloc,
-		GoHeap: int64(ms.HeapInuse), State: tr.StateBytes(), WholeUpdate: whole,
+		GoHeap: int64(ms.HeapInuse), State: tr.StateBytes(), WholeUpdate: whole, LayerPrograms: b.opts.ProfileLayerPrograms,
 		ColdSeconds: coldSec, ColdCPUSeconds: coldCPU, ColdCompile: coldCompile, WarmSeconds: warmSec, WarmCPUSeconds: warmCPU,
 		Estimate: EstimateMemoryAs(mc, T, xla.DefaultChunkTrain, false, false, p)}
 	for ph, f := range coldPhases {

@@ -23,6 +23,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/hindsight-ai/hindsight/data"
 	"github.com/hindsight-ai/hindsight/internal/benchutil"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -36,8 +38,16 @@ func main() {
 	dir := flag.String("dir", "", "directory keeping the generated model between runs (default: a temporary one)")
 	backendSpec := flag.String("backend", "xla-cpu", "GoMLX backend")
 	out := flag.String("json", "", "also write the results to this file")
+	logCompiles := flag.Bool("log-compiles", false, "log every program XLA compiles, with its wall time (to stderr)")
 	train := flag.String("train", "", "instead of scoring, run training steps (-reps + 1 each) with: unrolled, layers or both (one after the other, each on the model opened afresh)")
 	flag.Parse()
+	if *logCompiles {
+		log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).With().Timestamp().Logger()
+		if err := xla.ConfigureProgramCache(xla.ProgramCache{Log: log}); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/layerprog:", err)
+			os.Exit(1)
+		}
+	}
 	if err := run(*preset, *layers, *n, *reps, *dir, *backendSpec, *out, *train); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/layerprog:", err)
 		os.Exit(1)
