@@ -81,6 +81,8 @@ func main() {
 	ws3Grow := flag.Int("warmstart3-grow-layers", 0, "grow the -warmstart-from model to this many layers before protocol 3's warm start (protocol3.GrowLayers: new layers appended, their o_proj and down_proj at zero, so the grown model computes what the original does); 0: no growth")
 	ws3Copy := flag.Int("warmstart3-copy", 0, "rollouts of each 32-rollout batch from the copy curriculum (protocol3.CopyDemos, attempt 5: 16); 0: none")
 	ws3Margin := flag.Int("warmstart3-margin-tasks", 0, "validation tasks on which every eval measures ProbeSplit's deciding-token margin (attempt 5: 100); 0: not measured")
+	ws3Families := flag.String("warmstart3-world-families", "", "comma-separated task families: draw the world demonstrations of protocol 3's warm start from these only (protocol3.KeepFamilies; attempt 7: chain,chainset,store); empty: every family")
+	ws3Seed := flag.Uint64("warmstart3-seed", protocol3.DefaultWarmStart().Seed, "seed of protocol 3's warm start: its demonstrations' and copy curriculum's draws, batch order and trainer")
 	ws3KeepMargin := flag.Bool("warmstart3-keep-margin", false, "keep the best eval by protocol3.MarginBetter (inside G3's band, then the larger margin) and stop only at protocol3.GateProxy, the step cap or the budget (attempt 5)")
 	seedList := flag.String("seed-list", "", "the seeds of -pilot's first and -arms3's runs, comma-separated (e.g. 101,102,103: seeds no one has looked at; each seed fixes its train tasks and sampling); overrides -seeds")
 	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
@@ -118,7 +120,10 @@ func main() {
 			cfg.Copy = protocol3.DefaultCopy()
 			cfg.Copy.PerBatch = *ws3Copy
 		}
-		cfg.MarginTasks, cfg.KeepByMargin = *ws3Margin, *ws3KeepMargin
+		cfg.MarginTasks, cfg.KeepByMargin, cfg.Seed = *ws3Margin, *ws3KeepMargin, *ws3Seed
+		if *ws3Families != "" {
+			cfg.WorldFamilies = strings.Split(*ws3Families, ",")
+		}
 		from := *wsFrom
 		if from == "" {
 			from = "bench/efficacy/warmstart/model"

@@ -48,11 +48,15 @@ type WarmStartConfig struct {
 	// many validation tasks to every eval. KeepByMargin (attempt 5) keeps the best eval
 	// by MarginBetter instead of GateBetter and stops only at GateProxy, Steps or
 	// the wall budget (no ceiling, no patience), so the copy has the steps to form.
-	Copy         CopyConfig     `json:"copy,omitzero"`
-	MarginTasks  int            `json:"margin_tasks,omitempty"`
-	KeepByMargin bool           `json:"keep_by_margin,omitempty"`
-	World        efficacy.World `json:"world"`      // greedy success (G3)
-	LiveWorld    efficacy.World `json:"live_world"` // live contexts (G1): room for the inserted turns
+	Copy         CopyConfig `json:"copy,omitzero"`
+	MarginTasks  int        `json:"margin_tasks,omitempty"`
+	KeepByMargin bool       `json:"keep_by_margin,omitempty"`
+	// WorldFamilies, when set, keeps only the world demonstrations of these task
+	// families (KeepFamilies; attempt 7: chain, chainset, store); the copy curriculum
+	// keeps every family.
+	WorldFamilies []string       `json:"world_families,omitempty"`
+	World         efficacy.World `json:"world"`      // greedy success (G3)
+	LiveWorld     efficacy.World `json:"live_world"` // live contexts (G1): room for the inserted turns
 }
 
 // DefaultWarmStart returns the committed protocol-3 warm start's settings.
@@ -125,6 +129,7 @@ type WarmStartResult struct {
 	Config     WarmStartConfig `json:"config"`
 	Steps      int             `json:"steps"` // steps of the kept checkpoint
 	Counts     DemoCounts      `json:"demos"`
+	WorldKept  map[string]int  `json:"world_kept,omitempty"` // per family, when WorldFamilies is set
 	Copy       CopyCounts      `json:"copy,omitzero"`
 	Validation []ValPoint      `json:"validation"`
 	Kept       ValPoint        `json:"kept"`
@@ -147,6 +152,14 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 	}
 	res.Counts = cnt
 	progress(fmt.Sprintf("warm start 3: %+v", cnt))
+	if len(cfg.WorldFamilies) > 0 {
+		var kept map[string]int
+		if demos, kept, err = KeepFamilies(demos, cfg.Demos, cfg.WorldFamilies); err != nil {
+			return res, err
+		}
+		res.WorldKept = kept
+		progress(fmt.Sprintf("warm start 3: world demonstrations of %v only: %d kept %v", cfg.WorldFamilies, len(demos), kept))
+	}
 	var groups [][]credit.Sequence
 	if cfg.Copy.PerBatch > 0 {
 		if groups, res.Copy, err = CopyDemos(p.Tok, cfg.Copy, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed); err != nil {
