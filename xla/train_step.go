@@ -106,6 +106,11 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Sequence) (met Metri
 		return Metrics{}, fmt.Errorf("train step: %w", err)
 	}
 	tr.progress.phase(PhaseUpdate)
+	if tr.trim {
+		// What the passes freed (their temporaries, and in a first step the
+		// compiler's memory) goes back before the update allocates.
+		trimMalloc()
+	}
 	if signal {
 		if err := tr.update(acc, &met); err != nil {
 			return Metrics{}, fmt.Errorf("train step: %w", err)
