@@ -129,6 +129,9 @@ func (p *gradPass) withDistill(cfg credit.DistillConfig) error {
 // distillFull on the chunk's logits), so its gradient flows into the weights with
 // the policy-gradient term's.
 //
+// A bfloat16 model's embedding and head take their gradients in float32 from the
+// cotangents of the gathered rows and of the logits (vocabTap), not from autodiff.
+//
 // Truncated makes the cache a constant; full runs the chunk (the whole rollout)
 // without a cache; exact adds <cotangent, the chunk's own K/V> to the loss, so that
 // its gradient carries what later chunks owe these keys and values back into the
