@@ -131,7 +131,11 @@ func (p *gradPass) truncated(ctx context.Context, s *Scorer, tokens []int32, cac
 		if err != nil {
 			return err
 		}
-		if _, err := p.runChunk(BackpropTruncated, tokens, terms, off, n, caches, nil, acc, res); err != nil {
+		if p.layersFor(terms) {
+			if err := p.runChunkLayers(tokens, terms, off, n, caches, acc, res); err != nil {
+				return err
+			}
+		} else if _, err := p.runChunk(BackpropTruncated, tokens, terms, off, n, caches, nil, acc, res); err != nil {
 			return err
 		}
 		off += n

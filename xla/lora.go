@@ -181,12 +181,15 @@ func (m *Model) AddLoRA(cfg LoRAConfig, seed uint64) error {
 //
 //	x: [batch, seq, in]; y: [batch, seq, out] → [batch, seq, out]
 func loraAdd(ctx *mlctx.Context, x, y *Node) *Node {
-	av := ctx.GetVariableByScopeAndName(ctx.Scope(), "lora_A")
-	if av == nil {
-		return y
-	}
 	g := x.Graph()
-	a := av.ValueGraph(g)         // [r, in]
+	a := boundWeight(g, ctx.Scope(), "lora_A") // [r, in]: a layer program's input
+	if a == nil {
+		av := ctx.GetVariableByScopeAndName(ctx.Scope(), "lora_A")
+		if av == nil {
+			return y
+		}
+		a = av.ValueGraph(g)
+	}
 	b := weight(ctx, g, "lora_B") // [out, r]
 	scale := mlctx.GetParamOr(ctx, loraScaleParam, 0.0)
 	xa := MulScalar(dot(x, []int{2}, nil, a, []int{1}, nil), scale) // [batch, seq, r], scaled where it is smallest

@@ -70,6 +70,7 @@ type gradPass struct {
 	device  backends.DeviceNum // runs the passes (dataparallel.go; 0 otherwise)
 	stats   AttentionStats     // chunk executions against a cache (GradientStats)
 	seen    map[[2]int]bool    // (chunk, cut) pairs run
+	layers  *gradLayers        // the truncated pass as layer programs (gradpass_layers.go), else nil
 }
 
 func newGradPass(backend backends.Backend, m *Model) (*gradPass, error) {

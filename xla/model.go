@@ -13,6 +13,9 @@ import (
 // weight returns variable name of ctx's scope in g. A variable the name table did
 // not load is a bug in this package, so it panics (graph building).
 func weight(ctx *context.Context, g *Graph, name string) *Node {
+	if n := boundWeight(g, ctx.Scope(), name); n != nil {
+		return n // an input of a layer program (scorer_layers.go)
+	}
 	v := ctx.GetVariableByScopeAndName(ctx.Scope(), name)
 	if v == nil {
 		panic(fmt.Errorf("xla: weight %s/%s is not loaded", ctx.Scope(), name))
@@ -71,21 +74,37 @@ func mlp(ctx *context.Context, c Config, x *Node) *Node {
 //	tokens: [batch, seq] int32; start: scalar int32, or [batch] int32 per-row
 //	positions with seq = 1 (decoding) → hidden [batch, seq, hidden]
 func decoder(ctx *context.Context, c Config, tokens, start *Node, cache graphCache) *Node {
-	g := tokens.Graph()
-	dims := tokens.Shape().Dimensions
-	b, t := dims[0], dims[1]
+	x := embed(ctx, tokens)
+	cos, sin := ropeTables(c, start, tokens.Shape().Dimensions[1])
 	mctx := ctx.InAbsPath("/model")
-	emb := weight(mctx.In("embed_tokens"), g, "weight") // [vocab, hidden]
-	// [batch, seq, hidden], float32 whatever the weights' precision: the residual
-	// stream stays float32.
-	x := ConvertDType(Gather(emb, Reshape(tokens, b, t, 1)), dtypes.Float32)
-	cos, sin := ropeTables(c, start, t)
 	for i := range c.NumHiddenLayers {
-		lctx := mctx.In("layers").In(strconv.Itoa(i))
-		x = Add(x, attention(lctx.In("self_attn"), c, rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), start, cos, sin, cache.layer(i)))
-		x = Add(x, mlp(lctx.In("mlp"), c, rmsNorm(lctx.In("post_attention_layernorm"), x, c.RMSNormEps)))
+		x = decoderLayer(layerCtx(ctx, i), c, x, start, cos, sin, cache.layer(i))
 	}
 	return rmsNorm(mctx.In("norm"), x, c.RMSNormEps)
+}
+
+// embed looks the tokens up in the embedding, as float32 whatever the weights'
+// precision: the residual stream stays float32.
+//
+//	tokens: [batch, seq] int32 → [batch, seq, hidden] float32
+func embed(ctx *context.Context, tokens *Node) *Node {
+	dims := tokens.Shape().Dimensions
+	emb := weight(ctx.InAbsPath("/model").In("embed_tokens"), tokens.Graph(), "weight") // [vocab, hidden]
+	return ConvertDType(Gather(emb, Reshape(tokens, dims[0], dims[1], 1)), dtypes.Float32)
+}
+
+// layerCtx is decoder layer i's scope.
+func layerCtx(ctx *context.Context, i int) *context.Context {
+	return ctx.InAbsPath("/model").In("layers").In(strconv.Itoa(i))
+}
+
+// decoderLayer is one pre-norm decoder layer (attention, then the MLP, each added
+// to the residual stream) of the layer whose scope is lctx.
+//
+//	x: [batch, seq, hidden] → [batch, seq, hidden]; the rest as attention's
+func decoderLayer(lctx *context.Context, c Config, x, start, cos, sin *Node, cache layerCache) *Node {
+	x = Add(x, attention(lctx.In("self_attn"), c, rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), start, cos, sin, cache))
+	return Add(x, mlp(lctx.In("mlp"), c, rmsNorm(lctx.In("post_attention_layernorm"), x, c.RMSNormEps)))
 }
 
 // tokenLogProbs returns log p(targets[b,t] | tokens[b,:t+1]) from the final hidden

@@ -45,6 +45,14 @@ type ScorerOptions struct {
 	// benchmark can run both ladders in one process (BenchmarkScoreShortRollouts);
 	// not for production.
 	QuarterChunks bool
+	// LayerPrograms runs a chunk as an embed program, one decoder layer's program
+	// run once per layer with that layer's weights as inputs, and a head program
+	// (scorer_layers.go), instead of one program with every layer unrolled: XLA
+	// compiles one layer instead of L. Plain scoring on the paged cache only
+	// (teacher views and BucketAttention run the unrolled programs). A Trainer
+	// given it (TrainerOptions.Scorer) also runs its truncated gradient pass as
+	// layer programs, forward and backward (gradpass_layers.go).
+	LayerPrograms bool
 }
 
 // DefaultAttentionScores is the default ScorerOptions.AttentionScores: 2^26 float32
@@ -87,6 +95,8 @@ type Scorer struct {
 	seen     map[[3]int]bool // step programs run: chunk, capacity, span length
 	// views are the scoring steps that also keep a TeacherView, made on first use.
 	views map[TeacherView]*viewSink
+	// layers are the layer programs (ScorerOptions.LayerPrograms), else nil.
+	layers *layerPrograms
 }
 
 // NewScorer returns a Scorer of m on backend.
@@ -113,6 +123,11 @@ func NewScorer(backend backends.Backend, m *Model, opts ScorerOptions) (*Scorer,
 	}
 	if s.caches, err = newCacheExecs(backend, m); err != nil {
 		return nil, fmt.Errorf("new scorer: %w", err)
+	}
+	if opts.LayerPrograms {
+		if s.layers, err = newLayerPrograms(backend, m); err != nil {
+			return nil, fmt.Errorf("new scorer: %w", err)
+		}
 	}
 	return s, nil
 }

@@ -20,6 +20,9 @@ import (
 
 // runPaged is run for a paged cache.
 func (s *Scorer) runPaged(ctx context.Context, p *pagedCache, seq []int32, start int, temp float64, emit func(i int, lp float32), sink *viewSink) error {
+	if s.layers != nil && sink == nil && s.device == 0 {
+		return s.runLayers(ctx, p, seq, start, temp, emit)
+	}
 	exec, label := s.paged, "paged"
 	if sink != nil {
 		exec, label = sink.paged, sink.label+" paged"

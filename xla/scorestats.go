@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/hindsight-ai/hindsight/internal/benchutil"
 )
 
 // ScoreStats says where a Scorer's time went since it was made (or since
@@ -20,7 +22,10 @@ type ScoreStats struct {
 	// Programs is the number of executables compiled (chunk steps, cache zeros and grows).
 	Programs       int
 	CompileSeconds float64 // building and compiling programs
-	ExecuteSeconds float64 // running chunk steps and cache grows
+	// CompileCPUSeconds is the process's CPU time (every thread's) while it
+	// compiled: on a loaded machine the comparable measure of compile work.
+	CompileCPUSeconds float64
+	ExecuteSeconds    float64 // running chunk steps and cache grows
 	// CopySeconds is host↔device traffic outside the programs: per-chunk inputs
 	// (tokens, targets, start) and the chunk's log-probs back to the host.
 	CopySeconds  float64
@@ -66,30 +71,42 @@ func (s *Scorer) ResetStats() {
 // bucket the arguments fall in — is new, and adds the times to s.stats. cache says
 // whether e makes or grows a KV cache (else it is a chunk step).
 func (s *Scorer) timedExec(e *modelExec, key string, cache bool, args []any) ([]*tensors.Tensor, error) {
+	out, d, err := s.execTimed(e, key, args)
+	if err != nil {
+		return out, err
+	}
+	if cache {
+		s.stats.CacheSeconds += d
+	} else {
+		s.stats.Chunks++
+	}
+	return out, nil
+}
+
+// execTimed is timedExec without counting the execution as a chunk step or a cache
+// operation: it returns the execution's seconds (a part of a chunk step: the layer
+// programs, scorer_layers.go).
+func (s *Scorer) execTimed(e *modelExec, key string, args []any) ([]*tensors.Tensor, float64, error) {
 	if s.compiled == nil {
 		s.compiled = map[string]bool{}
 	}
 	if !s.compiled[key] && s.device == 0 {
 		// (PreCompile places arguments on device 0 only: on other devices the
 		// compile time counts as execution.)
-		t0 := time.Now()
+		t0, c0 := time.Now(), benchutil.CPUTime()
 		if err := e.PreCompile(args...); err != nil {
-			return nil, fmt.Errorf("compile %s: %w", key, err)
+			return nil, 0, fmt.Errorf("compile %s: %w", key, err)
 		}
 		s.compiled[key] = true
 		s.stats.Programs++
 		s.stats.CompileSeconds += time.Since(t0).Seconds()
+		s.stats.CompileCPUSeconds += (benchutil.CPUTime() - c0).Seconds()
 	}
 	t0 := time.Now()
 	out, err := e.ExecOn(s.device, args...)
 	d := time.Since(t0).Seconds()
 	s.stats.ExecuteSeconds += d
-	if cache {
-		s.stats.CacheSeconds += d
-	} else {
-		s.stats.Chunks++
-	}
-	return out, err
+	return out, d, err
 }
 
 // count adds one chunk execution to the gradient pass's stats.

@@ -197,6 +197,11 @@ func NewTrainer(backend backends.Backend, m *Model, opts TrainerOptions) (*Train
 	if tr.grad, err = newGradPass(backend, m); err != nil {
 		return nil, fmt.Errorf("new trainer: %w", err)
 	}
+	if opts.Scorer.LayerPrograms {
+		if err := tr.grad.withLayerPrograms(); err != nil {
+			return nil, fmt.Errorf("new trainer: %w", err)
+		}
+	}
 	if opts.Credit.Distill.Mode == credit.DistillFull && m.Config.VocabSize > MaxFullVocab {
 		return nil, fmt.Errorf("new trainer: credit.distill.mode full keeps the teacher's whole distribution per hinted position: vocabulary %d is over %d, use topk", m.Config.VocabSize, MaxFullVocab)
 	}

@@ -13,8 +13,10 @@
 // system, every thread); the ratios are per CPU-second, which another session on
 // a shared machine moves far less. -openblas DIR runs the peer with DIR (holding
 // OpenBLAS's libblas.so.3) first on LD_LIBRARY_PATH, as bench/backends does:
-// Debian's torch otherwise multiplies with the reference BLAS. It is a benchmark,
-// not a test: nothing asserts on the numbers.
+// Debian's torch otherwise multiplies with the reference BLAS. -json FILE keeps both
+// sides' raw times and tokens (bench/generate/results/ holds the runs that
+// docs/performance.md reports). It is a benchmark, not a test: nothing asserts on
+// the numbers.
 package main
 
 import (
@@ -48,8 +50,9 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "python with torch and numpy; empty to skip PyTorch")
 	threads := flag.Int("threads", runtime.NumCPU(), "PyTorch threads")
 	openBLAS := flag.String("openblas", "", "run the PyTorch side with LD_LIBRARY_PATH=`DIR` (a directory holding OpenBLAS's libblas.so.3, e.g. from `apt-get download libopenblas0-pthread && dpkg -x`)")
+	jsonOut := flag.String("json", "", "also write both sides' raw timings and tokens to `FILE` (JSON)")
 	flag.Parse()
-	if err := run(*preset, *modelDir, *peer, *promptLen, *newTokens, *batches, *backendSpec, *python, *threads, *openBLAS); err != nil {
+	if err := run(*preset, *modelDir, *peer, *promptLen, *newTokens, *batches, *backendSpec, *python, *threads, *openBLAS, *jsonOut); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/generate:", err)
 		os.Exit(1)
 	}
@@ -66,7 +69,7 @@ type timing struct {
 	Tokens            [][]int32 `json:"tokens"`
 }
 
-func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, backendSpec, python string, threads int, openBLAS string) error {
+func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, backendSpec, python string, threads int, openBLAS, jsonOut string) error {
 	scripts := map[string]string{"loop": "torch_generate.py", "transformers": "transformers_generate.py"}
 	if scripts[peer] == "" {
 		return fmt.Errorf("-peer %q: want loop or transformers", peer)
@@ -138,7 +141,7 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 		fmt.Printf("go (%s) batch %3d: %s\n", xla.ResolveBackend(backendSpec, ""), r.Batch, r.rates(promptLen, newTokens))
 	}
 	if python == "" {
-		return nil
+		return writeJSON(jsonOut, map[string]any{"args": os.Args[1:], "go": goRuns})
 	}
 	raw, _ := json.Marshal(map[string]any{"batches": all})
 	if err := os.WriteFile(filepath.Join(dir, "prompts.json"), raw, 0o644); err != nil {
@@ -156,7 +159,7 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 	}
 	var ref struct {
 		Torch        string   `json:"torch"`
-		Transformers string   `json:"transformers"`
+		Transformers string   `json:"transformers,omitempty"`
 		Runs         []timing `json:"runs"`
 	}
 	if err := json.Unmarshal(out, &ref); err != nil {
@@ -184,7 +187,19 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 			r.Batch, r.PrefillCPUSeconds/g.PrefillCPUSeconds, r.DecodeCPUSeconds/g.DecodeCPUSeconds,
 			r.PrefillSeconds/g.PrefillSeconds, r.DecodeSeconds/g.DecodeSeconds, same, len(r.Tokens))
 	}
-	return nil
+	return writeJSON(jsonOut, map[string]any{"args": os.Args[1:], "backend": xla.ResolveBackend(backendSpec, ""), "go": goRuns, "peer": ref})
+}
+
+// writeJSON writes v to path (nothing when path is empty).
+func writeJSON(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	raw, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(raw, '\n'), 0o644)
 }
 
 // goTiming times Generate with MaxNew 1 and newTokens+1, best of 3 after a

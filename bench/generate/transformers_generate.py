@@ -14,9 +14,8 @@ token (the prompt's forward and the first token), decode_seconds the rest of gen
 NEW+1 tokens, best of 3 after a warm-up, by the wall and by CPU time (peer_timing.py):
 the same split as hindsight's side.
 
-Needs torch (Debian's python3-torch) and transformers in a venv made with
---system-site-packages (transformers 4.46.3 runs on Debian's torch 1.13); never
-installed by CI.
+Needs transformers: PyPI torch 2.x + transformers 5.x, or transformers 4.46.3 over
+Debian's torch 1.13 in a venv made with --system-site-packages; never installed by CI.
 """
 import json
 import os
@@ -39,7 +38,10 @@ generation_utils.is_fsdp_managed_module = lambda module: False
 def main():
     d, threads, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     torch.set_num_threads(threads)
-    model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
+    if int(transformers.__version__.split(".")[0]) >= 5:  # torch_dtype is deprecated there
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
     model.eval()
 
     def gen(prompts, n):

@@ -47,6 +47,10 @@ type Options struct {
 	ProfileTrainT int
 	ProfileLayers int
 	ProfileBefore bool
+	// ProfileLayerPrograms runs the profile stage's training step with
+	// xla.ScorerOptions.LayerPrograms (one decoder layer's program run per layer,
+	// docs/performance.md "Layer programs").
+	ProfileLayerPrograms bool
 	// ProfileTrainPrecisions are the precisions of that step (each one of
 	// Precisions the backend runs).
 	ProfileTrainPrecisions []string

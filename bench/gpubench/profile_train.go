@@ -95,10 +95,18 @@ type trainMemory struct {
 	// ColdSeconds, WarmSeconds and WarmCPUSeconds time the two steps (the warm
 	// step's CPU seconds: every thread's, for a loaded machine).
 	ColdSeconds    float64 `json:"cold_seconds"`
+	ColdCPUSeconds float64 `json:"cold_cpu_seconds"`
 	WarmSeconds    float64 `json:"warm_seconds"`
 	WarmCPUSeconds float64 `json:"warm_cpu_seconds"`
+	// ColdCompile is what the first step compiled and loaded from the compiled-program
+	// cache (xla.CompileSnapshot's difference over the step): a restarted process
+	// with -compile-cache loads where the first compiled (docs/performance.md "Cold
+	// start").
+	ColdCompile xla.CompileStats `json:"cold_compile"`
 	// WholeUpdate is the trainer's xla.TrainerOptions.WholeUpdate (the old update).
 	WholeUpdate bool `json:"whole_update"`
+	// LayerPrograms is Options.ProfileLayerPrograms.
+	LayerPrograms bool `json:"layer_programs"`
 }
 
 // profileTrain measures the memory of one training step of preset (layers: 0 for
@@ -125,6 +133,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	pp := &phasePeaks{mem: b.mem, peaks: map[xla.StepPhase]map[string]any{}}
 	opts := trainerOptions(xla.DefaultChunkTrain, xla.BackpropTruncated)
 	opts.OnProgress, opts.WholeUpdate = pp.observe, whole
+	opts.Scorer.LayerPrograms = b.opts.ProfileLayerPrograms
 	tr, err := xla.NewTrainer(b.backend, m, opts)
 	if err != nil {
 		return trainMemory{}, err
@@ -134,11 +143,14 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	r := trainRollout(benchutil.Tokens(T, mc.VocabSize, 3, 4))
 	r.Hints = []credit.Hint{{InsertAt: T / 4, End: T / 2, Tokens: benchutil.Tokens(16, mc.VocabSize, 5, 6)}}
 	b.mem.reset()
-	t0 := time.Now()
+	t0, c0, k0 := time.Now(), cpuSeconds(), xla.CompileSnapshot()
 	if _, err := tr.Step(ctx, []credit.Sequence{r}); err != nil { // compiles
 		return trainMemory{}, fmt.Errorf("cold step: %w", err)
 	}
-	coldSec := time.Since(t0).Seconds()
+	coldSec, coldCPU, k1 := time.Since(t0).Seconds(), cpuSeconds()-c0, xla.CompileSnapshot()
+	coldCompile := xla.CompileStats{Compiled: k1.Compiled - k0.Compiled, CompileTime: k1.CompileTime - k0.CompileTime,
+		Loaded: k1.Loaded - k0.Loaded, LoadTime: k1.LoadTime - k0.LoadTime, Preloaded: k1.Preloaded - k0.Preloaded,
+		PreloadTime: k1.PreloadTime - k0.PreloadTime}
 	pp.mu.Lock()
 	pp.close()
 	coldPhases := pp.peaks
@@ -150,7 +162,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	betweenKinds := rssByKind()
 	betweenMalloc := xla.ReadMallocStats()
 	pp.phase, pp.peaks = "", map[xla.StepPhase]map[string]any{}
-	t0, c0 := time.Now(), cpuSeconds()
+	t0, c0 = time.Now(), cpuSeconds()
 	met, err := tr.Step(ctx, []credit.Sequence{r})
 	warmSec, warmCPU := time.Since(t0).Seconds(), cpuSeconds()-c0
 	if err != nil {
@@ -167,8 +179,8 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	tm := trainMemory{Precision: string(p), Preset: preset, Layers: mc.NumHiddenLayers, Params: mc.NumParameters(), T: T,
 		Runtime: runtimeRSS, Loaded: loaded - runtimeRSS, Between: between - runtimeRSS, Phases: map[string]int64{},
 		RuntimeByKind: runtimeKinds, BetweenByKind: betweenKinds, BetweenMalloc: betweenMalloc,
-		GoHeap: int64(ms.HeapInuse), State: tr.StateBytes(), WholeUpdate: whole,
-		ColdSeconds: coldSec, WarmSeconds: warmSec, WarmCPUSeconds: warmCPU,
+		GoHeap: int64(ms.HeapInuse), State: tr.StateBytes(), WholeUpdate: whole, LayerPrograms: b.opts.ProfileLayerPrograms,
+		ColdSeconds: coldSec, ColdCPUSeconds: coldCPU, ColdCompile: coldCompile, WarmSeconds: warmSec, WarmCPUSeconds: warmCPU,
 		Estimate: EstimateMemoryAs(mc, T, xla.DefaultChunkTrain, false, false, p)}
 	for ph, f := range coldPhases {
 		if v, ok := f["peak_rss_bytes"].(int64); ok {

@@ -1,20 +1,25 @@
 #!/usr/bin/python3
 """PyTorch side of bench/score: time the forward of MODEL_DIR over MODEL_DIR/tokens.json.
 
-usage: torch_score.py MODEL_DIR THREADS  → JSON {tokens_per_second, logprobs, torch} on stdout
+usage: torch_score.py MODEL_DIR THREADS  → JSON {seconds, cpu_seconds, logprobs, torch,
+threads} on stdout
 
-Uses the independent reference implementation of xla/testdata/gen_reference.py (one
-causal pass, float32, no_grad); best of 3 after a warm-up.
+tokens.json is {"rollouts": [[ids]…]}. Uses the independent reference implementation of
+xla/testdata/gen_reference.py (one causal pass a rollout, float32, no_grad); best of 3
+after a warm-up, by the wall and by the process's CPU time (score_timing.py). Runs on
+any torch, Debian's python3-torch included.
 """
 import json
 import os
 import sys
-import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "xla", "testdata"))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "xla", "testdata"))
+sys.path.insert(0, here)
 from gen_reference import forward, read_safetensors  # noqa: E402
+from score_timing import best_of  # noqa: E402
 
 
 def main():
@@ -22,15 +27,12 @@ def main():
     torch.set_num_threads(threads)
     cfg = json.load(open(f"{d}/config.json"))
     w = read_safetensors(f"{d}/model.safetensors")
-    tokens = json.load(open(f"{d}/tokens.json"))
+    rollouts = json.load(open(f"{d}/tokens.json"))["rollouts"]
     with torch.no_grad():
-        lp = forward(cfg, w, tokens)
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            forward(cfg, w, tokens)
-            best = min(best, time.perf_counter() - t0)
-    json.dump({"tokens_per_second": len(tokens) / best, "logprobs": [float(x) for x in lp], "torch": torch.__version__}, sys.stdout)
+        lps = [forward(cfg, w, r) for r in rollouts]
+        wall, cpu = best_of(lambda: [forward(cfg, w, r) for r in rollouts])
+    json.dump({"seconds": wall, "cpu_seconds": cpu, "torch": torch.__version__, "threads": torch.get_num_threads(),
+               "logprobs": [[float(x) for x in lp] for lp in lps]}, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,53 @@
+#!/usr/bin/python3
+"""transformers as bench/score's peer: score MODEL_DIR/tokens.json's rollouts in one batch.
+
+usage: transformers_score.py MODEL_DIR THREADS  → JSON {seconds, cpu_seconds, logprobs,
+torch, transformers, threads, tied_head} on stdout
+
+tokens.json is {"rollouts": [[ids]…]}, rollouts of one length. The batch runs as one
+`AutoModelForCausalLM` forward over [rollouts, tokens] (float32, no_grad, no KV cache),
+then log_softmax and the log-prob of each next token: what a PyTorch trainer's scoring
+pass does. Best of 3 after a warm-up, by the wall and by the process's CPU time
+(score_timing.py). tied_head says whether lm_head shares the embedding's storage, as
+SmolLM2's tie_word_embeddings asks (an untied head would be random: the log-prob
+comparison catches it too).
+
+Needs transformers (PyPI torch 2.x + transformers 5.x, or transformers 4.46 over
+Debian's torch 1.13 in a venv made with --system-site-packages); never installed by CI.
+"""
+import json
+import os
+import sys
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from score_timing import best_of  # noqa: E402
+
+
+def main():
+    d, threads = sys.argv[1], int(sys.argv[2])
+    torch.set_num_threads(threads)
+    if int(transformers.__version__.split(".")[0]) >= 5:  # torch_dtype is deprecated there
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
+    model.eval()
+    tied = model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    ids = torch.tensor(json.load(open(f"{d}/tokens.json"))["rollouts"], dtype=torch.long)
+
+    def score():
+        logits = model(input_ids=ids, use_cache=False).logits  # [rollouts, tokens, vocab]
+        return torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(2, ids[:, 1:, None])[..., 0]
+
+    with torch.no_grad():
+        lp = score()
+        wall, cpu = best_of(score)
+    json.dump({"seconds": wall, "cpu_seconds": cpu, "torch": torch.__version__, "transformers": transformers.__version__,
+               "threads": torch.get_num_threads(), "tied_head": tied, "logprobs": lp.tolist()}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
