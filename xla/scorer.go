@@ -97,8 +97,6 @@ type Scorer struct {
 	views map[TeacherView]*viewSink
 	// layers are the layer programs (ScorerOptions.LayerPrograms), else nil.
 	layers *layerPrograms
-	// batch scores rollouts of one length in one step (ScoreBatch), made on first use.
-	batch *modelExec
 }
 
 // NewScorer returns a Scorer of m on backend.

@@ -47,7 +47,6 @@ type options struct {
 	backendSpec, python    string
 	threads                int
 	jsonOut                string
-	batched                bool
 }
 
 func main() {
@@ -61,7 +60,6 @@ func main() {
 	flag.StringVar(&o.backendSpec, "backend", "", "GoMLX backend (default as hindsight: $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python with torch and numpy; empty to skip PyTorch")
 	flag.IntVar(&o.threads, "threads", runtime.NumCPU(), "PyTorch threads")
-	flag.BoolVar(&o.batched, "batched", false, "also time Scorer.ScoreBatch (the rollouts as one [rollouts, tokens] step, no KV cache; tokens ≤ the chunk) in the same process")
 	flag.StringVar(&o.jsonOut, "json", "", "also write both sides' timings and the log-prob difference to `FILE` (JSON)")
 	memory := flag.String("memory", "", "comma-separated rollout lengths: report peak heap per length instead (d=32, 1 layer)")
 	scores := flag.Int("scores", 1<<22, "with -memory: Scorer AttentionScores budget (elements)")
@@ -131,7 +129,7 @@ func run(o options) error {
 		return err
 	}
 	goLP := make([][]float32, len(rollouts))
-	goT, err := best(func() error {
+	pass := func() error {
 		for i, r := range rollouts {
 			lp, c, err := s.Score(ctx, r)
 			if err != nil {
@@ -141,27 +139,24 @@ func run(o options) error {
 			goLP[i] = lp
 		}
 		return nil
-	})
-	if err != nil {
+	}
+	// Warm-up compiles the executables; then the best of 3.
+	if err := pass(); err != nil {
 		return err
+	}
+	goT := timing{Seconds: math.Inf(1), CPUSeconds: math.Inf(1)}
+	for range 3 {
+		t0, c0 := time.Now(), benchutil.CPUTime()
+		if err := pass(); err != nil {
+			return err
+		}
+		goT.Seconds = min(goT.Seconds, time.Since(t0).Seconds())
+		goT.CPUSeconds = min(goT.CPUSeconds, (benchutil.CPUTime() - c0).Seconds())
 	}
 	n := float64(o.rollouts * o.tokens)
 	fmt.Printf("model: %s, %d parameters; %d × %d tokens, chunk %d, %d CPUs\n", name, m.NumParameters(), o.rollouts, o.tokens, s.Chunk(), runtime.NumCPU())
-	fmt.Printf("go (%s), Score a rollout at a time: %8.0f tokens/s, %8.0f per CPU-s\n", backendName, n/goT.Seconds, n/goT.CPUSeconds)
+	fmt.Printf("go (%s): %8.0f tokens/s, %8.0f per CPU-s\n", backendName, n/goT.Seconds, n/goT.CPUSeconds)
 	report := map[string]any{"args": os.Args[1:], "backend": backendName, "model": name, "rollouts": o.rollouts, "tokens": o.tokens, "go": goT}
-	var batchLP [][]float32
-	var batchT timing
-	if o.batched {
-		if batchT, err = best(func() error {
-			var err error
-			batchLP, err = s.ScoreBatch(ctx, rollouts, 1)
-			return err
-		}); err != nil {
-			return err
-		}
-		fmt.Printf("go (%s), ScoreBatch: %8.0f tokens/s, %8.0f per CPU-s\n", backendName, n/batchT.Seconds, n/batchT.CPUSeconds)
-		report["go_batched"] = batchT
-	}
 	if o.python == "" {
 		return writeJSON(o.jsonOut, report)
 	}
@@ -183,12 +178,17 @@ func run(o options) error {
 	if len(ref.LogProbs) != len(rollouts) {
 		return fmt.Errorf("pytorch output: log-probs of %d rollouts, want %d", len(ref.LogProbs), len(rollouts))
 	}
+	var worst, sum float64
+	var count int
 	for r, lps := range ref.LogProbs {
 		if len(lps) != o.tokens-1 {
 			return fmt.Errorf("pytorch output: rollout %d has %d log-probs, want %d", r, len(lps), o.tokens-1)
 		}
+		for i, want := range lps {
+			d := math.Abs(float64(goLP[r][i+1]) - want)
+			worst, sum, count = math.Max(worst, d), sum+d, count+1
+		}
 	}
-	worst, mean, count := logProbDiff(goLP, ref.LogProbs)
 	peerName := "pytorch " + ref.Torch
 	if ref.Transformers != "" {
 		peerName += ", transformers " + ref.Transformers + " (one batched forward)"
@@ -200,53 +200,14 @@ func run(o options) error {
 	}
 	fmt.Printf("%s, %d threads, no_grad, f32: %8.0f tokens/s, %8.0f per CPU-s\n", peerName, ref.Threads, n/ref.Seconds, n/ref.CPUSeconds)
 	fmt.Printf("go/pytorch per CPU-second: %.2f (by the wall: %.2f); |Δ log-prob| max %.2g, mean %.2g over %d tokens\n",
-		ref.CPUSeconds/goT.CPUSeconds, ref.Seconds/goT.Seconds, worst, mean, count)
+		ref.CPUSeconds/goT.CPUSeconds, ref.Seconds/goT.Seconds, worst, sum/float64(count), count)
+	ref.LogProbs = nil
+	report["peer"] = ref
 	report["ratio_per_cpu_second"] = ref.CPUSeconds / goT.CPUSeconds
 	report["ratio_wall"] = ref.Seconds / goT.Seconds
 	report["max_abs_logprob_diff"] = worst
-	report["mean_abs_logprob_diff"] = mean
-	if o.batched {
-		bw, bm, _ := logProbDiff(batchLP, ref.LogProbs)
-		fmt.Printf("go ScoreBatch/pytorch per CPU-second: %.2f (by the wall: %.2f); |Δ log-prob| max %.2g, mean %.2g\n",
-			ref.CPUSeconds/batchT.CPUSeconds, ref.Seconds/batchT.Seconds, bw, bm)
-		report["batched_ratio_per_cpu_second"] = ref.CPUSeconds / batchT.CPUSeconds
-		report["batched_ratio_wall"] = ref.Seconds / batchT.Seconds
-		report["batched_max_abs_logprob_diff"] = bw
-	}
-	ref.LogProbs = nil
-	report["peer"] = ref
+	report["mean_abs_logprob_diff"] = sum / float64(count)
 	return writeJSON(o.jsonOut, report)
-}
-
-// best runs pass once to compile the executables, then 3 times, and returns the
-// least wall and, separately, the least CPU seconds.
-func best(pass func() error) (timing, error) {
-	if err := pass(); err != nil {
-		return timing{}, err
-	}
-	t := timing{Seconds: math.Inf(1), CPUSeconds: math.Inf(1)}
-	for range 3 {
-		t0, c0 := time.Now(), benchutil.CPUTime()
-		if err := pass(); err != nil {
-			return t, err
-		}
-		t.Seconds = min(t.Seconds, time.Since(t0).Seconds())
-		t.CPUSeconds = min(t.CPUSeconds, (benchutil.CPUTime() - c0).Seconds())
-	}
-	return t, nil
-}
-
-// logProbDiff is the largest and the mean |go − want| over every rollout's
-// log-probs (go's entry i+1 against want's entry i: want has none for entry 0).
-func logProbDiff(got [][]float32, want [][]float64) (worst, mean float64, count int) {
-	var sum float64
-	for r, lps := range want {
-		for i, w := range lps {
-			d := math.Abs(float64(got[r][i+1]) - w)
-			worst, sum, count = math.Max(worst, d), sum+d, count+1
-		}
-	}
-	return worst, sum / float64(max(count, 1)), count
 }
 
 // modelInto makes dir the model to score: links to modelDir's files (the peer reads
