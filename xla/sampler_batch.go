@@ -153,14 +153,12 @@ func (b *Batch) prefillChunk(r *batchRow) error {
 		// batch: each weight is read once for all of them.
 		var group []*batchRow
 		var seqs [][]int32
-		capacity := 0
 		for _, w := range b.waiting {
 			if w.pre == nil && len(w.prompt)-1 == n {
 				group, seqs = append(group, w), append(seqs, w.prompt[:n])
-				capacity = max(capacity, capacityBucket(len(w.prompt)+min(w.opts.MaxNew, decodeHeadroom)))
 			}
 		}
-		one, err := s.prefillContiguous(seqs, capacity)
+		one, err := s.prefillContiguous(seqs)
 		if err != nil {
 			return fmt.Errorf("generate: row %d: %w", r.id, err)
 		}
@@ -404,25 +402,28 @@ func (s *Sampler) prefillPaged(c *KVCache, seq []int32, off int) (int, error) {
 	return n, nil
 }
 
-// prefillContiguous returns a [capacity, len(seqs), kv, hd] cache holding each
-// seq's keys and values at positions 0… in its row, in one step (seqs of one
-// length ≤ Chunk; padding after them is overwritten by decoding before any query
-// sees it).
-func (s *Sampler) prefillContiguous(seqs [][]int32, capacity int) (*contiguousCache, error) {
+// prefillContiguous returns a [size, len(seqs), kv, hd] cache holding each seq's
+// keys and values at positions 0… in its row, in one step (seqs of one length
+// n ≤ Chunk; size is the power of two ≥ n, ≥ minChunk; padding after them is
+// overwritten by decoding before any query sees it). The cache is the chunk's
+// size, not the decoding capacity (join pads it to that): the chunk's queries
+// attend over its own positions only, where a cache of the capacity bucket had
+// them attend (masked) over up to twice as many.
+func (s *Sampler) prefillContiguous(seqs [][]int32) (*contiguousCache, error) {
 	sc := s.scorer
 	rows := len(seqs)
-	out, err := sc.timedExec(s.zerosRows, fmt.Sprintf("zeros %d×%d", capacity, rows), true, []any{lengthArg(capacity), lengthArg(rows)})
-	if err != nil {
-		return nil, fmt.Errorf("new kv cache of %d×%d: %w", capacity, rows, err)
-	}
-	c := &contiguousCache{kv: takeKV(listOf(out), s.model.Config.NumHiddenLayers)}
 	n := len(seqs[0])
-	if n == 0 {
-		return c, nil
-	}
 	size := minChunk
 	for size < n {
 		size *= 2
+	}
+	out, err := sc.timedExec(s.zerosRows, fmt.Sprintf("zeros %d×%d", size, rows), true, []any{lengthArg(size), lengthArg(rows)})
+	if err != nil {
+		return nil, fmt.Errorf("new kv cache of %d×%d: %w", size, rows, err)
+	}
+	c := &contiguousCache{kv: takeKV(listOf(out), s.model.Config.NumHiddenLayers)}
+	if n == 0 {
+		return c, nil
 	}
 	tok := make([]int32, rows*size)
 	for i, seq := range seqs {
