@@ -263,32 +263,42 @@ func (g *Gateway) Handler() http.Handler {
 			Type: "invalid_request_error", Code: &code})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cw := &countingWriter{ResponseWriter: w}
+		cw := &countingWriter{ResponseWriter: w, g: g}
 		auth.ServeHTTP(cw, r)
-		g.requests.Add(1)
-		if cw.status >= 400 {
-			g.errors.Add(1)
-		}
+		cw.note(http.StatusOK) // a handler that wrote nothing
 	})
 }
 
-// countingWriter notes the status an answer was sent with.
+// countingWriter counts a request (and an error, status ≥ 400) when its answer's
+// status is set, before any of it reaches the client: a client that reads status
+// right after its answer finds its request counted.
 type countingWriter struct {
 	http.ResponseWriter
+	g      *Gateway
 	status int
 }
 
+// note counts the request with status code, once.
+func (c *countingWriter) note(code int) {
+	if c.status != 0 {
+		return
+	}
+	c.status = code
+	c.g.requests.Add(1)
+	if code >= 400 {
+		c.g.errors.Add(1)
+	}
+}
+
 func (c *countingWriter) WriteHeader(code int) {
-	if c.status == 0 {
-		c.status = code
+	if code >= 200 { // 1xx: informational, the answer's status comes later
+		c.note(code)
 	}
 	c.ResponseWriter.WriteHeader(code)
 }
 
 func (c *countingWriter) Write(b []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
+	c.note(http.StatusOK)
 	return c.ResponseWriter.Write(b)
 }
 
