@@ -34,6 +34,12 @@ type Config struct {
 	Backprop xla.Backprop `yaml:"backprop"`
 	// ScoreChunk is the scoring passes' chunk in tokens (0: the scorer's default).
 	ScoreChunk int `yaml:"score_chunk"`
+	// LayerPrograms compiles one decoder layer's program and runs it once per layer
+	// (scoring and the truncated gradient pass) instead of one program with every
+	// layer unrolled (xla.ScorerOptions.LayerPrograms): a cold or restarted daemon
+	// compiles or loads far less (docs/performance.md "Cold start"), a warm step
+	// costs up to ~7% more. Off by default.
+	LayerPrograms bool `yaml:"layer_programs"`
 	// Optimizer is AdamW with its learning-rate schedule (warm-up, cosine).
 	Optimizer xla.AdamWConfig `yaml:"optimizer"`
 	// TeacherModel chooses the hinted pass's weights: live, frozen, ema, or base (with

@@ -101,7 +101,7 @@ func Open(o Options) (*Loop, error) {
 	}
 	plog := &progressLog{log: o.Log}
 	lp.tr, err = xla.NewTrainer(b, m, xla.TrainerOptions{Budget: tc.TokenBudget, Chunk: tc.Chunk, Backprop: tc.Backprop,
-		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk}, Credit: o.Credit, Optimizer: tc.Optimizer,
+		Scorer: xla.ScorerOptions{Chunk: tc.ScoreChunk, LayerPrograms: tc.LayerPrograms}, Credit: o.Credit, Optimizer: tc.Optimizer,
 		TeacherModel: tc.TeacherModel, LoRA: lora, Seed: tc.Seed, TermGradNorms: tc.TermGradNorms, Devices: devices,
 		ShardOptimizer: tc.ShardOptimizer, OnProgress: plog.observe})
 	if err != nil {
@@ -121,7 +121,7 @@ func Open(o Options) (*Loop, error) {
 	}
 	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), o.Ledger.TrainedTotal()
 	o.Log.Info().Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
-		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Msg("policy loaded")
+		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Bool("layer_programs", tc.LayerPrograms).Msg("policy loaded")
 	return lp, nil
 }
 

@@ -18,7 +18,18 @@ import (
 // and its step line says what it loaded.
 func TestCompiledProgramsSurviveRestart(t *testing.T) {
 	xlaCPUOrSkip(t)
-	train := "  token_budget: 256\n  idle_flush: 500ms\n  checkpoint: {every_steps: 1, keep: 2}\n"
+	compiledProgramsSurviveRestart(t, false)
+}
+
+// TestLayerProgramsSurviveRestart: the same with train.layer_programs (one decoder
+// layer's programs run per layer), which the daemon's "policy loaded" line names.
+func TestLayerProgramsSurviveRestart(t *testing.T) {
+	xlaCPUOrSkip(t)
+	compiledProgramsSurviveRestart(t, true)
+}
+
+func compiledProgramsSurviveRestart(t *testing.T, layerPrograms bool) {
+	train := fmt.Sprintf("  token_budget: 256\n  idle_flush: 500ms\n  checkpoint: {every_steps: 1, keep: 2}\n  layer_programs: %t\n", layerPrograms)
 	dataDir := t.TempDir()
 	path := filepath.Join(t.TempDir(), "train.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\ntrain:\n%s", dataDir, train)), 0o644))
@@ -42,6 +53,7 @@ func TestCompiledProgramsSurviveRestart(t *testing.T) {
 	require.Equal(t, cacheDir, c.GetCacheDir())
 	p.stop(t, 60*time.Second)
 	require.Contains(t, p.log(), `"programs_compiled":`)
+	require.Contains(t, p.log(), fmt.Sprintf(`"layer_programs":%t`, layerPrograms))
 	entries, err := filepath.Glob(filepath.Join(cacheDir, "*.xlaprog"))
 	require.NoError(t, err)
 	require.NotEmpty(t, entries)
