@@ -141,7 +141,7 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 		fmt.Printf("go (%s) batch %3d: %s\n", xla.ResolveBackend(backendSpec, ""), r.Batch, r.rates(promptLen, newTokens))
 	}
 	if python == "" {
-		return writeJSON(jsonOut, map[string]any{"args": os.Args[1:], "go": goRuns})
+		return benchutil.WriteJSON(jsonOut, map[string]any{"args": os.Args[1:], "go": goRuns})
 	}
 	raw, _ := json.Marshal(map[string]any{"batches": all})
 	if err := os.WriteFile(filepath.Join(dir, "prompts.json"), raw, 0o644); err != nil {
@@ -187,19 +187,7 @@ func run(preset, modelDir, peer string, promptLen, newTokens int, batchList, bac
 			r.Batch, r.PrefillCPUSeconds/g.PrefillCPUSeconds, r.DecodeCPUSeconds/g.DecodeCPUSeconds,
 			r.PrefillSeconds/g.PrefillSeconds, r.DecodeSeconds/g.DecodeSeconds, same, len(r.Tokens))
 	}
-	return writeJSON(jsonOut, map[string]any{"args": os.Args[1:], "backend": xla.ResolveBackend(backendSpec, ""), "go": goRuns, "peer": ref})
-}
-
-// writeJSON writes v to path (nothing when path is empty).
-func writeJSON(path string, v any) error {
-	if path == "" {
-		return nil
-	}
-	raw, err := json.MarshalIndent(v, "", " ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(raw, '\n'), 0o644)
+	return benchutil.WriteJSON(jsonOut, map[string]any{"args": os.Args[1:], "backend": xla.ResolveBackend(backendSpec, ""), "go": goRuns, "peer": ref})
 }
 
 // goTiming times Generate with MaxNew 1 and newTokens+1, best of 3 after a

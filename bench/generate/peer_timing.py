@@ -1,4 +1,4 @@
-"""What bench/generate's two PyTorch peers share: timing one batch of prompts the way
+"""What bench/generate's two PyTorch peers share (bench/score's take best_of too): timing one batch of prompts the way
 the Go side does, and the JSON they print.
 
 time_batches(d, new, generate) runs generate(prompts, n) → tokens [rows][n] for each

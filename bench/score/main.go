@@ -158,7 +158,7 @@ func run(o options) error {
 	fmt.Printf("go (%s): %8.0f tokens/s, %8.0f per CPU-s\n", backendName, n/goT.Seconds, n/goT.CPUSeconds)
 	report := map[string]any{"args": os.Args[1:], "backend": backendName, "model": name, "rollouts": o.rollouts, "tokens": o.tokens, "go": goT}
 	if o.python == "" {
-		return writeJSON(o.jsonOut, report)
+		return benchutil.WriteJSON(o.jsonOut, report)
 	}
 	tokJSON, _ := json.Marshal(map[string]any{"rollouts": rollouts})
 	if err := os.WriteFile(filepath.Join(dir, "tokens.json"), tokJSON, 0o644); err != nil {
@@ -207,7 +207,7 @@ func run(o options) error {
 	report["ratio_wall"] = ref.Seconds / goT.Seconds
 	report["max_abs_logprob_diff"] = worst
 	report["mean_abs_logprob_diff"] = sum / float64(count)
-	return writeJSON(o.jsonOut, report)
+	return benchutil.WriteJSON(o.jsonOut, report)
 }
 
 // modelInto makes dir the model to score: links to modelDir's files (the peer reads
@@ -236,18 +236,6 @@ func modelInto(dir, modelDir, preset string) (*data.ModelConfig, string, error) 
 	}
 	mc, err := data.LoadModelConfig(filepath.Join(dir, data.ConfigFileName))
 	return mc, modelDir, err
-}
-
-// writeJSON writes v to path (nothing when path is empty).
-func writeJSON(path string, v any) error {
-	if path == "" {
-		return nil
-	}
-	raw, err := json.MarshalIndent(v, "", " ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(raw, '\n'), 0o644)
 }
 
 // memoryRun scores rollouts of growing length with a d=32, 1-layer model and

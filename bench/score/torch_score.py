@@ -6,7 +6,7 @@ threads} on stdout
 
 tokens.json is {"rollouts": [[ids]…]}. Uses the independent reference implementation of
 xla/testdata/gen_reference.py (one causal pass a rollout, float32, no_grad); best of 3
-after a warm-up, by the wall and by the process's CPU time (score_timing.py). Runs on
+after a warm-up, by the wall and by the process's CPU time (bench/generate/peer_timing.py's best_of). Runs on
 any torch, Debian's python3-torch included.
 """
 import json
@@ -17,9 +17,9 @@ import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "xla", "testdata"))
-sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", "generate"))
 from gen_reference import forward, read_safetensors  # noqa: E402
-from score_timing import best_of  # noqa: E402
+from peer_timing import best_of  # noqa: E402
 
 
 def main():

@@ -8,7 +8,7 @@ tokens.json is {"rollouts": [[ids]…]}, rollouts of one length. The batch runs 
 `AutoModelForCausalLM` forward over [rollouts, tokens] (float32, no_grad, no KV cache),
 then log_softmax and the log-prob of each next token: what a PyTorch trainer's scoring
 pass does. Best of 3 after a warm-up, by the wall and by the process's CPU time
-(score_timing.py). tied_head says whether lm_head shares the embedding's storage, as
+(bench/generate/peer_timing.py's best_of). tied_head says whether lm_head shares the embedding's storage, as
 SmolLM2's tie_word_embeddings asks (an untied head would be random: the log-prob
 comparison catches it too).
 
@@ -23,8 +23,8 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from score_timing import best_of  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generate"))
+from peer_timing import best_of  # noqa: E402
 
 
 def main():

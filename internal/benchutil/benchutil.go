@@ -1,16 +1,19 @@
 // Package benchutil holds what hindsight's benchmarks (bench/*, go test -bench)
 // share: deterministic random token ids, a sampler of the Go heap's peak, the
-// process's CPU time, and the directory of a benchmark program's source (where its
-// Python peer lies).
+// process's CPU time, the directory of a benchmark program's source (where its
+// Python peer lies), and their -json results files.
 package benchutil
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // Tokens returns n token ids in [0, vocab) drawn from a PCG seeded with seed and
@@ -85,4 +88,17 @@ func CPUTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// WriteJSON writes v to path as indented JSON, durably (nothing when path is
+// empty): a benchmark's -json results file.
+func WriteJSON(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	raw, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileBytes(path, append(raw, '\n'), 0o644)
 }

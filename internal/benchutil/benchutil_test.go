@@ -1,6 +1,7 @@
 package benchutil
 
 import (
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -40,4 +41,14 @@ func TestHeapSamplerSeesAnAllocation(t *testing.T) {
 func TestCallerDir(t *testing.T) {
 	dir := CallerDir("x")
 	require.Equal(t, "benchutil", filepath.Base(dir))
+}
+
+func TestWriteJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "results.json")
+	require.NoError(t, WriteJSON(path, map[string]any{"ratio": 1.5, "rows": []int{1, 8}}))
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "{\n \"ratio\": 1.5,\n \"rows\": [\n  1,\n  8\n ]\n}\n", string(raw))
+	require.NoError(t, WriteJSON("", 1), "no path: nothing written")
+	require.ErrorContains(t, WriteJSON(filepath.Join(t.TempDir(), "missing", "r.json"), 1), "missing")
 }
