@@ -9,6 +9,7 @@
 //
 //	go run ./bench/efficacy -warmstart3 -backend xla-cpu -dir bench/efficacy/protocol3  # its warm start
 //	go run ./bench/efficacy -gates -backend xla-cpu -dir bench/efficacy/protocol3       # G1–G3 → results.json
+//	go run ./bench/efficacy -diagnose-paths chainset -dir bench/efficacy/protocol3  # where greedy episodes fail
 //	go run ./bench/efficacy -pilot -backend xla-cpu -dir bench/efficacy/protocol3       # G4 and the arms' rate → results.json
 //	go run ./bench/efficacy -arms3 -backend xla-cpu -dir bench/efficacy/protocol3       # the arms → DIR/arms, only when G1–G4 pass
 //
@@ -69,6 +70,8 @@ func main() {
 	split := flag.Bool("probe-split", false, "diagnose G2 (efficacy.ProbeSplit) on DIR/warmstart/model (or -probe-split-model) and write DIR/probe_split.json")
 	splitModel := flag.String("probe-split-model", "", "the model directory -probe-split diagnoses (default DIR/warmstart/model)")
 	splitVal := flag.Int("probe-split-validation", 0, "with -probe-split: probe the first N validation tasks (the warm start's margin evals' episodes) instead of the held-out split, into DIR/probe_split_validation.json")
+	paths := flag.String("diagnose-paths", "", "comma-separated task families: play greedy held-out episodes of these with DIR/warmstart/model (or -diagnose-paths-model) and write where the failures left the solution's path to DIR/path_diagnosis.json (protocol3.DiagnosePaths)")
+	pathsModel := flag.String("diagnose-paths-model", "", "the model directory -diagnose-paths plays (default DIR/warmstart/model)")
 	gates := flag.Bool("gates", false, "measure protocol 3's gates G1–G3 of DIR/warmstart/model and write DIR/results.json")
 	gateGroups := flag.Int("gate-groups", 64, "train tasks of G3's mixed-group measure (G = 8 each)")
 	ws3Budget := flag.Duration("warmstart3-budget", protocol3.DefaultWarmStart().WallBudget, "wall-time budget of protocol 3's warm start")
@@ -139,6 +142,16 @@ func main() {
 			m = model
 		}
 		if err := probeSplit(ctx, backend, *dir, m, *splitVal); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if *paths != "" {
+		m := *pathsModel
+		if m == "" {
+			m = model
+		}
+		if err := diagnosePaths(ctx, backend, *dir, m, strings.Split(*paths, ",")); err != nil {
 			fatal(err)
 		}
 		return
