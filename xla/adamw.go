@@ -393,12 +393,12 @@ func (o *adamW) apply(params, grads []*tensors.Tensor) (newParams []*tensors.Ten
 	if o.owners != nil {
 		return o.applySharded(params, grads)
 	}
-	all := make([]int, len(grads))
-	for i := range all {
-		all[i] = i
-	}
-	if err := o.fill(all, grads); err != nil {
-		return nil, 0, 0, fmt.Errorf("optimizer step %d: %w", o.step+1, err)
+	// A first update's moments, made a group at a time by the programs
+	// applyGroups and Trainer.Prepare use (the groups cover every parameter).
+	for _, idx := range o.groups {
+		if err := o.fill(idx, grads); err != nil {
+			return nil, 0, 0, fmt.Errorf("optimizer step %d: %w", o.step+1, err)
+		}
 	}
 	s := o.step
 	lr = o.cfg.LRAt(s)

@@ -13,7 +13,7 @@
 # compiles, or loads from the cache) and one warm (the "profile train memory" row:
 # prepare_cpu_seconds, cold_seconds, cold_cpu_seconds, cold_compile, warm_seconds,
 # warm_cpu_seconds), then scores 64 tokens. summary06.py prints the rows and the
-# ratios. The f32 step peaks near 10 GiB:
+# ratios. RESTARTS=N (default 1) repeats the two restarts N times, interleaved. The f32 step peaks near 10 GiB:
 # run it alone (flock /work/wt/bigmem.lock on a shared machine). HINDSIGHT_COLDSTART_BIN
 # names a hindsight-bench-gpu binary built beforehand (else it is built into OUT_DIR/bin).
 set -eu
@@ -27,11 +27,19 @@ if [ -z "$bin" ]; then
 	go build -o "$out/bin/gpu" ./bench/gpu
 	bin=$out/bin/gpu
 fi
-rm -rf "$out/programs" "$out/first" "$out/again" "$out/unprepared"
+rm -rf "$out/programs" "$out/first" "$out"/again* "$out"/unprepared*
 uptime >"$out/uptime.txt"
-for r in first again unprepared; do
+runs=first
+i=1
+while [ "$i" -le "${RESTARTS:-1}" ]; do
+	runs="$runs again$i unprepared$i"
+	i=$((i + 1))
+done
+dirs=
+for r in $runs; do
+	dirs="$dirs $out/$r"
 	flags=$extra
-	if [ "$r" = unprepared ]; then
+	if [ "${r#unprepared}" != "$r" ]; then
 		flags="$extra -profile-no-prepare"
 	fi
 	# shellcheck disable=SC2086
@@ -40,4 +48,5 @@ for r in first again unprepared; do
 		-model-dir "$out/models" -compile-cache "$out/programs" $flags >"$out/$r.out" 2>&1
 	uptime >>"$out/uptime.txt"
 done
-python3 "$(dirname "$0")/summary06.py" "$out/first" "$out/again" "$out/unprepared" | tee "$out/summary.md"
+# shellcheck disable=SC2086
+python3 "$(dirname "$0")/summary06.py" $dirs | tee "$out/summary.md"

@@ -28,7 +28,7 @@ const maxPreloadBytes = 1 << 30
 // load does not compile again: XLA CPU's serialized executable holds the kernels'
 // object code, which the plugin links, beside the optimized HLO, buffer assignment
 // and thunks it rebuilds (the qwen3-0.6b gradient program: 6.3 MB, 1.8 s to load
-// against 30 s to compile; docs/performance.md "Cold start"); but that is still
+// against 8.6 s to compile; docs/performance.md "Cold start"); but that is still
 // CPU time a step would share, and the plugin loads one program at a time. Entries
 // load in the order the last process to use them first needed them (cache.touch),
 // the order a restart doing the same work asks for them. A request takes a
