@@ -84,6 +84,7 @@ func main() {
 	ws3Grow := flag.Int("warmstart3-grow-layers", 0, "grow the -warmstart-from model to this many layers before protocol 3's warm start (protocol3.GrowLayers: new layers appended, their o_proj and down_proj at zero, so the grown model computes what the original does); 0: no growth")
 	ws3Copy := flag.Int("warmstart3-copy", 0, "rollouts of each 32-rollout batch from the copy curriculum (protocol3.CopyDemos, attempt 5: 16); 0: none")
 	ws3Sibling := flag.Bool("warmstart3-sibling-copy", false, "with -warmstart3-copy: add the sibling copy curriculum (protocol3.SiblingCopyDemos: a sibling turn showing the right call or an alternative, then that call), its groups pooled with the hint's")
+	ws3Key := flag.Bool("warmstart3-key-copy", false, "with -warmstart3-copy: add the key copy curriculum (protocol3.KeyCopyDemos: chain and chainset prompts that differ only in the key they name, then that key's get or set), its groups pooled with the hint's")
 	ws3Margin := flag.Int("warmstart3-margin-tasks", 0, "validation tasks on which every eval measures ProbeSplit's deciding-token margin (attempt 5: 100); 0: not measured")
 	ws3Families := flag.String("warmstart3-world-families", "", "comma-separated task families: draw the world demonstrations of protocol 3's warm start from these only (protocol3.KeepFamilies; attempt 7: chain,chainset,store); empty: every family")
 	ws3Seed := flag.Uint64("warmstart3-seed", protocol3.DefaultWarmStart().Seed, "seed of protocol 3's warm start: its demonstrations' and copy curriculum's draws, batch order and trainer")
@@ -123,9 +124,9 @@ func main() {
 		if *ws3Copy > 0 {
 			cfg.Copy = protocol3.DefaultCopy()
 			cfg.Copy.PerBatch = *ws3Copy
-			cfg.Copy.Sibling = *ws3Sibling
-		} else if *ws3Sibling {
-			fatal(fmt.Errorf("-warmstart3-sibling-copy needs -warmstart3-copy > 0"))
+			cfg.Copy.Sibling, cfg.Copy.Key = *ws3Sibling, *ws3Key
+		} else if *ws3Sibling || *ws3Key {
+			fatal(fmt.Errorf("-warmstart3-sibling-copy and -warmstart3-key-copy need -warmstart3-copy > 0"))
 		}
 		cfg.MarginTasks, cfg.KeepByMargin, cfg.Seed = *ws3Margin, *ws3KeepMargin, *ws3Seed
 		if *ws3Families != "" {

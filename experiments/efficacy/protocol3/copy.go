@@ -37,6 +37,10 @@ type CopyConfig struct {
 	// 2): each task gives a sibling group too, pooled with the hint's groups, so about
 	// half of PerBatch is sibling groups.
 	Sibling bool `json:"sibling,omitempty"`
+	// Key adds the key copy curriculum (KeyCopyDemos, attempt 8's next step 1): chain
+	// and chainset tasks give groups whose prompts differ only in the key they name,
+	// pooled with the hint's groups.
+	Key bool `json:"key,omitempty"`
 }
 
 // DefaultCopy is attempt 5's curriculum: 4,000 train tasks, 4 variants a slip, half

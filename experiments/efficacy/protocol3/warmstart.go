@@ -133,11 +133,13 @@ type WarmStartResult struct {
 	Copy      CopyCounts      `json:"copy,omitzero"`
 	// SiblingCopy counts the sibling copy curriculum (Copy.Sibling).
 	SiblingCopy CopyCounts `json:"sibling_copy,omitzero"`
-	Validation  []ValPoint `json:"validation"`
-	Kept        ValPoint   `json:"kept"`
-	Stop        string     `json:"stop"`
-	CPUSeconds  float64    `json:"cpu_seconds"`
-	WallSecs    float64    `json:"wall_seconds"`
+	// KeyCopy counts the key copy curriculum (Copy.Key).
+	KeyCopy    CopyCounts `json:"key_copy,omitzero"`
+	Validation []ValPoint `json:"validation"`
+	Kept       ValPoint   `json:"kept"`
+	Stop       string     `json:"stop"`
+	CPUSeconds float64    `json:"cpu_seconds"`
+	WallSecs   float64    `json:"wall_seconds"`
 }
 
 // WarmStart trains protocol 3's warm start from cfg.Init and writes it to cfg.Out.
@@ -175,6 +177,14 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 			}
 			groups, res.SiblingCopy = append(groups, sib...), cnt
 			progress(fmt.Sprintf("warm start 3: sibling copy curriculum %+v", cnt))
+		}
+		if cfg.Copy.Key {
+			key, cnt, err := KeyCopyDemos(p.Tok, cfg.Copy, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed)
+			if err != nil {
+				return res, err
+			}
+			groups, res.KeyCopy = append(groups, key...), cnt
+			progress(fmt.Sprintf("warm start 3: key copy curriculum %+v", cnt))
 		}
 	}
 	var marginTasks []toolworld.Task
