@@ -135,6 +135,7 @@ func TestKeyCopyDemos(t *testing.T) {
 		}
 	}
 	require.Equal(t, cnt.Rollouts, rollouts)
+	t.Logf("groups by call: %v", byCmd)
 	require.Positive(t, byCmd["get"])
 	require.Positive(t, byCmd["set"])
 }
