@@ -148,15 +148,16 @@ func vocabBlock(vocab int) int {
 // ≤ 32 entries at a time: each block's exponentials, its own max subtracted, are
 // summed in float32; the blocks' sums, each scaled by exp(its max − the row's max),
 // in float64 where the backend has it (all but TPUs). A block's float32 sum is off
-// by at most 31 roundings (≤ 1.9e-6 relative, so ≤ 1.9e-6 nats in the result,
-// typically 1e-7), where one float32 sum of a 152k vocabulary loses about 1.6e-5
-// nats, more than the tolerance the scorer is held to against transformers
-// (TestVocabLogSumExpFloat64). Why blocks: XLA CPU fuses a reduction of at most 32
-// entries with the exponential before it, but splits a longer one into a tree of
-// reduce-windows that each write their input out first — the float64 exponentials
-// of a 256-position chunk of SmolLM2 were a 96 MiB temporary, the tempered logits
-// another 48 (docs/performance.md "Scoring speed"). A block of −Inf (a masked
-// vocabulary) adds 0.
+// by at most 31 roundings (≤ 1.9e-6 relative, so ≤ 1.9e-6 nats in the result;
+// 4.8e-7 measured at a 152k vocabulary, TestVocabLogSumExpFloat64), where one
+// sequential float32 sum of the row, as the pure-Go backend takes it, lost 3.3e-5
+// nats there, more than the tolerance the scorer is held to against transformers.
+// Why blocks: XLA CPU fuses a reduction of at most 32 entries with the exponential
+// before it, but splits a longer one into a tree of reduce-windows that each write
+// their input out first — the float64 exponentials of a 256-position chunk of
+// SmolLM2 were a 96 MiB temporary, the tempered logits another 48, and fresh
+// temporaries are fresh pages to fault in (docs/performance.md "The log-softmax's
+// temporaries"). A block of −Inf (a masked vocabulary) adds 0.
 //
 //	logits: [batch, seq, vocab] → [batch, seq], logits' dtype
 func vocabLogSumExp(logits *Node) *Node {
