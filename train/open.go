@@ -119,8 +119,15 @@ func Open(o Options) (*Loop, error) {
 		o.Ledger.Restore(st.Trained, st.TrainedTotal)
 		o.Log.Info().Int64("step", st.Step).Str("checkpoint", ckdir).Int64("trained", o.Ledger.TrainedTotal()).Msg("restored checkpoint")
 	}
+	// The weights and moments go to the device now, while the compiled programs
+	// preload, not in the first step (xla.Trainer.Prepare).
+	start := time.Now()
+	if err := lp.tr.Prepare(); err != nil {
+		return nil, err
+	}
+	prepared := time.Since(start)
 	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), o.Ledger.TrainedTotal()
-	o.Log.Info().Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
+	o.Log.Info().Dur("prepared_in", prepared).Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
 		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Bool("layer_programs", tc.LayerPrograms).Msg("policy loaded")
 	return lp, nil
 }

@@ -88,10 +88,11 @@ type adamW struct {
 	sizes []int // each parameter's element count
 	zeros *Exec // float32 zeros shaped as its inputs, two per input (fill)
 	exec  *Exec // the whole update (TrainerOptions.WholeUpdate)
-	// groups, norm and group run the update a group of parameters at a time
-	// (applyGroups): the gradient's global norm first, then each group's update.
+	// groups, sumSq and group run the update a group of parameters at a time
+	// (applyGroups): the gradient's global norm first (gradNorm: sumSq per group),
+	// then each group's update.
 	groups [][]int
-	norm   *Exec
+	sumSq  *Exec // sumSquares of a group's gradients, per group's shapes
 	group  *Exec // adamWGraph with the norm given, per group's shapes, for form
 	form   masterForm
 	// Under splitMasters a group's update is three programs (applySplitGroup): the
@@ -132,9 +133,10 @@ func newAdamW(backend backends.Backend, cfg AdamWConfig, params []*tensors.Tenso
 		return nil, fmt.Errorf("new optimizer: %w", err)
 	}
 	o.exec.SetMaxCache(-1)
-	if o.norm, err = NewExec(backend, func(in []*Node) *Node { return globalNorm(in) }); err != nil {
+	if o.sumSq, err = NewExec(backend, func(in []*Node) *Node { return sumSquares(in) }); err != nil {
 		return nil, fmt.Errorf("new optimizer: %w", err)
 	}
+	o.sumSq.SetMaxCache(-1)
 	if o.group, err = NewExec(backend, func(in []*Node) []*Node {
 		return adamWGraph(cfg, (len(in)-6)/4, true, form)(in)
 	}); err != nil {
@@ -326,12 +328,10 @@ func (o *adamW) applyGroups(params, lo, grads []*tensors.Tensor, set func(i int,
 	t := float64(s + 1)
 	bc1 := 1 - math.Pow(o.cfg.Beta1, t)
 	bc2 := 1 - math.Pow(o.cfg.Beta2, t)
-	normT, err := o.norm.Exec(anys(grads)...)
+	n32, err := o.gradNorm(grads)
 	if err != nil {
 		return 0, 0, fmt.Errorf("optimizer step %d: gradient norm: %w", s+1, err)
 	}
-	n32 := tensors.ToScalar[float32](normT[0])
-	finalize(normT)
 	for _, idx := range o.groups {
 		if err := o.fill(idx, grads); err != nil {
 			return 0, 0, fmt.Errorf("optimizer step %d: %w", s+1, err)
@@ -382,6 +382,44 @@ func (o *adamW) applyGroups(params, lo, grads []*tensors.Tensor, set func(i int,
 	return float64(n32), lr, nil
 }
 
+// gradNorm is the global L2 norm of grads: each group's Σ x² (sumSquares) by a
+// program of that group's shapes, which every decoder layer's group shares, summed
+// in float64 on the host. One program over every gradient grew with the depth: at
+// the qwen3-0.6b shape its 311 inputs made 1.2 MB of code, 1.3 s to compile and 0.3 s
+// to load at every restart (docs/performance.md "Cold start").
+func (o *adamW) gradNorm(grads []*tensors.Tensor) (float32, error) {
+	var sq float64
+	for _, idx := range o.groups {
+		args := make([]any, len(idx))
+		for k, i := range idx {
+			args[k] = grads[i]
+		}
+		out, err := o.sumSq.Exec(args...)
+		if err != nil {
+			return 0, err
+		}
+		sq += float64(tensors.ToScalar[float32](out[0]))
+		finalize(out)
+	}
+	return float32(math.Sqrt(sq)), nil
+}
+
+// sumSquares is Σ x² over every element of xs.
+//
+//	xs: tensors of any shapes → scalar
+func sumSquares(xs []*Node) *Node {
+	var sq *Node
+	for _, x := range xs {
+		s := ReduceAllSum(Square(x))
+		if sq == nil {
+			sq = s
+		} else {
+			sq = Add(sq, s)
+		}
+	}
+	return sq
+}
+
 // apply runs update o.step+1 on params with grads, replacing o's moments, and returns
 // the new parameters, the gradient's global L2 norm before clipping and the
 // learning rate used. grads and params are consumed (donated where the backend
@@ -393,12 +431,12 @@ func (o *adamW) apply(params, grads []*tensors.Tensor) (newParams []*tensors.Ten
 	if o.owners != nil {
 		return o.applySharded(params, grads)
 	}
-	all := make([]int, len(grads))
-	for i := range all {
-		all[i] = i
-	}
-	if err := o.fill(all, grads); err != nil {
-		return nil, 0, 0, fmt.Errorf("optimizer step %d: %w", o.step+1, err)
+	// A first update's moments, made a group at a time by the programs
+	// applyGroups and Trainer.Prepare use (the groups cover every parameter).
+	for _, idx := range o.groups {
+		if err := o.fill(idx, grads); err != nil {
+			return nil, 0, 0, fmt.Errorf("optimizer step %d: %w", o.step+1, err)
+		}
 	}
 	s := o.step
 	lr = o.cfg.LRAt(s)

@@ -349,15 +349,4 @@ func (p *gradPass) combine(a, b []*tensors.Tensor) (sum []*tensors.Tensor, na, n
 // globalNorm is √Σ x² over every element of xs.
 //
 //	xs: tensors of any shapes → scalar
-func globalNorm(xs []*graph.Node) *graph.Node {
-	var sq *graph.Node
-	for _, x := range xs {
-		s := graph.ReduceAllSum(graph.Square(x))
-		if sq == nil {
-			sq = s
-		} else {
-			sq = graph.Add(sq, s)
-		}
-	}
-	return graph.Sqrt(sq)
-}
+func globalNorm(xs []*graph.Node) *graph.Node { return graph.Sqrt(sumSquares(xs)) }

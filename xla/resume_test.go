@@ -76,6 +76,9 @@ func momentsOf(tr *Trainer) [][]float32 {
 // steps; for a float32 model and for a bfloat16 one (whose checkpoint keeps float32
 // master weights beside the bf16 model file); and from a checkpoint in the layout of
 // older versions (optimizer and teacher files at the top level, not in trainer/).
+// The checkpointed and the resumed trainers are prepared as the daemon prepares them
+// (Trainer.Prepare: zero moments made, restored ones moved to the device), the
+// straight one is not: preparing changes nothing a step computes.
 func TestExactResume(t *testing.T) {
 	backend := newTestBackend(t)
 	const N = 2
@@ -100,6 +103,7 @@ func TestExactResume(t *testing.T) {
 
 			first, err := NewTrainer(backend, open(dir), resumeOptions(open(dir)))
 			require.NoError(t, err)
+			requirePrepared(t, first)
 			trainSteps(t, first, pool, N)
 			files, err := checkpoint.ModelFiles(dir)
 			require.NoError(t, err)
@@ -139,6 +143,7 @@ func TestExactResume(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "test", rst.CodeVersion)
 			require.EqualValues(t, N, resumed.StepCount())
+			requirePrepared(t, resumed)
 			trainSteps(t, resumed, pool, N)
 
 			require.Equal(t, weightsOf(straight.model), weightsOf(resumed.model), "policy weights")
@@ -148,6 +153,24 @@ func TestExactResume(t *testing.T) {
 			require.Equal(t, straight.StepCount(), resumed.StepCount())
 			require.Equal(t, straight.Rand().Uint64(), resumed.Rand().Uint64())
 		})
+	}
+}
+
+// requirePrepared runs tr.Prepare and checks what it leaves: every weight and every
+// optimizer moment on the device with no host copy beside it.
+func requirePrepared(t *testing.T, tr *Trainer) {
+	t.Helper()
+	require.NoError(t, tr.Prepare())
+	onDevice := func(what string, x *tensors.Tensor) {
+		require.NotNil(t, x, what)
+		require.True(t, x.IsOnDevice(deviceOf(x)) && !x.HasLocal(), "%s on the device only", what)
+	}
+	for v := range tr.model.ctx.IterVariables() {
+		onDevice(v.ScopeAndName(), v.MustValue())
+	}
+	for i := range tr.opt.m {
+		onDevice(fmt.Sprintf("moment m[%d]", i), tr.opt.m[i])
+		onDevice(fmt.Sprintf("moment v[%d]", i), tr.opt.v[i])
 	}
 }
 

@@ -9,6 +9,7 @@
 //
 //	go run ./bench/efficacy -warmstart3 -backend xla-cpu -dir bench/efficacy/protocol3  # its warm start
 //	go run ./bench/efficacy -gates -backend xla-cpu -dir bench/efficacy/protocol3       # G1–G3 → results.json
+//	go run ./bench/efficacy -diagnose-paths chainset -dir bench/efficacy/protocol3  # where greedy episodes fail
 //	go run ./bench/efficacy -pilot -backend xla-cpu -dir bench/efficacy/protocol3       # G4 and the arms' rate → results.json
 //	go run ./bench/efficacy -arms3 -backend xla-cpu -dir bench/efficacy/protocol3       # the arms → DIR/arms, only when G1–G4 pass
 //
@@ -69,6 +70,8 @@ func main() {
 	split := flag.Bool("probe-split", false, "diagnose G2 (efficacy.ProbeSplit) on DIR/warmstart/model (or -probe-split-model) and write DIR/probe_split.json")
 	splitModel := flag.String("probe-split-model", "", "the model directory -probe-split diagnoses (default DIR/warmstart/model)")
 	splitVal := flag.Int("probe-split-validation", 0, "with -probe-split: probe the first N validation tasks (the warm start's margin evals' episodes) instead of the held-out split, into DIR/probe_split_validation.json")
+	paths := flag.String("diagnose-paths", "", "comma-separated task families: play greedy held-out episodes of these with DIR/warmstart/model (or -diagnose-paths-model) and write where the failures left the solution's path to DIR/path_diagnosis.json (protocol3.DiagnosePaths)")
+	pathsModel := flag.String("diagnose-paths-model", "", "the model directory -diagnose-paths plays (default DIR/warmstart/model)")
 	gates := flag.Bool("gates", false, "measure protocol 3's gates G1–G3 of DIR/warmstart/model and write DIR/results.json")
 	gateGroups := flag.Int("gate-groups", 64, "train tasks of G3's mixed-group measure (G = 8 each)")
 	ws3Budget := flag.Duration("warmstart3-budget", protocol3.DefaultWarmStart().WallBudget, "wall-time budget of protocol 3's warm start")
@@ -80,6 +83,7 @@ func main() {
 	ws3Patience := flag.Int("warmstart3-patience", protocol3.DefaultWarmStart().Patience, "evals without a better checkpoint (protocol3.GateBetter) before protocol 3's warm start stops")
 	ws3Grow := flag.Int("warmstart3-grow-layers", 0, "grow the -warmstart-from model to this many layers before protocol 3's warm start (protocol3.GrowLayers: new layers appended, their o_proj and down_proj at zero, so the grown model computes what the original does); 0: no growth")
 	ws3Copy := flag.Int("warmstart3-copy", 0, "rollouts of each 32-rollout batch from the copy curriculum (protocol3.CopyDemos, attempt 5: 16); 0: none")
+	ws3Sibling := flag.Bool("warmstart3-sibling-copy", false, "with -warmstart3-copy: add the sibling copy curriculum (protocol3.SiblingCopyDemos: a sibling turn showing the right call or an alternative, then that call), its groups pooled with the hint's")
 	ws3Margin := flag.Int("warmstart3-margin-tasks", 0, "validation tasks on which every eval measures ProbeSplit's deciding-token margin (attempt 5: 100); 0: not measured")
 	ws3Families := flag.String("warmstart3-world-families", "", "comma-separated task families: draw the world demonstrations of protocol 3's warm start from these only (protocol3.KeepFamilies; attempt 7: chain,chainset,store); empty: every family")
 	ws3Seed := flag.Uint64("warmstart3-seed", protocol3.DefaultWarmStart().Seed, "seed of protocol 3's warm start: its demonstrations' and copy curriculum's draws, batch order and trainer")
@@ -119,6 +123,9 @@ func main() {
 		if *ws3Copy > 0 {
 			cfg.Copy = protocol3.DefaultCopy()
 			cfg.Copy.PerBatch = *ws3Copy
+			cfg.Copy.Sibling = *ws3Sibling
+		} else if *ws3Sibling {
+			fatal(fmt.Errorf("-warmstart3-sibling-copy needs -warmstart3-copy > 0"))
 		}
 		cfg.MarginTasks, cfg.KeepByMargin, cfg.Seed = *ws3Margin, *ws3KeepMargin, *ws3Seed
 		if *ws3Families != "" {
@@ -139,6 +146,16 @@ func main() {
 			m = model
 		}
 		if err := probeSplit(ctx, backend, *dir, m, *splitVal); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if *paths != "" {
+		m := *pathsModel
+		if m == "" {
+			m = model
+		}
+		if err := diagnosePaths(ctx, backend, *dir, m, strings.Split(*paths, ",")); err != nil {
 			fatal(err)
 		}
 		return

@@ -65,6 +65,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	profileTrainT := fs.Int("profile-train-t", -1, "the profile stage's training step length whose memory it breaks down (-1: the mode's default, 256 on a GPU; 0: none)")
 	profileLayers := fs.Int("profile-layers", 0, "the layer count of the profile stage's training-step model (0: the preset's)")
 	profileLayerPrograms := fs.Bool("profile-layer-programs", false, "the profile stage's training step runs one decoder layer's program per layer (xla.ScorerOptions.LayerPrograms) instead of the unrolled programs")
+	profileNoPrepare := fs.Bool("profile-no-prepare", false, "the profile stage's training step starts on a trainer not prepared (xla.Trainer.Prepare): its first step places the weights and makes the optimizer's moments")
 	profileBefore := fs.Bool("profile-before", false, "the profile stage also runs the training step with the update of before issue 42 (one AdamW program over every weight)")
 	pprofOut := fs.Bool("pprof", false, "the profile stage writes OUT/profile-cpu.pprof and OUT/profile-heap.pprof")
 	precisions := fs.String("precisions", "", "comma-separated model.precision values the parity and speed stages run (default: f32,bf16)")
@@ -99,6 +100,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		opts.ProfileTrainT = *profileTrainT
 	}
 	opts.ProfileLayers, opts.ProfileBefore, opts.ProfileLayerPrograms = *profileLayers, *profileBefore, *profileLayerPrograms
+	opts.ProfileNoPrepare = *profileNoPrepare
 	if *profileT > 0 {
 		opts.ProfileT = *profileT
 	}

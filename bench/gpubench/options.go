@@ -51,6 +51,10 @@ type Options struct {
 	// xla.ScorerOptions.LayerPrograms (one decoder layer's program run per layer,
 	// docs/performance.md "Layer programs").
 	ProfileLayerPrograms bool
+	// ProfileNoPrepare leaves the profile stage's trainer unprepared (no
+	// xla.Trainer.Prepare before its first step), as before issue 42's restart
+	// work: the first step then places the weights and makes the moments itself.
+	ProfileNoPrepare bool
 	// ProfileTrainPrecisions are the precisions of that step (each one of
 	// Precisions the backend runs).
 	ProfileTrainPrecisions []string

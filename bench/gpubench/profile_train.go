@@ -92,6 +92,11 @@ type trainMemory struct {
 	// update's transient); WasteRatio is Peak / Predicted.
 	Predicted  int64   `json:"predicted_bytes"`
 	WasteRatio float64 `json:"peak_over_predicted"`
+	// PrepareSeconds and PrepareCPUSeconds time xla.Trainer.Prepare before the
+	// first step (weights placed, moments made: what a daemon does at start); zero
+	// with Options.ProfileNoPrepare, whose first step does it.
+	PrepareSeconds    float64 `json:"prepare_seconds"`
+	PrepareCPUSeconds float64 `json:"prepare_cpu_seconds"`
 	// ColdSeconds, WarmSeconds and WarmCPUSeconds time the two steps (the warm
 	// step's CPU seconds: every thread's, for a loaded machine).
 	ColdSeconds    float64 `json:"cold_seconds"`
@@ -142,6 +147,14 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 	// student, teacher and gradient passes.
 	r := trainRollout(benchutil.Tokens(T, mc.VocabSize, 3, 4))
 	r.Hints = []credit.Hint{{InsertAt: T / 4, End: T / 2, Tokens: benchutil.Tokens(16, mc.VocabSize, 5, 6)}}
+	var prepSec, prepCPU float64
+	if !b.opts.ProfileNoPrepare {
+		t0, c0 := time.Now(), cpuSeconds()
+		if err := tr.Prepare(); err != nil {
+			return trainMemory{}, err
+		}
+		prepSec, prepCPU = time.Since(t0).Seconds(), cpuSeconds()-c0
+	}
 	b.mem.reset()
 	t0, c0, k0 := time.Now(), cpuSeconds(), xla.CompileSnapshot()
 	if _, err := tr.Step(ctx, []credit.Sequence{r}); err != nil { // compiles
@@ -180,7 +193,7 @@ func (b *bench) profileTrain(ctx context.Context, preset string, layers, T int, 
 		Runtime: runtimeRSS, Loaded: loaded - runtimeRSS, Between: between - runtimeRSS, Phases: map[string]int64{},
 		RuntimeByKind: runtimeKinds, BetweenByKind: betweenKinds, BetweenMalloc: betweenMalloc,
 		GoHeap: int64(ms.HeapInuse), State: tr.StateBytes(), WholeUpdate: whole, LayerPrograms: b.opts.ProfileLayerPrograms,
-		ColdSeconds: coldSec, ColdCPUSeconds: coldCPU, ColdCompile: coldCompile, WarmSeconds: warmSec, WarmCPUSeconds: warmCPU,
+		PrepareSeconds: prepSec, PrepareCPUSeconds: prepCPU, ColdSeconds: coldSec, ColdCPUSeconds: coldCPU, ColdCompile: coldCompile, WarmSeconds: warmSec, WarmCPUSeconds: warmCPU,
 		Estimate: EstimateMemoryAs(mc, T, xla.DefaultChunkTrain, false, false, p)}
 	for ph, f := range coldPhases {
 		if v, ok := f["peak_rss_bytes"].(int64); ok {

@@ -60,6 +60,7 @@ type cache struct {
 	log      zerolog.Logger
 	mu       sync.Mutex // serialises eviction within the process
 	pre      preloader
+	used     sync.Map // keys (hex) used under this configuration: touched once
 }
 
 var current atomic.Pointer[cache]
@@ -227,8 +228,17 @@ func (c *cache) read(keyHex, name string) (header, []byte, bool) {
 	return h, payload, true
 }
 
-// touch marks an entry used now: evicted last.
+// touch marks an entry used now, the first time this configuration uses it: so an
+// entry's time is when the last process that ran the program first needed it. The
+// preloader loads entries in that order, which is the order a restarted process
+// that does the same work asks for them (a program used again later, as a step's
+// scoring program is by a later scoring pass, is not pushed behind the programs
+// first needed after it); eviction takes the entries whose last process to use
+// them started using them longest ago.
 func (c *cache) touch(keyHex string) {
+	if _, seen := c.used.LoadOrStore(keyHex, true); seen {
+		return
+	}
 	now := time.Now()
 	_ = os.Chtimes(c.path(keyHex), now, now)
 }
@@ -303,6 +313,7 @@ func (c *cache) store(p program, exe *C.PJRT_LoadedExecutable) {
 		c.log.Warn().Err(err).Str("program", p.name).Msg("write compiled program; not cached")
 		return
 	}
+	c.used.Store(p.keyHex, true) // written now: its first use
 	statsAdd(func(s *Stats) { s.Stored++ })
 	c.log.Debug().Str("program", p.name).Str("key", p.keyHex[:16]).Int64("bytes", size).Msg("compiled program stored in cache")
 	c.evict(p.keyHex)

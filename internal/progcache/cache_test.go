@@ -1,6 +1,7 @@
 package progcache_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,6 +78,20 @@ func (l *logLines) count(msg string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Count(l.b.String(), `"message":"`+msg+`"`)
+}
+
+// keys are the entry keys of the lines with message msg, in order.
+func (l *logLines) keys(msg string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var keys []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		var m struct{ Message, Key string }
+		if json.Unmarshal([]byte(line), &m) == nil && m.Message == msg {
+			keys = append(keys, m.Key)
+		}
+	}
+	return keys
 }
 
 func configure(t *testing.T, dir, identity string, maxBytes int64) *logLines {
@@ -233,4 +248,30 @@ func TestCachePreloadsAtStart(t *testing.T) {
 	require.FileExists(t, other[0], "another build's entry is not removed")
 	run(t, b, 19) // a second request for a program already handed out loads it again
 	require.Equal(t, after.Loaded+1, progcache.Snapshot().Loaded)
+}
+
+// TestCachePreloadsInFirstUseOrder: a restart preloads the entries in the order the
+// last process first needed them, not last used: a program asked for again later
+// (as a step's scoring program is by a later scoring pass) keeps its place before
+// the programs first needed after it.
+func TestCachePreloadsInFirstUseOrder(t *testing.T) {
+	b := backend(t)
+	dir := t.TempDir()
+	logs := configure(t, dir, "test-plugin v1", 0)
+	run(t, b, 31)
+	run(t, b, 37)
+	run(t, b, 31) // used again, last
+	require.Equal(t, 1, logs.count("compiled program loaded from cache"))
+	stored := logs.keys("compiled program stored in cache")
+	require.Len(t, stored, 2)
+
+	logs = configure(t, dir, "test-plugin v1", 0) // the restart
+	before := progcache.Snapshot()
+	run(t, b, 41) // the first compile starts the preloader
+	deadline := time.Now().Add(2 * time.Minute)
+	for progcache.Snapshot().Preloaded < before.Preloaded+2 {
+		require.True(t, time.Now().Before(deadline), "31 and 37 preloaded")
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Equal(t, stored, logs.keys("compiled program preloaded"), "31 first, as first needed")
 }

@@ -24,15 +24,18 @@ const maxPreloadBytes = 1 << 30
 
 // preloader loads the cache's entries in the background, once per configuration, on
 // the first client that compiles through the hook (the backend's smoke test, at
-// start), so that a restarted process's first step finds its programs loaded:
-// deserializing a SmolLM2 gradient program takes a quarter of compiling it, and that
-// now overlaps the weights' load and the spool's first files instead of delaying the
-// step. Entries load in the order they were last used (oldest use first, which within
-// the last run is the order the programs were needed). A request takes a preloaded
-// program once (GoMLX owns what it is given), waiting if it is being loaded; a program
-// the preloader has not reached is loaded by the request and skipped by the preloader.
-// Programs preloaded and never asked for stay loaded until the process ends (a few MB
-// of code each).
+// start), so that a restarted process's first step finds its programs loaded. A
+// load does not compile again: XLA CPU's serialized executable holds the kernels'
+// object code, which the plugin links, beside the optimized HLO, buffer assignment
+// and thunks it rebuilds (the qwen3-0.6b gradient program: 6.3 MB, 1.8 s to load
+// against 8.6 s to compile; docs/performance.md "Cold start"); but that is still
+// CPU time a step would share, and the plugin loads one program at a time. Entries
+// load in the order the last process to use them first needed them (cache.touch),
+// the order a restart doing the same work asks for them. A request takes a
+// preloaded program once (GoMLX owns what it is given), waiting if it is being
+// loaded; a program the preloader has not reached is loaded by the request and
+// skipped by the preloader. Programs preloaded and never asked for stay loaded
+// until the process ends (a few MB of code each).
 type preloader struct {
 	once   sync.Once
 	mu     sync.Mutex

@@ -33,6 +33,10 @@ type CopyConfig struct {
 	// Own is the share of the slips drawn from OwnSlip, the rest efficacy.SilentSlip or
 	// toolworld.Mistake as in Demos.
 	Own float64 `json:"own"`
+	// Sibling adds the sibling copy curriculum (SiblingCopyDemos, attempt 7's next step
+	// 2): each task gives a sibling group too, pooled with the hint's groups, so about
+	// half of PerBatch is sibling groups.
+	Sibling bool `json:"sibling,omitempty"`
 }
 
 // DefaultCopy is attempt 5's curriculum: 4,000 train tasks, 4 variants a slip, half
@@ -69,24 +73,7 @@ func CopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int,
 			cnt.Skipped++
 			continue
 		}
-		group := make([]credit.Sequence, len(rs))
-		for j, r := range rs {
-			r.ID = fmt.Sprintf("copy3-%05d-%d", i, j)
-			r.Reward, r.HasReward = 1, true
-			xr := train.ToTrainer(r, nil, rule)
-			last := -1
-			for k, s := range r.Segments {
-				if s.Kind == rollout.KindToolCall {
-					last = k
-				}
-			}
-			for p := range xr.Trainable {
-				if last < 0 || p < int(r.Segments[last].Start) || p >= int(r.Segments[last].End) {
-					xr.Trainable[p] = false
-				}
-			}
-			group[j] = xr
-		}
+		group := lastCallTargets(rs, fmt.Sprintf("copy3-%05d", i), rule)
 		out = append(out, group)
 		cnt.Groups++
 		cnt.Rollouts += len(group)
@@ -95,6 +82,30 @@ func CopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int,
 		}
 	}
 	return out, cnt, nil
+}
+
+// lastCallTargets turns a group's rollouts into trainer rollouts (IDs prefix-j) whose
+// only targets are the tokens of their last call (and its stop token).
+func lastCallTargets(rs []*rollout.Rollout, prefix string, rule train.Rule) []credit.Sequence {
+	group := make([]credit.Sequence, len(rs))
+	for j, r := range rs {
+		r.ID = fmt.Sprintf("%s-%d", prefix, j)
+		r.Reward, r.HasReward = 1, true
+		xr := train.ToTrainer(r, nil, rule)
+		last := -1
+		for k, s := range r.Segments {
+			if s.Kind == rollout.KindToolCall {
+				last = k
+			}
+		}
+		for p := range xr.Trainable {
+			if last < 0 || p < int(r.Segments[last].Start) || p >= int(r.Segments[last].End) {
+				xr.Trainable[p] = false
+			}
+		}
+		group[j] = xr
+	}
+	return group
 }
 
 // playCopy plays t's solution with one slip before a uniformly drawn call (not the

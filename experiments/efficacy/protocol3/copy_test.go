@@ -136,21 +136,23 @@ func TestMarginBetter(t *testing.T) {
 }
 
 // TestWarmStartCopy runs attempt 5's warm start for 3 steps on a tiny untrained model
-// (the plumbing, not the answer): batches mix the curriculum in, every eval records the
-// margin's slips, and the kept checkpoint is the best by MarginBetter, written to Out.
+// (the plumbing, not the answer): batches mix the curriculum in (with the sibling copy
+// groups, Copy.Sibling), every eval records the margin's slips, and the kept
+// checkpoint is the best by MarginBetter, written to Out.
 func TestWarmStartCopy(t *testing.T) {
 	backend, dir, model := efficacytest.TinyModel(t, "model")
 	cfg := DefaultWarmStart()
 	cfg.Init, cfg.Out = model, filepath.Join(dir, "out")
 	cfg.Demos, cfg.Batch, cfg.Steps, cfg.EvalEvery, cfg.ValTasks, cfg.LR = 16, 8, 3, 1, 2, 1e-3
 	cfg.Copy = DefaultCopy()
-	cfg.Copy.Tasks, cfg.Copy.PerBatch = 16, 4
+	cfg.Copy.Tasks, cfg.Copy.PerBatch, cfg.Copy.Sibling = 16, 4, true
 	cfg.MarginTasks, cfg.KeepByMargin, cfg.Patience = 3, true, 1
 	cfg.World = efficacy.World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
 	cfg.LiveWorld = cfg.World
 	res, err := WarmStart(t.Context(), backend, cfg, func(s string) { t.Log(s) })
 	require.NoError(t, err)
 	require.Positive(t, res.Copy.Groups)
+	require.Positive(t, res.SiblingCopy.Groups)
 	require.Len(t, res.Validation, 3, "no patience stop with KeepByMargin")
 	best := res.Validation[0]
 	for _, v := range res.Validation[1:] {

@@ -126,16 +126,18 @@ func GateProxy(v ValPoint) bool {
 
 // WarmStartResult is what protocol 3's warm start reached.
 type WarmStartResult struct {
-	Config     WarmStartConfig `json:"config"`
-	Steps      int             `json:"steps"` // steps of the kept checkpoint
-	Counts     DemoCounts      `json:"demos"`
-	WorldKept  map[string]int  `json:"world_kept,omitempty"` // per family, when WorldFamilies is set
-	Copy       CopyCounts      `json:"copy,omitzero"`
-	Validation []ValPoint      `json:"validation"`
-	Kept       ValPoint        `json:"kept"`
-	Stop       string          `json:"stop"`
-	CPUSeconds float64         `json:"cpu_seconds"`
-	WallSecs   float64         `json:"wall_seconds"`
+	Config    WarmStartConfig `json:"config"`
+	Steps     int             `json:"steps"` // steps of the kept checkpoint
+	Counts    DemoCounts      `json:"demos"`
+	WorldKept map[string]int  `json:"world_kept,omitempty"` // per family, when WorldFamilies is set
+	Copy      CopyCounts      `json:"copy,omitzero"`
+	// SiblingCopy counts the sibling copy curriculum (Copy.Sibling).
+	SiblingCopy CopyCounts `json:"sibling_copy,omitzero"`
+	Validation  []ValPoint `json:"validation"`
+	Kept        ValPoint   `json:"kept"`
+	Stop        string     `json:"stop"`
+	CPUSeconds  float64    `json:"cpu_seconds"`
+	WallSecs    float64    `json:"wall_seconds"`
 }
 
 // WarmStart trains protocol 3's warm start from cfg.Init and writes it to cfg.Out.
@@ -166,6 +168,14 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 			return res, err
 		}
 		progress(fmt.Sprintf("warm start 3: copy curriculum %+v", res.Copy))
+		if cfg.Copy.Sibling {
+			sib, cnt, err := SiblingCopyDemos(p.Tok, cfg.Copy, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed)
+			if err != nil {
+				return res, err
+			}
+			groups, res.SiblingCopy = append(groups, sib...), cnt
+			progress(fmt.Sprintf("warm start 3: sibling copy curriculum %+v", cnt))
+		}
 	}
 	var marginTasks []toolworld.Task
 	if cfg.MarginTasks > 0 {

@@ -1,0 +1,123 @@
+package protocol3
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
+	"github.com/hindsight-ai/hindsight/experiments/efficacy"
+	"github.com/hindsight-ai/hindsight/rollout"
+	"github.com/hindsight-ai/hindsight/toolworld"
+	"github.com/hindsight-ai/hindsight/train"
+)
+
+// SiblingCopyDemos builds the sibling copy curriculum (attempt 7's next step 2: G1's
+// sibling half): the copy curriculum's groups (CopyDemos) with the hint turn replaced
+// by G1's sibling turn. At one slip of a scripted episode of each train task
+// 0..cfg.Tasks-1 (seeded by seed, drawn apart from CopyDemos' draws), up to
+// cfg.Variants rollouts share the prefix up to the slip; in each, the sibling turn
+// (efficacy.SiblingText, as the live sibling eval inserts it) shows the solution's
+// calls with the call at the slip's place being the right one or one of
+// CopyAlternatives, and the call it shows there follows, the only target. Which call
+// follows is decided by the sibling turn alone.
+func SiblingCopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int, seed uint64) ([][]credit.Sequence, CopyCounts, error) {
+	rule := train.NewRule(efficacy.SFTCredit(), tok)
+	tasks, err := toolworld.Tasks(toolworld.SplitTrain, cfg.Tasks)
+	if err != nil {
+		return nil, CopyCounts{}, err
+	}
+	var out [][]credit.Sequence
+	var cnt CopyCounts
+	for i, t := range tasks {
+		rng := rand.New(rand.NewPCG(seed, 0x7369626c<<20|uint64(i)))
+		rs, failed, err := playSiblingCopy(tok, t, cfg, maxTokens, maxCalls, rng)
+		if err != nil {
+			return nil, cnt, err
+		}
+		if len(rs) < 2 {
+			cnt.Skipped++
+			continue
+		}
+		group := lastCallTargets(rs, fmt.Sprintf("sibcopy3-%05d", i), rule)
+		out = append(out, group)
+		cnt.Groups++
+		cnt.Rollouts += len(group)
+		if failed {
+			cnt.Failed++
+		}
+	}
+	return out, cnt, nil
+}
+
+// playSiblingCopy plays t's solution with one slip before a uniformly drawn call (not
+// the answer) and returns the variants: the episode replayed to the slip, a sibling
+// turn showing the solution with the right call or an alternative at the slip's place,
+// then the call it shows there. nil when the slip is not one (the Tracker does not
+// see a slip), the episode ends first, or no alternative exists.
+func playSiblingCopy(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTokens, maxCalls int, rng *rand.Rand) ([]*rollout.Rollout, bool, error) {
+	var at []int
+	for j, c := range t.Solution {
+		if toolworld.ParseCall(c).Name != toolworld.AnswerCommand {
+			at = append(at, j)
+		}
+	}
+	if len(at) == 0 {
+		return nil, false, nil
+	}
+	slipAt := at[rng.IntN(len(at))]
+	exp := t.Solution[slipAt]
+	slip, _ := drawSlip(exp, t, cfg.Own, rng)
+	if slip == "" || efficacy.SameCall(slip, exp) {
+		return nil, false, nil
+	}
+	lines := append(slices.Clone(t.Solution[:slipAt]), slip)
+	k := efficacy.NewTracker(t)
+	env, err := replay(tok, t, lines, maxTokens, maxCalls, k)
+	if err != nil || env == nil {
+		return nil, false, err
+	}
+	last := k.Turns[len(k.Turns)-1]
+	if k.Expected() != exp || !lastIsSlip(t, k.Turns) {
+		return nil, false, nil
+	}
+	shown := append([]string{exp}, CopyAlternatives(exp, slip, t, k.Turns, cfg.Variants-1, rng)...)
+	if len(shown) < 2 {
+		return nil, false, nil
+	}
+	var out []*rollout.Rollout
+	for i, call := range shown {
+		sib := slices.Clone(t.Solution)
+		sib[slipAt] = call
+		e, err := replay(tok, t, lines, maxTokens, maxCalls, efficacy.NewTracker(t))
+		if err != nil || e == nil {
+			return nil, false, err
+		}
+		gen := append(tok.EncodeText(call), e.StopID())
+		if _, err := e.UserTurn(efficacy.SiblingText(sib)); err != nil || len(gen) > e.Budget() {
+			if i == 0 {
+				return nil, false, nil // no room for the right call's variant
+			}
+			continue
+		}
+		if _, _, err := e.Step(gen, nil); err != nil {
+			return nil, false, fmt.Errorf("sibling copy demo %s: %w", t.ID, err)
+		}
+		out = append(out, e.Rollout("sibcopy"))
+	}
+	if len(out) < 2 {
+		return nil, false, nil
+	}
+	return out, last.Failed, nil
+}
+
+// lastIsSlip reports whether the last of turns is a slip (efficacy.Tracker) after
+// the others: where the live sibling eval inserts its sibling turn.
+func lastIsSlip(t toolworld.Task, turns []efficacy.Turn) bool {
+	k, slip := efficacy.NewTracker(t), false
+	for _, u := range turns {
+		slip = k.Observe(u.Call, u.Out, u.Failed)
+	}
+	return slip
+}
