@@ -118,33 +118,66 @@ func tokenLogProbs(ctx *context.Context, c Config, hidden, targets *Node) *Node 
 }
 
 // targetLogProbs returns log softmax(logits)[targets] without a [batch, seq, vocab]
-// log-softmax tensor.
+// log-softmax tensor: the target's logit is gathered (a [batch, seq, vocab] mask
+// and sum made XLA CPU write a masked copy of the logits), less vocabLogSumExp.
+// The gathered logit is at most the max, so the log-prob is ≤ 0.
 //
 //	logits: [batch, seq, vocab]; targets: [batch, seq] int32 → [batch, seq]
 func targetLogProbs(logits, targets *Node) *Node {
 	g := logits.Graph()
-	lse := vocabLogSumExp(logits) // [batch, seq]
 	dims := logits.Shape().Dimensions
-	vocab := Iota(g, shapes.Make(dtypes.Int32, dims...), 2)
-	hit := Equal(vocab, BroadcastToDims(ExpandAxes(targets, -1), dims...))
-	target := ReduceSum(Where(hit, logits, ScalarZero(g, logits.DType())), 2)
-	return Sub(target, lse)
+	at := shapes.Make(dtypes.Int32, dims[0], dims[1])
+	idx := Stack([]*Node{Iota(g, at, 0), Iota(g, at, 1), ConvertDType(targets, dtypes.Int32)}, 2) // [batch, seq, 3]
+	return Sub(Gather(logits, idx), vocabLogSumExp(logits))
 }
 
-// vocabLogSumExp returns log Σ_v exp(logits[b,t,v]) with the max subtracted first. The sum
-// of the exponentials is taken in float64 where the backend has it (all but TPUs):
-// summed in float32, the terms of a 152k vocabulary lose about 1.6e-5 nats, more
-// than the tolerance the scorer is held to against transformers.
+// lseBlock is the most vocabulary entries whose exponentials vocabLogSumExp sums
+// in float32 before it sums the blocks in float64.
+const lseBlock = 32
+
+// vocabBlock is the largest divisor of vocab ≤ lseBlock.
+func vocabBlock(vocab int) int {
+	b := min(lseBlock, vocab)
+	for vocab%b != 0 {
+		b--
+	}
+	return b
+}
+
+// vocabLogSumExp returns log Σ_v exp(logits[b,t,v]), a block of vocabBlock(vocab)
+// ≤ 32 entries at a time: each block's exponentials, its own max subtracted, are
+// summed in float32; the blocks' sums, each scaled by exp(its max − the row's max),
+// in float64 where the backend has it (all but TPUs). A block's float32 sum is off
+// by at most 31 roundings (≤ 1.9e-6 relative, so ≤ 1.9e-6 nats in the result;
+// 4.8e-7 measured at a 152k vocabulary, TestVocabLogSumExpFloat64), where one
+// sequential float32 sum of the row, as the pure-Go backend takes it, lost 3.3e-5
+// nats there, more than the tolerance the scorer is held to against transformers.
+// Why blocks: XLA CPU fuses a reduction of at most 32 entries with the exponential
+// before it, but splits a longer one into a tree of reduce-windows that each write
+// their input out first — the float64 exponentials of a 256-position chunk of
+// SmolLM2 were a 96 MiB temporary, the tempered logits another 48, and fresh
+// temporaries are fresh pages to fault in (docs/performance.md "The log-softmax's
+// temporaries"). A block of −Inf (a masked vocabulary) adds 0.
 //
 //	logits: [batch, seq, vocab] → [batch, seq], logits' dtype
 func vocabLogSumExp(logits *Node) *Node {
 	g := logits.Graph()
-	m := StopGradient(ReduceAndKeep(logits, ReduceMax, 2))
-	e := Exp(Sub(logits, m))
-	if acc := dtypes.Float64; g.Backend().Capabilities().DTypes[acc] && logits.DType() != acc {
-		return Add(ConvertDType(Log(ReduceSum(ConvertDType(e, acc), 2)), logits.DType()), Squeeze(m, 2))
+	dims := logits.Shape().Dimensions
+	b, t, v := dims[0], dims[1], dims[2]
+	bs := vocabBlock(v)
+	blocks := Reshape(logits, b, t, v/bs, bs)
+	mb := StopGradient(ReduceAndKeep(blocks, ReduceMax, 3)) // [b, t, v/bs, 1]
+	part := ReduceSum(Exp(Sub(blocks, Where(IsFinite(mb), mb, ZerosLike(mb)))), 3)
+	acc := logits.DType()
+	if g.Backend().Capabilities().DTypes[dtypes.Float64] {
+		acc = dtypes.Float64
 	}
-	return Add(Log(ReduceSum(e, 2)), Squeeze(m, 2))
+	// The row's max is taken from the blocks' maxes after the conversion: a max of
+	// a max XLA would merge into one max over the row, split again as above.
+	mb = ConvertDType(Squeeze(mb, 3), acc) // [b, t, v/bs]
+	m := ReduceAndKeep(mb, ReduceMax, 2)   // [b, t, 1]
+	sum := ReduceSum(Mul(ConvertDType(part, acc), Exp(Sub(mb, m))), 2)
+	return ConvertDType(Add(Log(sum), Squeeze(m, 2)), logits.DType())
 }
 
 // tempered divides logits by the sampling temperature T, as the SDPO authors
