@@ -27,12 +27,12 @@ const (
 // least memory, not to run as many at once as it can: under its default
 // concurrency-optimised schedule no temporary shares a buffer with another that
 // an independent operation may still be writing. The gradient norm of the AdamW
-// update (globalNorm: each gradient squared, then summed; XLA CPU fuses neither the
+// update (sumSquares: each gradient squared, then summed; XLA CPU fuses neither the
 // square nor a dot of a vector with itself into the sum) then held every squared
 // gradient at once, as much memory as the gradients, 2.2 GiB at the qwen3-0.6b
-// shape (its program's buffer assignment: 80 MiB of temporaries for 80 MiB of
-// gradients, against 4 MiB with this option off); docs/performance.md
-// "Training-step memory".
+// shape when one program summed them all (its buffer assignment: 80 MiB of
+// temporaries for 80 MiB of gradients, against 4 MiB with this option off; now a
+// program per group, adamW.gradNorm); docs/performance.md "Training-step memory".
 const cpuSchedulerOption = "xla_cpu_enable_concurrency_optimized_scheduler"
 
 // cpuFlags are the options setCPUFlags adds, with their values.

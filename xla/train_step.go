@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/hindsight-ai/hindsight/credit"
+	"github.com/hindsight-ai/hindsight/internal/progcache"
 )
 
 // scored is one rollout after the scoring passes.
@@ -43,6 +44,7 @@ func (tr *Trainer) Step(ctx context.Context, batch []credit.Sequence) (met Metri
 	}
 	tr.progress.begin(tr.steps+1, len(batch), batchTokens)
 	defer func() { tr.progress.end(err == nil) }()
+	defer progcache.Hold()() // no background program load shares the step's CPUs
 	rs := make([]credit.Sequence, len(batch))
 	sc := make([]scored, len(batch))
 	defer func() {

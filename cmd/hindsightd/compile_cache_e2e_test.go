@@ -15,7 +15,9 @@ import (
 // TestCompiledProgramsSurviveRestart trains on XLA, stops the daemon and starts it
 // again on the same data directory: the second run loads every program it needs from
 // <data_dir>/state/programs instead of compiling it, says so in its log and in status,
-// and its step line says what it loaded.
+// and its step line says what it loaded. Each run prepares the trainer at start (its
+// "policy loaded" line gives prepared_in), so even the optimizer's zero moments come
+// from programs compiled, then loaded, before the first step.
 func TestCompiledProgramsSurviveRestart(t *testing.T) {
 	xlaCPUOrSkip(t)
 	compiledProgramsSurviveRestart(t, false)
@@ -54,6 +56,7 @@ func compiledProgramsSurviveRestart(t *testing.T, layerPrograms bool) {
 	p.stop(t, 60*time.Second)
 	require.Contains(t, p.log(), `"programs_compiled":`)
 	require.Contains(t, p.log(), fmt.Sprintf(`"layer_programs":%t`, layerPrograms))
+	require.Regexp(t, `"prepared_in":[0-9.]+`, p.log(), "the trainer's state made resident at start")
 	entries, err := filepath.Glob(filepath.Join(cacheDir, "*.xlaprog"))
 	require.NoError(t, err)
 	require.NotEmpty(t, entries)

@@ -275,3 +275,33 @@ func TestCachePreloadsInFirstUseOrder(t *testing.T) {
 	}
 	require.Equal(t, stored, logs.keys("compiled program preloaded"), "31 first, as first needed")
 }
+
+// TestCachePreloadWaitsWhileHeld: while a Hold is in force (a training step) the
+// preloader starts no entry, so a program the step asks for is loaded by its request
+// and the rest load once the hold is released.
+func TestCachePreloadWaitsWhileHeld(t *testing.T) {
+	b := backend(t)
+	dir := t.TempDir()
+	configure(t, dir, "test-plugin v1", 0)
+	run(t, b, 43)
+	run(t, b, 47)
+
+	logs := configure(t, dir, "test-plugin v1", 0) // the restart
+	before := progcache.Snapshot()
+	release := progcache.Hold()
+	run(t, b, 53) // the first compile starts the preloader, which waits
+	run(t, b, 47) // the step's request loads its program itself
+	held := progcache.Snapshot()
+	require.Equal(t, before.Preloaded, held.Preloaded, "nothing preloaded while held")
+	require.Equal(t, before.Loaded+1, held.Loaded)
+	release()
+	release() // a second call does nothing
+	deadline := time.Now().Add(2 * time.Minute)
+	for progcache.Snapshot().Preloaded < before.Preloaded+1 {
+		require.True(t, time.Now().Before(deadline), "43 preloaded once released")
+		time.Sleep(10 * time.Millisecond)
+	}
+	run(t, b, 43)
+	require.Equal(t, 2, logs.count("compiled program loaded from cache"))
+	require.Equal(t, before.Preloaded+1, progcache.Snapshot().Preloaded, "47 was not preloaded again")
+}

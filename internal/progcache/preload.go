@@ -34,8 +34,9 @@ const maxPreloadBytes = 1 << 30
 // the order a restart doing the same work asks for them. A request takes a
 // preloaded program once (GoMLX owns what it is given), waiting if it is being
 // loaded; a program the preloader has not reached is loaded by the request and
-// skipped by the preloader. Programs preloaded and never asked for stay loaded
-// until the process ends (a few MB of code each).
+// skipped by the preloader. It starts no entry while a Hold is in force (a training
+// step). Programs preloaded and never asked for stay loaded until the process ends
+// (a few MB of code each).
 type preloader struct {
 	once   sync.Once
 	mu     sync.Mutex
@@ -143,10 +144,8 @@ func (p *preloader) run(c *cache) {
 	}
 	sort.Slice(keep, func(i, j int) bool { return keep[i].used.Before(keep[j].used) })
 	for _, e := range keep {
-		select {
-		case <-p.quit:
+		if !waitUnheld(p.quit) {
 			return
-		default:
 		}
 		p.mu.Lock()
 		if _, seen := p.slots[e.key]; seen {
@@ -195,4 +194,60 @@ func (c *cache) preloadOne(client *C.PJRT_Client, keyHex string) (*C.PJRT_Loaded
 	statsAdd(func(s *Stats) { s.Preloaded++; s.PreloadTime += took })
 	c.log.Debug().Str("program", h.Program).Str("key", keyHex[:16]).Dur("took", took).Msg("compiled program preloaded")
 	return exe, true
+}
+
+// holds counts the Hold calls not yet released.
+var holds struct {
+	mu   sync.Mutex
+	n    int
+	free chan struct{} // closed when n falls to 0; nil while n is 0
+}
+
+// Hold keeps the background preload from starting another entry until release is
+// called (an entry already being loaded finishes). A training step holds it: the
+// plugin loads one program at a time and a load is CPU time, so on a machine of few
+// cores a preload of programs the step does not need would share the step's CPUs,
+// and one the step needs would make its request wait; held, the step's requests
+// load what they need themselves and the rest loads after the step. Holds nest.
+func Hold() (release func()) {
+	holds.mu.Lock()
+	holds.n++
+	if holds.n == 1 {
+		holds.free = make(chan struct{})
+	}
+	holds.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			holds.mu.Lock()
+			defer holds.mu.Unlock()
+			holds.n--
+			if holds.n == 0 {
+				close(holds.free)
+				holds.free = nil
+			}
+		})
+	}
+}
+
+// waitUnheld waits until no Hold is in force; false if quit closed first.
+func waitUnheld(quit <-chan struct{}) bool {
+	for {
+		holds.mu.Lock()
+		free := holds.free
+		holds.mu.Unlock()
+		if free == nil {
+			select {
+			case <-quit:
+				return false
+			default:
+				return true
+			}
+		}
+		select {
+		case <-free:
+		case <-quit:
+			return false
+		}
+	}
 }
