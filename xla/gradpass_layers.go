@@ -25,6 +25,10 @@ import (
 //     and the layer's trained weights;
 //   - the embedding's gradient from dx_0 (plus the tied head's), when it is trained.
 //
+// A bfloat16 model's embedding and head take their gradients in float32 as in the
+// unrolled program (vocabgrad.go): the head program's from the logits' cotangent,
+// the embedding's as dx_0 scattered into the float32 sum.
+//
 // So XLA compiles two layer programs instead of L unrolled layers forward and
 // backward, at the cost of one more forward of each layer per chunk. Exact and full
 // backprop, distillation terms and devices other than 0 run the unrolled program.
@@ -94,7 +98,7 @@ func (p *gradPass) withLayerPrograms() error {
 		x, start = l.next(), l.next()
 		lctx := layerCtx(ctx, 0)
 		ws = l.take(nw)
-		unbind = bindWeights(x.Graph(), lctx.Scope(), lw.names, ws)
+		unbind = bindGraph(x.Graph(), layerWeightBinds(lctx.Scope(), lw.names, ws))
 		kv := takeContiguous(l, 1)
 		kv.constant()
 		cos, sin := ropeTables(cfg, start, x.Shape().Dimensions[1])
@@ -136,18 +140,40 @@ func (p *gradPass) withLayerPrograms() error {
 		l := listOf(in)
 		x, targets, temp := l.next(), l.next(), l.next()
 		w, c, r := l.next(), l.next(), l.next()
+		g := x.Graph()
+		// A bfloat16 head (or tied embedding) takes its gradient in float32 from
+		// the logits' cotangent, as in the unrolled program (vocabgrad.go); a tied
+		// embedding's rows are embedBwd's.
+		tap := tapVocab(m, gl.headVars)
+		if tap != nil {
+			tap.embed = nil
+			defer bindGraph(g, &graphBinds{vocab: tap})()
+		}
 		hidden := rmsNorm(ctx.InAbsPath("/model").In("norm"), x, cfg.RMSNormEps)
 		logp := targetLogProbs(tempered(headLogits(ctx, cfg, hidden), temp), targets)
 		tokLoss := chunkLoss(logp, w, c, r)
 		loss := ReduceAllSum(tokLoss)
 		nodes := []*Node{x}
 		for _, v := range gl.headVars {
-			nodes = append(nodes, v.ValueGraph(x.Graph()))
+			if tap == nil || v != tap.head {
+				nodes = append(nodes, v.ValueGraph(g))
+			}
 		}
-		grads := Gradient(loss, nodes...)
-		out := []*Node{loss, tokLoss, logp, grads[0]}
-		for _, g := range grads[1:] {
-			out = append(out, ConvertDType(g, dtypes.Float32))
+		if tap != nil {
+			nodes = append(nodes, tap.logits)
+		}
+		grads := listOf(Gradient(loss, nodes...))
+		out := []*Node{loss, tokLoss, logp, grads.next()}
+		var head *Node
+		if tap != nil {
+			head = tap.headGrad(grads.rest[len(grads.rest)-1]) // float32 already
+		}
+		for _, v := range gl.headVars {
+			if tap != nil && v == tap.head {
+				out = append(out, head)
+				continue
+			}
+			out = append(out, ConvertDType(grads.next(), dtypes.Float32))
 		}
 		return out
 	}); err != nil {
@@ -156,11 +182,23 @@ func (p *gradPass) withLayerPrograms() error {
 	if gl.embed >= 0 {
 		if gl.embedBwd, err = newModelExec(p.backend, m, func(ctx *mlctx.Context, in []*Node) []*Node {
 			tokens, dx := in[0], in[1]
+			var tied *Node // the tied head's gradient
+			if len(in) > 2 {
+				tied = in[2]
+			}
+			if tap := tapVocab(m, []*mlctx.Variable{embedVar}); tap != nil {
+				// A bfloat16 embedding: dx scattered into the float32 gradient
+				// (vocabgrad.go); embed records the gather's indices.
+				tap.head = nil
+				defer bindGraph(tokens.Graph(), &graphBinds{vocab: tap})()
+				embed(ctx, tokens)
+				return []*Node{tap.embedGrad(tied, dx)}
+			}
 			x := embed(ctx, tokens)
 			g := Gradient(ReduceAllSum(Mul(x, dx)), embedVar.ValueGraph(x.Graph()))[0]
 			g = ConvertDType(g, dtypes.Float32)
-			if len(in) > 2 { // the tied head's gradient
-				g = Add(g, in[2])
+			if tied != nil {
+				g = Add(g, tied)
 			}
 			return []*Node{g}
 		}); err != nil {

@@ -162,8 +162,10 @@ func (p *gradPass) newGradExec(mode Backprop, view TeacherView) (*modelExec, err
 			cot = takeKV(l, nl)
 		}
 		g := ch.tokens.Graph()
-		tap := tapVocab(g, p.model, p.params)
-		defer untap(g)
+		tap := tapVocab(p.model, p.params)
+		if tap != nil {
+			defer bindGraph(g, &graphBinds{vocab: tap})()
+		}
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
 		logits := tempered(headLogits(ctx, cfg, hidden), temp) // [1, n, vocab]
 		logp := targetLogProbs(logits, ch.targets)             // [1, n]

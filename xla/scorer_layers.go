@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/gomlx/gomlx/backends"
 	. "github.com/gomlx/gomlx/pkg/core/graph"
@@ -97,8 +96,7 @@ func newLayerPrograms(backend backends.Backend, m *Model) (*layerPrograms, error
 		l := listOf(in)
 		x, start := l.next(), l.next()
 		lctx := layerCtx(ctx, 0)
-		unbind := bindWeights(x.Graph(), lctx.Scope(), lp.names, l.take(len(lp.names)))
-		defer unbind()
+		defer bindGraph(x.Graph(), layerWeightBinds(lctx.Scope(), lp.names, l.take(len(lp.names))))()
 		cache := takePaged(l, 1)
 		cos, sin := ropeTables(cfg, start, x.Shape().Dimensions[1])
 		x = decoderLayer(lctx, cfg, x, start, cos, sin, cache.layer(0))
@@ -137,19 +135,8 @@ func (lw *layerWeights) args(i int) ([]any, error) {
 func (s *Scorer) runLayers(ctx context.Context, p *pagedCache, seq []int32, start int, temp float64, emit func(i int, lp float32)) error {
 	lp := s.layers
 	nl := s.model.Config.NumHiddenLayers
-	zero, err := s.zeroPageTensor()
-	if err != nil {
-		return err
-	}
-	for off := 0; off < len(seq); {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		pos := start + off
-		past := spanFor(pos, p.size)
-		n := s.chunkFor(len(seq)-off, max(past.Block, p.size))
+	return s.pagedChunks(ctx, p, seq, start, func(off, pos, n int, past kvSpan, zero *tensors.Tensor) error {
 		ch := chunkArgs(seq, off, n, pos)
-		s.count(n, -1, n+past.Len())
 		out, _, err := s.execTimed(lp.embed, fmt.Sprintf("embed %d", n), ch[:1])
 		if err != nil {
 			return fmt.Errorf("score chunk at %d: embed: %w", pos, err)
@@ -193,42 +180,6 @@ func (s *Scorer) runLayers(ctx context.Context, p *pagedCache, seq []int32, star
 		s.stats.Chunks++
 		s.emitChunk(out[0], off, n, len(seq), emit)
 		p.write(written, pos, n)
-		off += n
-	}
-	return nil
-}
-
-// Weights bound to a graph's inputs: while a layer program is built, weight (and
-// loraAdd) return its inputs for the names of the layer it is built as, instead of
-// the model's variables.
-var bound struct {
-	mu sync.Mutex
-	by map[*Graph]map[[2]string]*Node // graph → (scope, name) → input
-}
-
-// bindWeights binds names (scope relative to scope, name) to nodes in g, until
-// the returned function is called.
-func bindWeights(g *Graph, scope string, names [][2]string, nodes []*Node) (unbind func()) {
-	m := make(map[[2]string]*Node, len(names))
-	for i, n := range names {
-		m[[2]string{scope + n[0], n[1]}] = nodes[i]
-	}
-	bound.mu.Lock()
-	defer bound.mu.Unlock()
-	if bound.by == nil {
-		bound.by = map[*Graph]map[[2]string]*Node{}
-	}
-	bound.by[g] = m
-	return func() {
-		bound.mu.Lock()
-		defer bound.mu.Unlock()
-		delete(bound.by, g)
-	}
-}
-
-// boundWeight is the input bound to scope and name in g, or nil.
-func boundWeight(g *Graph, scope, name string) *Node {
-	bound.mu.Lock()
-	defer bound.mu.Unlock()
-	return bound.by[g][[2]string{scope, name}]
+		return nil
+	})
 }

@@ -2,12 +2,65 @@ package xla
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/stretchr/testify/require"
 )
+
+// layerCase is a 3-layer model the layer-program tests run: llama with tied
+// embeddings, qwen3 with q/k norms and a separate head, the same with LoRA
+// adapters on every projection (B drawn, so they act); in bf16 (weights
+// bfloat16-representable, as a BF16 checkpoint's) where bf16 says.
+type layerCase struct {
+	name       string
+	fields     map[string]any
+	lora, bf16 bool
+}
+
+// layerCases are the layer-program tests' cases, with bf16 also the tied llama and
+// qwen3 in bf16 (named "… bf16"); under -short only those named in short.
+func layerCases(bf16 bool, short ...string) []layerCase {
+	qwen3 := map[string]any{"model_type": "qwen3", "num_hidden_layers": 3, "tie_word_embeddings": false}
+	cases := []layerCase{
+		{name: "llama tied", fields: map[string]any{"num_hidden_layers": 3}},
+		{name: "qwen3", fields: qwen3},
+		{name: "qwen3 lora", fields: qwen3, lora: true},
+	}
+	if bf16 {
+		for _, c := range cases[:2] {
+			c.name, c.bf16 = c.name+" bf16", true
+			cases = append(cases, c)
+		}
+	}
+	if !testing.Short() {
+		return cases
+	}
+	var out []layerCase
+	for _, c := range cases {
+		if slices.Contains(short, c.name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// model loads c's model with weights drawn from seed.
+func (c layerCase) model(t *testing.T, seed uint64) *Model {
+	t.Helper()
+	p, fields := PrecisionF32, tinyFields(c.fields)
+	if c.bf16 {
+		p, fields["torch_dtype"] = PrecisionBF16, "bfloat16"
+	}
+	m := testModelAs(t, fields, seed, p)
+	if c.lora {
+		require.NoError(t, m.AddLoRA(LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}, 5))
+		randomizeB(t, m, 6, 0.1)
+	}
+	return m
+}
 
 // TestScoreLayerProgramsEqualUnrolled scores rollouts with the layer programs
 // (ScorerOptions.LayerPrograms: one decoder layer's program run once per layer)
@@ -20,26 +73,10 @@ import (
 // wrote equal those on the cache the unrolled programs wrote. The layer programs
 // compile one layer program per chunk shape whatever the depth.
 func TestScoreLayerProgramsEqualUnrolled(t *testing.T) {
-	qwen3 := map[string]any{"model_type": "qwen3", "num_hidden_layers": 3, "tie_word_embeddings": false}
-	cases := []struct {
-		name   string
-		fields map[string]any
-		lora   bool
-	}{
-		{"llama", map[string]any{"num_hidden_layers": 3}, false},
-		{"qwen3", qwen3, false},
-		{"qwen3 lora", qwen3, true},
-	}
-	if testing.Short() { // the case that exercises the most: q/k norms, a separate head, adapters
-		cases = cases[2:]
-	}
-	for _, c := range cases {
+	// Under -short the case that exercises the most: q/k norms, a separate head, adapters.
+	for _, c := range layerCases(false, "qwen3 lora") {
 		t.Run(c.name, func(t *testing.T) {
-			m := testModel(t, tinyFields(c.fields), 11)
-			if c.lora {
-				require.NoError(t, m.AddLoRA(LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}, 5))
-				randomizeB(t, m, 6, 0.1)
-			}
+			m := c.model(t, 11)
 			backend := newTestBackend(t)
 			unrolled, err := NewScorer(backend, m, ScorerOptions{Chunk: 16})
 			require.NoError(t, err)
@@ -102,31 +139,17 @@ func TestScoreLayerProgramsEqualUnrolled(t *testing.T) {
 // temperature 0.8: the loss, each token's loss and log-prob, and every trained
 // parameter's gradient agree.
 func TestGradLayerProgramsEqualUnrolled(t *testing.T) {
-	qwen3 := map[string]any{"model_type": "qwen3", "num_hidden_layers": 3, "tie_word_embeddings": false}
-	cases := []struct {
-		name   string
-		fields map[string]any
-		lora   bool
-	}{
-		{"llama tied", map[string]any{"num_hidden_layers": 3}, false},
-		{"qwen3", qwen3, false},
-		{"qwen3 lora", qwen3, true},
-	}
-	if testing.Short() { // the tied embedding's two gradients, and adapters only
-		cases = []struct {
-			name   string
-			fields map[string]any
-			lora   bool
-		}{cases[0], cases[2]}
-	}
-	for _, c := range cases {
+	// Under -short: the tied embedding's two gradients, adapters only, and the
+	// bf16 vocabulary's float32 gradients tied and untied.
+	for _, c := range layerCases(true, "llama tied", "qwen3 lora", "llama tied bf16", "qwen3 bf16") {
 		t.Run(c.name, func(t *testing.T) {
-			m := testModel(t, tinyFields(c.fields), 21)
-			if c.lora {
-				require.NoError(t, m.AddLoRA(LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}, 5))
-				randomizeB(t, m, 6, 0.1)
-			}
 			backend := newTestBackend(t)
+			if c.bf16 {
+				if err := PrecisionBF16.CheckBackend(backend); err != nil {
+					t.Skip(err)
+				}
+			}
+			m := c.model(t, 21)
 			s, err := NewScorer(backend, m, ScorerOptions{Chunk: 16})
 			require.NoError(t, err)
 			T := 64
@@ -180,6 +203,26 @@ func TestGradLayerProgramsEqualUnrolled(t *testing.T) {
 			}
 			require.Less(t, worst, 1e-4, "gradients, relative to each parameter's largest entry")
 			t.Logf("%d parameters: loss %.6g vs %.6g; max |Δ gradient| / max |gradient| %.2g", len(wantG), got.Loss, want.Loss, worst)
+			if !c.bf16 {
+				return
+			}
+			// The layer programs as before: the vocabulary's gradients by autodiff
+			// in bfloat16, rounded per chunk.
+			vocabTapOff.Store(true)
+			_, oldG := run(true)
+			vocabTapOff.Store(false)
+			vocab := 0
+			for k, v := range trainables(m) {
+				if v.Shape().Dimensions[0] != m.Config.VocabSize {
+					continue
+				}
+				vocab++
+				e, eOld := relErr(gotG[k], wantG[k]), relErr(oldG[k], wantG[k])
+				t.Logf("%s: relative L2 error against the unrolled pass %.3g (bf16 autodiff %.3g)", v.ScopeAndName(), e, eOld)
+				require.Less(t, e, 1e-5, v.ScopeAndName())
+				require.Greater(t, eOld, 1e-4, "%s: the bf16 gradient is not caught", v.ScopeAndName())
+			}
+			require.Equal(t, map[bool]int{true: 1, false: 2}[m.Config.TieWordEmbeddings], vocab)
 		})
 	}
 }

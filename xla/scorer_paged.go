@@ -28,6 +28,27 @@ func (s *Scorer) runPaged(ctx context.Context, p *pagedCache, seq []int32, start
 		exec, label = sink.paged, sink.label+" paged"
 	}
 	nl := s.model.Config.NumHiddenLayers
+	return s.pagedChunks(ctx, p, seq, start, func(off, pos, n int, past kvSpan, zero *tensors.Tensor) error {
+		t0 := time.Now()
+		args := append(append(append(chunkArgs(seq, off, n, pos), tempArg(temp)), sink.inputs(off, n)...), p.stepArgs(pos, past, zero)...)
+		s.stats.CopySeconds += time.Since(t0).Seconds()
+		out, err := s.timedExec(exec, fmt.Sprintf("%s %d span %d×%d", label, n, past.Blocks, past.Block), false, args)
+		if err != nil {
+			return fmt.Errorf("score chunk at %d: %w", pos, err)
+		}
+		r := listOf(out)
+		s.emitChunk(r.next(), off, n, len(seq), emit)
+		sink.consume(r, off, n)
+		p.write(takeWritten(r, nl), pos, n)
+		return nil
+	})
+}
+
+// pagedChunks runs chunk on each chunk of seq against p, front to back: at off in
+// seq, its first position pos (start + off), its length n (chunkFor against the
+// past span's block) and the span past of the pages before it, counted (count)
+// before it runs; zero is the Scorer's zero page (pagedCache.stepArgs).
+func (s *Scorer) pagedChunks(ctx context.Context, p *pagedCache, seq []int32, start int, chunk func(off, pos, n int, past kvSpan, zero *tensors.Tensor) error) error {
 	zero, err := s.zeroPageTensor()
 	if err != nil {
 		return err
@@ -39,18 +60,10 @@ func (s *Scorer) runPaged(ctx context.Context, p *pagedCache, seq []int32, start
 		pos := start + off
 		past := spanFor(pos, p.size)
 		n := s.chunkFor(len(seq)-off, max(past.Block, p.size))
-		t0 := time.Now()
-		args := append(append(append(chunkArgs(seq, off, n, pos), tempArg(temp)), sink.inputs(off, n)...), p.stepArgs(pos, past, zero)...)
 		s.count(n, -1, n+past.Len())
-		s.stats.CopySeconds += time.Since(t0).Seconds()
-		out, err := s.timedExec(exec, fmt.Sprintf("%s %d span %d×%d", label, n, past.Blocks, past.Block), false, args)
-		if err != nil {
-			return fmt.Errorf("score chunk at %d: %w", pos, err)
+		if err := chunk(off, pos, n, past, zero); err != nil {
+			return err
 		}
-		r := listOf(out)
-		s.emitChunk(r.next(), off, n, len(seq), emit)
-		sink.consume(r, off, n)
-		p.write(takeWritten(r, nl), pos, n)
 		off += n
 	}
 	return nil

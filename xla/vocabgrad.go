@@ -1,7 +1,6 @@
 package xla
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -25,10 +24,13 @@ import (
 // of the logits' cotangent with the head's bfloat16 input widened (its products
 // exact in float32), the embedding's as a scatter-add of the rows' cotangent into
 // it. Nothing is rounded to bfloat16 on the way, so the gradient is also the
-// more precise one.
+// more precise one. The layer programs' gradient pass (gradpass_layers.go) makes them
+// the same way: its head program the head's, its embedding-backward program the
+// embedding's, from the first layer's input cotangent.
 
 // vocabTap is where a gradient program's [vocab, hidden] weights enter the model:
-// decoder and headLogits fill it in when the program registered one (tapVocab).
+// embedRows and headProduct fill it in when the program registered one for its
+// graph (tapVocab, graphBinds).
 type vocabTap struct {
 	embed, head *mlctx.Variable // the trained bfloat16 embedding and head (nil: not tapped); equal when tied
 	indices     *Node           // the gather's indices [batch, seq, 1]
@@ -41,13 +43,10 @@ type vocabTap struct {
 // autodiff in bfloat16, as before (TestBF16VocabGradients compares the two).
 var vocabTapOff atomic.Bool
 
-// vocabTaps holds the tap of each gradient graph being built (*Graph → *vocabTap).
-var vocabTaps sync.Map
-
-// tapVocab registers a tap for g when params (the trained variables) hold a
-// bfloat16 embedding or head of m, and returns it (nil otherwise); untap removes it
-// once the graph is built.
-func tapVocab(g *Graph, m *Model, params []*mlctx.Variable) *vocabTap {
+// tapVocab returns a tap of the bfloat16 embedding and head of m among params
+// (the variables a gradient program differentiates), nil when there is none; the
+// program registers it for its graph (bindGraph) while it builds the model.
+func tapVocab(m *Model, params []*mlctx.Variable) *vocabTap {
 	if vocabTapOff.Load() {
 		return nil
 	}
@@ -71,19 +70,7 @@ func tapVocab(g *Graph, m *Model, params []*mlctx.Variable) *vocabTap {
 	if t.embed == nil && t.head == nil {
 		return nil
 	}
-	vocabTaps.Store(g, t)
 	return t
-}
-
-func untap(g *Graph) { vocabTaps.Delete(g) }
-
-// tapOf is g's tap, or nil.
-func tapOf(g *Graph) *vocabTap {
-	t, ok := vocabTaps.Load(g)
-	if !ok {
-		return nil
-	}
-	return t.(*vocabTap)
 }
 
 // embedRows returns the rows of the embedding emb for indices [batch, seq, 1],
@@ -130,24 +117,38 @@ func (t *vocabTap) wrt() []*Node {
 //	cot: [batch, seq, hidden] (rows), [batch, seq, vocab] (logits) → [vocab, hidden] float32
 func (t *vocabTap) grads(cot []*Node) map[*mlctx.Variable]*Node {
 	out := map[*mlctx.Variable]*Node{}
-	var rows, logits *Node
+	var rows *Node
 	if t.embed != nil {
 		rows, cot = cot[0], cot[1:]
 	}
 	if t.head != nil {
-		logits = cot[0]
-		// The head's input as the product took it: rounded to bfloat16 (matmul),
-		// then widened exactly.
-		x := ConvertDType(convert(t.hidden, dtypes.BFloat16), dtypes.Float32)
-		// Σ over batch and positions of cotangent[b,t,v]·x[b,t,d] → [vocab, hidden].
-		out[t.head] = DotGeneral(logits, []int{0, 1}, nil, x, []int{0, 1}, nil)
+		out[t.head] = t.headGrad(cot[0])
 	}
 	if t.embed != nil {
-		sum := out[t.embed] // the head's, when tied
-		if sum == nil {
-			sum = Zeros(rows.Graph(), shapes.Make(dtypes.Float32, t.embed.Shape().Dimensions...))
-		}
-		out[t.embed] = ScatterSum(sum, t.indices, rows, false, false)
+		out[t.embed] = t.embedGrad(out[t.embed], rows) // the head's added in, when tied
 	}
 	return out
+}
+
+// headGrad is the head's float32 gradient from the cotangent of the logits.
+//
+//	logits: [batch, seq, vocab] → [vocab, hidden] float32
+func (t *vocabTap) headGrad(logits *Node) *Node {
+	// The head's input as the product took it: rounded to bfloat16 (matmul),
+	// then widened exactly.
+	x := ConvertDType(convert(t.hidden, dtypes.BFloat16), dtypes.Float32)
+	// Σ over batch and positions of cotangent[b,t,v]·x[b,t,d] → [vocab, hidden].
+	return DotGeneral(logits, []int{0, 1}, nil, x, []int{0, 1}, nil)
+}
+
+// embedGrad is the embedding's float32 gradient from the cotangent of the
+// gathered rows, scattered into sum (a float32 [vocab, hidden] gradient to add to,
+// the tied head's; nil: zeros).
+//
+//	rows: [batch, seq, hidden] → [vocab, hidden] float32
+func (t *vocabTap) embedGrad(sum, rows *Node) *Node {
+	if sum == nil {
+		sum = Zeros(rows.Graph(), shapes.Make(dtypes.Float32, t.embed.Shape().Dimensions...))
+	}
+	return ScatterSum(sum, t.indices, rows, false, false)
 }

@@ -44,6 +44,7 @@ files() { # files PREFIX N: N files of 4 rollouts, 256 tokens before hints, seed
 	done
 }
 run() { # run NAME STEPS: start the daemon, wait for STEPS step lines, stop it
+	: >"$out/$1.log" # there before the first grep: the daemon's redirect may come later
 	"$out/bin/hindsightd" -config "$out/hindsightd.yaml" -backend xla-cpu >"$out/$1.log" 2>&1 &
 	pid=$!
 	while [ "$(grep -c '"message":"step\( without update[^"]*\)\{0,1\}"' "$out/$1.log")" -lt "$2" ]; do
