@@ -60,6 +60,25 @@ type CopyCounts struct {
 // same prefix up to the hint turn. Only the named call's tokens (and its stop token)
 // are targets.
 func CopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int, seed uint64) ([][]credit.Sequence, CopyCounts, error) {
+	return copyCurriculum(tok, cfg, seed, 0x636f7079, func(i int, t toolworld.Task, rng *rand.Rand) ([]copyGroup, error) {
+		rs, failed, err := playCopy(tok, t, cfg, maxTokens, maxCalls, rng)
+		return []copyGroup{{fmt.Sprintf("copy3-%05d", i), rs, failed}}, err
+	})
+}
+
+// copyGroup is one group a copy curriculum's play gives: its variant rollouts, the
+// prefix of their trainer rollouts' IDs, and whether the scripted episode failed.
+type copyGroup struct {
+	id     string
+	rs     []*rollout.Rollout
+	failed bool
+}
+
+// copyCurriculum plays train tasks 0..cfg.Tasks-1, each with its own random stream of
+// seed (salt apart from other curricula's), and keeps every group of two or more
+// variants as trainer rollouts whose only targets are their last call
+// (lastCallTargets); a group of fewer is counted as skipped.
+func copyCurriculum(tok tokenizer.Tokenizer, cfg CopyConfig, seed, salt uint64, play func(i int, t toolworld.Task, rng *rand.Rand) ([]copyGroup, error)) ([][]credit.Sequence, CopyCounts, error) {
 	rule := train.NewRule(efficacy.SFTCredit(), tok)
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, cfg.Tasks)
 	if err != nil {
@@ -68,21 +87,22 @@ func CopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int,
 	var out [][]credit.Sequence
 	var cnt CopyCounts
 	for i, t := range tasks {
-		rng := rand.New(rand.NewPCG(seed, 0x636f7079<<20|uint64(i)))
-		rs, failed, err := playCopy(tok, t, cfg, maxTokens, maxCalls, rng)
+		groups, err := play(i, t, rand.New(rand.NewPCG(seed, salt<<20|uint64(i))))
 		if err != nil {
 			return nil, cnt, err
 		}
-		if len(rs) < 2 {
-			cnt.Skipped++
-			continue
-		}
-		group := lastCallTargets(rs, fmt.Sprintf("copy3-%05d", i), rule)
-		out = append(out, group)
-		cnt.Groups++
-		cnt.Rollouts += len(group)
-		if failed {
-			cnt.Failed++
+		for _, g := range groups {
+			if len(g.rs) < 2 {
+				cnt.Skipped++
+				continue
+			}
+			group := lastCallTargets(g.rs, g.id, rule)
+			out = append(out, group)
+			cnt.Groups++
+			cnt.Rollouts += len(group)
+			if g.failed {
+				cnt.Failed++
+			}
 		}
 	}
 	return out, cnt, nil

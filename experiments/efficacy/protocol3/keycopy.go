@@ -13,7 +13,6 @@ import (
 	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
-	"github.com/hindsight-ai/hindsight/train"
 )
 
 // KeyCopyDemos builds the key copy curriculum (attempt 8's next step 1: chain and
@@ -26,18 +25,11 @@ import (
 // the call with the key its prompt names, the only target. Which key follows is
 // decided by the prompt alone.
 func KeyCopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int, seed uint64) ([][]credit.Sequence, CopyCounts, error) {
-	rule := train.NewRule(efficacy.SFTCredit(), tok)
-	tasks, err := toolworld.Tasks(toolworld.SplitTrain, cfg.Tasks)
-	if err != nil {
-		return nil, CopyCounts{}, err
-	}
-	var out [][]credit.Sequence
-	var cnt CopyCounts
-	for i, t := range tasks {
+	return copyCurriculum(tok, cfg, seed, 0x6b6579, func(i int, t toolworld.Task, rng *rand.Rand) ([]copyGroup, error) {
 		if t.Family != "chain" && t.Family != "chainset" {
-			continue
+			return nil, nil
 		}
-		rng := rand.New(rand.NewPCG(seed, 0x6b6579<<20|uint64(i)))
+		var groups []copyGroup
 		for _, cmd := range []string{"get", "set"} {
 			at := slices.IndexFunc(t.Solution, func(c string) bool { return toolworld.ParseCall(c).Name == cmd })
 			if at < 0 {
@@ -45,19 +37,12 @@ func KeyCopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls i
 			}
 			rs, err := playKeyCopy(tok, t, at, cfg.Variants, maxTokens, maxCalls, rng)
 			if err != nil {
-				return nil, cnt, err
+				return nil, err
 			}
-			if len(rs) < 2 {
-				cnt.Skipped++
-				continue
-			}
-			group := lastCallTargets(rs, fmt.Sprintf("keycopy3-%05d-%s", i, cmd), rule)
-			out = append(out, group)
-			cnt.Groups++
-			cnt.Rollouts += len(group)
+			groups = append(groups, copyGroup{id: fmt.Sprintf("keycopy3-%05d-%s", i, cmd), rs: rs})
 		}
-	}
-	return out, cnt, nil
+		return groups, nil
+	})
 }
 
 // playKeyCopy returns the variants of t at its solution's call at (a `get` or `set`):

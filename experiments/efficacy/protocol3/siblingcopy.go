@@ -10,7 +10,6 @@ import (
 	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 	"github.com/hindsight-ai/hindsight/rollout"
 	"github.com/hindsight-ai/hindsight/toolworld"
-	"github.com/hindsight-ai/hindsight/train"
 )
 
 // SiblingCopyDemos builds the sibling copy curriculum (attempt 7's next step 2: G1's
@@ -23,32 +22,10 @@ import (
 // CopyAlternatives, and the call it shows there follows, the only target. Which call
 // follows is decided by the sibling turn alone.
 func SiblingCopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCalls int, seed uint64) ([][]credit.Sequence, CopyCounts, error) {
-	rule := train.NewRule(efficacy.SFTCredit(), tok)
-	tasks, err := toolworld.Tasks(toolworld.SplitTrain, cfg.Tasks)
-	if err != nil {
-		return nil, CopyCounts{}, err
-	}
-	var out [][]credit.Sequence
-	var cnt CopyCounts
-	for i, t := range tasks {
-		rng := rand.New(rand.NewPCG(seed, 0x7369626c<<20|uint64(i)))
+	return copyCurriculum(tok, cfg, seed, 0x7369626c, func(i int, t toolworld.Task, rng *rand.Rand) ([]copyGroup, error) {
 		rs, failed, err := playSiblingCopy(tok, t, cfg, maxTokens, maxCalls, rng)
-		if err != nil {
-			return nil, cnt, err
-		}
-		if len(rs) < 2 {
-			cnt.Skipped++
-			continue
-		}
-		group := lastCallTargets(rs, fmt.Sprintf("sibcopy3-%05d", i), rule)
-		out = append(out, group)
-		cnt.Groups++
-		cnt.Rollouts += len(group)
-		if failed {
-			cnt.Failed++
-		}
-	}
-	return out, cnt, nil
+		return []copyGroup{{fmt.Sprintf("sibcopy3-%05d", i), rs, failed}}, err
+	})
 }
 
 // playSiblingCopy plays t's solution with one slip before a uniformly drawn call (not
