@@ -140,8 +140,9 @@ func TestScoreLayerProgramsEqualUnrolled(t *testing.T) {
 // parameter's gradient agree.
 func TestGradLayerProgramsEqualUnrolled(t *testing.T) {
 	// Under -short: the tied embedding's two gradients, adapters only, and the
-	// bf16 vocabulary's float32 gradients tied and untied.
-	for _, c := range layerCases(true, "llama tied", "qwen3 lora", "llama tied bf16", "qwen3 bf16") {
+	// bf16 vocabulary's float32 gradients tied (the untied bf16 case runs in full
+	// runs only: on XLA CPU each bf16 case costs minutes of CI's XLA part).
+	for _, c := range layerCases(true, "llama tied", "qwen3 lora", "llama tied bf16") {
 		t.Run(c.name, func(t *testing.T) {
 			backend := newTestBackend(t)
 			if c.bf16 {
