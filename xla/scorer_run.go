@@ -75,9 +75,10 @@ const headPiece = 128
 // to which glibc's malloc reuses freed memory: every execution mapped it afresh and
 // faulted in its pages. In pieces the block is 28 MiB and is reused, and scoring
 // 8 × 256 took 4% fewer CPU-seconds (docs/performance.md "The products themselves
-// (session 14)"). A product at 128 rows is nearly as fast as at 256 (the MLP's: ~108
-// against ~113 GFLOP per CPU-second).
-// A chunk of at most headPiece positions, or not a multiple of it, is one piece.
+// (session 14)"); not in a process that trains, where MallocThreshold maps every
+// block above 128 KiB afresh, in pieces or not. A product at 128 rows is nearly as
+// fast as at 256 (the MLP's: ~108 against ~113 GFLOP per CPU-second). A chunk of at
+// most headPiece positions, or not a multiple of it, is one piece.
 //
 //	hidden: [1, seq, hidden]; targets: [1, seq] int32; temp: scalar → [1, seq]
 func headPieces(ctx *mlctx.Context, cfg Config, hidden, targets, temp *Node) *Node {
