@@ -24,10 +24,10 @@ import sys
 import torch
 import transformers
 import transformers.generation.utils as generation_utils
-from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peer_timing import time_batches  # noqa: E402
+from peer_transformers import load  # noqa: E402
 
 # generate() asks whether the model is FSDP-managed by importing torch.distributed.fsdp,
 # which fails on Debian's torch 1.13 under Python 3.11 (a dataclass with a mutable
@@ -37,12 +37,7 @@ generation_utils.is_fsdp_managed_module = lambda module: False
 
 def main():
     d, threads, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    torch.set_num_threads(threads)
-    if int(transformers.__version__.split(".")[0]) >= 5:  # torch_dtype is deprecated there
-        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
-    model.eval()
+    model = load(d, threads)
 
     def gen(prompts, n):
         ids = torch.tensor(prompts, dtype=torch.long)

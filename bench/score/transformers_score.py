@@ -21,20 +21,15 @@ import sys
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generate"))
 from peer_timing import best_of  # noqa: E402
+from peer_transformers import load  # noqa: E402
 
 
 def main():
     d, threads = sys.argv[1], int(sys.argv[2])
-    torch.set_num_threads(threads)
-    if int(transformers.__version__.split(".")[0]) >= 5:  # torch_dtype is deprecated there
-        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
-    model.eval()
+    model = load(d, threads)
     tied = model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     ids = torch.tensor(json.load(open(f"{d}/tokens.json"))["rollouts"], dtype=torch.long)
 

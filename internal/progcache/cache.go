@@ -61,6 +61,9 @@ type cache struct {
 	mu       sync.Mutex // serialises eviction within the process
 	pre      preloader
 	used     sync.Map // keys (hex) used under this configuration: touched once
+
+	flightMu sync.Mutex
+	inFlight map[string]chan struct{} // keys (hex) being compiled now, closed when stored or given up
 }
 
 var current atomic.Pointer[cache]
@@ -70,7 +73,7 @@ var current atomic.Pointer[cache]
 // preload is stopped first, so it never touches entries under the new one.
 func Configure(opts Options) error {
 	c := &cache{dir: opts.Dir, maxBytes: opts.MaxBytes, identity: fullIdentity(opts.Identity), log: opts.Log,
-		pre: preloader{quit: make(chan struct{})}}
+		pre: preloader{quit: make(chan struct{})}, inFlight: map[string]chan struct{}{}}
 	if c.maxBytes <= 0 {
 		c.maxBytes = DefaultMaxBytes
 	}
@@ -184,6 +187,31 @@ type header struct {
 	Options  []byte `json:"options"` // the serialized compile options the key covers
 	Size     int    `json:"size"`
 	SHA256   string `json:"sha256"`
+}
+
+// claim makes the caller the one request for keyHex in this process until it calls
+// the returned release (once the entry is stored, loaded, or the compile failed). If
+// another request holds the key, claim waits for it first: two executables of one
+// graph, or concurrent passes, ask for the same program, and the later one then loads
+// what the earlier compile stored instead of compiling it again.
+func (c *cache) claim(keyHex string) (release func()) {
+	for {
+		c.flightMu.Lock()
+		wait, busy := c.inFlight[keyHex]
+		if !busy {
+			done := make(chan struct{})
+			c.inFlight[keyHex] = done
+			c.flightMu.Unlock()
+			return func() {
+				c.flightMu.Lock()
+				delete(c.inFlight, keyHex)
+				c.flightMu.Unlock()
+				close(done)
+			}
+		}
+		c.flightMu.Unlock()
+		<-wait
+	}
 }
 
 func (c *cache) path(keyHex string) string { return filepath.Join(c.dir, keyHex+Suffix) }

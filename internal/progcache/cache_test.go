@@ -305,3 +305,29 @@ func TestCachePreloadWaitsWhileHeld(t *testing.T) {
 	require.Equal(t, 2, logs.count("compiled program loaded from cache"))
 	require.Equal(t, before.Preloaded+1, progcache.Snapshot().Preloaded, "47 was not preloaded again")
 }
+
+// Requests for one program that arrive while it compiles wait for that compile and
+// load what it stored: one compile, one entry, the rest counted as loads.
+func TestCacheConcurrentRequestsCompileOnce(t *testing.T) {
+	b := backend(t)
+	dir := t.TempDir()
+	logs := configure(t, dir, "test-concurrent", 0)
+	before := progcache.Snapshot()
+	const requests = 6
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range requests {
+		wg.Go(func() {
+			<-start
+			run(t, b, 13)
+		})
+	}
+	close(start)
+	wg.Wait()
+	after := progcache.Snapshot()
+	require.Equal(t, 1, logs.count("compiled program"), "compiles of one program requested %d times at once", requests)
+	require.Equal(t, requests-1, logs.count("compiled program loaded from cache"))
+	require.EqualValues(t, 1, after.Compiled-before.Compiled)
+	require.EqualValues(t, requests-1, after.Loaded-before.Loaded)
+	require.Len(t, entries(t, dir), 1)
+}

@@ -67,6 +67,7 @@ func hsGoCompile(args *C.PJRT_Client_Compile_Args) (perr *C.PJRT_Error) {
 	}
 	c.pre.start(c, args.client)
 	p := newProgram(args, c.identity)
+	defer c.claim(p.keyHex)()
 	start := time.Now()
 	if exe, ok := c.load(p, args); ok {
 		args.executable = exe

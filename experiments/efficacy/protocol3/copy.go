@@ -138,28 +138,11 @@ func lastCallTargets(rs []*rollout.Rollout, prefix string, rule train.Rule) []cr
 // call and up to cfg.Variants−1 alternatives, then that call. nil when the slip gets no
 // such hint or no alternative exists.
 func playCopy(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTokens, maxCalls int, rng *rand.Rand) ([]*rollout.Rollout, bool, error) {
-	var at []int
-	for j, c := range t.Solution {
-		if toolworld.ParseCall(c).Name != toolworld.AnswerCommand {
-			at = append(at, j)
-		}
-	}
-	if len(at) == 0 {
-		return nil, false, nil
-	}
-	slipAt := at[rng.IntN(len(at))]
-	exp := t.Solution[slipAt]
-	slip, _ := drawSlip(exp, t, cfg.Own, rng)
-	if slip == "" || efficacy.SameCall(slip, exp) {
-		return nil, false, nil
-	}
-	lines := append(slices.Clone(t.Solution[:slipAt]), slip)
-	// Follow the prefix once to learn the slip's hint and the visible words.
-	k := efficacy.NewTracker(t)
-	env, err := replay(tok, t, lines, maxTokens, maxCalls, k)
-	if err != nil || env == nil {
+	s, err := drawCopySlip(tok, t, cfg.Own, maxTokens, maxCalls, rng)
+	if err != nil || s == nil {
 		return nil, false, err
 	}
+	exp, slip, lines, k := s.exp, s.slip, s.lines, s.k
 	last := k.Turns[len(k.Turns)-1]
 	if efficacy.SameCall(k.Expected(), slip) || !strings.Contains(efficacy.SlipHint(k), "Next: ") || k.Expected() != exp {
 		return nil, false, nil
@@ -193,6 +176,46 @@ func playCopy(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxToke
 		out = append(out, e.Rollout("copy"))
 	}
 	return out, last.Failed, nil
+}
+
+// copySlip is a scripted episode of a task stopped at one slip: the solution's call at
+// index at (exp) replaced by slip, the lines played (the solution before it, then the
+// slip) and the Tracker that followed them.
+type copySlip struct {
+	at        int
+	exp, slip string
+	lines     []string
+	k         *efficacy.Tracker
+}
+
+// drawCopySlip draws the slip of the hint's and the sibling's copy curricula: before a
+// uniformly drawn call of t's solution (not the answer), a slip of drawSlip's kinds
+// (own the share of OwnSlip's), played once so that the Tracker learns the slip's hint
+// and the visible words. nil when the draw gives no slip other than the call or the
+// episode ends before the slip.
+func drawCopySlip(tok tokenizer.Tokenizer, t toolworld.Task, own float64, maxTokens, maxCalls int, rng *rand.Rand) (*copySlip, error) {
+	var at []int
+	for j, c := range t.Solution {
+		if toolworld.ParseCall(c).Name != toolworld.AnswerCommand {
+			at = append(at, j)
+		}
+	}
+	if len(at) == 0 {
+		return nil, nil
+	}
+	slipAt := at[rng.IntN(len(at))]
+	exp := t.Solution[slipAt]
+	slip, _ := drawSlip(exp, t, own, rng)
+	if slip == "" || efficacy.SameCall(slip, exp) {
+		return nil, nil
+	}
+	lines := append(slices.Clone(t.Solution[:slipAt]), slip)
+	k := efficacy.NewTracker(t)
+	env, err := replay(tok, t, lines, maxTokens, maxCalls, k)
+	if err != nil || env == nil {
+		return nil, err
+	}
+	return &copySlip{at: slipAt, exp: exp, slip: slip, lines: lines, k: k}, nil
 }
 
 // replay plays lines in a fresh environment of t, observed by k; nil when the

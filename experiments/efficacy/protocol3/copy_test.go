@@ -34,69 +34,95 @@ func TestCopyDemos(t *testing.T) {
 	groups, cnt, err := CopyDemos(tok, cfg, 512, 12, 3)
 	require.NoError(t, err)
 	t.Logf("%+v", cnt)
-	require.Equal(t, cfg.Tasks, cnt.Groups+cnt.Skipped)
-	require.Greater(t, cnt.Groups, cfg.Tasks/2, "most tasks give a group")
-	require.Positive(t, cnt.Failed)
-	require.Less(t, cnt.Failed, cnt.Groups, "failed and silent slips both")
+	requireSlipCounts(t, cnt, cfg.Tasks)
 	tasks, err := toolworld.Tasks(toolworld.SplitTrain, cfg.Tasks)
 	require.NoError(t, err)
+	for _, g := range copyLessons(t, tok, groups, cnt, cfg.Variants) {
+		var named []string
+		var prefix []int32
+		for j, l := range g {
+			i := strings.LastIndex(l.ctx, "Next: `")
+			require.GreaterOrEqual(t, i, 0, "%s: a hint naming a call precedes the target", l.id)
+			require.True(t, strings.HasPrefix(l.ctx[i:], "Next: `"+l.call+"`."), "%s: the hint names %q: %q", l.id, l.call, l.ctx[i:])
+			head := tok.EncodeText(l.ctx[:i+len("Next: `")])
+			if j == 0 {
+				prefix = head
+			} else {
+				require.Equal(t, prefix, head, "%s: the variants share everything up to the named call", l.id)
+			}
+			named = append(named, l.call)
+		}
+		requireDistinctCalls(t, named)
+		// The first variant names a call of the task's solution (the one it needs next).
+		var n int
+		_, err := fmt.Sscanf(g[0].id, "copy3-%05d-0", &n)
+		require.NoError(t, err)
+		require.True(t, slices.ContainsFunc(tasks[n].Solution, func(c string) bool { return efficacy.SameCall(c, named[0]) }),
+			"%s: the first variant names a call of the solution: %q", g[0].id, named[0])
+	}
+}
+
+// lesson is one rollout of a copy curriculum's group, read back: its ID, its target
+// (the call, chat markers stripped) and the decoded context before the target.
+type lesson struct{ id, call, ctx string }
+
+// copyLessons checks what every copy curriculum's groups share and reads them back:
+// each group holds 2..variants rollouts, each rollout's target is one contiguous span
+// holding a call, and the rollouts add up to cnt.Rollouts.
+func copyLessons(t *testing.T, tok tokenizer.Tokenizer, groups [][]credit.Sequence, cnt CopyCounts, variants int) [][]lesson {
+	t.Helper()
 	decode := func(ids []int32) string {
 		s, err := tok.Decode(ids)
 		require.NoError(t, err)
 		return s
 	}
-	// target is the decoded text of a rollout's trainable tokens.
-	target := func(r credit.Sequence) (string, int) {
-		first, n := -1, 0
-		var ids []int32
-		for p, m := range r.Trainable {
-			if m {
-				if first < 0 {
-					first = p
-				}
-				require.Equal(t, first+n, p, "%s: one contiguous target", r.ID)
-				ids = append(ids, r.Tokens[p])
-				n++
-			}
-		}
-		return decode(ids), first
-	}
+	out := make([][]lesson, len(groups))
 	rollouts := 0
-	for _, g := range groups {
+	for gi, g := range groups {
 		require.GreaterOrEqual(t, len(g), 2)
-		require.LessOrEqual(t, len(g), cfg.Variants)
+		require.LessOrEqual(t, len(g), variants)
 		rollouts += len(g)
-		var named []string
-		var prefix []int32
-		for j, r := range g {
-			text, at := target(r)
-			call := strings.TrimSpace(efficacy.StripMarkers(text))
+		for _, r := range g {
+			first, n := -1, 0
+			var ids []int32
+			for p, m := range r.Trainable {
+				if m {
+					if first < 0 {
+						first = p
+					}
+					require.Equal(t, first+n, p, "%s: one contiguous target", r.ID)
+					ids = append(ids, r.Tokens[p])
+					n++
+				}
+			}
+			require.GreaterOrEqual(t, first, 0, "%s: a target", r.ID)
+			call := strings.TrimSpace(efficacy.StripMarkers(decode(ids)))
 			require.NotEmpty(t, call, r.ID)
-			ctx := decode(r.Tokens[:at])
-			i := strings.LastIndex(ctx, "Next: `")
-			require.GreaterOrEqual(t, i, 0, "%s: a hint naming a call precedes the target", r.ID)
-			require.True(t, strings.HasPrefix(ctx[i:], "Next: `"+call+"`."), "%s: the hint names %q: %q", r.ID, call, ctx[i:])
-			head := tok.EncodeText(ctx[:i+len("Next: `")])
-			if j == 0 {
-				prefix = head
-			} else {
-				require.Equal(t, prefix, head, "%s: the variants share everything up to the named call", r.ID)
-			}
-			named = append(named, call)
+			out[gi] = append(out[gi], lesson{id: r.ID, call: call, ctx: decode(r.Tokens[:first])})
 		}
-		for j := range named {
-			for k := range j {
-				require.False(t, efficacy.SameCall(named[j], named[k]), "%v: each variant names another call", named)
-			}
-		}
-		// The first variant names a call of the task's solution (the one it needs next).
-		var n int
-		_, err := fmt.Sscanf(g[0].ID, "copy3-%05d-0", &n)
-		require.NoError(t, err)
-		require.True(t, slices.ContainsFunc(tasks[n].Solution, func(c string) bool { return efficacy.SameCall(c, named[0]) }),
-			"%s: the first variant names a call of the solution: %q", g[0].ID, named[0])
 	}
 	require.Equal(t, cnt.Rollouts, rollouts)
+	return out
+}
+
+// requireSlipCounts checks the counts of a curriculum with one slip a task: every task
+// gives a group or is skipped, most give one, and both failed and silent slips occur.
+func requireSlipCounts(t *testing.T, cnt CopyCounts, tasks int) {
+	t.Helper()
+	require.Equal(t, tasks, cnt.Groups+cnt.Skipped)
+	require.Greater(t, cnt.Groups, tasks/2, "most tasks give a group")
+	require.Positive(t, cnt.Failed)
+	require.Less(t, cnt.Failed, cnt.Groups, "failed and silent slips both")
+}
+
+// requireDistinctCalls checks that no two variants of a group hold the same call.
+func requireDistinctCalls(t *testing.T, calls []string) {
+	t.Helper()
+	for j := range calls {
+		for k := range j {
+			require.False(t, efficacy.SameCall(calls[j], calls[k]), "%v: each variant holds another call", calls)
+		}
+	}
 }
 
 // TestCopyAlternatives checks the alternatives on a hand-built episode: after `ls docs`

@@ -34,27 +34,11 @@ func SiblingCopyDemos(tok tokenizer.Tokenizer, cfg CopyConfig, maxTokens, maxCal
 // then the call it shows there. nil when the slip is not one (the Tracker does not
 // see a slip), the episode ends first, or no alternative exists.
 func playSiblingCopy(tok tokenizer.Tokenizer, t toolworld.Task, cfg CopyConfig, maxTokens, maxCalls int, rng *rand.Rand) ([]*rollout.Rollout, bool, error) {
-	var at []int
-	for j, c := range t.Solution {
-		if toolworld.ParseCall(c).Name != toolworld.AnswerCommand {
-			at = append(at, j)
-		}
-	}
-	if len(at) == 0 {
-		return nil, false, nil
-	}
-	slipAt := at[rng.IntN(len(at))]
-	exp := t.Solution[slipAt]
-	slip, _ := drawSlip(exp, t, cfg.Own, rng)
-	if slip == "" || efficacy.SameCall(slip, exp) {
-		return nil, false, nil
-	}
-	lines := append(slices.Clone(t.Solution[:slipAt]), slip)
-	k := efficacy.NewTracker(t)
-	env, err := replay(tok, t, lines, maxTokens, maxCalls, k)
-	if err != nil || env == nil {
+	s, err := drawCopySlip(tok, t, cfg.Own, maxTokens, maxCalls, rng)
+	if err != nil || s == nil {
 		return nil, false, err
 	}
+	slipAt, exp, slip, lines, k := s.at, s.exp, s.slip, s.lines, s.k
 	last := k.Turns[len(k.Turns)-1]
 	if k.Expected() != exp || !lastIsSlip(t, k.Turns) {
 		return nil, false, nil
