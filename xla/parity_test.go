@@ -19,11 +19,15 @@ import (
 
 var update = flag.Bool("update", false, "regenerate testdata/parity/*.json with testdata/gen_reference.py (needs /usr/bin/python3 with torch)")
 
-// parityCases are the architectures checked against the PyTorch reference.
-var parityCases = []struct {
+// parityCase is a model checked against a PyTorch reference: its fixture's name
+// (testdata/parity/NAME.json) and config fields.
+type parityCase struct {
 	name   string
 	fields map[string]any
-}{
+}
+
+// parityCases are the architectures checked against the PyTorch reference.
+var parityCases = []parityCase{
 	{"llama_gqa2_tied", tinyFields(nil)},
 	{"llama_mha_untied", tinyFields(map[string]any{"num_key_value_heads": 4, "tie_word_embeddings": false, "rope_theta": 500000.0})},
 	{"llama_mqa_llama3rope_bias", tinyFields(map[string]any{"num_key_value_heads": 1, "attention_bias": true, "mlp_bias": true,
@@ -73,24 +77,12 @@ func weightsSum(ts []safetensors.NamedTensor) float64 {
 
 func TestParityWithPyTorch(t *testing.T) {
 	if *update {
-		writeParityFixtures(t)
+		writeParityFixtures(t, parityCases, "/usr/bin/python3", "gen_reference.py")
 	}
 	for _, tc := range parityCases {
 		t.Run(tc.name, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("testdata", "parity", tc.name+".json"))
-			require.NoError(t, err, "run: go test ./xla -run TestParityWithPyTorch -update")
-			var fx parityFixture
-			require.NoError(t, json.Unmarshal(raw, &fx))
-			mc := testConfig(t, fx.Config)
-			ws := testWeights(mc, fx.Seed)
-			require.InDelta(t, fx.WeightsSum, weightsSum(ws), 1e-6*math.Max(1, math.Abs(fx.WeightsSum)), "weights generator drifted from the fixture")
-			dir := t.TempDir()
-			// Load through safetensors, so bf16 goes through the file path.
-			require.NoError(t, safetensors.Write(filepath.Join(dir, "model.safetensors"), ws, nil))
-			sd, err := safetensors.OpenDir(dir)
-			require.NoError(t, err)
-			defer sd.Close()
-			m, err := Load(mc, sd, PrecisionF32)
+			fx, sd := readParityFixture(t, tc.name)
+			m, err := Load(testConfig(t, fx.Config), sd, PrecisionF32)
 			require.NoError(t, err)
 
 			full := fullLogProbs(t, m, fx.Tokens)
@@ -110,15 +102,34 @@ func TestParityWithPyTorch(t *testing.T) {
 	}
 }
 
+// readParityFixture reads testdata/parity/NAME.json and opens its model's weights,
+// written to a safetensors file (so bf16 goes through the file path).
+func readParityFixture(t *testing.T, name string) (parityFixture, *safetensors.Dir) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "parity", name+".json"))
+	require.NoError(t, err, "run: go test ./xla -run TestParityWithPyTorch -update")
+	var fx parityFixture
+	require.NoError(t, json.Unmarshal(raw, &fx))
+	mc := testConfig(t, fx.Config)
+	ws := testWeights(mc, fx.Seed)
+	require.InDelta(t, fx.WeightsSum, weightsSum(ws), 1e-6*math.Max(1, math.Abs(fx.WeightsSum)), "weights generator drifted from the fixture")
+	dir := t.TempDir()
+	require.NoError(t, safetensors.Write(filepath.Join(dir, "model.safetensors"), ws, nil))
+	sd, err := safetensors.OpenDir(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { sd.Close() })
+	return fx, sd
+}
+
 // writeParityFixtures writes each case's model directory, runs the PyTorch
-// reference on it and stores the fixture.
-func writeParityFixtures(t *testing.T) {
-	py, err := filepath.Abs(filepath.Join("testdata", "gen_reference.py"))
+// reference (testdata/script, run by python) on them and stores the fixtures.
+func writeParityFixtures(t *testing.T, cases []parityCase, python, script string) {
+	py, err := filepath.Abs(filepath.Join("testdata", script))
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(filepath.Join("testdata", "parity"), 0o755))
 	root := t.TempDir()
 	var dirs []string
-	for _, tc := range parityCases {
+	for _, tc := range cases {
 		mc := testConfig(t, tc.fields)
 		dir := filepath.Join(root, tc.name)
 		require.NoError(t, os.MkdirAll(dir, 0o755))
@@ -128,10 +139,10 @@ func writeParityFixtures(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "tokens.json"), tok, 0o644))
 		dirs = append(dirs, dir)
 	}
-	cmd := exec.Command("/usr/bin/python3", append([]string{py}, dirs...)...)
+	cmd := exec.Command(python, append([]string{py}, dirs...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, cmd.Run())
-	for i, tc := range parityCases {
+	for i, tc := range cases {
 		var ref struct {
 			LogProbs   []float64 `json:"logprobs"`
 			WeightsSum float64   `json:"weights_sum"`
