@@ -21,7 +21,9 @@ var autocastCases = []parityCase{
 // TestBF16AutocastParity scores each autocast case's tokens with the bf16 model
 // and compares the log-probs with transformers' own model of the same weights run
 // under torch.autocast("cpu", dtype=torch.bfloat16) (testdata/gen_autocast_reference.py),
-// and, for scale, the f32 model's.
+// and, for scale, the f32 model's. Measured on pure Go: mean 0.074/0.061 nats (max
+// 0.25/0.16); on XLA CPU before the bf16 activations 0.038/0.033 (max 0.19/0.11);
+// f32 0.033/0.030.
 func TestBF16AutocastParity(t *testing.T) {
 	if *updateAutocast != "" {
 		writeParityFixtures(t, autocastCases, *updateAutocast, "gen_autocast_reference.py")
@@ -50,6 +52,14 @@ func TestBF16AutocastParity(t *testing.T) {
 			bMax, bMean := against(PrecisionBF16)
 			fMax, fMean := against(PrecisionF32)
 			t.Logf("|Go − autocast| over %d positions: bf16 max %.4f mean %.4f nats; f32 max %.4f mean %.4f", len(fx.LogProbs), bMax, bMean, fMax, fMean)
+			// The golden is bfloat16 arithmetic: f32 is a bf16 rounding noise away.
+			require.Greater(t, fMean, 0.01, "the reference ran in float32")
+			// bf16 rounding is chaotic on these peaked models: PyTorch's own eager and
+			// SDPA attention under autocast differ by 0.041/0.031 nats mean, 0.16/0.12
+			// max (docs/training.md "Precision"); the pure-Go backend's bf16 dot
+			// truncates (about twice XLA's error). Held to TestBF16LogProbs' bounds.
+			require.Less(t, bMean, 0.08)
+			require.Less(t, bMax, 0.3)
 		})
 	}
 }
