@@ -59,17 +59,16 @@ func spanFor(end, unit int) kvSpan {
 // attendPaged is grouped-query attention of a chunk at positions start… over its
 // own keys (causally) and then over the pages before it: the past pages, taken
 // perBlock pages at a time, of which only the positions < start are visible. The
-// chunk's own block comes first, so every query has a visible key from the start
-// and the running max is finite; a past block beyond start adds exp(−∞) = 0.
+// chunk's own keys come first (attendOwn: in halves, without the quarter above the
+// diagonal), so every query has a visible key from the start and the running max is
+// finite; a past block beyond start adds exp(−∞) = 0.
 //
 //	q5: [batch, seq, kv, groups, head_dim]; k, v: the chunk's [seq, batch, kv, head_dim];
 //	past: pages [page, batch, kv, head_dim]; start: scalar int32 → [batch, kv, seq, groups, head_dim]
 func attendPaged(q5, k, v *Node, pastK, pastV []*Node, perBlock int, start *Node) *Node {
 	g := q5.Graph()
 	t := q5.Shape().Dimensions[1]
-	var o onlineSoftmax
-	rel := Iota(g, shapes.Make(dtypes.Int32, t), 0)
-	o.add(q5, k, v, LessOrEqual(Reshape(rel, 1, t), Reshape(rel, t, 1)))
+	o := attendOwn(q5, k, v)
 	for j := 0; j < len(pastK); j += perBlock {
 		kj, vj := Concatenate(pastK[j:j+perBlock], 0), Concatenate(pastV[j:j+perBlock], 0)
 		kb := kj.Shape().Dimensions[0]
@@ -78,6 +77,42 @@ func attendPaged(q5, k, v *Node, pastK, pastV []*Node, perBlock int, start *Node
 		o.add(q5, kj, vj, BroadcastToDims(LessThan(kPos, start), t, kb))
 	}
 	return o.result()
+}
+
+// ownHalves is the least chunk whose attention over its own keys attendOwn takes
+// in halves: below it the products are too small for the quarter saved to pay for
+// the extra steps.
+const ownHalves = 128
+
+// attendOwn starts the online softmax of a chunk at its own keys, causally. A chunk
+// of t ≥ ownHalves positions (t even) is taken in halves: the first half of the
+// queries over the first half of the keys, the second half over the first half (all
+// visible) and then over the second — 3/4 of one t × t block's products, the
+// quarter above the diagonal, which the mask would only hide, not computed.
+//
+//	q5: [batch, seq, kv, groups, head_dim]; k, v: [seq, batch, kv, head_dim]
+func attendOwn(q5, k, v *Node) onlineSoftmax {
+	g := q5.Graph()
+	t := q5.Shape().Dimensions[1]
+	causal := func(n int) *Node {
+		rel := Iota(g, shapes.Make(dtypes.Int32, n), 0)
+		return LessOrEqual(Reshape(rel, 1, n), Reshape(rel, n, 1))
+	}
+	var o onlineSoftmax
+	if t < ownHalves || t%2 != 0 {
+		o.add(q5, k, v, causal(t))
+		return o
+	}
+	h := t / 2
+	qLo, qHi := Slice(q5, AxisRange(), AxisRange(0, h)), Slice(q5, AxisRange(), AxisRange(h, t))
+	kLo, kHi := Slice(k, AxisRange(0, h)), Slice(k, AxisRange(h, t))
+	vLo, vHi := Slice(v, AxisRange(0, h)), Slice(v, AxisRange(h, t))
+	var lo, hi onlineSoftmax
+	lo.add(qLo, kLo, vLo, causal(h))
+	hi.add(qHi, kLo, vLo, BroadcastToDims(Const(g, true), h, h))
+	hi.add(qHi, kHi, vHi, causal(h))
+	join := func(a, b *Node) *Node { return Concatenate([]*Node{a, b}, 2) } // along seq
+	return onlineSoftmax{m: join(lo.m, hi.m), l: join(lo.l, hi.l), acc: join(lo.acc, hi.acc)}
 }
 
 // onlineSoftmax accumulates softmax(q·kᵀ/√d)·v over key blocks added one at a
