@@ -84,6 +84,7 @@ func main() {
 	ws3Grow := flag.Int("warmstart3-grow-layers", 0, "grow the -warmstart-from model to this many layers before protocol 3's warm start (protocol3.GrowLayers: new layers appended, their o_proj and down_proj at zero, so the grown model computes what the original does); 0: no growth")
 	ws3Copy := flag.Int("warmstart3-copy", 0, "rollouts of each 32-rollout batch from the copy curriculum (protocol3.CopyDemos, attempt 5: 16); 0: none")
 	ws3Sibling := flag.Bool("warmstart3-sibling-copy", false, "with -warmstart3-copy: add the sibling copy curriculum (protocol3.SiblingCopyDemos: a sibling turn showing the right call or an alternative, then that call), its groups pooled with the hint's")
+	ws3SibShare := flag.Float64("warmstart3-sibling-share", 0, "with -warmstart3-sibling-copy: pool only this share of the sibling groups (protocol3.CopyConfig.SiblingShare, the first by task; attempt 9d: 0.2); 0: all")
 	ws3Key := flag.Bool("warmstart3-key-copy", false, "with -warmstart3-copy: add the key copy curriculum (protocol3.KeyCopyDemos: chain and chainset prompts that differ only in the key they name, then that key's get or set), its groups pooled with the hint's")
 	ws3Margin := flag.Int("warmstart3-margin-tasks", 0, "validation tasks on which every eval measures ProbeSplit's deciding-token margin (attempt 5: 100); 0: not measured")
 	ws3Families := flag.String("warmstart3-world-families", "", "comma-separated task families: draw the world demonstrations of protocol 3's warm start from these only (protocol3.KeepFamilies; attempt 7: chain,chainset,store); empty: every family")
@@ -124,7 +125,10 @@ func main() {
 		if *ws3Copy > 0 {
 			cfg.Copy = protocol3.DefaultCopy()
 			cfg.Copy.PerBatch = *ws3Copy
-			cfg.Copy.Sibling, cfg.Copy.Key = *ws3Sibling, *ws3Key
+			cfg.Copy.Sibling, cfg.Copy.SiblingShare, cfg.Copy.Key = *ws3Sibling, *ws3SibShare, *ws3Key
+			if *ws3SibShare < 0 || *ws3SibShare > 1 || (*ws3SibShare > 0 && !*ws3Sibling) {
+				fatal(fmt.Errorf("-warmstart3-sibling-share %v: needs -warmstart3-sibling-copy and a share in [0, 1]", *ws3SibShare))
+			}
 		} else if *ws3Sibling || *ws3Key {
 			fatal(fmt.Errorf("-warmstart3-sibling-copy and -warmstart3-key-copy need -warmstart3-copy > 0"))
 		}

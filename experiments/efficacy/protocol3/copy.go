@@ -37,6 +37,10 @@ type CopyConfig struct {
 	// 2): each task gives a sibling group too, pooled with the hint's groups, so about
 	// half of PerBatch is sibling groups.
 	Sibling bool `json:"sibling,omitempty"`
+	// SiblingShare, with Sibling, pools only this share of the sibling groups (the
+	// first, by task: SiblingShareOf) so that the hint's groups keep most of PerBatch
+	// (attempt 9c's next step); 0 or 1: all of them.
+	SiblingShare float64 `json:"sibling_share,omitempty"`
 	// Key adds the key copy curriculum (KeyCopyDemos, attempt 8's next step 1): chain
 	// and chainset tasks give groups whose prompts differ only in the key they name,
 	// pooled with the hint's groups.

@@ -82,3 +82,13 @@ func lastIsSlip(t toolworld.Task, turns []efficacy.Turn) bool {
 	}
 	return slip
 }
+
+// SiblingShareOf returns the first share of groups (rounded down; CopyConfig.SiblingShare):
+// the groups are one per task in task order, so the first ones are a draw of the tasks.
+// A share ≤ 0 or ≥ 1 returns groups unchanged.
+func SiblingShareOf[G any](groups []G, share float64) []G {
+	if share <= 0 || share >= 1 {
+		return groups
+	}
+	return groups[:int(float64(len(groups))*share)]
+}

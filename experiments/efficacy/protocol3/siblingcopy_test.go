@@ -76,3 +76,14 @@ func slicesIndex(calls []string, call string) int {
 	}
 	return -1
 }
+
+// TestSiblingShareOf checks the share of sibling groups pooled: the first ones, rounded
+// down, and every group for a share of 0 or 1.
+func TestSiblingShareOf(t *testing.T) {
+	groups := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	require.Equal(t, groups, SiblingShareOf(groups, 0))
+	require.Equal(t, groups, SiblingShareOf(groups, 1))
+	require.Equal(t, []int{0, 1}, SiblingShareOf(groups, 0.2))
+	require.Equal(t, []int{0, 1, 2}, SiblingShareOf(groups, 0.35))
+	require.Empty(t, SiblingShareOf(groups, 0.05))
+}

@@ -175,8 +175,9 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 			if err != nil {
 				return res, err
 			}
+			sib = SiblingShareOf(sib, cfg.Copy.SiblingShare)
 			groups, res.SiblingCopy = append(groups, sib...), cnt
-			progress(fmt.Sprintf("warm start 3: sibling copy curriculum %+v", cnt))
+			progress(fmt.Sprintf("warm start 3: sibling copy curriculum %+v, %d groups pooled", cnt, len(sib)))
 		}
 		if cfg.Copy.Key {
 			key, cnt, err := KeyCopyDemos(p.Tok, cfg.Copy, cfg.DemoMaxTokens, cfg.DemoMaxCalls, cfg.Seed)
