@@ -22,6 +22,18 @@ type SynthOptions struct {
 	GroupSize int    // rollouts per task_id; default 4
 	IDPrefix  string // rollout_id and file name prefix; default "synth"
 	Format    Format // FormatFile (default) or FormatStream
+	// Tokenizer encodes the text; nil: byte-level ids (BytesTokenizer). A real
+	// model's tokenizer gives rollouts that model reads as text (Tokens then
+	// counts its ids).
+	Tokenizer SynthTokenizer
+}
+
+// SynthTokenizer is what Synthesize needs of a tokenizer (data/tokenizer's
+// Tokenizer has it): the ids of harness text, role markers such as
+// "<|im_start|>" becoming their own ids, and the fingerprint rollouts carry.
+type SynthTokenizer interface {
+	Encode(text string) []int32
+	Fingerprint() string
 }
 
 func (o *SynthOptions) defaults() {
@@ -74,15 +86,16 @@ var synthWords = strings.Fields(`the a config parser handler request cache token
 	check update return missing nil pointer slice map loop branch test failing passes module import`)
 
 // Synthesize returns rollout i of the set opts describes, shaped like an agent
-// trajectory on byte-level tokens: a system prompt listing tools, a user task, turns of
-// reasoning, tool calls and tool results (some failing, some with a person's comment),
-// a final answer, a reward, and task groups of opts.GroupSize. Harness-inserted role
-// headers and non-policy segments have null log-probs.
+// trajectory on byte-level tokens (opts.Tokenizer's ids where set): a system prompt
+// listing tools, a user task, turns of reasoning, tool calls and tool results (some
+// failing, some with a person's comment), a final answer, a reward, and task groups
+// of opts.GroupSize. Harness-inserted role headers and non-policy segments have null
+// log-probs.
 func Synthesize(opts SynthOptions, i int) *Rollout {
 	opts.defaults()
 	rng := rand.New(rand.NewPCG(opts.Seed, uint64(i)*0x9e3779b97f4a7c15+1))
 	task := i / opts.GroupSize
-	b := &synthBuilder{rng: rng}
+	b := &synthBuilder{rng: rng, tok: opts.Tokenizer}
 
 	b.segment(KindSystem, "", StatusNone, "", "system",
 		"You are a coding agent. Tools: "+strings.Join(synthTools, ", ")+
@@ -126,6 +139,9 @@ func Synthesize(opts SynthOptions, i int) *Rollout {
 		LogProbs:      b.logprobs,
 		Segments:      b.segs,
 	}
+	if b.tok != nil {
+		r.Tokenizer = b.tok.Fingerprint()
+	}
 	r.SetLogProbValidity(b.valid, 0)
 	if rng.IntN(20) != 0 { // one in twenty has no outcome
 		r.HasReward = true
@@ -142,9 +158,10 @@ func Synthesize(opts SynthOptions, i int) *Rollout {
 	return r
 }
 
-// synthBuilder accumulates byte tokens, log-probs and segments.
+// synthBuilder accumulates tokens (bytes, or tok's ids), log-probs and segments.
 type synthBuilder struct {
 	rng      *rand.Rand
+	tok      SynthTokenizer
 	tokens   []int32
 	logprobs []float32
 	valid    []byte
@@ -200,9 +217,18 @@ func (b *synthBuilder) append(kind SegmentKind, tool string, status ToolStatus, 
 }
 
 func (b *synthBuilder) push(text string, sampled bool) {
-	for i := 0; i < len(text); i++ {
+	var ids []int32
+	if b.tok != nil {
+		ids = b.tok.Encode(text)
+	} else {
+		ids = make([]int32, len(text))
+		for i := 0; i < len(text); i++ {
+			ids[i] = int32(text[i])
+		}
+	}
+	for _, id := range ids {
 		n := len(b.tokens)
-		b.tokens = append(b.tokens, int32(text[i]))
+		b.tokens = append(b.tokens, id)
 		if n%8 == 0 {
 			b.valid = append(b.valid, 0)
 		}

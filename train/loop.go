@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -167,9 +168,9 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 	for i, e := range batch {
 		xb[i] = e.xr
 	}
-	compiledBefore := xla.CompileSnapshot()
+	compiledBefore, cpuBefore := xla.CompileSnapshot(), processCPU()
 	met, err := lp.deviceStep(ctx, xb)
-	compiled := xla.CompileSnapshot()
+	compiled, cpuTook := xla.CompileSnapshot(), processCPU()-cpuBefore
 	if errors.Is(err, errAbandoned) {
 		return err
 	}
@@ -205,7 +206,7 @@ func (lp *Loop) step(ctx context.Context, obs Observer) error {
 		if met.Credit.DistillISMean > 0 { // modes topk and full: the divergence's importance weight
 			ev = ev.Float64("distill_is_mean", met.Credit.DistillISMean).Float64("distill_is_capped", met.Credit.DistillISCapped)
 		}
-		ev = ev.Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).Dur("took", met.Took)
+		ev = ev.Int("rollouts", met.Rollouts).Int("tokens", met.Tokens).Dur("took", met.Took).Dur("cpu_took", cpuTook)
 		ev = compileFields(ev, compiledBefore, compiled)
 		ev.Msg("step")
 	} else if met.Credit.Tokens == 0 {
@@ -259,6 +260,17 @@ func (lp *Loop) untrainable(batch []*entry) string {
 		parts[k] = fmt.Sprintf("%d %s (%s%s): %s", len(ids[why]), noun, strings.Join(named, ", "), more, why)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// processCPU is the CPU time (user + system, every thread) the process has used so
+// far; a step's is logged beside its wall time (cpu_took), which on a shared
+// machine moves with the load far more (bench/coldstart).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // compileFields adds what the step spent compiling (and loading compiled programs

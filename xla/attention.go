@@ -68,13 +68,17 @@ func projectQKV(ctx *context.Context, c Config, x, cos, sin *Node) (q, k, v *Nod
 		q = rmsNorm(ctx.In("q_norm"), q, c.RMSNormEps)
 		k = rmsNorm(ctx.In("k_norm"), k, c.RMSNormEps)
 	}
-	q = applyRoPE(q, cos, sin)
-	k = applyRoPE(k, cos, sin)
+	// RoPE in float32 (a bfloat16 projection widened: PyTorch promotes q·cos with
+	// cos float32 under autocast).
+	q = applyRoPE(widen(q), cos, sin)
+	k = applyRoPE(widen(k), cos, sin)
 	// The keys and values are rounded to the cache's dtype (the weights') here, so
 	// that every cache layout, and a pass without a cache, attends over the same
-	// values.
+	// values; the queries too, as scaled_dot_product_attention under autocast
+	// takes them. Attention itself (scores, softmax, the values' weighted sum) is
+	// float32 over these values; its output is rounded to bfloat16 by o_proj.
 	cdt := weight(ctx.In("k_proj"), x.Graph(), "weight").DType()
-	k, v = roundVia(k, cdt), roundVia(v, cdt)
+	q, k, v = roundVia(q, cdt), roundVia(k, cdt), widen(v) // v is cdt already (linear)
 	return q, TransposeAllAxes(k, 1, 0, 2, 3), TransposeAllAxes(v, 1, 0, 2, 3)
 }
 

@@ -192,8 +192,10 @@ func loraAdd(ctx *mlctx.Context, x, y *Node) *Node {
 	}
 	b := weight(ctx, g, "lora_B") // [out, r]
 	scale := mlctx.GetParamOr(ctx, loraScaleParam, 0.0)
-	xa := MulScalar(dot(x, []int{2}, nil, a, []int{1}, nil), scale) // [batch, seq, r], scaled where it is smallest
-	return Add(y, dot(xa, []int{2}, nil, b, []int{1}, nil))         // + [batch, seq, out]
+	// The adapters are float32 on a bfloat16 base too: x widened, the update added
+	// to the widened product and the sum rounded back to y's dtype.
+	xa := MulScalar(dot(widen(x), []int{2}, nil, a, []int{1}, nil), scale)             // [batch, seq, r], scaled where it is smallest
+	return convert(Add(widen(y), dot(xa, []int{2}, nil, b, []int{1}, nil)), y.DType()) // + [batch, seq, out]
 }
 
 // isAdapter says whether v is a LoRA adapter variable.

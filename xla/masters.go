@@ -241,10 +241,18 @@ func (mw *masterWeights) bytesPerParameter() int64 {
 }
 
 // newMasters returns the float32 masters of a bfloat16 model's trained variables
-// vars, or nil when they are float32 already (f32, or LoRA's adapters).
+// vars, or nil when they are float32 already (f32, or LoRA's adapters). It places
+// m's weights on backend first (Model.place): the masters' programs take the
+// variables as inputs, and an input that is a host tensor moves to the device
+// without its host copy going back to the OS, so the loaded weights (1.1 GiB at
+// the qwen3-0.6b shape in bf16) stayed resident as Go garbage through Prepare and
+// the first step (docs/performance.md "Training-step memory").
 func newMasters(backend backends.Backend, m *Model, vars []*mlctx.Variable) (*masterWeights, error) {
 	for _, v := range vars {
 		if v.Shape().DType != dtypes.Float32 {
+			if err := m.place(backend); err != nil {
+				return nil, fmt.Errorf("master weights: %w", err)
+			}
 			return newMasterWeights(backend, vars)
 		}
 	}

@@ -24,27 +24,33 @@ func weight(ctx *context.Context, g *Graph, name string) *Node {
 }
 
 // linear is x·Wᵀ (+ b) with W [out, in] as transformers stores it, so no weight is
-// transposed; under PrecisionBF16 the product takes bfloat16 operands (matmul).
+// transposed; under PrecisionBF16 the product takes bfloat16 operands and is
+// bfloat16 (matmul), the bias added in float32 and the sum rounded back.
 //
-//	x: [batch, seq, in] → [batch, seq, out]
+//	x: [batch, seq, in] → [batch, seq, out], the weights' dtype
 func linear(ctx *context.Context, x *Node, bias bool) *Node {
 	g := x.Graph()
 	y := matmul(x, weight(ctx, g, "weight"))
 	if bias {
-		y = Add(y, lastAxis(like(weight(ctx, g, "bias"), y), y.Rank()))
+		y = convert(Add(widen(y), lastAxis(widen(weight(ctx, g, "bias")), y.Rank())), y.DType())
 	}
 	return loraAdd(ctx, x, y)
 }
 
 // rmsNorm is x / sqrt(mean(x², last axis) + eps) · w, in float32 as transformers'
-// LlamaRMSNorm (a bfloat16 w is widened).
+// LlamaRMSNorm (a bfloat16 w is widened). A bfloat16 x (qwen3's q/k norms of the
+// projections) is widened, and the normalised x rounded back to bfloat16 before w
+// multiplies it, as LlamaRMSNorm's hidden_states.to(input_dtype) does; the result
+// is float32 either way (w · x under autocast, w float32).
 //
-//	x: [..., dim] → [..., dim]
+//	x: [..., dim] → [..., dim] float32
 func rmsNorm(ctx *context.Context, x *Node, eps float64) *Node {
 	last := x.Rank() - 1
+	dt := x.DType()
+	x = widen(x)
 	ms := ReduceAndKeep(Square(x), ReduceMean, last)
 	// Div by Sqrt rather than Rsqrt: v0.26.0 has no gradient for Rsqrt.
-	return Mul(Div(x, Sqrt(AddScalar(ms, eps))), lastAxis(like(weight(ctx, x.Graph(), "weight"), x), x.Rank()))
+	return Mul(roundVia(Div(x, Sqrt(AddScalar(ms, eps))), dt), lastAxis(widen(weight(ctx, x.Graph(), "weight")), x.Rank()))
 }
 
 // lastAxis reshapes a vector w [n] to rank dims [1, …, 1, n], to broadcast along
@@ -58,13 +64,17 @@ func lastAxis(w *Node, rank int) *Node {
 	return Reshape(w, dims...)
 }
 
-// mlp is SwiGLU: down(silu(gate(x)) · up(x)).
+// mlp is SwiGLU: down(silu(gate(x)) · up(x)). Under PrecisionBF16 gate and up are
+// bfloat16 and so are silu(gate) and the product, each rounded once from float32
+// (PyTorch's silu and mul of bfloat16 tensors).
 //
-//	x: [batch, seq, hidden] → [batch, seq, hidden]
+//	x: [batch, seq, hidden] → [batch, seq, hidden], the weights' dtype
 func mlp(ctx *context.Context, c Config, x *Node) *Node {
 	gate := linear(ctx.In("gate_proj"), x, c.MLPBias)
 	up := linear(ctx.In("up_proj"), x, c.MLPBias)
-	return linear(ctx.In("down_proj"), Mul(Mul(gate, Sigmoid(gate)), up), c.MLPBias)
+	g := widen(gate)
+	silu := convert(Mul(g, Sigmoid(g)), gate.DType())
+	return linear(ctx.In("down_proj"), convert(Mul(widen(silu), widen(up)), up.DType()), c.MLPBias)
 }
 
 // decoder runs the embedding, every layer and the final norm over one chunk of
@@ -103,8 +113,9 @@ func layerCtx(ctx *context.Context, i int) *context.Context {
 //
 //	x: [batch, seq, hidden] → [batch, seq, hidden]; the rest as attention's
 func decoderLayer(lctx *context.Context, c Config, x, start, cos, sin *Node, cache layerCache) *Node {
-	x = Add(x, attention(lctx.In("self_attn"), c, rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), start, cos, sin, cache))
-	return Add(x, mlp(lctx.In("mlp"), c, rmsNorm(lctx.In("post_attention_layernorm"), x, c.RMSNormEps)))
+	// The residual stream is float32; a bfloat16 output is widened into it.
+	x = Add(x, widen(attention(lctx.In("self_attn"), c, rmsNorm(lctx.In("input_layernorm"), x, c.RMSNormEps), start, cos, sin, cache)))
+	return Add(x, widen(mlp(lctx.In("mlp"), c, rmsNorm(lctx.In("post_attention_layernorm"), x, c.RMSNormEps))))
 }
 
 // tokenLogProbs returns log p(targets[b,t] | tokens[b,:t+1]) from the final hidden
@@ -201,5 +212,5 @@ func headLogits(ctx *context.Context, c Config, hidden *Node) *Node {
 		head = "/model/embed_tokens"
 	}
 	w := weight(ctx.InAbsPath(head), hidden.Graph(), "weight") // [vocab, hidden]
-	return headProduct(hidden, w)                              // float32 logits
+	return headProduct(hidden, w)                              // float32 logits (bfloat16 values under bf16)
 }

@@ -19,11 +19,14 @@ import (
 // of its matrix products (docs/training.md "Precision"):
 //
 //   - f32 (the default): every weight and every activation in float32;
-//   - bf16: the weights in bfloat16 (half the memory), each matrix product taking
-//     bfloat16 operands (the activation is rounded on the way in) and giving a
-//     float32 result; the residual stream, RMSNorm statistics, softmax and
-//     log-softmax, the logits, the credit math and the loss stay float32; the KV
-//     cache is bfloat16. Training keeps float32 master weights and AdamW moments
+//   - bf16: the weights in bfloat16 (half the memory) and the activations between
+//     the norms in bfloat16, as torch.autocast("cpu", dtype=torch.bfloat16) leaves
+//     them: each matrix product takes bfloat16 operands (the activation is rounded
+//     on the way in) and gives a bfloat16 result (the projections, the MLP's gate,
+//     up and down and its SiLU product, the attention's queries and output); the
+//     residual stream, RMSNorm, RoPE, the attention's scores and softmax, the
+//     logits' log-softmax, the credit math and the loss stay float32; the KV cache
+//     is bfloat16. Training keeps float32 master weights and AdamW moments
 //     (Trainer; on XLA a master is its bfloat16 weight and a 16-bit remainder,
 //     masters.go) and refreshes the bfloat16 weights from the masters after each
 //     update; gradients are summed in float32. LoRA adapters stay float32 on a
@@ -126,13 +129,21 @@ func float32sOf(t *tensors.Tensor) []float32 {
 }
 
 // matmul is x·Wᵀ for a weight w [out, in] in the weights' dtype: x is rounded to
-// w's dtype on the way in and the product comes back in x's dtype (bfloat16
-// operands, float32 result under PrecisionBF16; a no-op conversion under f32).
+// w's dtype on the way in and the product is w's dtype. Under PrecisionBF16 that is
+// bfloat16 operands and a bfloat16 result (accumulated in float32 and rounded
+// once on XLA), as torch.autocast's lower-precision ops (linear, matmul) leave it:
+// the activation between the norms stays bfloat16 (docs/training.md "Precision").
 //
-//	x: [batch, seq, in]; w: [out, in] → [batch, seq, out]
+//	x: [batch, seq, in]; w: [out, in] → [batch, seq, out], w's dtype
 func matmul(x, w *Node) *Node {
-	return ConvertDType(dot(convert(x, w.DType()), []int{2}, nil, w, []int{1}, nil), x.DType())
+	return dot(convert(x, w.DType()), []int{2}, nil, w, []int{1}, nil)
 }
+
+// widen is x in float32: a bfloat16 activation widened exactly (x itself when it
+// is float32). Elementwise math on bfloat16 activations runs on widened values and
+// its result is rounded back once (convert), as PyTorch's CPU kernels compute a
+// bfloat16 op in float32.
+func widen(x *Node) *Node { return ConvertDType(x, dtypes.Float32) }
 
 // like converts x to ref's dtype (a weight vector to the activations' float32, a
 // key to the cache's bfloat16).

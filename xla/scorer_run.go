@@ -54,11 +54,45 @@ func newScoreExec(backend backends.Backend, m *Model, take func(*list[*Node]) gr
 		vin := l.take(view.nInputs())
 		cache := take(l)
 		hidden := decoder(ctx, cfg, ch.tokens, ch.start, cache)
+		if view.nOutputs() == 0 {
+			return append([]*Node{headPieces(ctx, cfg, hidden, ch.targets, temp)}, cache.outputs()...)
+		}
 		logits := tempered(headLogits(ctx, cfg, hidden), temp) // [1, seq, vocab]
 		out := []*Node{targetLogProbs(logits, ch.targets)}
 		out = append(out, view.outputs(Squeeze(logits, 0), vin)...)
 		return append(out, cache.outputs()...)
 	})
+}
+
+// headPiece is the most positions of a scoring chunk whose logits exist at once
+// when only the targets' log-probs leave the step (headPieces).
+const headPiece = 128
+
+// headPieces returns the targets' log-probs under the tempered head, headPiece
+// positions at a time: each piece's logits are made and reduced before the next
+// piece's, so XLA gives them one buffer. A 256-position chunk of SmolLM2 held its
+// [256, 49152] logits (48 MiB) in a 55 MiB block of temporaries, above the 32 MiB up
+// to which glibc's malloc reuses freed memory: every execution mapped it afresh and
+// faulted in its pages. In pieces the block is 28 MiB and is reused, and scoring
+// 8 × 256 took 4% fewer CPU-seconds (docs/performance.md "The products themselves
+// (session 14)"); not in a process that trains, where MallocThreshold maps every
+// block above 128 KiB afresh, in pieces or not. A product at 128 rows is nearly as
+// fast as at 256 (the MLP's: ~108 against ~113 GFLOP per CPU-second). A chunk of at
+// most headPiece positions, or not a multiple of it, is one piece.
+//
+//	hidden: [1, seq, hidden]; targets: [1, seq] int32; temp: scalar → [1, seq]
+func headPieces(ctx *mlctx.Context, cfg Config, hidden, targets, temp *Node) *Node {
+	n := hidden.Shape().Dimensions[1]
+	if n <= headPiece || n%headPiece != 0 {
+		return targetLogProbs(tempered(headLogits(ctx, cfg, hidden), temp), targets)
+	}
+	var parts []*Node
+	for lo := 0; lo < n; lo += headPiece {
+		h := Slice(hidden, AxisRange(), AxisRange(lo, lo+headPiece))
+		t := Slice(targets, AxisRange(), AxisRange(lo, lo+headPiece))
+		parts = append(parts, targetLogProbs(tempered(headLogits(ctx, cfg, h), temp), t))
+	}
+	return Concatenate(parts, 1)
 }
 
 // newCache returns an empty cache: paged (pages are added as chunks run), or with

@@ -86,14 +86,16 @@ func embedRows(emb, indices *Node) *Node {
 	return rows
 }
 
-// headProduct returns hidden·wᵀ (matmul) for the output head w; in a tapped graph w is
-// kept from autodiff and its input and output are recorded.
+// headProduct returns hidden·wᵀ (matmul) for the output head w, widened to float32
+// (a bfloat16 head's logits are bfloat16 as autocast leaves them, widened for the
+// log-softmax as transformers' loss does); in a tapped graph w is kept from
+// autodiff and its input and output are recorded.
 func headProduct(hidden, w *Node) *Node {
 	t := tapOf(hidden.Graph())
 	if t == nil || t.head == nil {
-		return matmul(hidden, w)
+		return widen(matmul(hidden, w))
 	}
-	logits := matmul(hidden, StopGradient(w))
+	logits := widen(matmul(hidden, StopGradient(w)))
 	t.hidden, t.logits = hidden, logits
 	return logits
 }

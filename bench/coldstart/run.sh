@@ -6,10 +6,12 @@
 #
 # Run 1 starts hindsightd on XLA CPU with an empty data directory (so an empty
 # compiled-program cache) and trains three files of 4 rollouts each (the same synthetic
-# content under new ids, so every step runs the same programs): step 1 is cold, steps
-# 2–3 warm. Run 2 restarts it on the same data directory and trains two more such files:
-# its step 1 loads its programs from <data_dir>/state/programs. summary.py prints each
-# step's took, compile and load time and the ratios. Set XLA_FLAGS as for any run;
+# content under new ids, so every step runs the same programs; `hindsight synth
+# -tokenizer MODEL_DIR`: the model's own tokenizer where the directory has a
+# tokenizer.json, else byte ids): step 1 is cold, steps 2–3 warm. Run 2 restarts it on
+# the same data directory and trains two more such files: its step 1 loads its programs
+# from <data_dir>/state/programs. summary.py prints each step's took, CPU time, compile
+# and load time and the ratios (summary.md, summary.json). Set XLA_FLAGS as for any run;
 # HINDSIGHT_COLDSTART_NOCACHE=1 turns the cache off (run 2 then compiles again).
 set -eu
 model=$1
@@ -36,10 +38,12 @@ train:
   checkpoint: {every_steps: 1000, keep: 1}
 $extra
 YAML
+tok=bytes
+[ -f "$model/tokenizer.json" ] && tok=$model
 files() { # files PREFIX N: N files of 4 rollouts, 256 tokens before hints, seed 4
 	i=0
 	while [ $i -lt "$2" ]; do
-		"$out/bin/hindsight" synth -out "$data/spool/incoming" -n 4 -tokens 256 -per-file 4 -seed 4 -prefix "$1$i" >/dev/null
+		"$out/bin/hindsight" synth -out "$data/spool/incoming" -n 4 -tokens 256 -per-file 4 -seed 4 -prefix "$1$i" -tokenizer "$tok" >/dev/null
 		i=$((i + 1))
 	done
 }
@@ -60,4 +64,4 @@ run first 3
 files again 2
 run again 2
 uptime >>"$out/uptime.txt"
-python3 "$(dirname "$0")/summary.py" "$out/first.log" "$out/again.log" | tee "$out/summary.md"
+python3 "$(dirname "$0")/summary.py" "$out/first.log" "$out/again.log" "$out/summary.json" | tee "$out/summary.md"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/hindsight-ai/hindsight/data/tokenizer"
 	"github.com/hindsight-ai/hindsight/internal/cliflag"
 	"github.com/hindsight-ai/hindsight/rollout"
 )
@@ -21,8 +22,9 @@ func synthCmd(args []string, stdout, stderr io.Writer) int {
 	group := fs.Int("group", 4, "rollouts per task_id (outcome baseline groups)")
 	prefix := fs.String("prefix", "synth", "rollout_id and file name prefix")
 	format := fs.String("format", "file", "Arrow IPC `format`: file or stream")
+	tokSpec := fs.String("tokenizer", "bytes", "`bytes`, or a tokenizer.json file or a model directory holding one: the rollouts are its ids (-tokens counts them) and carry its fingerprint")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hindsight synth -out DIR [-n N] [-tokens T] [-seed S] [-per-file K] [-format file|stream]\n\n")
+		fmt.Fprintf(stderr, "usage: hindsight synth -out DIR [-n N] [-tokens T] [-seed S] [-per-file K] [-format file|stream] [-tokenizer PATH]\n\n")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -46,6 +48,14 @@ func synthCmd(args []string, stdout, stderr io.Writer) int {
 		cliflag.Rule{Bad: *group <= 0, Msg: fmt.Sprintf("-group %d: want ≥ 1", *group)},
 		cliflag.NoArgs(fs)); !ok {
 		return code
+	}
+	if *tokSpec != "bytes" {
+		tok, err := tokenizer.Load(*tokSpec)
+		if err != nil {
+			fmt.Fprintf(stderr, "hindsight synth: %v\n", err)
+			return 1
+		}
+		opts.Tokenizer = tok
 	}
 	paths, err := rollout.WriteSynth(*out, opts)
 	if err != nil {
