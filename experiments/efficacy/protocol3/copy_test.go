@@ -13,6 +13,7 @@ import (
 
 	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/credit"
@@ -161,20 +162,28 @@ func TestMarginBetter(t *testing.T) {
 	require.True(t, MarginBetter(ValPoint{Success: 0.6, Margin: 3}, over) == false && MarginBetter(over, ValPoint{Success: 0.6, Margin: 3}))
 }
 
-// TestWarmStartCopy runs attempt 5's warm start for 3 steps on a tiny untrained model
-// (the plumbing, not the answer): batches mix the curriculum in (with the sibling copy
-// groups, Copy.Sibling), every eval records the margin's slips, and the kept
-// checkpoint is the best by MarginBetter, written to Out.
-func TestWarmStartCopy(t *testing.T) {
+// tinyCopyWarmStart is the copy curricula's plumbing tests' warm start: 3 steps on a
+// tiny untrained model, an eval every step, kept by margin, the copy curriculum's
+// defaults (the caller sets its tasks, share and which groups join).
+func tinyCopyWarmStart(t *testing.T) (backends.Backend, WarmStartConfig) {
 	backend, dir, model := efficacytest.TinyModel(t, "model")
 	cfg := DefaultWarmStart()
 	cfg.Init, cfg.Out = model, filepath.Join(dir, "out")
 	cfg.Demos, cfg.Batch, cfg.Steps, cfg.EvalEvery, cfg.ValTasks, cfg.LR = 16, 8, 3, 1, 2, 1e-3
 	cfg.Copy = DefaultCopy()
-	cfg.Copy.Tasks, cfg.Copy.PerBatch, cfg.Copy.Sibling = 16, 4, true
 	cfg.MarginTasks, cfg.KeepByMargin, cfg.Patience = 3, true, 1
 	cfg.World = efficacy.World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
 	cfg.LiveWorld = cfg.World
+	return backend, cfg
+}
+
+// TestWarmStartCopy runs attempt 5's warm start for 3 steps on a tiny untrained model
+// (the plumbing, not the answer): batches mix the curriculum in (with the sibling copy
+// groups, Copy.Sibling), every eval records the margin's slips, and the kept
+// checkpoint is the best by MarginBetter, written to Out.
+func TestWarmStartCopy(t *testing.T) {
+	backend, cfg := tinyCopyWarmStart(t)
+	cfg.Copy.Tasks, cfg.Copy.PerBatch, cfg.Copy.Sibling = 16, 4, true
 	res, err := WarmStart(t.Context(), backend, cfg, func(s string) { t.Log(s) })
 	require.NoError(t, err)
 	require.Positive(t, res.Copy.Groups)

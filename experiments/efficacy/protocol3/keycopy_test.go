@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/data/tokenizer"
-	"github.com/hindsight-ai/hindsight/experiments/efficacy"
-	"github.com/hindsight-ai/hindsight/experiments/efficacy/efficacytest"
 	"github.com/hindsight-ai/hindsight/toolworld"
 )
 
@@ -202,15 +200,8 @@ func TestKeyVariant(t *testing.T) {
 // curriculum is built and counted, every eval is recorded and the kept checkpoint is
 // written.
 func TestWarmStartKeyCopy(t *testing.T) {
-	backend, dir, model := efficacytest.TinyModel(t, "model")
-	cfg := DefaultWarmStart()
-	cfg.Init, cfg.Out = model, filepath.Join(dir, "out")
-	cfg.Demos, cfg.Batch, cfg.Steps, cfg.EvalEvery, cfg.ValTasks, cfg.LR = 16, 8, 3, 1, 2, 1e-3
-	cfg.Copy = DefaultCopy()
+	backend, cfg := tinyCopyWarmStart(t)
 	cfg.Copy.Tasks, cfg.Copy.PerBatch, cfg.Copy.Key = 40, 4, true
-	cfg.MarginTasks, cfg.KeepByMargin, cfg.Patience = 3, true, 1
-	cfg.World = efficacy.World{MaxTokens: 192, MaxTurnTokens: 16, MaxCalls: 3}
-	cfg.LiveWorld = cfg.World
 	res, err := WarmStart(t.Context(), backend, cfg, func(s string) { t.Log(s) })
 	require.NoError(t, err)
 	require.Positive(t, res.KeyCopy.Groups)
