@@ -89,6 +89,7 @@ func main() {
 	ws3Margin := flag.Int("warmstart3-margin-tasks", 0, "validation tasks on which every eval measures ProbeSplit's deciding-token margin (attempt 5: 100); 0: not measured")
 	ws3Families := flag.String("warmstart3-world-families", "", "comma-separated task families: draw the world demonstrations of protocol 3's warm start from these only (protocol3.KeepFamilies; attempt 7: chain,chainset,store); empty: every family")
 	ws3Seed := flag.Uint64("warmstart3-seed", protocol3.DefaultWarmStart().Seed, "seed of protocol 3's warm start: its demonstrations' and copy curriculum's draws, batch order and trainer")
+	ws3KeepHint := flag.Bool("warmstart3-keep-hint", false, "keep the best eval by protocol3.GateBetter in the band (inside it, then the higher next-call rate after a hinted slip) and stop only at protocol3.GateProxy, the step cap or the budget (attempt 10)")
 	ws3Val := flag.Int("warmstart3-val-tasks", protocol3.DefaultWarmStart().ValTasks, "validation tasks of every eval of protocol 3's warm start, the first of the split's 200 (attempt 10: 200)")
 	ws3Band := flag.String("warmstart3-band", "", "lo,hi: the validation success band (fractions) that keeping and stopping aim at (protocol3.Band; attempt 10: 0.33,0.41); empty: G3's 0.30,0.45")
 	ws3BandMix := flag.Bool("warmstart3-band-mix", false, "the band reads validation success weighted to the held-out split's family mix (protocol3.MixSuccess) in place of the raw rate")
@@ -143,7 +144,10 @@ func main() {
 		} else if *ws3BandMix {
 			cfg.Band = protocol3.G3Band
 		}
-		cfg.Band.Mix = *ws3BandMix
+		cfg.Band.Mix, cfg.KeepByHint = *ws3BandMix, *ws3KeepHint
+		if cfg.KeepByHint && cfg.KeepByMargin {
+			fatal(fmt.Errorf("-warmstart3-keep-hint and -warmstart3-keep-margin: choose one keeping rule"))
+		}
 		if *ws3Families != "" {
 			cfg.WorldFamilies = strings.Split(*ws3Families, ",")
 		}

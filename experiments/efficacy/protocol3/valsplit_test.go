@@ -141,3 +141,23 @@ func TestWarmStartLiveSibling(t *testing.T) {
 		require.Contains(t, log, fmt.Sprintf("sibling %.1f%% (next right %d/%d)", 100*v.SiblingSuccess, v.SiblingNext, v.SiblingAfter))
 	}
 }
+
+// TestWarmStartKeepByHint checks attempt 10's keeping rule on a tiny model: every
+// eval runs (no ceiling, no patience stop), and the kept step is the best by
+// GateBetter in the band.
+func TestWarmStartKeepByHint(t *testing.T) {
+	backend, cfg := tinyCopyWarmStart(t)
+	cfg.Copy.Tasks, cfg.Copy.PerBatch = 16, 4
+	cfg.KeepByMargin, cfg.KeepByHint, cfg.Patience = false, true, 1
+	cfg.ValTasks, cfg.Band = 3, Band{Lo: 0.33, Hi: 0.41, Mix: true}
+	res, err := WarmStart(t.Context(), backend, cfg, func(s string) { t.Log(s) })
+	require.NoError(t, err)
+	require.Len(t, res.Validation, 3, "no patience stop with KeepByHint")
+	best := res.Validation[0]
+	for _, v := range res.Validation[1:] {
+		if cfg.Band.GateBetter(v, best) {
+			best = v
+		}
+	}
+	require.Equal(t, best.Step, res.Steps)
+}

@@ -54,6 +54,10 @@ type WarmStartConfig struct {
 	Copy         CopyConfig `json:"copy,omitzero"`
 	MarginTasks  int        `json:"margin_tasks,omitempty"`
 	KeepByMargin bool       `json:"keep_by_margin,omitempty"`
+	// KeepByHint (attempt 10) keeps the best eval by GateBetter in Band (inside the
+	// band first, then the higher next-call rate after a hinted slip, G1's binding
+	// half) and, like KeepByMargin, stops only at GateProxy, Steps or the wall budget.
+	KeepByHint bool `json:"keep_by_hint,omitempty"`
 	// WorldFamilies, when set, keeps only the world demonstrations of these task
 	// families (KeepFamilies; attempt 7: chain, chainset, store); the copy curriculum
 	// keeps every family.
@@ -381,7 +385,7 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 			res.Stop = fmt.Sprintf("step %d: the first checkpoint whose validation evals pass G1's hint and none thresholds inside the band %.0f–%.0f%% (held-out mix %v)", step, 100*band.Lo, 100*band.Hi, band.Mix)
 			break
 		}
-		if v.Success > 0.45 && !cfg.KeepByMargin {
+		if v.Success > 0.45 && !cfg.KeepByMargin && !cfg.KeepByHint {
 			res.Stop = fmt.Sprintf("step %d: validation success %.1f%% above G3's 45%% ceiling", step, 100*v.Success)
 			break
 		}
@@ -391,7 +395,7 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 		}
 		if isBetter {
 			since = 0
-		} else if since++; cfg.Patience > 0 && since >= cfg.Patience && !cfg.KeepByMargin {
+		} else if since++; cfg.Patience > 0 && since >= cfg.Patience && !cfg.KeepByMargin && !cfg.KeepByHint {
 			res.Stop = fmt.Sprintf("step %d: no eval better (GateBetter) than step %d's for %d evals", step, res.Steps, since)
 			break
 		}
