@@ -15,10 +15,11 @@ export GOMLX_NO_AUTO_INSTALL=1 HINDSIGHT_XLA_CPU_PLUGIN=/root/.cache/hindsight/p
 M=/tmp/decode-models/smollm2-135m-instruct
 PY=/tmp/torch2-venv/bin/python
 mkdir -p "$OUT"
-configs=("1 8 256" "1 1 2048" "2 8 256" "2 1 2048")
+# CONFIGS (optional): "threads rollouts tokens" entries separated by commas, e.g. CONFIGS="2 8 256,2 1 2048"
+IFS=, read -r -a configs <<< "${CONFIGS:-1 8 256,1 1 2048,2 8 256,2 1 2048}"
 for round in $(seq 1 "$ROUNDS"); do
   order=("${configs[@]}")
-  if (( round % 2 == 0 )); then order=("${configs[3]}" "${configs[2]}" "${configs[1]}" "${configs[0]}"); fi
+  if (( round % 2 == 0 )); then order=(); for ((i = ${#configs[@]} - 1; i >= 0; i--)); do order+=("${configs[i]}"); done; fi
   for c in "${order[@]}"; do
     set -- $c
     th=$1 n=$2 t=$3
