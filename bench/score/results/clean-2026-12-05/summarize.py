@@ -3,7 +3,8 @@
 rounds' min/median/max of hindsight's and transformers' tokens per CPU-second and per wall-second
 and of their ratios, the load averages seen, and the largest log-prob difference.
 
-usage: summarize.py DIR [OUT_PREFIX] → OUT_PREFIX.json and OUT_PREFIX.md (default DIR/summary)
+usage: summarize.py DIR [DIR ...] → DIR/summary.json and .md for one DIR; for several, the
+rounds of all of them in summary-all.json and .md beside the first
 """
 import glob
 import json
@@ -18,13 +19,13 @@ def mmm(xs):
 
 
 def main():
-    d = sys.argv[1]
-    prefix = sys.argv[2] if len(sys.argv) > 2 else os.path.join(d, "summary")
+    dirs = sys.argv[1:]
+    prefix = os.path.join(dirs[0], "summary") if len(dirs) == 1 else os.path.join(os.path.dirname(dirs[0].rstrip("/")) or ".", "summary-all")
     runs = {}
-    for p in sorted(glob.glob(os.path.join(d, "t*-*x*-r*.json"))):
+    for p in sorted(f for d in dirs for f in glob.glob(os.path.join(d, "t*-*x*-r*.json"))):
         m = re.match(r"t(\d+)-(\d+)x(\d+)-r(\d+)\.json", os.path.basename(p))
         th, n, t, r = map(int, m.groups())
-        runs.setdefault((th, n, t), []).append((r, json.load(open(p))))
+        runs.setdefault((th, n, t), []).append((p, json.load(open(p))))
     out, lines = [], [
         "| threads each | rollouts | rounds | hindsight tokens/CPU-s | transformers tokens/CPU-s | ratio per CPU-s | "
         "hindsight tokens/s | transformers tokens/s | ratio by the wall | load (1-min) | max \\|Δ log-prob\\| |",
