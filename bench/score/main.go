@@ -22,6 +22,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -31,6 +32,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/data/safetensors"
@@ -46,6 +48,7 @@ type options struct {
 	chunk                  int
 	backendSpec, python    string
 	threads                int
+	devices                int
 	jsonOut                string
 }
 
@@ -60,6 +63,7 @@ func main() {
 	flag.StringVar(&o.backendSpec, "backend", "", "GoMLX backend (default as hindsight: $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python with torch and numpy; empty to skip PyTorch")
 	flag.IntVar(&o.threads, "threads", runtime.NumCPU(), "PyTorch threads")
+	flag.IntVar(&o.devices, "devices", 1, "hindsight: score the rollouts on this many devices of the backend at once (xla-cpu: virtual devices sharing the cores, as train.devices), each device its share one after another")
 	flag.StringVar(&o.jsonOut, "json", "", "also write both sides' timings and the log-prob difference to `FILE` (JSON)")
 	memory := flag.String("memory", "", "comma-separated rollout lengths: report peak heap per length instead (d=32, 1 layer)")
 	scores := flag.Int("scores", 1<<22, "with -memory: Scorer AttentionScores budget (elements)")
@@ -102,6 +106,9 @@ func run(o options) error {
 	}
 	ctx := context.Background()
 	backendName := xla.ResolveBackend(o.backendSpec, "")
+	if o.devices > 1 {
+		backendName += fmt.Sprintf(",devices=%d", o.devices)
+	}
 	backend, err := xla.NewBackend(backendName)
 	if err != nil {
 		return err
@@ -128,17 +135,34 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	goLP := make([][]float32, len(rollouts))
-	pass := func() error {
-		for i, r := range rollouts {
-			lp, c, err := s.Score(ctx, r)
-			if err != nil {
-				return err
-			}
-			c.Close()
-			goLP[i] = lp
+	scorers := []*xla.Scorer{s}
+	for d := 1; d < o.devices; d++ {
+		sd, err := s.OnDevice(d)
+		if err != nil {
+			return err
 		}
-		return nil
+		scorers = append(scorers, sd)
+	}
+	goLP := make([][]float32, len(rollouts))
+	// Device d scores rollouts d, d+devices, … one after another; the devices at once.
+	pass := func() error {
+		errs := make([]error, len(scorers))
+		var wg sync.WaitGroup
+		for d, sd := range scorers {
+			wg.Go(func() {
+				for i := d; i < len(rollouts); i += len(scorers) {
+					lp, c, err := sd.Score(ctx, rollouts[i])
+					if err != nil {
+						errs[d] = err
+						return
+					}
+					c.Close()
+					goLP[i] = lp
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
 	}
 	// Warm-up compiles the executables; then the best of 3.
 	if err := pass(); err != nil {
@@ -156,7 +180,7 @@ func run(o options) error {
 	n := float64(o.rollouts * o.tokens)
 	fmt.Printf("model: %s, %d parameters; %d × %d tokens, chunk %d, %d CPUs\n", name, m.NumParameters(), o.rollouts, o.tokens, s.Chunk(), runtime.NumCPU())
 	fmt.Printf("go (%s): %8.0f tokens/s, %8.0f per CPU-s\n", backendName, n/goT.Seconds, n/goT.CPUSeconds)
-	report := map[string]any{"args": os.Args[1:], "backend": backendName, "model": name, "rollouts": o.rollouts, "tokens": o.tokens, "go": goT}
+	report := map[string]any{"args": os.Args[1:], "backend": backendName, "model": name, "rollouts": o.rollouts, "tokens": o.tokens, "devices": o.devices, "go": goT}
 	if o.python == "" {
 		return benchutil.WriteJSON(o.jsonOut, report)
 	}
