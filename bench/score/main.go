@@ -9,9 +9,12 @@
 //	go run ./bench/score -memory 4096,8192,16384,32768
 //
 // hindsight scores the rollouts one after another (Scorer.Score, as the trainer
-// does); the peer scores them as one [rollouts, tokens] batch: -peer reference
-// (torch_score.py: xla/testdata/gen_reference.py's forward, one rollout at a time,
-// any torch including Debian's) or -peer transformers (transformers_score.py:
+// does), or with -devices N on N devices of the backend at once, each its share one
+// after another (xla-cpu: N virtual devices sharing the cores' pool, as the
+// trainer's scoring pass with train.devices: N); the peer scores them as one
+// [rollouts, tokens] batch: -peer reference (torch_score.py:
+// xla/testdata/gen_reference.py's forward, one rollout at a time, any torch
+// including Debian's) or -peer transformers (transformers_score.py:
 // AutoModelForCausalLM on the whole batch, needs transformers). Each side is the
 // best of 3 after a warm-up, by the wall and by the process's CPU seconds (user +
 // system, every thread); the ratio is per CPU-second, which another session on a
