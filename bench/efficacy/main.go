@@ -89,6 +89,10 @@ func main() {
 	ws3Margin := flag.Int("warmstart3-margin-tasks", 0, "validation tasks on which every eval measures ProbeSplit's deciding-token margin (attempt 5: 100); 0: not measured")
 	ws3Families := flag.String("warmstart3-world-families", "", "comma-separated task families: draw the world demonstrations of protocol 3's warm start from these only (protocol3.KeepFamilies; attempt 7: chain,chainset,store); empty: every family")
 	ws3Seed := flag.Uint64("warmstart3-seed", protocol3.DefaultWarmStart().Seed, "seed of protocol 3's warm start: its demonstrations' and copy curriculum's draws, batch order and trainer")
+	ws3KeepHint := flag.Bool("warmstart3-keep-hint", false, "keep the best eval by protocol3.GateBetter in the band (inside it, then the higher next-call rate after a hinted slip) and stop only at protocol3.GateProxy, the step cap or the budget (attempt 10)")
+	ws3Val := flag.Int("warmstart3-val-tasks", protocol3.DefaultWarmStart().ValTasks, "validation tasks of every eval of protocol 3's warm start, the first of the split's 200 (attempt 10: 200)")
+	ws3Band := flag.String("warmstart3-band", "", "lo,hi: the validation success band (fractions) that keeping and stopping aim at (protocol3.Band; attempt 10: 0.33,0.41); empty: G3's 0.30,0.45")
+	ws3BandMix := flag.Bool("warmstart3-band-mix", false, "the band reads validation success weighted to the held-out split's family mix (protocol3.MixSuccess) in place of the raw rate")
 	ws3KeepMargin := flag.Bool("warmstart3-keep-margin", false, "keep the best eval by protocol3.MarginBetter (inside G3's band, then the larger margin) and stop only at protocol3.GateProxy, the step cap or the budget (attempt 5)")
 	seedList := flag.String("seed-list", "", "the seeds of -pilot's first and -arms3's runs, comma-separated (e.g. 101,102,103: seeds no one has looked at; each seed fixes its train tasks and sampling); overrides -seeds")
 	world3 := flag.Bool("world3", false, "run the arms in protocol 3's world (320 tokens, 8 calls) instead of protocol 2's")
@@ -132,7 +136,18 @@ func main() {
 		} else if *ws3Sibling || *ws3Key {
 			fatal(fmt.Errorf("-warmstart3-sibling-copy and -warmstart3-key-copy need -warmstart3-copy > 0"))
 		}
-		cfg.MarginTasks, cfg.KeepByMargin, cfg.Seed = *ws3Margin, *ws3KeepMargin, *ws3Seed
+		cfg.MarginTasks, cfg.KeepByMargin, cfg.Seed, cfg.ValTasks = *ws3Margin, *ws3KeepMargin, *ws3Seed, *ws3Val
+		if *ws3Band != "" {
+			if cfg.Band, err = protocol3.ParseBand(*ws3Band); err != nil {
+				fatal(fmt.Errorf("-warmstart3-band: %w", err))
+			}
+		} else if *ws3BandMix {
+			cfg.Band = protocol3.G3Band
+		}
+		cfg.Band.Mix, cfg.KeepByHint = *ws3BandMix, *ws3KeepHint
+		if cfg.KeepByHint && cfg.KeepByMargin {
+			fatal(fmt.Errorf("-warmstart3-keep-hint and -warmstart3-keep-margin: choose one keeping rule"))
+		}
 		if *ws3Families != "" {
 			cfg.WorldFamilies = strings.Split(*ws3Families, ",")
 		}

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -67,7 +68,18 @@ func main() {
 	python := flag.String("python", "", "python with torch: also time PyTorch on the same shapes")
 	threads := flag.Int("threads", runtime.NumCPU(), "PyTorch threads")
 	jsonOut := flag.String("json", "", "also write the results to `FILE` (JSON)")
+	flag.BoolVar(&weightsKN, "kn", false, "projections with W stored [k, n] (x·W) instead of transformers' [n, k] (x·Wᵀ)")
+	rows := flag.Int("rows", 256, "rows of each projection (the chunk's positions; reps scale by 256/rows so the work stays the same): more rows pack each weight for more of them")
 	flag.Parse()
+	if *rows != 256 {
+		for i, p := range scoringProducts {
+			if p.B == 1 && p.M == 256 {
+				p.Name = strings.Replace(p.Name, "256×", strconv.Itoa(*rows)+"×", 1)
+				p.M, p.Reps = *rows, max(1, p.Reps*256 / *rows)
+				scoringProducts[i] = p
+			}
+		}
+	}
 	if err := run(*backendSpec, *python, *threads, *jsonOut); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/products:", err)
 		os.Exit(1)
@@ -119,6 +131,10 @@ func run(backendSpec, python string, threads int, jsonOut string) error {
 	return benchutil.WriteJSON(jsonOut, map[string]any{"args": os.Args[1:], "backend": name, "xla_flags": os.Getenv("XLA_FLAGS"), "products": rows})
 }
 
+// weightsKN stores a projection's W as [k, n] (-kn): x·W, no transposition for the
+// GEMM library to make.
+var weightsKN bool
+
 // timeProduct returns the least CPU seconds of 3 calls of p's program.
 func timeProduct(backend backends.Backend, p product) (float64, error) {
 	exec, err := NewExec(backend, func(x, w *Node) *Node {
@@ -126,7 +142,9 @@ func timeProduct(backend backends.Backend, p product) (float64, error) {
 		for r := range p.Reps {
 			xr := AddScalar(x, float64(r)*1e-7)
 			var y *Node
-			if p.B == 1 {
+			if p.B == 1 && weightsKN {
+				y = DotGeneral(xr, []int{1}, nil, w, []int{0}, nil) // [m, k]·[k, n]
+			} else if p.B == 1 {
 				y = DotGeneral(xr, []int{1}, nil, w, []int{1}, nil) // [m, k]·[n, k]ᵀ
 			} else {
 				y = DotGeneral(xr, []int{2}, []int{0}, w, []int{1}, []int{0}) // [b, m, k]·[b, k, n]
@@ -145,6 +163,9 @@ func timeProduct(backend backends.Backend, p product) (float64, error) {
 	// Not finalized: the XLA CPU plugin aborts destroying a oneDNN executable
 	// (object_pool.h "available_.size() == num_created_"); the process ends soon.
 	xs, ws := shapes.Make(dtypes.Float32, p.M, p.K), shapes.Make(dtypes.Float32, p.N, p.K)
+	if weightsKN {
+		ws = shapes.Make(dtypes.Float32, p.K, p.N)
+	}
 	if p.B > 1 {
 		xs, ws = shapes.Make(dtypes.Float32, p.B, p.M, p.K), shapes.Make(dtypes.Float32, p.B, p.K, p.N)
 	}

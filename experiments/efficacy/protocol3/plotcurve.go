@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
+	"slices"
 
 	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
@@ -24,9 +26,14 @@ func PlotCopyCurve(w io.Writer, vals []ValPoint, kept int, title string) error {
 	}
 	maxX := float64(vals[len(vals)-1].Step)
 	line := func(p *plot.Plot, name string, col color.RGBA, y func(ValPoint) float64) error {
-		xy := make(plotter.XYs, len(vals))
-		for i, v := range vals {
-			xy[i] = plotter.XY{X: float64(v.Step), Y: y(v)}
+		var xy plotter.XYs // a rate of no events (NaN) is left out
+		for _, v := range vals {
+			if !math.IsNaN(y(v)) {
+				xy = append(xy, plotter.XY{X: float64(v.Step), Y: y(v)})
+			}
+		}
+		if len(xy) == 0 {
+			return nil
 		}
 		l, pts, err := plotter.NewLinePoints(xy)
 		if err != nil {
@@ -81,6 +88,15 @@ func PlotCopyCurve(w io.Writer, vals []ValPoint, kept int, title string) error {
 	}
 	if err := line(bottom, "next call right after a hinted slip", efficacy.ArmColor(2), func(v ValPoint) float64 { return v.HintRight }); err != nil {
 		return err
+	}
+	// Attempt 10 on: the held-out-mix success and live sibling, when the evals hold them.
+	if slices.ContainsFunc(vals, func(v ValPoint) bool { return v.SiblingSlips > 0 }) {
+		if err := line(bottom, "greedy success, held-out family mix", efficacy.ArmColor(3), func(v ValPoint) float64 { return v.MixSuccess }); err != nil {
+			return err
+		}
+		if err := line(bottom, "next call right after a sibling", efficacy.ArmColor(4), func(v ValPoint) float64 { return v.SiblingRight }); err != nil {
+			return err
+		}
 	}
 	for _, y := range []float64{0.30, 0.45} {
 		if err := dashed(bottom, "", y); err != nil {

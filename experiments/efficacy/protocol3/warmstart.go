@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/experiments/efficacy"
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/hindsight-ai/hindsight/collect"
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -51,12 +54,20 @@ type WarmStartConfig struct {
 	Copy         CopyConfig `json:"copy,omitzero"`
 	MarginTasks  int        `json:"margin_tasks,omitempty"`
 	KeepByMargin bool       `json:"keep_by_margin,omitempty"`
+	// KeepByHint (attempt 10) keeps the best eval by GateBetter in Band (inside the
+	// band first, then the higher next-call rate after a hinted slip, G1's binding
+	// half) and, like KeepByMargin, stops only at GateProxy, Steps or the wall budget.
+	KeepByHint bool `json:"keep_by_hint,omitempty"`
 	// WorldFamilies, when set, keeps only the world demonstrations of these task
 	// families (KeepFamilies; attempt 7: chain, chainset, store); the copy curriculum
 	// keeps every family.
-	WorldFamilies []string       `json:"world_families,omitempty"`
-	World         efficacy.World `json:"world"`      // greedy success (G3)
-	LiveWorld     efficacy.World `json:"live_world"` // live contexts (G1): room for the inserted turns
+	WorldFamilies []string `json:"world_families,omitempty"`
+	// Band is the validation success band that keeping (GateBetter, MarginBetter) and
+	// stopping (GateProxy) aim at; the zero Band is G3's (G3Band). Attempt 10 aims at
+	// the band's middle on the 200 validation tasks, weighted to held-out's family mix.
+	Band      Band           `json:"band,omitzero"`
+	World     efficacy.World `json:"world"`      // greedy success (G3)
+	LiveWorld efficacy.World `json:"live_world"` // live contexts (G1): room for the inserted turns
 }
 
 // DefaultWarmStart returns the committed protocol-3 warm start's settings.
@@ -72,17 +83,72 @@ func LiveWorld() efficacy.World {
 	return efficacy.World{MaxTokens: 448, MaxTurnTokens: 40, MaxCalls: 8}
 }
 
+// Band is a range of greedy success rates (fractions), both ends inside. With Mix it
+// reads a validation eval's MixSuccess (success weighted to the held-out split's
+// family mix) in place of its Success.
+type Band struct {
+	Lo  float64 `json:"lo"`
+	Hi  float64 `json:"hi"`
+	Mix bool    `json:"mix,omitempty"`
+}
+
+// G3Band is G3's greedy band: held-out success 30–45%.
+var G3Band = Band{Lo: 0.30, Hi: 0.45}
+
+// Holds reports whether v's success (MixSuccess with Mix) lies in the band.
+func (b Band) Holds(v ValPoint) bool {
+	s := v.Success
+	if b.Mix {
+		s = v.MixSuccess
+	}
+	return s >= b.Lo && s <= b.Hi
+}
+
+// Validate checks that the band is a range inside [0, 1].
+func (b Band) Validate() error {
+	if !(b.Lo >= 0 && b.Lo < b.Hi && b.Hi <= 1) {
+		return fmt.Errorf("band %v–%v: want 0 ≤ lo < hi ≤ 1", b.Lo, b.Hi)
+	}
+	return nil
+}
+
+// band is cfg.Band, or G3Band when unset.
+func (cfg WarmStartConfig) band() Band {
+	if cfg.Band.Lo == 0 && cfg.Band.Hi == 0 {
+		return G3Band
+	}
+	return cfg.Band
+}
+
 // ValPoint is one validation eval of the warm start.
 type ValPoint struct {
-	Step        int     `json:"step"`
-	Loss        float64 `json:"loss"`
-	Success     float64 `json:"success"`      // greedy, World
-	NoneSuccess float64 `json:"none_success"` // live none, LiveWorld
-	HintSuccess float64 `json:"hint_success"` // live hint, LiveWorld
-	NoneRight   float64 `json:"none_next_right"`
-	HintRight   float64 `json:"hint_next_right"`
-	Passes      bool    `json:"passes"`
-	CPUSeconds  float64 `json:"cpu_seconds"`
+	Step    int     `json:"step"`
+	Loss    float64 `json:"loss"`
+	Success float64 `json:"success"` // greedy, World
+	// MixSuccess is Success weighted to the held-out split's family mix (MixSuccess):
+	// the validation split's first tasks hold other shares of the six families
+	// (the first 60: 2 chain and 2 chainset; held-out's 250: 27 and 26).
+	MixSuccess  float64            `json:"success_heldout_mix"`
+	ByFamily    map[string]float64 `json:"success_by_family,omitempty"` // greedy
+	NoneSuccess float64            `json:"none_success"`                // live none, LiveWorld
+	HintSuccess float64            `json:"hint_success"`                // live hint, LiveWorld
+	NoneRight   float64            `json:"none_next_right"`
+	HintRight   float64            `json:"hint_next_right"`
+	// SiblingSuccess and SiblingRight are live sibling's (LiveWorld; attempt 10 on):
+	// G1's sibling half, which GateProxy does not read.
+	SiblingSuccess float64 `json:"sibling_success"`
+	SiblingRight   float64 `json:"sibling_next_right"`
+	// The counts behind the next-call rates: slips followed by a next turn (After)
+	// and how many of those next calls were right, per live context.
+	NoneAfter    int     `json:"none_after"`
+	NoneNext     int     `json:"none_next_right_count"`
+	HintAfter    int     `json:"hint_after"`
+	HintNext     int     `json:"hint_next_right_count"`
+	SiblingAfter int     `json:"sibling_after"`
+	SiblingNext  int     `json:"sibling_next_right_count"`
+	SiblingSlips int     `json:"sibling_slips"` // slips of the live sibling episodes
+	Passes       bool    `json:"passes"`
+	CPUSeconds   float64 `json:"cpu_seconds"`
 	// Margin is ProbeSplit's deciding-token margin gain (hint − empty hint, nats) on
 	// the validation split, with its slips and the slips at which the right call's
 	// token is the likelier after the hint (WarmStartConfig.MarginTasks > 0).
@@ -94,10 +160,12 @@ type ValPoint struct {
 // MarginBetter is attempt 5's keeping rule: an eval inside G3's greedy band (30–45%)
 // before one outside it; among those, the larger deciding-token margin gain; a tie
 // keeps the earlier checkpoint (a is not better).
-func MarginBetter(a, b ValPoint) bool {
-	inBand := func(v ValPoint) bool { return v.Success >= 0.30 && v.Success <= 0.45 }
-	if inBand(a) != inBand(b) {
-		return inBand(a)
+func MarginBetter(a, b ValPoint) bool { return G3Band.MarginBetter(a, b) }
+
+// MarginBetter is attempt 5's keeping rule with band in place of G3's.
+func (band Band) MarginBetter(a, b ValPoint) bool {
+	if band.Holds(a) != band.Holds(b) {
+		return band.Holds(a)
 	}
 	return a.Margin > b.Margin
 }
@@ -107,10 +175,12 @@ func MarginBetter(a, b ValPoint) bool {
 // inside G3's greedy band (30–45%) before one outside it; then the higher next-call
 // rate after a hinted slip (G1's unmet half in attempts 1 and 2); then the higher
 // greedy success. On a tie the earlier checkpoint stays (a is not better).
-func GateBetter(a, b ValPoint) bool {
-	inBand := func(v ValPoint) bool { return v.Success >= 0.30 && v.Success <= 0.45 }
-	if inBand(a) != inBand(b) {
-		return inBand(a)
+func GateBetter(a, b ValPoint) bool { return G3Band.GateBetter(a, b) }
+
+// GateBetter is attempt 3's keeping rule with band in place of G3's.
+func (band Band) GateBetter(a, b ValPoint) bool {
+	if band.Holds(a) != band.Holds(b) {
+		return band.Holds(a)
 	}
 	if a.HintRight != b.HintRight {
 		return a.HintRight > b.HintRight
@@ -120,8 +190,32 @@ func GateBetter(a, b ValPoint) bool {
 
 // GateProxy reports whether a validation eval passes the thresholds of G1 (hint
 // and none next-call rates, the success gain) and G3's greedy band.
-func GateProxy(v ValPoint) bool {
-	return v.Success >= 0.30 && v.Success <= 0.45 && v.HintRight >= 0.6 && v.NoneRight <= 0.25 && v.HintSuccess >= v.NoneSuccess+0.10
+func GateProxy(v ValPoint) bool { return G3Band.GateProxy(v) }
+
+// GateProxy is GateProxy with band in place of G3's.
+func (band Band) GateProxy(v ValPoint) bool {
+	return band.Holds(v) && v.HintRight >= 0.6 && v.NoneRight <= 0.25 && v.HintSuccess >= v.NoneSuccess+0.10
+}
+
+// validate checks what WarmStart would otherwise find late or never: the
+// validation tasks fit the validation split (toolworld.Tasks would silently cut a
+// larger count to the split's 200), and the band is a range.
+func (cfg WarmStartConfig) validate() error {
+	size := toolworld.SplitSizes[toolworld.SplitValidation]
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"val_tasks", cfg.ValTasks}, {"margin_tasks", cfg.MarginTasks}} {
+		if f.n < 0 || f.n > size || f.name == "val_tasks" && f.n == 0 {
+			return fmt.Errorf("warm start 3: %s %d: want 1–%d (the validation split's tasks)", f.name, f.n, size)
+		}
+	}
+	if cfg.Band.Lo != 0 || cfg.Band.Hi != 0 {
+		if err := cfg.Band.Validate(); err != nil {
+			return fmt.Errorf("warm start 3: %w", err)
+		}
+	}
+	return nil
 }
 
 // WarmStartResult is what protocol 3's warm start reached.
@@ -146,6 +240,9 @@ type WarmStartResult struct {
 func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfig, progress func(string)) (WarmStartResult, error) {
 	t0, c0 := time.Now(), efficacy.CPUTime()
 	res := WarmStartResult{Config: cfg}
+	if err := cfg.validate(); err != nil {
+		return res, err
+	}
 	p, err := efficacy.OpenPolicy(backend, cfg.Init)
 	if err != nil {
 		return res, err
@@ -204,13 +301,19 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 	if err != nil {
 		return res, err
 	}
+	band := cfg.band()
+	mix, err := HeldoutMix()
+	if err != nil {
+		return res, err
+	}
 	eval := func(step int, loss float64) (ValPoint, error) {
 		v := ValPoint{Step: step, Loss: loss}
-		st, err := efficacy.Evaluate(ctx, p, val, cfg.World)
+		envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, val, cfg.World.Episodes(1, 0, 0))
 		if err != nil {
-			return v, err
+			return v, fmt.Errorf("evaluate: %w", err)
 		}
-		v.Success = st.Success
+		v.Success, v.ByFamily = collect.Summarize(envs).Success, efficacy.ByFamily(envs)
+		v.MixSuccess = MixSuccess(v.ByFamily, mix)
 		none, _, err := efficacy.LiveEval(ctx, p, val, cfg.LiveWorld, efficacy.LiveNone, 0, 0)
 		if err != nil {
 			return v, err
@@ -219,8 +322,15 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 		if err != nil {
 			return v, err
 		}
+		sib, _, err := efficacy.LiveEval(ctx, p, val, cfg.LiveWorld, efficacy.LiveSibling, 0, 0)
+		if err != nil {
+			return v, err
+		}
 		v.NoneSuccess, v.HintSuccess, v.NoneRight, v.HintRight = none.Success, hint.Success, none.RightRate, hint.RightRate
-		v.Passes = GateProxy(v)
+		v.SiblingSuccess, v.SiblingRight = sib.Success, sib.RightRate
+		v.NoneAfter, v.NoneNext, v.HintAfter, v.HintNext = none.After, none.NextRight, hint.After, hint.NextRight
+		v.SiblingAfter, v.SiblingNext, v.SiblingSlips = sib.After, sib.NextRight, sib.Slips
+		v.Passes = band.GateProxy(v)
 		if len(marginTasks) > 0 {
 			d, err := efficacy.ProbeSplit(ctx, backend, p, marginTasks, cfg.World, 1, ProbeSeed)
 			if err != nil && !errors.Is(err, efficacy.ErrNoSlip) { // no slip: no margin, 0 slips
@@ -231,16 +341,17 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 				step, d.All.MarginGain, d.All.MarginEmpty, d.All.MarginHint, d.All.Slips, d.All.AboveHint, d.All.RepeatRest))
 		}
 		v.CPUSeconds = (efficacy.CPUTime() - c0).Seconds()
-		progress(fmt.Sprintf("warm start 3: step %d loss %.3f validation success %.1f%%; live none %.1f%% (next right %d/%d), hint %.1f%% (next right %d/%d); passes %v; cpu %.0fs wall %.0fs",
-			step, loss, 100*v.Success, 100*none.Success, none.NextRight, none.After, 100*hint.Success, hint.NextRight, hint.After, v.Passes, v.CPUSeconds, time.Since(t0).Seconds()))
+		progress(fmt.Sprintf("warm start 3: step %d loss %.3f validation success %.1f%% of %d (held-out mix %.1f%%); live none %.1f%% (next right %d/%d), hint %.1f%% (next right %d/%d), sibling %.1f%% (next right %d/%d); in band %v, passes %v; cpu %.0fs wall %.0fs",
+			step, loss, 100*v.Success, len(val), 100*v.MixSuccess, 100*none.Success, none.NextRight, none.After, 100*hint.Success, hint.NextRight, hint.After,
+			100*sib.Success, sib.NextRight, sib.After, band.Holds(v), v.Passes, v.CPUSeconds, time.Since(t0).Seconds()))
 		return v, nil
 	}
 	since := 0
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x73667403))
 	draw := newCopyBatches(demos, groups, rng)
-	better := GateBetter
+	better := band.GateBetter
 	if cfg.KeepByMargin {
-		better = MarginBetter
+		better = band.MarginBetter
 	}
 	res.Stop = fmt.Sprintf("reached %d steps", cfg.Steps)
 	for step := 1; step <= cfg.Steps; step++ {
@@ -271,10 +382,10 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 			res.Steps, res.Kept = step, v
 		}
 		if v.Passes {
-			res.Stop = fmt.Sprintf("step %d: the first checkpoint whose validation evals pass G1's and G3's thresholds", step)
+			res.Stop = fmt.Sprintf("step %d: the first checkpoint whose validation evals pass G1's hint and none thresholds inside the band %.0f–%.0f%% (held-out mix %v)", step, 100*band.Lo, 100*band.Hi, band.Mix)
 			break
 		}
-		if v.Success > 0.45 && !cfg.KeepByMargin {
+		if v.Success > 0.45 && !cfg.KeepByMargin && !cfg.KeepByHint {
 			res.Stop = fmt.Sprintf("step %d: validation success %.1f%% above G3's 45%% ceiling", step, 100*v.Success)
 			break
 		}
@@ -284,7 +395,7 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 		}
 		if isBetter {
 			since = 0
-		} else if since++; cfg.Patience > 0 && since >= cfg.Patience && !cfg.KeepByMargin {
+		} else if since++; cfg.Patience > 0 && since >= cfg.Patience && !cfg.KeepByMargin && !cfg.KeepByHint {
 			res.Stop = fmt.Sprintf("step %d: no eval better (GateBetter) than step %d's for %d evals", step, res.Steps, since)
 			break
 		}
@@ -292,4 +403,52 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 	res.CPUSeconds, res.WallSecs = (efficacy.CPUTime() - c0).Seconds(), time.Since(t0).Seconds()
 	progress("warm start 3: " + res.Stop)
 	return res, nil
+}
+
+// ParseBand reads a band written as "lo,hi" in fractions ("0.33,0.42").
+func ParseBand(s string) (Band, error) {
+	lo, hi, ok := strings.Cut(s, ",")
+	if !ok {
+		return Band{}, fmt.Errorf("band %q: want lo,hi (fractions, e.g. 0.33,0.42)", s)
+	}
+	var b Band
+	var err error
+	if b.Lo, err = strconv.ParseFloat(strings.TrimSpace(lo), 64); err != nil {
+		return Band{}, fmt.Errorf("band %q: lo: %w", s, err)
+	}
+	if b.Hi, err = strconv.ParseFloat(strings.TrimSpace(hi), 64); err != nil {
+		return Band{}, fmt.Errorf("band %q: hi: %w", s, err)
+	}
+	if err := b.Validate(); err != nil {
+		return Band{}, err
+	}
+	return b, nil
+}
+
+// HeldoutMix is the held-out split's family mix: each family's share of its 250
+// tasks (the gates' G3 reads success over this mix).
+func HeldoutMix() (map[string]float64, error) {
+	held, err := toolworld.Tasks(toolworld.SplitHeldout, 0)
+	if err != nil {
+		return nil, err
+	}
+	mix := map[string]float64{}
+	for _, t := range held {
+		mix[t.Family] += 1 / float64(len(held))
+	}
+	return mix, nil
+}
+
+// MixSuccess weights per-family success rates by mix; families that byFamily lacks
+// are left out and the rest's weights renormalised (0 when none is left).
+func MixSuccess(byFamily, mix map[string]float64) float64 {
+	var sum, w float64
+	for f, s := range byFamily {
+		sum += mix[f] * s
+		w += mix[f]
+	}
+	if w == 0 {
+		return 0
+	}
+	return sum / w
 }
