@@ -56,6 +56,18 @@ func (s *Scorer) onDevice(d backends.DeviceNum) *Scorer {
 	return c
 }
 
+// OnDevice returns a Scorer of the same model and options that runs on device d of
+// its backend (e.g. `xla-cpu,devices=2`), sharing s's compiled programs, with its own
+// caches and statistics; the model's weights are copied to d at its first pass. Rollouts
+// scored on several devices at once use a CPU's cores as a data-parallel trainer's
+// scoring pass does (docs/performance.md "Where item 4 stands").
+func (s *Scorer) OnDevice(d int) (*Scorer, error) {
+	if n := s.backend.NumDevices(); d < 0 || d >= n {
+		return nil, fmt.Errorf("scorer on device %d: the backend has %d", d, n)
+	}
+	return s.onDevice(backends.DeviceNum(d)), nil
+}
+
 // onDevice returns a gradient pass that runs on device d, sharing p's programs.
 func (p *gradPass) onDevice(d backends.DeviceNum) *gradPass {
 	c := *p

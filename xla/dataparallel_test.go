@@ -568,3 +568,39 @@ func stepBoth(t *testing.T, one, two *Trainer, pool []credit.Sequence, idx []int
 	require.InDelta(t, m1.Loss, m2.Loss, 1e-5*math.Max(1, math.Abs(m1.Loss)), "step %d loss", step)
 	return m1, m2
 }
+
+// TestScorerOnDevice checks Scorer.OnDevice: a Scorer on device 1, scoring at the same
+// time as device 0 with its programs, gives the same log-probs bit for bit; a device
+// the backend lacks is an error.
+func TestScorerOnDevice(t *testing.T) {
+	b := newTwoDevices(t)
+	m := testModel(t, tinyFields(nil), 23)
+	s0, err := NewScorer(b, m, ScorerOptions{Chunk: 64})
+	require.NoError(t, err)
+	_, err = s0.OnDevice(2)
+	require.ErrorContains(t, err, "the backend has 2")
+	s1, err := s0.OnDevice(1)
+	require.NoError(t, err)
+	tokens := testTokens(150, m.Config.VocabSize, 24)
+	want, c, err := s0.Score(t.Context(), tokens)
+	require.NoError(t, err)
+	c.Close()
+
+	var got [2][]float32
+	var errs [2]error
+	var wg sync.WaitGroup
+	for d, s := range []*Scorer{s0, s1} {
+		wg.Go(func() {
+			var c *KVCache
+			got[d], c, errs[d] = s.Score(t.Context(), tokens)
+			if errs[d] == nil {
+				c.Close()
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.Equal(t, want[1:], got[0][1:])
+	require.Equal(t, want[1:], got[1][1:], "device 1")
+}

@@ -9,9 +9,12 @@
 //	go run ./bench/score -memory 4096,8192,16384,32768
 //
 // hindsight scores the rollouts one after another (Scorer.Score, as the trainer
-// does); the peer scores them as one [rollouts, tokens] batch: -peer reference
-// (torch_score.py: xla/testdata/gen_reference.py's forward, one rollout at a time,
-// any torch including Debian's) or -peer transformers (transformers_score.py:
+// does), or with -devices N on N devices of the backend at once, each its share one
+// after another (xla-cpu: N virtual devices sharing the cores' pool, as the
+// trainer's scoring pass with train.devices: N); the peer scores them as one
+// [rollouts, tokens] batch: -peer reference (torch_score.py:
+// xla/testdata/gen_reference.py's forward, one rollout at a time, any torch
+// including Debian's) or -peer transformers (transformers_score.py:
 // AutoModelForCausalLM on the whole batch, needs transformers). Each side is the
 // best of 3 after a warm-up, by the wall and by the process's CPU seconds (user +
 // system, every thread); the ratio is per CPU-second, which another session on a
@@ -22,6 +25,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -31,6 +35,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/data/safetensors"
@@ -46,6 +51,7 @@ type options struct {
 	chunk                  int
 	backendSpec, python    string
 	threads                int
+	devices                int
 	jsonOut                string
 }
 
@@ -60,6 +66,7 @@ func main() {
 	flag.StringVar(&o.backendSpec, "backend", "", "GoMLX backend (default as hindsight: $GOMLX_BACKEND, else "+xla.DefaultBackend+")")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python with torch and numpy; empty to skip PyTorch")
 	flag.IntVar(&o.threads, "threads", runtime.NumCPU(), "PyTorch threads")
+	flag.IntVar(&o.devices, "devices", 1, "hindsight: score the rollouts on this many devices of the backend at once (xla-cpu: virtual devices sharing the cores, as train.devices), each device its share one after another")
 	flag.StringVar(&o.jsonOut, "json", "", "also write both sides' timings and the log-prob difference to `FILE` (JSON)")
 	memory := flag.String("memory", "", "comma-separated rollout lengths: report peak heap per length instead (d=32, 1 layer)")
 	scores := flag.Int("scores", 1<<22, "with -memory: Scorer AttentionScores budget (elements)")
@@ -102,6 +109,9 @@ func run(o options) error {
 	}
 	ctx := context.Background()
 	backendName := xla.ResolveBackend(o.backendSpec, "")
+	if o.devices > 1 {
+		backendName += fmt.Sprintf(",devices=%d", o.devices)
+	}
 	backend, err := xla.NewBackend(backendName)
 	if err != nil {
 		return err
@@ -128,17 +138,34 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	goLP := make([][]float32, len(rollouts))
-	pass := func() error {
-		for i, r := range rollouts {
-			lp, c, err := s.Score(ctx, r)
-			if err != nil {
-				return err
-			}
-			c.Close()
-			goLP[i] = lp
+	scorers := []*xla.Scorer{s}
+	for d := 1; d < o.devices; d++ {
+		sd, err := s.OnDevice(d)
+		if err != nil {
+			return err
 		}
-		return nil
+		scorers = append(scorers, sd)
+	}
+	goLP := make([][]float32, len(rollouts))
+	// Device d scores rollouts d, d+devices, … one after another; the devices at once.
+	pass := func() error {
+		errs := make([]error, len(scorers))
+		var wg sync.WaitGroup
+		for d, sd := range scorers {
+			wg.Go(func() {
+				for i := d; i < len(rollouts); i += len(scorers) {
+					lp, c, err := sd.Score(ctx, rollouts[i])
+					if err != nil {
+						errs[d] = err
+						return
+					}
+					c.Close()
+					goLP[i] = lp
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
 	}
 	// Warm-up compiles the executables; then the best of 3.
 	if err := pass(); err != nil {
@@ -156,7 +183,7 @@ func run(o options) error {
 	n := float64(o.rollouts * o.tokens)
 	fmt.Printf("model: %s, %d parameters; %d × %d tokens, chunk %d, %d CPUs\n", name, m.NumParameters(), o.rollouts, o.tokens, s.Chunk(), runtime.NumCPU())
 	fmt.Printf("go (%s): %8.0f tokens/s, %8.0f per CPU-s\n", backendName, n/goT.Seconds, n/goT.CPUSeconds)
-	report := map[string]any{"args": os.Args[1:], "backend": backendName, "model": name, "rollouts": o.rollouts, "tokens": o.tokens, "go": goT}
+	report := map[string]any{"args": os.Args[1:], "backend": backendName, "model": name, "rollouts": o.rollouts, "tokens": o.tokens, "devices": o.devices, "go": goT}
 	if o.python == "" {
 		return benchutil.WriteJSON(o.jsonOut, report)
 	}

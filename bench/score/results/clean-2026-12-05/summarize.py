@@ -3,8 +3,8 @@
 rounds' min/median/max of hindsight's and transformers' tokens per CPU-second and per wall-second
 and of their ratios, the load averages seen, and the largest log-prob difference.
 
-usage: summarize.py DIR [DIR ...] → DIR/summary.json and .md for one DIR; for several, the
-rounds of all of them in summary-all.json and .md beside the first
+usage: summarize.py [--out PREFIX] DIR [DIR ...] → PREFIX.json and PREFIX.md: by default
+DIR/summary for one DIR; for several, the rounds of all of them in summary-all beside the first
 """
 import glob
 import json
@@ -19,8 +19,11 @@ def mmm(xs):
 
 
 def main():
-    dirs = sys.argv[1:]
-    prefix = os.path.join(dirs[0], "summary") if len(dirs) == 1 else os.path.join(os.path.dirname(dirs[0].rstrip("/")) or ".", "summary-all")
+    dirs, prefix = sys.argv[1:], None
+    if dirs[:1] == ["--out"]:
+        prefix, dirs = dirs[1], dirs[2:]
+    if prefix is None:
+        prefix = os.path.join(dirs[0], "summary") if len(dirs) == 1 else os.path.join(os.path.dirname(dirs[0].rstrip("/")) or ".", "summary-all")
     runs = {}
     for p in sorted(f for d in dirs for f in glob.glob(os.path.join(d, "t*-*x*-r*.json"))):
         m = re.match(r"t(\d+)-(\d+)x(\d+)-r(\d+)\.json", os.path.basename(p))
