@@ -2,8 +2,12 @@ package train
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -49,6 +53,9 @@ func Open(o Options) (*Loop, error) {
 	}
 	o.Log = o.Log.With().Str("component", "device").Logger()
 	lp := &Loop{o: o, lastCkptAt: time.Now(), lastItemAt: time.Now()}
+	// Named before the backend starts (its smoke test starts the program preload),
+	// so the programs this run used last time load first.
+	xla.SetProgramRun(programRun(o))
 	b, err := xla.NewBackend(o.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
@@ -126,10 +133,45 @@ func Open(o Options) (*Loop, error) {
 		return nil, err
 	}
 	prepared := time.Since(start)
+	// The programs this run used last time finish loading before the first step, so
+	// it runs at a warm step's cost (docs/performance.md "Cold start"); never longer
+	// than preloadWaitLimit: what is not loaded by then, the step loads itself.
+	start = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), preloadWaitLimit)
+	pre, err := xla.WaitProgramsPreloaded(ctx)
+	cancel()
+	preloadWait := time.Since(start)
+	if err != nil {
+		o.Log.Warn().Err(err).Int("programs", pre.Expected).Int("preloaded", pre.Loaded).Msg("compiled programs still loading; the first step loads the rest")
+	}
 	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), o.Ledger.TrainedTotal()
 	o.Log.Info().Dur("prepared_in", prepared).Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
-		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Bool("layer_programs", tc.LayerPrograms).Msg("policy loaded")
+		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Bool("layer_programs", tc.LayerPrograms).
+		Int("programs_preloaded", pre.Loaded).Dur("preload_wait", preloadWait).Msg("policy loaded")
 	return lp, nil
+}
+
+// preloadWaitLimit bounds Open's wait for the run's compiled programs to load.
+const preloadWaitLimit = 2 * time.Minute
+
+// programRun names the run for the compiled-program cache: what decides its programs
+// (the backend, the model's config, the precision, the training and credit settings).
+// Settings that change no program (checkpointing, idle_flush) are in it too: a
+// restart after changing one waits for nothing once, then records again.
+func programRun(o Options) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "train\nbackend %s\nprecision %s\n", o.Backend, o.Precision)
+	if raw, err := os.ReadFile(filepath.Join(o.ModelDir, "config.json")); err == nil {
+		h.Write(raw)
+	}
+	for _, v := range []any{o.Config, o.Credit} {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			raw = fmt.Appendf(nil, "%+v", v)
+		}
+		h.Write(raw)
+	}
+	return "train " + hex.EncodeToString(h.Sum(nil))
 }
 
 // Info describes the loaded policy.

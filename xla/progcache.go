@@ -1,6 +1,7 @@
 package xla
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -110,4 +111,20 @@ func pluginIdentity(b *gomlxxla.Backend, path string) (string, error) {
 	return fmt.Sprintf("plugin %s size %d mtime %d PJRT %d.%d\nattributes %s\ndevice %s of %d",
 		path, info.Size(), info.ModTime().UnixNano(), major, minor, strings.Join(attrs, " "),
 		b.DeviceDescription(0), b.NumDevices()), nil
+}
+
+// SetProgramRun names the work this process does with one model and shape (train.Open:
+// the model's config, precision and training settings), before its backend starts:
+// the cache records which programs the run uses, and a restarted process of the same
+// run loads those first (progcache.SetRun).
+func SetProgramRun(name string) { progcache.SetRun(name) }
+
+// ProgramsPreloaded is what WaitProgramsPreloaded found (progcache.Preload).
+type ProgramsPreloaded = progcache.Preload
+
+// WaitProgramsPreloaded waits until the programs this process's run used last time
+// are loaded from the cache, or ctx ends (progcache.WaitPreloaded): a restarted
+// daemon pays for the loads before its first step, not in it.
+func WaitProgramsPreloaded(ctx context.Context) (ProgramsPreloaded, error) {
+	return progcache.WaitPreloaded(ctx)
 }

@@ -13,6 +13,8 @@
 # from <data_dir>/state/programs. summary.py prints each step's took, CPU time, compile
 # and load time and the ratios (summary.md, summary.json). Set XLA_FLAGS as for any run;
 # HINDSIGHT_COLDSTART_NOCACHE=1 turns the cache off (run 2 then compiles again).
+# RESTARTS=N (default 1) restarts N times (again.log, again2.log, …), each on the
+# cache the runs before it left; uptime.txt has the load before and after each run.
 set -eu
 model=$1
 out=$2
@@ -58,10 +60,21 @@ run() { # run NAME STEPS: start the daemon, wait for STEPS step lines, stop it
 	kill -TERM $pid
 	wait $pid || true
 }
-uptime >"$out/uptime.txt"
+: >"$out/uptime.txt"
 files first 3
+echo "first: $(uptime)" >>"$out/uptime.txt"
 run first 3
-files again 2
-run again 2
-uptime >>"$out/uptime.txt"
-python3 "$(dirname "$0")/summary.py" "$out/first.log" "$out/again.log" "$out/summary.json" | tee "$out/summary.md"
+logs=$out/first.log
+k=1
+while [ $k -le "${RESTARTS:-1}" ]; do
+	name=again
+	[ $k -gt 1 ] && name=again$k
+	files "$name" 2
+	echo "$name: $(uptime)" >>"$out/uptime.txt"
+	run "$name" 2
+	logs="$logs $out/$name.log"
+	k=$((k + 1))
+done
+echo "end: $(uptime)" >>"$out/uptime.txt"
+# shellcheck disable=SC2086 # $logs is a list of paths without spaces
+python3 "$(dirname "$0")/summary.py" $logs "$out/summary.json" | tee "$out/summary.md"

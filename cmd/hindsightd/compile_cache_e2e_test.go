@@ -71,6 +71,16 @@ func compiledProgramsSurviveRestart(t *testing.T, layerPrograms bool) {
 	require.Zero(t, c.GetCacheRejected())
 	require.Contains(t, p.log(), `"message":"compiled program loaded from cache"`)
 	require.Contains(t, p.log(), `"programs_loaded":`)
+	// The run's record of its programs (one run, one record), and the restart waited
+	// for them to load before its first step.
+	orders, err := filepath.Glob(filepath.Join(cacheDir, "*.order"))
+	require.NoError(t, err)
+	require.Len(t, orders, 1)
+	loaded := regexp.MustCompile(`.*"message":"policy loaded".*`).FindString(p.log())
+	m := regexp.MustCompile(`"programs_preloaded":(\d+),"preload_wait":[0-9.]+`).FindStringSubmatch(loaded)
+	require.NotNil(t, m, p.log())
+	n, _ := strconv.Atoi(m[1])
+	require.Positive(t, n, "the restart preloads the programs its run used before the first step")
 	out, _, code := runCLI(t, "status", "-addr", addr)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, fmt.Sprintf("0 programs compiled in 0s; %d loaded from the cache", c.GetProgramsLoaded()))

@@ -61,6 +61,7 @@ type cache struct {
 	mu       sync.Mutex // serialises eviction within the process
 	pre      preloader
 	used     sync.Map // keys (hex) used under this configuration: touched once
+	run      runState // the run's record of the entries it uses (SetRun)
 
 	flightMu sync.Mutex
 	inFlight map[string]chan struct{} // keys (hex) being compiled now, closed when stored or given up
@@ -73,7 +74,7 @@ var current atomic.Pointer[cache]
 // preload is stopped first, so it never touches entries under the new one.
 func Configure(opts Options) error {
 	c := &cache{dir: opts.Dir, maxBytes: opts.MaxBytes, identity: fullIdentity(opts.Identity), log: opts.Log,
-		pre: preloader{quit: make(chan struct{})}, inFlight: map[string]chan struct{}{}}
+		pre: newPreloader(), inFlight: map[string]chan struct{}{}}
 	if c.maxBytes <= 0 {
 		c.maxBytes = DefaultMaxBytes
 	}
@@ -82,6 +83,7 @@ func Configure(opts Options) error {
 			return fmt.Errorf("compiled-program cache dir %s: %w", c.dir, err)
 		}
 	}
+	c.setRun(currentRun())
 	if old := current.Swap(c); old != nil {
 		old.pre.stop()
 	}
@@ -267,6 +269,7 @@ func (c *cache) touch(keyHex string) {
 	if _, seen := c.used.LoadOrStore(keyHex, true); seen {
 		return
 	}
+	c.recordUse(keyHex)
 	now := time.Now()
 	_ = os.Chtimes(c.path(keyHex), now, now)
 }
@@ -341,7 +344,9 @@ func (c *cache) store(p program, exe *C.PJRT_LoadedExecutable) {
 		c.log.Warn().Err(err).Str("program", p.name).Msg("write compiled program; not cached")
 		return
 	}
-	c.used.Store(p.keyHex, true) // written now: its first use
+	if _, seen := c.used.LoadOrStore(p.keyHex, true); !seen { // written now: its first use
+		c.recordUse(p.keyHex)
+	}
 	statsAdd(func(s *Stats) { s.Stored++ })
 	c.log.Debug().Str("program", p.name).Str("key", p.keyHex[:16]).Int64("bytes", size).Msg("compiled program stored in cache")
 	c.evict(p.keyHex)

@@ -44,6 +44,32 @@ type preloader struct {
 	slots  map[string]*slot // by key
 	quit   chan struct{}    // closed by stop: load no further entry
 	done   chan struct{}    // closed when run returns; nil until start
+
+	// The plan: run lists the directory once (listed), then loads queue's keys in
+	// order, this run's entries (expect) first.
+	listed  []listedEntry
+	planned bool
+	queue   []string
+	ended   bool // run returned: nothing more will be loaded
+
+	// This run's entries (SetRun): the keys the last process of the same run used, in
+	// the order it first needed them; want holds those of them on disk, within the
+	// preload bound, that are not yet loaded, failed, or claimed by a request, and
+	// wantDone is closed when it is empty (or the preloader ends). WaitPreloaded waits
+	// on it.
+	runKeys  []string
+	want     map[string]bool
+	wantDone chan struct{}
+	wantShut bool // wantDone closed
+	wantN    int  // this run's entries to load, as last planned
+	runOK    int  // this run's entries preloaded
+}
+
+// listedEntry is one entry found on disk when the preload started.
+type listedEntry struct {
+	key  string
+	size int64
+	used time.Time
 }
 
 // slot is one entry's preload.
@@ -52,6 +78,13 @@ type slot struct {
 	exe   *C.PJRT_LoadedExecutable
 	ok    bool
 	taken bool // handed to a request, or claimed by one before the preloader got to it
+}
+
+// preloadHook, when set (tests), runs before the preloader loads the entry under key.
+var preloadHook func(key string)
+
+func newPreloader() preloader {
+	return preloader{quit: make(chan struct{}), wantDone: make(chan struct{})}
 }
 
 // start begins preloading on client, the first time it is called.
@@ -64,6 +97,7 @@ func (p *preloader) start(c *cache, client *C.PJRT_Client) {
 		p.mu.Unlock()
 		go func() {
 			defer close(done)
+			defer p.end()
 			p.run(c)
 		}()
 	})
@@ -82,6 +116,109 @@ func (p *preloader) stop() {
 	if done != nil {
 		<-done
 	}
+	p.end()
+}
+
+// end marks the preloader finished: a wait for this run's entries returns.
+func (p *preloader) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = true
+	p.shutWant()
+}
+
+// shutWant closes wantDone once. Called with mu held.
+func (p *preloader) shutWant() {
+	if !p.wantShut {
+		p.wantShut = true
+		close(p.wantDone)
+	}
+}
+
+// settled removes key from the entries a wait is for. Called with mu held.
+func (p *preloader) settled(key string) {
+	if p.want == nil {
+		return
+	}
+	delete(p.want, key)
+	if p.planned && len(p.want) == 0 {
+		p.shutWant()
+	}
+}
+
+// expect names this run's entries, in the order to load them, ahead of the rest.
+func (p *preloader) expect(keys []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.runKeys = keys
+	if p.wantShut && !p.ended {
+		p.wantDone, p.wantShut = make(chan struct{}), false
+	}
+	p.want = map[string]bool{}
+	if p.ended {
+		p.shutWant()
+		return
+	}
+	if p.planned {
+		p.plan()
+	}
+}
+
+// plan orders the listed entries not yet seen: this run's first, in its order, then
+// the rest in the order the last process to use them first needed them, all within
+// maxPreloadBytes (this run's entries take their room first, then the most recently
+// used). Called with mu held, once the directory is listed.
+func (p *preloader) plan() {
+	p.planned = true
+	byKey := make(map[string]listedEntry, len(p.listed))
+	for _, e := range p.listed {
+		byKey[e.key] = e
+	}
+	var total int64
+	fits := func(e listedEntry) bool {
+		if _, seen := p.slots[e.key]; seen || total+e.size > maxPreloadBytes {
+			return false
+		}
+		total += e.size
+		return true
+	}
+	p.queue = p.queue[:0]
+	want := map[string]bool{}
+	for _, k := range p.runKeys {
+		if s := p.slots[k]; s != nil && s.done != nil && !s.taken && !closed(s.done) {
+			want[k] = true // being loaded now: settled when it is
+			continue
+		}
+		if e, ok := byKey[k]; ok && !want[k] && fits(e) {
+			want[k] = true
+			p.queue = append(p.queue, k)
+		}
+	}
+	rest := make([]listedEntry, 0, len(p.listed))
+	for _, e := range p.listed { // most recently used first
+		if !want[e.key] && fits(e) {
+			rest = append(rest, e)
+		}
+	}
+	sort.Slice(rest, func(i, j int) bool { return rest[i].used.Before(rest[j].used) })
+	for _, e := range rest {
+		p.queue = append(p.queue, e.key)
+	}
+	if p.want != nil {
+		p.want, p.wantN = want, len(want)
+	}
+	if len(want) == 0 {
+		p.shutWant()
+	}
+}
+
+func closed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // take returns the preloaded program under keyHex for a request on client, waiting
@@ -98,6 +235,7 @@ func (p *preloader) take(client *C.PJRT_Client, keyHex string) (exe *C.PJRT_Load
 	if s == nil || s.taken {
 		if s == nil {
 			p.slots[keyHex] = &slot{taken: true}
+			p.settled(keyHex)
 		}
 		p.mu.Unlock()
 		return nil, false, false
@@ -111,52 +249,56 @@ func (p *preloader) take(client *C.PJRT_Client, keyHex string) (exe *C.PJRT_Load
 	return s.exe, true, true
 }
 
-// run preloads every entry made under c's identity, least recently used first, up to
-// maxPreloadBytes.
+// run lists the entries made under c's identity and preloads them in plan's order.
 func (p *preloader) run(c *cache) {
 	entries, err := os.ReadDir(c.dir)
 	if err != nil {
 		return
 	}
-	type entry struct {
-		key  string
-		size int64
-		used time.Time
-	}
-	var all []entry
+	var all []listedEntry
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), Suffix) || !e.Type().IsRegular() {
 			continue
 		}
 		if info, err := e.Info(); err == nil {
-			all = append(all, entry{strings.TrimSuffix(e.Name(), Suffix), info.Size(), info.ModTime()})
+			all = append(all, listedEntry{strings.TrimSuffix(e.Name(), Suffix), info.Size(), info.ModTime()})
 		}
 	}
-	// Keep the most recently used that fit, then load them in the order of use.
 	sort.Slice(all, func(i, j int) bool { return all[i].used.After(all[j].used) })
-	var total int64
-	keep := all[:0]
-	for _, e := range all {
-		if total+e.size <= maxPreloadBytes {
-			total += e.size
-			keep = append(keep, e)
-		}
-	}
-	sort.Slice(keep, func(i, j int) bool { return keep[i].used.Before(keep[j].used) })
-	for _, e := range keep {
+	p.mu.Lock()
+	p.listed = all
+	p.plan()
+	p.mu.Unlock()
+	for {
 		if !waitUnheld(p.quit) {
 			return
 		}
 		p.mu.Lock()
-		if _, seen := p.slots[e.key]; seen {
+		if len(p.queue) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		key := p.queue[0]
+		p.queue = p.queue[1:]
+		if _, seen := p.slots[key]; seen {
+			p.settled(key)
 			p.mu.Unlock()
 			continue
 		}
 		s := &slot{done: make(chan struct{})}
-		p.slots[e.key] = s
+		p.slots[key] = s
 		p.mu.Unlock()
-		s.exe, s.ok = c.preloadOne(p.client, e.key)
+		if preloadHook != nil {
+			preloadHook(key)
+		}
+		s.exe, s.ok = c.preloadOne(p.client, key)
 		close(s.done)
+		p.mu.Lock()
+		if s.ok && p.want[key] {
+			p.runOK++
+		}
+		p.settled(key)
+		p.mu.Unlock()
 	}
 }
 
