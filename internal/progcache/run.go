@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/hindsight-ai/hindsight/internal/fsutil"
 )
 
 // A run is the work a process does with one model and shape (train.Open names it by
@@ -98,8 +100,9 @@ func readOrder(file string) []string {
 // recordUse notes keyHex's first use under this configuration and, with a run set,
 // rewrites the run's record: this process's first uses in order, then what the
 // last process used that this one has not yet (a short run does not forget the
-// programs of a longer one). The record is replaced by a rename but not synced: a
-// crash loses at most the ordering help.
+// programs of a longer one). The record is replaced as every file of the cache is
+// (fsutil.WriteFileBytes: temp file, fsync, rename, fsync the directory), once per
+// program a process first uses.
 func (c *cache) recordUse(keyHex string) {
 	c.run.mu.Lock()
 	defer c.run.mu.Unlock()
@@ -116,27 +119,9 @@ func (c *cache) recordUse(keyHex string) {
 			b.WriteString(k + "\n")
 		}
 	}
-	if err := writeRename(c.run.file, []byte(b.String())); err != nil {
+	if err := fsutil.WriteFileBytes(c.run.file, []byte(b.String()), 0o644); err != nil {
 		c.log.Debug().Err(err).Str("path", c.run.file).Msg("record the run's compiled programs")
 	}
-}
-
-func writeRename(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-order-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 // Preload is what WaitPreloaded found.
