@@ -69,11 +69,18 @@ func (w World) Episodes(group int, temp float64, seed uint64) collect.EpisodeOpt
 // Evaluate plays one greedy episode of each task and returns the success rate and
 // the episodes' summary.
 func Evaluate(ctx context.Context, p *Policy, tasks []toolworld.Task, w World) (collect.Stats, error) {
+	st, _, err := EvaluateFamilies(ctx, p, tasks, w)
+	return st, err
+}
+
+// EvaluateFamilies is Evaluate with each task family's success rate beside the
+// summary (ByFamily), from the same greedy episodes.
+func EvaluateFamilies(ctx context.Context, p *Policy, tasks []toolworld.Task, w World) (collect.Stats, map[string]float64, error) {
 	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, tasks, w.Episodes(1, 0, 0))
 	if err != nil {
-		return collect.Stats{}, fmt.Errorf("evaluate: %w", err)
+		return collect.Stats{}, nil, fmt.Errorf("evaluate: %w", err)
 	}
-	return collect.Summarize(envs), nil
+	return collect.Summarize(envs), ByFamily(envs), nil
 }
 
 // CPUTime returns the CPU time (user + system) the process has used so far: robust to

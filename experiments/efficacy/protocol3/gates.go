@@ -120,12 +120,12 @@ func MeasureGates(ctx context.Context, backend backends.Backend, dir string, w, 
 	progress(fmt.Sprintf("G2 split: %+v cpu %.0fs", g.Split.All, (efficacy.CPUTime() - c0).Seconds()))
 	g.G2 = G2Copy(g.Probe, g.Split.All)
 
-	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, held, w.Episodes(1, 0, 0))
+	greedy, byFamily, err := efficacy.EvaluateFamilies(ctx, p, held, w)
 	if err != nil {
 		return g, err
 	}
-	g.Greedy, g.ByFamily = collect.Summarize(envs).Success, efficacy.ByFamily(envs)
-	envs, err = collect.Episodes(ctx, p.Sampler, p.Tok, held, w.Episodes(1, 1, 0x74656d7031))
+	g.Greedy, g.ByFamily = greedy.Success, byFamily
+	envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, held, w.Episodes(1, 1, 0x74656d7031))
 	if err != nil {
 		return g, err
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	"github.com/hindsight-ai/hindsight/collect"
 	"github.com/hindsight-ai/hindsight/credit"
 	"github.com/hindsight-ai/hindsight/toolworld"
 	"github.com/hindsight-ai/hindsight/xla"
@@ -308,11 +307,11 @@ func WarmStart(ctx context.Context, backend backends.Backend, cfg WarmStartConfi
 	}
 	eval := func(step int, loss float64) (ValPoint, error) {
 		v := ValPoint{Step: step, Loss: loss}
-		envs, err := collect.Episodes(ctx, p.Sampler, p.Tok, val, cfg.World.Episodes(1, 0, 0))
+		st, byFamily, err := efficacy.EvaluateFamilies(ctx, p, val, cfg.World)
 		if err != nil {
-			return v, fmt.Errorf("evaluate: %w", err)
+			return v, err
 		}
-		v.Success, v.ByFamily = collect.Summarize(envs).Success, efficacy.ByFamily(envs)
+		v.Success, v.ByFamily = st.Success, byFamily
 		v.MixSuccess = MixSuccess(v.ByFamily, mix)
 		none, _, err := efficacy.LiveEval(ctx, p, val, cfg.LiveWorld, efficacy.LiveNone, 0, 0)
 		if err != nil {
