@@ -88,6 +88,10 @@ type CompileCacheConfig struct {
 	// MaxBytes bounds the entries' total size; beyond it the least recently used
 	// are removed. A SmolLM2 run keeps about 40 MB, the 0.6B shape about 100 MB.
 	MaxBytes int64 `yaml:"max_bytes"`
+	// Warm executes each program the run used last time once at start, on zero
+	// inputs, after loading it (the default): XLA CPU finishes a loaded program's
+	// setup on its first execution, which would otherwise be the first step's.
+	Warm bool `yaml:"warm"`
 }
 
 // LogConfig sets up the zerolog logger.
@@ -140,7 +144,7 @@ func DefaultConfig() Config {
 		Log:             LogConfig{Level: "info", Format: "auto"},
 		Model:           ModelConfig{InitPreset: "tiny", InitTokenizer: "bytes", Precision: xla.PrecisionF32},
 		Spool:           SpoolConfig{RescanInterval: 2 * time.Second},
-		CompileCache:    CompileCacheConfig{Enabled: true, MaxBytes: 2 << 30},
+		CompileCache:    CompileCacheConfig{Enabled: true, MaxBytes: 2 << 30, Warm: true},
 		Teacher:         teacher.DefaultConfig(),
 		Credit:          credit.DefaultConfig(),
 		Train:           DefaultTrainConfig(),

@@ -161,7 +161,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	err = xla.ConfigureProgramCache(xla.ProgramCache{Dir: cfg.CompileCacheDir(), MaxBytes: cfg.CompileCache.MaxBytes,
-		Log: opts.Log.With().Str("component", "compile").Logger()})
+		NoWarm: !cfg.CompileCache.Warm, Log: opts.Log.With().Str("component", "compile").Logger()})
 	if err != nil {
 		return err
 	}

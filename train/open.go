@@ -141,13 +141,15 @@ func Open(o Options) (*Loop, error) {
 	pre, err := xla.WaitProgramsPreloaded(ctx)
 	cancel()
 	preloadWait := time.Since(start)
+	compiles := xla.CompileSnapshot()
 	if err != nil {
 		o.Log.Warn().Err(err).Int("programs", pre.Expected).Int("preloaded", pre.Loaded).Msg("compiled programs still loading; the first step loads the rest")
 	}
 	lp.info.Step, lp.info.Updates, lp.info.Trained = lp.tr.StepCount(), lp.tr.UpdateCount(), o.Ledger.TrainedTotal()
 	o.Log.Info().Dur("prepared_in", prepared).Str("backend", o.Backend).Str("device", dev).Int("parameters", m.NumParameters()).
 		Int64("step", lp.tr.StepCount()).Int("devices", lp.tr.Devices()).Str("precision", string(m.Precision())).Int("lora_rank", tc.LoRA.Rank).Str("backprop", string(tc.Backprop)).Int("chunk", tc.Chunk).Bool("layer_programs", tc.LayerPrograms).
-		Int("programs_preloaded", pre.Loaded).Dur("preload_wait", preloadWait).Msg("policy loaded")
+		Int("programs_preloaded", pre.Loaded).Int64("programs_warmed", compiles.Warmed).Dur("warm_took", compiles.WarmTime).
+		Dur("preload_wait", preloadWait).Msg("policy loaded")
 	return lp, nil
 }
 

@@ -28,6 +28,11 @@ type ProgramCache struct {
 	// Log gets a line per compile ("compiled program", with took), per program loaded
 	// ("compiled program loaded from cache"), per entry rejected or evicted.
 	Log zerolog.Logger
+	// NoWarm leaves the programs preloaded for this process's run unexecuted until
+	// their first use; by default each is executed once on zero inputs at start
+	// (progcache.Options.NoWarm), so a restarted process's first step does not finish
+	// their loading.
+	NoWarm bool
 }
 
 // CompileStats are the counts of compiles and cache loads in this process, for every
@@ -60,7 +65,7 @@ func ConfigureProgramCache(c ProgramCache) error {
 
 func cacheOptions() progcache.Options {
 	o := programCache.opts
-	return progcache.Options{Dir: o.Dir, MaxBytes: o.MaxBytes, Log: o.Log, Identity: programCache.identity}
+	return progcache.Options{Dir: o.Dir, MaxBytes: o.MaxBytes, Log: o.Log, Identity: programCache.identity, NoWarm: o.NoWarm}
 }
 
 // hookCompiles puts the cache between b's plugin (loaded from path) and its compiles.

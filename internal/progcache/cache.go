@@ -42,6 +42,11 @@ type Options struct {
 	Identity string
 	// Log gets one line per compile, load, rejected entry and eviction.
 	Log zerolog.Logger
+	// NoWarm leaves the run's preloaded programs unexecuted until their first request.
+	// By default each of the run's programs the preloader loads is executed once, on
+	// zero inputs, before WaitPreloaded returns (see warm): XLA CPU finishes part of
+	// a load on a program's first execution.
+	NoWarm bool
 }
 
 // DefaultMaxBytes is the size limit when Options.MaxBytes is not set: a SmolLM2 run
@@ -58,6 +63,7 @@ type cache struct {
 	maxBytes int64
 	identity string
 	log      zerolog.Logger
+	noWarm   bool
 	mu       sync.Mutex // serialises eviction within the process
 	pre      preloader
 	used     sync.Map // keys (hex) used under this configuration: touched once
@@ -74,7 +80,7 @@ var current atomic.Pointer[cache]
 // preload is stopped first, so it never touches entries under the new one.
 func Configure(opts Options) error {
 	c := &cache{dir: opts.Dir, maxBytes: opts.MaxBytes, identity: fullIdentity(opts.Identity), log: opts.Log,
-		pre: newPreloader(), inFlight: map[string]chan struct{}{}}
+		noWarm: opts.NoWarm, pre: newPreloader(), inFlight: map[string]chan struct{}{}}
 	if c.maxBytes <= 0 {
 		c.maxBytes = DefaultMaxBytes
 	}
@@ -98,6 +104,8 @@ type Stats struct {
 	LoadTime    time.Duration // the time reading, checking and loading them took
 	Preloaded   int64         // entries loaded in the background at start, ahead of any request
 	PreloadTime time.Duration // the time that took (off the requests' path)
+	Warmed      int64         // preloaded programs of the run executed once on zero inputs at start
+	WarmTime    time.Duration // the time those executions took (off the requests' path)
 	Stored      int64         // entries written
 	Rejected    int64         // entries found corrupt, stale or refused by the plugin, and removed
 	Evicted     int64         // entries removed for the size limit
@@ -155,9 +163,11 @@ var hostCPU = sync.OnceValue(func() string {
 
 // program is one compile request, keyed.
 type program struct {
-	name    string
-	keyHex  string
-	options []byte // a copy of the compile options
+	name        string
+	keyHex      string
+	options     []byte  // a copy of the compile options
+	inputs      []param // the main function's inputs, when inputsKnown
+	inputsKnown bool
 }
 
 func newProgram(args *C.PJRT_Client_Compile_Args, identity string) program {
@@ -167,7 +177,9 @@ func newProgram(args *C.PJRT_Client_Compile_Args, identity string) program {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
-	return program{name: moduleName(code), keyHex: hex.EncodeToString(h.Sum(nil)), options: bytes.Clone(options)}
+	inputs, known := programParams(code)
+	return program{name: moduleName(code), keyHex: hex.EncodeToString(h.Sum(nil)), options: bytes.Clone(options),
+		inputs: inputs, inputsKnown: known}
 }
 
 var moduleRe = regexp.MustCompile(`^\s*module\s+@("[^"]*"|[\w.$-]+)`)
@@ -189,6 +201,10 @@ type header struct {
 	Options  []byte `json:"options"` // the serialized compile options the key covers
 	Size     int    `json:"size"`
 	SHA256   string `json:"sha256"`
+	// Inputs are the program's inputs (programParams) when InputsKnown; entries
+	// without them (older ones, or a program over several devices) are not warmed.
+	Inputs      []param `json:"inputs,omitempty"`
+	InputsKnown bool    `json:"inputs_known,omitempty"`
 }
 
 // claim makes the caller the one request for keyHex in this process until it calls
@@ -323,9 +339,9 @@ func (c *cache) store(p program, exe *C.PJRT_LoadedExecutable) {
 	}
 	sum := sha256.Sum256(payload)
 	line, err := json.Marshal(header{Key: p.keyHex, Identity: c.identity, Program: p.name, Options: p.options,
-		Size: len(payload), SHA256: hex.EncodeToString(sum[:])})
+		Size: len(payload), SHA256: hex.EncodeToString(sum[:]), Inputs: p.inputs, InputsKnown: p.inputsKnown})
 	if err != nil {
-		panic(err) // a struct of strings always marshals
+		panic(err) // strings, numbers and bytes always marshal
 	}
 	size := int64(len(magic) + len(line) + 1 + len(payload))
 	if size > c.maxBytes {

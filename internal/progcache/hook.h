@@ -5,6 +5,7 @@
 #define HINDSIGHT_PROGCACHE_HOOK_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "pjrt_c_api.h"
 
 // hs_install finds the PJRT_Api table of the plugin already loaded from path and
@@ -37,6 +38,21 @@ PJRT_Error* hs_deserialize(PJRT_Client* client, const char* bytes, size_t size,
 // hs_error_message returns err's message (valid until hs_error_destroy(err)).
 const char* hs_error_message(PJRT_Error* err, size_t* size);
 void hs_error_destroy(PJRT_Error* err);
+
+// hs_warm_plan says whether loaded can be warmed (run once on zero inputs) and what
+// its outputs take: *skip is NULL, or a static message saying why not (the plugin lacks
+// a call it needs, or the program is one of several replicas or partitions);
+// *output_bytes is the sum of its outputs' dense sizes (on one device).
+PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, int64_t* output_bytes);
+
+// hs_warm executes loaded once on its device (a portable executable, which lists
+// none, on client's first) and frees what that made. Its inputs are nbufs buffers filled from zeros (at least as long as the
+// largest): buffer b has PJRT type types[b] and ranks[b] dimensions, taken in turn
+// from dims; input i is buffer arg_buf[i]. Every input is marked non-donatable (one
+// buffer may stand for several inputs of one shape). It waits for the execution.
+PJRT_Error* hs_warm(PJRT_Client* client, PJRT_LoadedExecutable* loaded, size_t nbufs,
+                    const int* types, const size_t* ranks, const int64_t* dims,
+                    const void* zeros, size_t nargs, const size_t* arg_buf);
 
 // hs_destroy_loaded frees a loaded executable that will not be handed to the caller.
 void hs_destroy_loaded(PJRT_LoadedExecutable* loaded);

@@ -291,7 +291,14 @@ func (p *preloader) run(c *cache) {
 		if preloadHook != nil {
 			preloadHook(key)
 		}
-		s.exe, s.ok = c.preloadOne(p.client, key)
+		var h header
+		s.exe, h, s.ok = c.preloadOne(p.client, key)
+		p.mu.Lock()
+		wanted := p.want[key]
+		p.mu.Unlock()
+		if s.ok && wanted && !c.noWarm {
+			c.warm(p.client, s.exe, h) // before the slot opens: a request gets it warmed
+		}
 		close(s.done)
 		p.mu.Lock()
 		if s.ok && p.want[key] {
@@ -304,23 +311,23 @@ func (p *preloader) run(c *cache) {
 
 // preloadOne loads the entry under keyHex on client; an entry of another identity is
 // left alone (another plugin build sharing the directory), a corrupt one rejected.
-func (c *cache) preloadOne(client *C.PJRT_Client, keyHex string) (*C.PJRT_LoadedExecutable, bool) {
+func (c *cache) preloadOne(client *C.PJRT_Client, keyHex string) (*C.PJRT_LoadedExecutable, header, bool) {
 	start := time.Now()
 	raw, err := os.ReadFile(filepath.Join(c.dir, keyHex+Suffix))
 	if err != nil {
-		return nil, false // removed meanwhile, or unreadable: a request will see
+		return nil, header{}, false // removed meanwhile, or unreadable: a request will see
 	}
 	if rest, ok := bytes.CutPrefix(raw, []byte(magic)); ok {
 		line, _, _ := bytes.Cut(rest, []byte("\n"))
 		var h header
 		if json.Unmarshal(line, &h) == nil && h.Identity != c.identity {
-			return nil, false
+			return nil, header{}, false
 		}
 	}
 	h, payload, err := c.check(keyHex, raw)
 	if err != nil {
 		c.reject(h.Program, keyHex, err)
-		return nil, false
+		return nil, header{}, false
 	}
 	var opts unsafe.Pointer
 	if len(h.Options) > 0 {
@@ -330,12 +337,12 @@ func (c *cache) preloadOne(client *C.PJRT_Client, keyHex string) (*C.PJRT_Loaded
 	exe, err := deserialize(client, payload, (*C.char)(opts), C.size_t(len(h.Options)))
 	if err != nil {
 		c.reject(h.Program, keyHex, err)
-		return nil, false
+		return nil, header{}, false
 	}
 	took := time.Since(start)
 	statsAdd(func(s *Stats) { s.Preloaded++; s.PreloadTime += took })
 	c.log.Debug().Str("program", h.Program).Str("key", keyHex[:16]).Dur("took", took).Msg("compiled program preloaded")
-	return exe, true
+	return exe, h, true
 }
 
 // holds counts the Hold calls not yet released.

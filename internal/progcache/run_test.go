@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hindsight-ai/hindsight/internal/progcache"
@@ -169,4 +171,71 @@ func TestCacheWaitSkipsBadEntries(t *testing.T) {
 	got, err = progcache.WaitPreloaded(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, progcache.Preload{}, got, "no run: nothing to wait for")
+}
+
+// TestCacheWarmsThisRunsPrograms: a restarted process of run A executes each of A's
+// preloaded programs once before WaitPreloaded returns (their inputs read from the
+// entries, zeros in them), never run B's; the programs then give the right answers
+// when asked for. With NoWarm, or for an entry that does not record its inputs (one
+// written before they were recorded), nothing is executed and the program still
+// loads and runs.
+func TestCacheWarmsThisRunsPrograms(t *testing.T) {
+	be := backend(t)
+	dir := t.TempDir()
+	a, foreign := runTwoDaemons(t, dir)
+
+	wait := func(n int) { // A's record lists n programs by now
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		got, err := progcache.WaitPreloaded(ctx)
+		require.NoError(t, err)
+		require.Equal(t, progcache.Preload{Run: true, Expected: n, Loaded: n}, got)
+	}
+	progcache.SetRun("run A")
+	logs := configure(t, dir, "test-plugin v1", 0)
+	before := progcache.Snapshot()
+	run(t, be, 83) // the first compile starts the preloader
+	wait(2)
+	after := progcache.Snapshot()
+	require.Equal(t, before.Warmed+2, after.Warmed, logs.b.String())
+	require.Positive(t, after.WarmTime-before.WarmTime)
+	require.Equal(t, 2, logs.count("compiled program warmed"), logs.b.String())
+	warmed := func(key string) bool {
+		return regexp.MustCompile(`"key":"` + key[:16] + `","took":[0-9.]+,"inputs":1,`).MatchString(logs.b.String())
+	}
+	for _, k := range a {
+		require.True(t, warmed(k), "each of A's programs is warmed: %s", logs.b.String())
+	}
+	require.False(t, warmed(foreign), "B's is not")
+	run(t, be, 59)
+	run(t, be, 61)
+	require.Equal(t, before.Loaded+2, progcache.Snapshot().Loaded)
+
+	progcache.SetRun("run A")
+	logs = configure(t, dir, "test-plugin v1", 0)
+	require.NoError(t, progcache.Configure(progcache.Options{Dir: dir, Identity: "test-plugin v1", Log: zerolog.New(logs), NoWarm: true}))
+	before = progcache.Snapshot()
+	run(t, be, 89)
+	wait(3) // 59, 61, 83
+	require.Equal(t, before.Warmed, progcache.Snapshot().Warmed, "NoWarm")
+	require.Zero(t, logs.count("compiled program warmed"))
+	run(t, be, 59)
+
+	// An entry written before entries recorded their inputs: loaded, not warmed.
+	path := filepath.Join(dir, a[1]+progcache.Suffix)
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	old := regexp.MustCompile(`,"inputs":\[.*?\],"inputs_known":true`).ReplaceAll(raw, nil)
+	require.Less(t, len(old), len(raw), "the entry records its inputs")
+	require.NoError(t, os.WriteFile(path, old, 0o644))
+	progcache.SetRun("run A")
+	logs = configure(t, dir, "test-plugin v1", 0)
+	before = progcache.Snapshot()
+	run(t, be, 97)
+	wait(4) // 59, 61, 83, 89
+	require.Equal(t, before.Warmed+3, progcache.Snapshot().Warmed, "all but 61: %s", logs.b.String())
+	require.Contains(t, logs.b.String(), `"reason":"the entry does not record the program's inputs"`)
+	run(t, be, 61)
+	require.Equal(t, before.Rejected, progcache.Snapshot().Rejected)
 }
