@@ -12,7 +12,9 @@
 # the same data directory and trains two more such files: its step 1 loads its programs
 # from <data_dir>/state/programs. summary.py prints each step's took, CPU time, compile
 # and load time and the ratios (summary.md, summary.json). Set XLA_FLAGS as for any run;
-# HINDSIGHT_COLDSTART_NOCACHE=1 turns the cache off (run 2 then compiles again).
+# HINDSIGHT_COLDSTART_NOCACHE=1 turns the cache off (run 2 then compiles again);
+# HINDSIGHT_COLDSTART_NOWARM=1 keeps it but sets compile_cache.warm: false (the
+# restarts' programs are loaded at start, not executed until their first step).
 # RESTARTS=N (default 1) restarts N times (again.log, again2.log, …), each on the
 # cache the runs before it left; uptime.txt has the load before and after each run.
 set -eu
@@ -28,11 +30,13 @@ rm -rf "$data"
 mkdir -p "$data/spool/incoming"
 cache=true
 [ "${HINDSIGHT_COLDSTART_NOCACHE:-}" = 1 ] && cache=false
+warm=true
+[ "${HINDSIGHT_COLDSTART_NOWARM:-}" = 1 ] && warm=false
 cat >"$out/hindsightd.yaml" <<YAML
 data_dir: $data
 listen: 127.0.0.1:0
 model: {dir: $model}
-compile_cache: {enabled: $cache}
+compile_cache: {enabled: $cache, warm: $warm}
 train:
   token_budget: 100000
   max_batch_rollouts: 4

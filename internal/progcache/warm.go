@@ -26,8 +26,8 @@ var pjrtTypes = map[string]C.PJRT_Buffer_Type{
 	"i64":  C.PJRT_Buffer_Type_S64, "i32": C.PJRT_Buffer_Type_S32, "i16": C.PJRT_Buffer_Type_S16,
 	"i8":   C.PJRT_Buffer_Type_S8,
 	"ui64": C.PJRT_Buffer_Type_U64, "ui32": C.PJRT_Buffer_Type_U32, "ui16": C.PJRT_Buffer_Type_U16,
-	"ui8":  C.PJRT_Buffer_Type_U8,
-	"i1":   C.PJRT_Buffer_Type_PRED,
+	"ui8": C.PJRT_Buffer_Type_U8,
+	"i1":  C.PJRT_Buffer_Type_PRED,
 }
 
 // warm executes a preloaded program of the run once, on zero inputs, and throws the
