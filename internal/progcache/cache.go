@@ -369,7 +369,8 @@ func (c *cache) store(p program, exe *C.PJRT_LoadedExecutable) {
 }
 
 // evict removes the least recently used entries until the rest fit in maxBytes,
-// never the one just written (keep).
+// never the one just written (keep), then the runs' records that list no entry left
+// (dropRecords).
 func (c *cache) evict(keep string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -412,6 +413,7 @@ func (c *cache) evict(keep string) {
 		statsAdd(func(s *Stats) { s.Evicted++ })
 		c.log.Info().Str("entry", e.name).Int64("bytes", e.size).Int64("cache_bytes", total).Msg("compiled program evicted from cache")
 	}
+	c.dropRecords()
 }
 
 func (c *cache) logCompiled(name string, took time.Duration) {

@@ -6,7 +6,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,4 +161,39 @@ func WaitPreloaded(ctx context.Context) (Preload, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return Preload{Run: len(p.runKeys) > 0, Expected: p.wantN, Loaded: p.runOK}, err
+}
+
+// dropRecords removes the runs' records (OrderSuffix) none of whose entries is left
+// in the directory: a run whose programs were all evicted, or one of a model or
+// setting no longer used, would otherwise leave its record behind for good. This
+// configuration's own record is kept. Another process's record lists the entries it
+// has written, so it is never empty of them while its run goes on.
+func (c *cache) dropRecords() {
+	records, err := filepath.Glob(filepath.Join(c.dir, "*"+OrderSuffix))
+	if err != nil || len(records) == 0 {
+		return
+	}
+	c.run.mu.Lock()
+	own := c.run.file
+	c.run.mu.Unlock()
+	for _, r := range records {
+		if r == own {
+			continue
+		}
+		live := false
+		for _, k := range readOrder(r) {
+			if _, err := os.Stat(filepath.Join(c.dir, k+Suffix)); err == nil {
+				live = true
+				break
+			}
+		}
+		if live {
+			continue
+		}
+		if err := os.Remove(r); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			c.log.Warn().Err(err).Str("path", r).Msg("remove a run's record of compiled programs")
+			continue
+		}
+		c.log.Debug().Str("path", r).Msg("run's record of compiled programs removed: none of its programs is left")
+	}
 }

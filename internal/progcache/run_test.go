@@ -239,3 +239,30 @@ func TestCacheWarmsThisRunsPrograms(t *testing.T) {
 	run(t, be, 61)
 	require.Equal(t, before.Rejected, progcache.Snapshot().Rejected)
 }
+
+// TestCacheDropsDeadRunRecords: a store's eviction pass removes a run's record none of
+// whose entries is left (its programs evicted, or a setting no longer used), keeps
+// one that still lists an entry, and keeps this configuration's own.
+func TestCacheDropsDeadRunRecords(t *testing.T) {
+	be := backend(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { progcache.SetRun("") })
+	progcache.SetRun("run A")
+	configure(t, dir, "test-plugin v1", 0)
+	run(t, be, 101)
+	own, err := filepath.Glob(filepath.Join(dir, "*"+progcache.OrderSuffix))
+	require.NoError(t, err)
+	require.Len(t, own, 1)
+	key := keyOf(entries(t, dir)[0])
+	gone := strings.Repeat("ab", 32) // a key with no entry
+	dead := filepath.Join(dir, "dead"+progcache.OrderSuffix)
+	live := filepath.Join(dir, "live"+progcache.OrderSuffix)
+	require.NoError(t, os.WriteFile(dead, []byte(gone+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(live, []byte(gone+"\n"+key+"\n"), 0o644))
+	progcache.SetRun("run C") // a run with no entries yet: its record is its own
+	configure(t, dir, "test-plugin v1", 0)
+	run(t, be, 103) // stores, and so evicts
+	require.NoFileExists(t, dead)
+	require.FileExists(t, live)
+	require.FileExists(t, own[0], "run A's record lists 101's entry")
+}
