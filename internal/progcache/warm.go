@@ -12,12 +12,15 @@ import (
 	"unsafe"
 )
 
-// warmMaxBytes bounds what warming one program may allocate: its distinct input
-// buffers and its outputs. A program over it (a full-parameter training step, whose
-// outputs are the whole training state) is not warmed: warming runs while the
-// trainer's state is being placed, and must not add a second copy of it to the
-// process's peak (docs/performance.md "Memory").
-const warmMaxBytes = 512 << 20
+// warmMaxBytes bounds what warming one program may allocate beside what the process
+// holds: its distinct input buffers and its outputs (not donated, so fresh). Warming
+// runs at start while the trainer's state is resident; SmolLM2's gradient programs
+// (their outputs the model's gradients, 513 MiB, and 116 MiB of inputs) fit, which a
+// step holds anyway (the gradient and its accumulator); a 0.6B model's gradient
+// programs (2.4 GB of gradients) and the AdamW update of its embedding group (new
+// weights and moments, 1.8 GB, where the step updates them in place) do not, and are
+// left to their first step (docs/performance.md "Cold start").
+const warmMaxBytes = 1 << 30
 
 // pjrtTypes are the PJRT buffer types of the MLIR element types programParams knows.
 var pjrtTypes = map[string]C.PJRT_Buffer_Type{
