@@ -3,7 +3,10 @@ package protocol3
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hindsight-ai/hindsight/experiments/efficacy"
@@ -39,14 +42,17 @@ type Gates struct {
 	// Greedy and Temp1 are G3's held-out success rates, efficacy.ByFamily the greedy one per
 	// family; Mixed the share of train-task groups of G = 8 (temperature 1) with some
 	// successes and some failures.
-	Greedy     float64            `json:"greedy_success"`
-	Temp1      float64            `json:"temperature1_success"`
-	ByFamily   map[string]float64 `json:"greedy_success_by_family"`
-	Mixed      float64            `json:"mixed_groups"`
-	Groups     int                `json:"groups"`
-	GroupSucc  float64            `json:"group_success"` // success over the groups' rollouts
-	CPUSeconds float64            `json:"cpu_seconds"`
-	Command    string             `json:"command,omitempty"`
+	Greedy   float64            `json:"greedy_success"`
+	Temp1    float64            `json:"temperature1_success"`
+	ByFamily map[string]float64 `json:"greedy_success_by_family"`
+	Mixed    float64            `json:"mixed_groups"`
+	// MixedByFamily splits the groups by their task's family: how many are mixed, how
+	// many all right and how many all wrong (what keeps a family's groups from mixing).
+	MixedByFamily map[string]GroupCounts `json:"mixed_groups_by_family,omitempty"`
+	Groups        int                    `json:"groups"`
+	GroupSucc     float64                `json:"group_success"` // success over the groups' rollouts
+	CPUSeconds    float64                `json:"cpu_seconds"`
+	Command       string                 `json:"command,omitempty"`
 }
 
 // G2 thresholds as attempt 5 registered them (issue 40 item 2): the right call's
@@ -139,17 +145,13 @@ func MeasureGates(ctx context.Context, backend backends.Backend, dir string, w, 
 	if err != nil {
 		return g, err
 	}
-	mixed := 0
-	for i := 0; i < len(envs); i += 8 {
-		ok := 0
-		for _, e := range envs[i : i+8] {
-			ok += int(e.Reward())
-		}
-		if ok > 0 && ok < 8 {
-			mixed++
-		}
+	rewards, families := make([]int, len(envs)), make([]string, len(envs))
+	for i, e := range envs {
+		rewards[i], families[i] = int(e.Reward()), e.Task().Family
 	}
-	g.Groups, g.Mixed, g.GroupSucc = groups, float64(mixed)/float64(groups), collect.Summarize(envs).Success
+	all, groupsByFamily := CountGroups(rewards, families, 8)
+	g.MixedByFamily = groupsByFamily
+	g.Groups, g.Mixed, g.GroupSucc = groups, float64(all.Mixed)/float64(groups), collect.Summarize(envs).Success
 	minFam := math.Inf(1)
 	for _, v := range g.ByFamily {
 		minFam = math.Min(minFam, v)
@@ -158,7 +160,55 @@ func MeasureGates(ctx context.Context, backend backends.Backend, dir string, w, 
 		Measured: map[string]float64{"greedy": g.Greedy, "temperature1": g.Temp1, "min_family": minFam, "mixed_groups": g.Mixed}}
 	g.G3.Pass = g.Greedy >= 0.30 && g.Greedy <= 0.45 && g.Temp1 >= 0.20 && minFam >= 0.05 && g.Mixed >= 0.50
 	g.CPUSeconds = (efficacy.CPUTime() - c0).Seconds()
-	progress(fmt.Sprintf("G3: greedy %.1f%%, temperature 1 %.1f%%, by family %v, mixed groups %.0f%% of %d; cpu %.0fs (%s)",
-		100*g.Greedy, 100*g.Temp1, g.ByFamily, 100*g.Mixed, groups, g.CPUSeconds, time.Now().UTC().Format(time.RFC3339)))
+	progress(fmt.Sprintf("G3: greedy %.1f%%, temperature 1 %.1f%%, by family %v, mixed groups %.0f%% of %d (mixed/all right/all wrong by family: %s); cpu %.0fs (%s)",
+		100*g.Greedy, 100*g.Temp1, g.ByFamily, 100*g.Mixed, groups, groupsLine(g.MixedByFamily), g.CPUSeconds, time.Now().UTC().Format(time.RFC3339)))
 	return g, nil
+}
+
+// GroupCounts count groups of rollouts of one task: those with some right and some
+// wrong (mixed: the only ones a group-relative advantage learns from), all right, and
+// all wrong.
+type GroupCounts struct {
+	Groups   int `json:"groups"`
+	Mixed    int `json:"mixed"`
+	AllRight int `json:"all_right"`
+	AllWrong int `json:"all_wrong"`
+}
+
+// CountGroups counts the consecutive groups of size g in rewards (1 right, 0 wrong),
+// in all and by the family of each group's first rollout (families[i] is rollout i's).
+// A trailing partial group is not counted.
+func CountGroups(rewards []int, families []string, g int) (GroupCounts, map[string]GroupCounts) {
+	var all GroupCounts
+	by := map[string]GroupCounts{}
+	for i := 0; i+g <= len(rewards); i += g {
+		ok := 0
+		for _, r := range rewards[i : i+g] {
+			ok += r
+		}
+		c := by[families[i]]
+		for _, gc := range []*GroupCounts{&all, &c} {
+			gc.Groups++
+			switch ok {
+			case 0:
+				gc.AllWrong++
+			case g:
+				gc.AllRight++
+			default:
+				gc.Mixed++
+			}
+		}
+		by[families[i]] = c
+	}
+	return all, by
+}
+
+// groupsLine is by's counts, one family after another in name order.
+func groupsLine(by map[string]GroupCounts) string {
+	var parts []string
+	for _, f := range slices.Sorted(maps.Keys(by)) {
+		c := by[f]
+		parts = append(parts, fmt.Sprintf("%s %d/%d/%d", f, c.Mixed, c.AllRight, c.AllWrong))
+	}
+	return strings.Join(parts, ", ")
 }
