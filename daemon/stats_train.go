@@ -68,7 +68,8 @@ func (s *stats) setCompileCache(dir string) {
 func compileProto(c xla.CompileStats, dir string) *hindsightv1.CompileStats {
 	return &hindsightv1.CompileStats{ProgramsCompiled: c.Compiled, CompileTime: durationpb.New(c.CompileTime),
 		ProgramsLoaded: c.Loaded, LoadTime: durationpb.New(c.LoadTime), CacheRejected: c.Rejected,
-		CacheEvicted: c.Evicted, CacheDir: dir, ProgramsPreloaded: c.Preloaded, PreloadTime: durationpb.New(c.PreloadTime)}
+		CacheEvicted: c.Evicted, CacheDir: dir, ProgramsPreloaded: c.Preloaded, PreloadTime: durationpb.New(c.PreloadTime),
+		ProgramsWarmed: c.Warmed, WarmTime: durationpb.New(c.WarmTime)}
 }
 
 // setProgress gives the status the device loop's step in progress.

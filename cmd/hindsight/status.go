@@ -447,9 +447,10 @@ func printTraining(line func(key, format string, args ...any), st *hindsightv1.S
 		if c := b.GetCompile(); c != nil {
 			cache := "compiled-program cache off"
 			if c.GetCacheDir() != "" {
-				cache = fmt.Sprintf("%d loaded from the cache in %s (%d preloaded at start in %s; %s; %d rejected, %d evicted)",
+				cache = fmt.Sprintf("%d loaded from the cache in %s (%d preloaded at start in %s, %d warmed in %s; %s; %d rejected, %d evicted)",
 					c.GetProgramsLoaded(), c.GetLoadTime().AsDuration().Round(time.Millisecond),
-					c.GetProgramsPreloaded(), c.GetPreloadTime().AsDuration().Round(time.Millisecond), c.GetCacheDir(),
+					c.GetProgramsPreloaded(), c.GetPreloadTime().AsDuration().Round(time.Millisecond),
+					c.GetProgramsWarmed(), c.GetWarmTime().AsDuration().Round(time.Millisecond), c.GetCacheDir(),
 					c.GetCacheRejected(), c.GetCacheEvicted())
 			}
 			line("compile", "%d programs compiled in %s; %s", c.GetProgramsCompiled(),

@@ -2945,8 +2945,13 @@ type CompileStats struct {
 	// steps' path; a step that takes one counts it in programs_loaded.
 	ProgramsPreloaded int64                `protobuf:"varint,8,opt,name=programs_preloaded,json=programsPreloaded,proto3" json:"programs_preloaded,omitempty"`
 	PreloadTime       *durationpb.Duration `protobuf:"bytes,9,opt,name=preload_time,json=preloadTime,proto3" json:"preload_time,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Of the run's preloaded programs, those executed once on zero inputs at start
+	// (compile_cache.warm), and the time that took, before the first step: XLA CPU
+	// finishes a loaded program's setup on its first execution.
+	ProgramsWarmed int64                `protobuf:"varint,10,opt,name=programs_warmed,json=programsWarmed,proto3" json:"programs_warmed,omitempty"`
+	WarmTime       *durationpb.Duration `protobuf:"bytes,11,opt,name=warm_time,json=warmTime,proto3" json:"warm_time,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CompileStats) Reset() {
@@ -3038,6 +3043,20 @@ func (x *CompileStats) GetProgramsPreloaded() int64 {
 func (x *CompileStats) GetPreloadTime() *durationpb.Duration {
 	if x != nil {
 		return x.PreloadTime
+	}
+	return nil
+}
+
+func (x *CompileStats) GetProgramsWarmed() int64 {
+	if x != nil {
+		return x.ProgramsWarmed
+	}
+	return 0
+}
+
+func (x *CompileStats) GetWarmTime() *durationpb.Duration {
+	if x != nil {
+		return x.WarmTime
 	}
 	return nil
 }
@@ -3549,7 +3568,7 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\vmemory_kind\x18\x06 \x01(\tR\n" +
 	"memoryKind\x12\x16\n" +
 	"\x06choice\x18\a \x01(\tR\x06choice\x124\n" +
-	"\acompile\x18\b \x01(\v2\x1a.hindsight.v1.CompileStatsR\acompile\"\xb0\x03\n" +
+	"\acompile\x18\b \x01(\v2\x1a.hindsight.v1.CompileStatsR\acompile\"\x91\x04\n" +
 	"\fCompileStats\x12+\n" +
 	"\x11programs_compiled\x18\x01 \x01(\x03R\x10programsCompiled\x12<\n" +
 	"\fcompile_time\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vcompileTime\x12'\n" +
@@ -3559,7 +3578,10 @@ const file_hindsight_v1_status_proto_rawDesc = "" +
 	"\rcache_evicted\x18\x06 \x01(\x03R\fcacheEvicted\x12\x1b\n" +
 	"\tcache_dir\x18\a \x01(\tR\bcacheDir\x12-\n" +
 	"\x12programs_preloaded\x18\b \x01(\x03R\x11programsPreloaded\x12<\n" +
-	"\fpreload_time\x18\t \x01(\v2\x19.google.protobuf.DurationR\vpreloadTime\"u\n" +
+	"\fpreload_time\x18\t \x01(\v2\x19.google.protobuf.DurationR\vpreloadTime\x12'\n" +
+	"\x0fprograms_warmed\x18\n" +
+	" \x01(\x03R\x0eprogramsWarmed\x126\n" +
+	"\twarm_time\x18\v \x01(\v2\x19.google.protobuf.DurationR\bwarmTime\"u\n" +
 	"\vSpoolCounts\x12\x1a\n" +
 	"\bincoming\x18\x01 \x01(\x03R\bincoming\x12\x1e\n" +
 	"\n" +
@@ -3699,21 +3721,22 @@ var file_hindsight_v1_status_proto_depIdxs = []int32{
 	34, // 49: hindsight.v1.CompileStats.compile_time:type_name -> google.protobuf.Duration
 	34, // 50: hindsight.v1.CompileStats.load_time:type_name -> google.protobuf.Duration
 	34, // 51: hindsight.v1.CompileStats.preload_time:type_name -> google.protobuf.Duration
-	7,  // 52: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
-	9,  // 53: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
-	3,  // 54: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
-	5,  // 55: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
-	1,  // 56: hindsight.v1.ControlService.DecideAB:input_type -> hindsight.v1.DecideABRequest
-	8,  // 57: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
-	10, // 58: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
-	4,  // 59: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
-	6,  // 60: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
-	2,  // 61: hindsight.v1.ControlService.DecideAB:output_type -> hindsight.v1.DecideABResponse
-	57, // [57:62] is the sub-list for method output_type
-	52, // [52:57] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	34, // 52: hindsight.v1.CompileStats.warm_time:type_name -> google.protobuf.Duration
+	7,  // 53: hindsight.v1.StatusService.GetStatus:input_type -> hindsight.v1.GetStatusRequest
+	9,  // 54: hindsight.v1.StatusService.WatchStatus:input_type -> hindsight.v1.WatchStatusRequest
+	3,  // 55: hindsight.v1.ControlService.Pause:input_type -> hindsight.v1.PauseRequest
+	5,  // 56: hindsight.v1.ControlService.Resume:input_type -> hindsight.v1.ResumeRequest
+	1,  // 57: hindsight.v1.ControlService.DecideAB:input_type -> hindsight.v1.DecideABRequest
+	8,  // 58: hindsight.v1.StatusService.GetStatus:output_type -> hindsight.v1.GetStatusResponse
+	10, // 59: hindsight.v1.StatusService.WatchStatus:output_type -> hindsight.v1.WatchStatusResponse
+	4,  // 60: hindsight.v1.ControlService.Pause:output_type -> hindsight.v1.PauseResponse
+	6,  // 61: hindsight.v1.ControlService.Resume:output_type -> hindsight.v1.ResumeResponse
+	2,  // 62: hindsight.v1.ControlService.DecideAB:output_type -> hindsight.v1.DecideABResponse
+	58, // [58:63] is the sub-list for method output_type
+	53, // [53:58] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_hindsight_v1_status_proto_init() }
