@@ -51,22 +51,40 @@ const char* hs_install(const char* path) {
 
 PJRT_Error* hs_compile_original(PJRT_Client_Compile_Args* args) { return hs_original(args); }
 
-PJRT_Error* hs_serialize(PJRT_LoadedExecutable* loaded, hs_serialized* out) {
+// hs_executable gets loaded's executable into *exe (the caller destroys it with
+// hs_destroy_executable).
+static PJRT_Error* hs_executable(PJRT_LoadedExecutable* loaded, PJRT_Executable** exe) {
   PJRT_LoadedExecutable_GetExecutable_Args g;
   memset(&g, 0, sizeof(g));
   g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
   g.loaded_executable = loaded;
   PJRT_Error* err = hs_api->PJRT_LoadedExecutable_GetExecutable(&g);
+  if (err == NULL) *exe = g.executable;
+  return err;
+}
+
+static void hs_destroy_executable(PJRT_Executable* exe) {
+  PJRT_Executable_Destroy_Args d;
+  memset(&d, 0, sizeof(d));
+  d.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
+  d.executable = exe;
+  PJRT_Error* err = hs_api->PJRT_Executable_Destroy(&d);
+  if (err != NULL) hs_error_destroy(err);
+}
+
+PJRT_Error* hs_serialize(PJRT_LoadedExecutable* loaded, hs_serialized* out) {
+  PJRT_Executable* exe;
+  PJRT_Error* err = hs_executable(loaded, &exe);
   if (err != NULL) return err;
   PJRT_Executable_Serialize_Args s;
   memset(&s, 0, sizeof(s));
   s.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE;
-  s.executable = g.executable;
+  s.executable = exe;
   err = hs_api->PJRT_Executable_Serialize(&s);
   PJRT_Executable_Destroy_Args d;
   memset(&d, 0, sizeof(d));
   d.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
-  d.executable = g.executable;
+  d.executable = exe;
   PJRT_Error* derr = hs_api->PJRT_Executable_Destroy(&d);
   if (err != NULL) {
     if (derr != NULL) hs_error_destroy(derr);
@@ -159,15 +177,6 @@ static int64_t hs_element_size(PJRT_Buffer_Type t) {
   }
 }
 
-static void hs_destroy_executable(PJRT_Executable* exe) {
-  PJRT_Executable_Destroy_Args d;
-  memset(&d, 0, sizeof(d));
-  d.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
-  d.executable = exe;
-  PJRT_Error* err = hs_api->PJRT_Executable_Destroy(&d);
-  if (err != NULL) hs_error_destroy(err);
-}
-
 static void hs_destroy_buffer(PJRT_Buffer* b) {
   if (b == NULL) return;
   PJRT_Buffer_Destroy_Args d;
@@ -228,42 +237,39 @@ PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, int64
   size_t ndev;
   PJRT_Error* err = hs_devices(loaded, &devices, &ndev);
   if (err != NULL) return err;
-  PJRT_LoadedExecutable_GetExecutable_Args g;
-  memset(&g, 0, sizeof(g));
-  g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
-  g.loaded_executable = loaded;
-  err = hs_api->PJRT_LoadedExecutable_GetExecutable(&g);
+  PJRT_Executable* exe;
+  err = hs_executable(loaded, &exe);
   if (err != NULL) return err;
   // One of several replicas or partitions must be launched on all of its devices at
   // once, which warming does not do; a portable executable runs on any one device.
   PJRT_Executable_NumReplicas_Args nr;
   memset(&nr, 0, sizeof(nr));
   nr.struct_size = PJRT_Executable_NumReplicas_Args_STRUCT_SIZE;
-  nr.executable = g.executable;
+  nr.executable = exe;
   err = hs_api->PJRT_Executable_NumReplicas(&nr);
   PJRT_Executable_NumPartitions_Args np;
   memset(&np, 0, sizeof(np));
   np.struct_size = PJRT_Executable_NumPartitions_Args_STRUCT_SIZE;
-  np.executable = g.executable;
+  np.executable = exe;
   if (err == NULL) err = hs_api->PJRT_Executable_NumPartitions(&np);
   if (err != NULL) {
-    hs_destroy_executable(g.executable);
+    hs_destroy_executable(exe);
     return err;
   }
   if (nr.num_replicas != 1 || np.num_partitions != 1) {
     *skip = "the program runs on more than one device";
-    hs_destroy_executable(g.executable);
+    hs_destroy_executable(exe);
     return NULL;
   }
   PJRT_Executable_OutputElementTypes_Args t;
   memset(&t, 0, sizeof(t));
   t.struct_size = PJRT_Executable_OutputElementTypes_Args_STRUCT_SIZE;
-  t.executable = g.executable;
+  t.executable = exe;
   err = hs_api->PJRT_Executable_OutputElementTypes(&t);
   PJRT_Executable_OutputDimensions_Args o;
   memset(&o, 0, sizeof(o));
   o.struct_size = PJRT_Executable_OutputDimensions_Args_STRUCT_SIZE;
-  o.executable = g.executable;
+  o.executable = exe;
   if (err == NULL) err = hs_api->PJRT_Executable_OutputDimensions(&o);
   if (err == NULL && o.num_outputs != t.num_output_types) {
     *skip = "the program's outputs are not plain arrays";
@@ -281,7 +287,7 @@ PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, int64
       *output_bytes += n;
     }
   }
-  hs_destroy_executable(g.executable);
+  hs_destroy_executable(exe);
   return err;
 }
 
@@ -306,18 +312,15 @@ PJRT_Error* hs_warm(PJRT_Client* client, PJRT_LoadedExecutable* loaded, size_t n
     ndev = cd.num_addressable_devices;
     if (ndev == 0) return NULL;  // no device: nothing to warm on
   }
-  PJRT_LoadedExecutable_GetExecutable_Args g;
-  memset(&g, 0, sizeof(g));
-  g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
-  g.loaded_executable = loaded;
-  err = hs_api->PJRT_LoadedExecutable_GetExecutable(&g);
+  PJRT_Executable* exe;
+  err = hs_executable(loaded, &exe);
   if (err != NULL) return err;
   PJRT_Executable_NumOutputs_Args no;
   memset(&no, 0, sizeof(no));
   no.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
-  no.executable = g.executable;
+  no.executable = exe;
   err = hs_api->PJRT_Executable_NumOutputs(&no);
-  hs_destroy_executable(g.executable);
+  hs_destroy_executable(exe);
   if (err != NULL) return err;
 
   PJRT_Buffer** bufs = calloc(nbufs ? nbufs : 1, sizeof(PJRT_Buffer*));
