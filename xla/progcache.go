@@ -128,8 +128,9 @@ func SetProgramRun(name string) { progcache.SetRun(name) }
 type ProgramsPreloaded = progcache.Preload
 
 // WaitProgramsPreloaded waits until the programs this process's run used last time
-// are loaded from the cache, or ctx ends (progcache.WaitPreloaded): a restarted
-// daemon pays for the loads before its first step, not in it.
+// are loaded from the cache and executed once (unless ProgramCache.NoWarm), or ctx
+// ends (progcache.WaitPreloaded): a restarted daemon pays for the loads and their
+// first executions before its first step, not in it.
 func WaitProgramsPreloaded(ctx context.Context) (ProgramsPreloaded, error) {
 	return progcache.WaitPreloaded(ctx)
 }

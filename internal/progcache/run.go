@@ -134,8 +134,8 @@ type Preload struct {
 }
 
 // WaitPreloaded waits until the background preload has settled every entry the
-// current configuration's run used last time (loaded, rejected, or claimed by a
-// request) or ctx ends; the other entries of the directory are not waited for. It
+// current configuration's run used last time (loaded and, unless NoWarm, warmed;
+// rejected; or claimed by a request) or ctx ends; the other entries of the directory are not waited for. It
 // returns at once when no run is set, the cache keeps nothing on disk, or nothing
 // has compiled yet (the preload starts on the first compile). The error is ctx's:
 // the preload goes on, and a program it has not reached is loaded by its request.
