@@ -238,6 +238,18 @@ func TestCacheWarmsThisRunsPrograms(t *testing.T) {
 	require.Contains(t, logs.b.String(), `"reason":"the entry does not record the program's inputs"`)
 	run(t, be, 61)
 	require.Equal(t, before.Rejected, progcache.Snapshot().Rejected)
+
+	// Programs over warming's bound (here 16 bytes: 12 of input and 12 of output) are
+	// loaded and not executed, with the sizes in the reason.
+	t.Cleanup(progcache.SetWarmMaxBytes(16))
+	progcache.SetRun("run A")
+	logs = configure(t, dir, "test-plugin v1", 0)
+	before = progcache.Snapshot()
+	run(t, be, 107)
+	wait(5) // 59, 61, 83, 89, 97
+	require.Equal(t, before.Warmed, progcache.Snapshot().Warmed, logs.b.String())
+	require.Contains(t, logs.b.String(), `"reason":"it would allocate 24 bytes (inputs 12 bytes, outputs 12 bytes; limit 16 bytes)"`)
+	run(t, be, 59)
 }
 
 // TestCacheDropsDeadRunRecords: a store's eviction pass removes a run's record none of

@@ -20,7 +20,7 @@ import (
 // programs (2.4 GB of gradients) and the AdamW update of its embedding group (new
 // weights and moments, 1.8 GB, where the step updates them in place) do not, and are
 // left to their first step (docs/performance.md "Cold start").
-const warmMaxBytes = 1 << 30
+var warmMaxBytes int64 = 1 << 30
 
 // pjrtTypes are the PJRT buffer types of the MLIR element types programParams knows.
 var pjrtTypes = map[string]C.PJRT_Buffer_Type{
@@ -89,8 +89,8 @@ func (c *cache) warm(client *C.PJRT_Client, exe *C.PJRT_LoadedExecutable, h head
 		argBuf[i] = C.size_t(b)
 	}
 	if total := inB + int64(outBytes); total > warmMaxBytes {
-		skipped(fmt.Sprintf("it would allocate %d MiB (inputs %d, outputs %d; limit %d MiB)",
-			total>>20, inB>>20, int64(outBytes)>>20, warmMaxBytes>>20))
+		skipped(fmt.Sprintf("it would allocate %s (inputs %s, outputs %s; limit %s)",
+			byteSize(total), byteSize(inB), byteSize(int64(outBytes)), byteSize(warmMaxBytes)))
 		return
 	}
 	zeros := C.calloc(C.size_t(maxB), 1)
@@ -118,4 +118,12 @@ func first[T any](s []T) *T {
 		return nil
 	}
 	return (*T)(unsafe.Pointer(&s[0]))
+}
+
+// byteSize writes n bytes in MiB, or in bytes below one MiB.
+func byteSize(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return fmt.Sprintf("%d MiB", n>>20)
 }
