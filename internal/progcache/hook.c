@@ -218,14 +218,15 @@ static PJRT_Error* hs_devices(PJRT_LoadedExecutable* loaded, PJRT_Device* const*
   return err;
 }
 
-PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, int64_t* output_bytes) {
+PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, size_t* num_outputs,
+                         int64_t* output_bytes) {
   *skip = NULL;
+  *num_outputs = 0;
   *output_bytes = 0;
   if (!HS_HAS(hs_api, PJRT_LoadedExecutable_Execute) ||
       !HS_HAS(hs_api, PJRT_LoadedExecutable_AddressableDevices) ||
       !HS_HAS(hs_api, PJRT_Client_BufferFromHostBuffer) || !HS_HAS(hs_api, PJRT_Buffer_Destroy) ||
       !HS_HAS(hs_api, PJRT_Event_Await) || !HS_HAS(hs_api, PJRT_Event_Destroy) ||
-      !HS_HAS(hs_api, PJRT_Executable_NumOutputs) ||
       !HS_HAS(hs_api, PJRT_Executable_OutputElementTypes) ||
       !HS_HAS(hs_api, PJRT_Executable_OutputDimensions) ||
       !HS_HAS(hs_api, PJRT_Executable_NumReplicas) || !HS_HAS(hs_api, PJRT_Executable_NumPartitions) ||
@@ -233,12 +234,8 @@ PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, int64
     *skip = "the plugin lacks a call warming needs";
     return NULL;
   }
-  PJRT_Device* const* devices;
-  size_t ndev;
-  PJRT_Error* err = hs_devices(loaded, &devices, &ndev);
-  if (err != NULL) return err;
   PJRT_Executable* exe;
-  err = hs_executable(loaded, &exe);
+  PJRT_Error* err = hs_executable(loaded, &exe);
   if (err != NULL) return err;
   // One of several replicas or partitions must be launched on all of its devices at
   // once, which warming does not do; a portable executable runs on any one device.
@@ -275,6 +272,7 @@ PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, int64
     *skip = "the program's outputs are not plain arrays";
   }
   if (err == NULL && *skip == NULL) {
+    *num_outputs = o.num_outputs;
     const int64_t* d = o.dims;
     for (size_t i = 0; i < o.num_outputs; i++) {
       int64_t n = hs_element_size(t.output_types[i]);
@@ -291,8 +289,8 @@ PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, int64
   return err;
 }
 
-PJRT_Error* hs_warm(PJRT_Client* client, PJRT_LoadedExecutable* loaded, size_t nbufs,
-                    const int* types, const size_t* ranks, const int64_t* dims,
+PJRT_Error* hs_warm(PJRT_Client* client, PJRT_LoadedExecutable* loaded, size_t num_outputs,
+                    size_t nbufs, const int* types, const size_t* ranks, const int64_t* dims,
                     const void* zeros, size_t nargs, const size_t* arg_buf) {
   PJRT_Device* const* devices;
   size_t ndev;
@@ -312,21 +310,11 @@ PJRT_Error* hs_warm(PJRT_Client* client, PJRT_LoadedExecutable* loaded, size_t n
     ndev = cd.num_addressable_devices;
     if (ndev == 0) return NULL;  // no device: nothing to warm on
   }
-  PJRT_Executable* exe;
-  err = hs_executable(loaded, &exe);
-  if (err != NULL) return err;
-  PJRT_Executable_NumOutputs_Args no;
-  memset(&no, 0, sizeof(no));
-  no.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
-  no.executable = exe;
-  err = hs_api->PJRT_Executable_NumOutputs(&no);
-  hs_destroy_executable(exe);
-  if (err != NULL) return err;
 
   PJRT_Buffer** bufs = calloc(nbufs ? nbufs : 1, sizeof(PJRT_Buffer*));
   PJRT_Buffer** args = calloc(nargs ? nargs : 1, sizeof(PJRT_Buffer*));
   int64_t* keep = calloc(nargs ? nargs : 1, sizeof(int64_t));
-  PJRT_Buffer** outs = calloc(no.num_outputs ? no.num_outputs : 1, sizeof(PJRT_Buffer*));
+  PJRT_Buffer** outs = calloc(num_outputs ? num_outputs : 1, sizeof(PJRT_Buffer*));
   if (bufs == NULL || args == NULL || keep == NULL || outs == NULL) {
     free(bufs);
     free(args);
@@ -382,7 +370,7 @@ PJRT_Error* hs_warm(PJRT_Client* client, PJRT_LoadedExecutable* loaded, size_t n
     err = hs_api->PJRT_LoadedExecutable_Execute(&e);
     if (err == NULL) err = hs_await(done);
   }
-  for (size_t i = 0; i < no.num_outputs; i++) hs_destroy_buffer(outs[i]);
+  for (size_t i = 0; i < num_outputs; i++) hs_destroy_buffer(outs[i]);
   for (size_t b = 0; b < nbufs; b++) hs_destroy_buffer(bufs[b]);
   free(bufs);
   free(args);

@@ -40,18 +40,21 @@ const char* hs_error_message(PJRT_Error* err, size_t* size);
 void hs_error_destroy(PJRT_Error* err);
 
 // hs_warm_plan says whether loaded can be warmed (run once on zero inputs) and what
-// its outputs take: *skip is NULL, or a static message saying why not (the plugin lacks
+// its outputs are: *skip is NULL, or a static message saying why not (the plugin lacks
 // a call it needs, or the program is one of several replicas or partitions);
-// *output_bytes is the sum of its outputs' dense sizes (on one device).
-PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, int64_t* output_bytes);
+// *num_outputs is their count and *output_bytes the sum of their dense sizes (on one
+// device).
+PJRT_Error* hs_warm_plan(PJRT_LoadedExecutable* loaded, const char** skip, size_t* num_outputs,
+                         int64_t* output_bytes);
 
-// hs_warm executes loaded once on its device (a portable executable, which lists
-// none, on client's first) and frees what that made. Its inputs are nbufs buffers filled from zeros (at least as long as the
+// hs_warm executes loaded, which has num_outputs outputs (hs_warm_plan), once on its
+// device (a portable executable, which lists none, on client's first) and frees what
+// that made. Its inputs are nbufs buffers filled from zeros (at least as long as the
 // largest): buffer b has PJRT type types[b] and ranks[b] dimensions, taken in turn
 // from dims; input i is buffer arg_buf[i]. Every input is marked non-donatable (one
 // buffer may stand for several inputs of one shape). It waits for the execution.
-PJRT_Error* hs_warm(PJRT_Client* client, PJRT_LoadedExecutable* loaded, size_t nbufs,
-                    const int* types, const size_t* ranks, const int64_t* dims,
+PJRT_Error* hs_warm(PJRT_Client* client, PJRT_LoadedExecutable* loaded, size_t num_outputs,
+                    size_t nbufs, const int* types, const size_t* ranks, const int64_t* dims,
                     const void* zeros, size_t nargs, const size_t* arg_buf);
 
 // hs_destroy_loaded frees a loaded executable that will not be handed to the caller.

@@ -49,7 +49,7 @@ func programParams(code []byte) (ps []param, ok bool) {
 	for _, a := range args {
 		parts := strings.Split(string(a[1]), "x")
 		t := parts[len(parts)-1]
-		if _, known := elementSizes[t]; !known {
+		if _, known := elementTypes[t]; !known {
 			return nil, false
 		}
 		p := param{Type: t}
@@ -65,17 +65,9 @@ func programParams(code []byte) (ps []param, ok bool) {
 	return ps, true
 }
 
-// elementSizes are the bytes of one element of each type a program input may have.
-var elementSizes = map[string]int64{
-	"f64": 8, "f32": 4, "f16": 2, "bf16": 2,
-	"i64": 8, "i32": 4, "i16": 2, "i8": 1,
-	"ui64": 8, "ui32": 4, "ui16": 2, "ui8": 1,
-	"i1": 1,
-}
-
 // bytes is the size of p's dense array.
 func (p param) bytes() int64 {
-	n := elementSizes[p.Type]
+	n := elementTypes[p.Type].bytes
 	for _, d := range p.Dims {
 		n *= d
 	}

@@ -9,7 +9,6 @@ import "C"
 import (
 	"fmt"
 	"time"
-	"unsafe"
 )
 
 // warmMaxBytes bounds what warming one program may allocate beside what the process
@@ -22,15 +21,20 @@ import (
 // left to their first step (docs/performance.md "Cold start").
 var warmMaxBytes int64 = 1 << 30
 
-// pjrtTypes are the PJRT buffer types of the MLIR element types programParams knows.
-var pjrtTypes = map[string]C.PJRT_Buffer_Type{
-	"f64": C.PJRT_Buffer_Type_F64, "f32": C.PJRT_Buffer_Type_F32, "f16": C.PJRT_Buffer_Type_F16,
-	"bf16": C.PJRT_Buffer_Type_BF16,
-	"i64":  C.PJRT_Buffer_Type_S64, "i32": C.PJRT_Buffer_Type_S32, "i16": C.PJRT_Buffer_Type_S16,
-	"i8":   C.PJRT_Buffer_Type_S8,
-	"ui64": C.PJRT_Buffer_Type_U64, "ui32": C.PJRT_Buffer_Type_U32, "ui16": C.PJRT_Buffer_Type_U16,
-	"ui8": C.PJRT_Buffer_Type_U8,
-	"i1":  C.PJRT_Buffer_Type_PRED,
+// elementTypes are the element types a program's input may have, in MLIR's spelling
+// (programParams refuses any other): the bytes of one element and the PJRT buffer type
+// warming makes its buffer of.
+var elementTypes = map[string]struct {
+	bytes int64
+	pjrt  C.PJRT_Buffer_Type
+}{
+	"f64": {8, C.PJRT_Buffer_Type_F64}, "f32": {4, C.PJRT_Buffer_Type_F32}, "f16": {2, C.PJRT_Buffer_Type_F16},
+	"bf16": {2, C.PJRT_Buffer_Type_BF16},
+	"i64":  {8, C.PJRT_Buffer_Type_S64}, "i32": {4, C.PJRT_Buffer_Type_S32}, "i16": {2, C.PJRT_Buffer_Type_S16},
+	"i8":   {1, C.PJRT_Buffer_Type_S8},
+	"ui64": {8, C.PJRT_Buffer_Type_U64}, "ui32": {4, C.PJRT_Buffer_Type_U32}, "ui16": {2, C.PJRT_Buffer_Type_U16},
+	"ui8": {1, C.PJRT_Buffer_Type_U8},
+	"i1":  {1, C.PJRT_Buffer_Type_PRED},
 }
 
 // warm executes a preloaded program of the run once, on zero inputs, and throws the
@@ -53,9 +57,10 @@ func (c *cache) warm(client *C.PJRT_Client, exe *C.PJRT_LoadedExecutable, h head
 	}
 	var (
 		skip     *C.char
+		outputs  C.size_t
 		outBytes C.int64_t
 	)
-	if err := pjrtError(C.hs_warm_plan(exe, &skip, &outBytes)); err != nil {
+	if err := pjrtError(C.hs_warm_plan(exe, &skip, &outputs, &outBytes)); err != nil {
 		skipped(err.Error())
 		return
 	}
@@ -78,7 +83,7 @@ func (c *cache) warm(client *C.PJRT_Client, exe *C.PJRT_LoadedExecutable, h head
 		if !seen {
 			b = len(types)
 			index[k] = b
-			types = append(types, C.int(pjrtTypes[p.Type]))
+			types = append(types, C.int(elementTypes[p.Type].pjrt))
 			ranks = append(ranks, C.size_t(len(p.Dims)))
 			for _, d := range p.Dims {
 				dims = append(dims, C.int64_t(d))
@@ -100,7 +105,7 @@ func (c *cache) warm(client *C.PJRT_Client, exe *C.PJRT_LoadedExecutable, h head
 	}
 	defer C.free(zeros)
 	start := time.Now()
-	err := pjrtError(C.hs_warm(client, exe, C.size_t(len(types)), first(types), first(ranks), first(dims),
+	err := pjrtError(C.hs_warm(client, exe, outputs, C.size_t(len(types)), first(types), first(ranks), first(dims),
 		zeros, C.size_t(len(argBuf)), first(argBuf)))
 	took := time.Since(start)
 	if err != nil {
@@ -117,7 +122,7 @@ func first[T any](s []T) *T {
 	if len(s) == 0 {
 		return nil
 	}
-	return (*T)(unsafe.Pointer(&s[0]))
+	return &s[0]
 }
 
 // byteSize writes n bytes in MiB, or in bytes below one MiB.
